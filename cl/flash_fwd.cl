@@ -1,0 +1,336 @@
+/*
+ * FlashAttention forward: O = softmax(scale * Q K^T) V without materialising
+ * the score matrix. One work-group owns BLOCK_M query rows of one (batch,
+ * head) and streams the keys in tiles of BLOCK_N, keeping the running row max
+ * m, the running sum l and the unnormalised output in private memory
+ * (online softmax). Scores live in the log2 domain: the host folds log2(e)
+ * into the scale so every exponential is an exp2. The output is normalised
+ * once, at the end (FlashAttention-2).
+ *
+ * Two kernels, chosen by the host's plan:
+ *   flash_fwd_rows   one work-item per query row (THREADS_PER_ROW == 1). The
+ *                    K/V tile is staged through __local (STAGE_LOCAL=1, GPUs)
+ *                    or read straight from global memory (STAGE_LOCAL=0: on a
+ *                    CPU __local is plain RAM, and a barrier inside the key
+ *                    loop turns private state into memory traffic).
+ *   flash_fwd_split  THREADS_PER_ROW work-items per row: each scores a strided
+ *                    subset of the tile's keys and owns a strided subset of
+ *                    the output dims, so large head dims fit in registers.
+ *
+ * Grid: (query blocks * WG_SIZE, heads_q, batch). Query blocks run in reverse
+ * so the heavy (late) blocks of a causal problem start first.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M 16
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 32
+#endif
+#ifndef THREADS_PER_ROW
+#define THREADS_PER_ROW 1
+#endif
+#ifndef STAGE_LOCAL
+#define STAGE_LOCAL 1
+#endif
+
+#define WG_SIZE (BLOCK_M * THREADS_PER_ROW)
+/* Head dim rounded up to whole float4s; the pad lanes are zero in q, K and V. */
+#define D4 ((HEAD_DIM + 3) / 4)
+#define HEAD_DIM_PAD (D4 * 4)
+/* Keys scored together: four independent dot products share each q load. */
+#define KEY_STEP 4
+
+#if BLOCK_N % KEY_STEP != 0
+#error "BLOCK_N must be a multiple of 4"
+#endif
+#if BLOCK_N % THREADS_PER_ROW != 0
+#error "BLOCK_N must be a multiple of THREADS_PER_ROW"
+#endif
+
+/* Key range [0, kv_end) a query block [row0, row0 + BLOCK_M) needs at all. */
+inline long flash_kv_end(long row0, long seqlen_q, long seqlen_k, int causal) {
+    if (!causal) return seqlen_k;
+    long last_row = min(row0 + BLOCK_M, seqlen_q) - 1;
+    long limit = flashcl_causal_limit(last_row, seqlen_q, seqlen_k) + 1;
+    return clamp(limit, 0L, seqlen_k);
+}
+
+/* Whether any (row, key) pair of this tile is masked (causal or past seqlen_k). */
+inline int flash_tile_needs_mask(long row0, long key0, long seqlen_q, long seqlen_k, int causal) {
+    long key_last = key0 + BLOCK_N - 1;
+    if (key_last >= seqlen_k) return 1;
+    return causal && key_last > flashcl_causal_limit(row0, seqlen_q, seqlen_k);
+}
+
+/* Reads row `row` of a K or V view as float4s, zero past HEAD_DIM. */
+inline float4 load_row4(__global const float *base, int c4) {
+#if HEAD_DIM % 4 == 0
+    return vload4(c4, base);
+#else
+    float4 r = (float4)(0.0f);
+    int c = c4 * 4;
+    r.x = base[c];
+    if (c + 1 < HEAD_DIM) r.y = base[c + 1];
+    if (c + 2 < HEAD_DIM) r.z = base[c + 2];
+    if (c + 3 < HEAD_DIM) r.w = base[c + 3];
+    return r;
+#endif
+}
+
+inline float dot4(float4 a, float4 b) {
+    float4 p = a * b;
+    return (p.x + p.y) + (p.z + p.w);
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
+void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
+                    __global const float *K, VIEW_ARGS(k),
+                    __global const float *V, VIEW_ARGS(v),
+                    __global float *O, VIEW_ARGS(o),
+                    __global float *LSE, ulong lse_off, int write_lse,
+                    int seqlen_q, int seqlen_k, int heads_q, int group,
+                    float scale_log2, int causal)
+{
+    const int lid = (int)get_local_id(0);
+    const int nblocks = (int)get_num_groups(0);
+    const int block = nblocks - 1 - (int)get_group_id(0);
+    const int h = (int)get_group_id(1);
+    const int b = (int)get_group_id(2);
+    const int hk = h / group;
+    const long row0 = (long)block * BLOCK_M;
+    const long row = row0 + lid;
+    const int row_valid = row < seqlen_q;
+
+    __global const float *Kb = K + VIEW_BASE(k, b, hk);
+    __global const float *Vb = V + VIEW_BASE(v, b, hk);
+
+    /* q pre-multiplied by scale*log2(e): scores come out in the log2 domain. */
+    float4 q[D4];
+    {
+        __global const float *Qr = Q + VIEW_BASE(q, b, h) + (row_valid ? row : 0) * q_sr;
+        for (int c4 = 0; c4 < D4; ++c4)
+            q[c4] = row_valid ? load_row4(Qr, c4) * scale_log2 : (float4)(0.0f);
+    }
+    float4 acc[D4];
+    for (int c4 = 0; c4 < D4; ++c4) acc[c4] = (float4)(0.0f);
+    float m = FLASHCL_NEG_INF;
+    float l = 0.0f;
+
+    const long kv_end = flash_kv_end(row0, seqlen_q, seqlen_k, causal);
+    const long limit = causal ? flashcl_causal_limit(row, seqlen_q, seqlen_k) : (long)seqlen_k - 1;
+
+#if STAGE_LOCAL
+    __local float4 Kt[BLOCK_N * D4];
+    __local float4 Vt[BLOCK_N * D4];
+#endif
+
+    for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
+#if STAGE_LOCAL
+        /* Cooperative, coalesced copy of the K and V tiles; rows past seqlen_k are zero. */
+        for (int e = lid; e < BLOCK_N * D4; e += WG_SIZE) {
+            int j = e / D4, c4 = e - j * D4;
+            long key = key0 + j;
+            int ok = key < seqlen_k;
+            Kt[e] = ok ? load_row4(Kb + key * k_sr, c4) : (float4)(0.0f);
+            Vt[e] = ok ? load_row4(Vb + key * v_sr, c4) : (float4)(0.0f);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#define K_ROW4(j, c4) Kt[(j) * D4 + (c4)]
+#define V_ROW4(j, c4) Vt[(j) * D4 + (c4)]
+#else
+        /* Direct reads: clamp the row so the tail tile never reads past the view. */
+#define KEY_ROW(j) min(key0 + (j), (long)seqlen_k - 1)
+#define K_ROW4(j, c4) load_row4(Kb + KEY_ROW(j) * k_sr, (c4))
+#define V_ROW4(j, c4) load_row4(Vb + KEY_ROW(j) * v_sr, (c4))
+#endif
+        const int masked = flash_tile_needs_mask(row0, key0, seqlen_q, seqlen_k, causal);
+        float s[BLOCK_N];
+        float tile_max = FLASHCL_NEG_INF;
+        for (int j = 0; j < BLOCK_N; j += KEY_STEP) {
+            float4 a0 = (float4)(0.0f), a1 = a0, a2 = a0, a3 = a0;
+            for (int c4 = 0; c4 < D4; ++c4) {
+                float4 qc = q[c4];
+                a0 = fma(qc, K_ROW4(j + 0, c4), a0);
+                a1 = fma(qc, K_ROW4(j + 1, c4), a1);
+                a2 = fma(qc, K_ROW4(j + 2, c4), a2);
+                a3 = fma(qc, K_ROW4(j + 3, c4), a3);
+            }
+            s[j + 0] = dot4(a0, (float4)(1.0f));
+            s[j + 1] = dot4(a1, (float4)(1.0f));
+            s[j + 2] = dot4(a2, (float4)(1.0f));
+            s[j + 3] = dot4(a3, (float4)(1.0f));
+        }
+        if (masked) {
+            for (int j = 0; j < BLOCK_N; ++j)
+                if (key0 + j > limit) s[j] = FLASHCL_NEG_INF;
+        }
+        for (int j = 0; j < BLOCK_N; ++j) tile_max = fmax(tile_max, s[j]);
+
+        const float m_new = fmax(m, tile_max);
+        const float base = flashcl_safe_base(m_new);
+        const float alpha = exp2(m - base);
+        l *= alpha;
+        for (int c4 = 0; c4 < D4; ++c4) acc[c4] *= alpha;
+        for (int j = 0; j < BLOCK_N; j += KEY_STEP) {
+            float p0 = exp2(s[j + 0] - base), p1 = exp2(s[j + 1] - base);
+            float p2 = exp2(s[j + 2] - base), p3 = exp2(s[j + 3] - base);
+            l += (p0 + p1) + (p2 + p3);
+            for (int c4 = 0; c4 < D4; ++c4) {
+                float4 o4 = acc[c4];
+                o4 = fma((float4)(p0), V_ROW4(j + 0, c4), o4);
+                o4 = fma((float4)(p1), V_ROW4(j + 1, c4), o4);
+                o4 = fma((float4)(p2), V_ROW4(j + 2, c4), o4);
+                o4 = fma((float4)(p3), V_ROW4(j + 3, c4), o4);
+                acc[c4] = o4;
+            }
+        }
+        m = m_new;
+#if STAGE_LOCAL
+        /* The next iteration overwrites the tiles other work-items may still read. */
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+#undef K_ROW4
+#undef V_ROW4
+#ifdef KEY_ROW
+#undef KEY_ROW
+#endif
+    }
+
+    if (!row_valid) return;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    __global float *Or = O + VIEW_BASE(o, b, h) + row * o_sr;
+    for (int c4 = 0; c4 < D4; ++c4) {
+        float4 r = acc[c4] * inv_l;
+        int c = c4 * 4;
+        Or[c] = r.x;
+        if (c + 1 < HEAD_DIM) Or[c + 1] = r.y;
+        if (c + 2 < HEAD_DIM) Or[c + 2] = r.z;
+        if (c + 3 < HEAD_DIM) Or[c + 3] = r.w;
+    }
+    if (write_lse) {
+        /* Natural log: lse = ln(2) * (m + log2(l)); -inf for a row with no visible key. */
+        float lse = l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF;
+        LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + row] = lse;
+    }
+}
+
+#if THREADS_PER_ROW > 1
+/* Padding by one float puts rows of the local tiles in different banks. */
+#define LDS (HEAD_DIM + 1)
+#define KEYS_PER_THREAD (BLOCK_N / THREADS_PER_ROW)
+#define DIMS_PER_THREAD ((HEAD_DIM + THREADS_PER_ROW - 1) / THREADS_PER_ROW)
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
+void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
+                     __global const float *K, VIEW_ARGS(k),
+                     __global const float *V, VIEW_ARGS(v),
+                     __global float *O, VIEW_ARGS(o),
+                     __global float *LSE, ulong lse_off, int write_lse,
+                     int seqlen_q, int seqlen_k, int heads_q, int group,
+                     float scale_log2, int causal)
+{
+    const int lid = (int)get_local_id(0);
+    const int r = lid / THREADS_PER_ROW;  /* row within the block */
+    const int t = lid - r * THREADS_PER_ROW; /* lane within the row */
+    const int nblocks = (int)get_num_groups(0);
+    const int block = nblocks - 1 - (int)get_group_id(0);
+    const int h = (int)get_group_id(1);
+    const int b = (int)get_group_id(2);
+    const int hk = h / group;
+    const long row0 = (long)block * BLOCK_M;
+    const long row = row0 + r;
+    const int row_valid = row < seqlen_q;
+
+    __global const float *Qb = Q + VIEW_BASE(q, b, h);
+    __global const float *Kb = K + VIEW_BASE(k, b, hk);
+    __global const float *Vb = V + VIEW_BASE(v, b, hk);
+
+    __local float Qt[BLOCK_M * LDS];
+    __local float Kt[BLOCK_N * LDS];
+    __local float Vt[BLOCK_N * LDS];
+    __local float Pt[BLOCK_M * BLOCK_N];
+    __local float red[BLOCK_M * THREADS_PER_ROW];
+
+    for (int e = lid; e < BLOCK_M * HEAD_DIM; e += WG_SIZE) {
+        int i = e / HEAD_DIM, c = e - i * HEAD_DIM;
+        long qi = row0 + i;
+        Qt[i * LDS + c] = qi < seqlen_q ? Qb[qi * q_sr + c] * scale_log2 : 0.0f;
+    }
+
+    float acc[DIMS_PER_THREAD];
+    for (int k = 0; k < DIMS_PER_THREAD; ++k) acc[k] = 0.0f;
+    float m = FLASHCL_NEG_INF;
+    float l_part = 0.0f; /* this lane's share of the row sum, all lanes share m */
+
+    const long kv_end = flash_kv_end(row0, seqlen_q, seqlen_k, causal);
+    const long limit = causal ? flashcl_causal_limit(row, seqlen_q, seqlen_k) : (long)seqlen_k - 1;
+
+    for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
+        for (int e = lid; e < BLOCK_N * HEAD_DIM; e += WG_SIZE) {
+            int j = e / HEAD_DIM, c = e - j * HEAD_DIM;
+            long key = key0 + j;
+            int ok = key < seqlen_k;
+            Kt[j * LDS + c] = ok ? Kb[key * k_sr + c] : 0.0f;
+            Vt[j * LDS + c] = ok ? Vb[key * v_sr + c] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        float s[KEYS_PER_THREAD];
+        float my_max = FLASHCL_NEG_INF;
+        for (int kk = 0; kk < KEYS_PER_THREAD; ++kk) {
+            int j = t + kk * THREADS_PER_ROW;
+            float a = 0.0f;
+            for (int c = 0; c < HEAD_DIM; ++c) a = fma(Qt[r * LDS + c], Kt[j * LDS + c], a);
+            s[kk] = key0 + j > limit ? FLASHCL_NEG_INF : a;
+            my_max = fmax(my_max, s[kk]);
+        }
+        red[lid] = my_max;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float tile_max = FLASHCL_NEG_INF;
+        for (int u = 0; u < THREADS_PER_ROW; ++u) tile_max = fmax(tile_max, red[r * THREADS_PER_ROW + u]);
+
+        const float m_new = fmax(m, tile_max);
+        const float base = flashcl_safe_base(m_new);
+        const float alpha = exp2(m - base);
+        l_part *= alpha;
+        for (int kk = 0; kk < KEYS_PER_THREAD; ++kk) {
+            float p = exp2(s[kk] - base);
+            l_part += p;
+            Pt[r * BLOCK_N + t + kk * THREADS_PER_ROW] = p;
+        }
+        m = m_new;
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        for (int k = 0; k < DIMS_PER_THREAD; ++k) {
+            int c = t + k * THREADS_PER_ROW;
+            if (c >= HEAD_DIM) c = HEAD_DIM - 1; /* pad lane: computed, never stored */
+            float o = acc[k] * alpha;
+            for (int j = 0; j < BLOCK_N; ++j) o = fma(Pt[r * BLOCK_N + j], Vt[j * LDS + c], o);
+            acc[k] = o;
+        }
+        /* red, Pt, Kt and Vt are all rewritten by the next iteration. */
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    red[lid] = l_part;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float l = 0.0f;
+    for (int u = 0; u < THREADS_PER_ROW; ++u) l += red[r * THREADS_PER_ROW + u];
+
+    if (!row_valid) return;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    __global float *Or = O + VIEW_BASE(o, b, h) + row * o_sr;
+    for (int k = 0; k < DIMS_PER_THREAD; ++k) {
+        int c = t + k * THREADS_PER_ROW;
+        if (c < HEAD_DIM) Or[c] = acc[k] * inv_l;
+    }
+    if (write_lse && t == 0) {
+        float lse = l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF;
+        LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + row] = lse;
+    }
+}
+#endif

@@ -1,0 +1,174 @@
+/*
+ * Standard attention (Algorithm 0 of the FlashAttention paper), the honest
+ * baseline: three kernels that go through global memory.
+ *   std_scores   S = scale * Q K^T          (tiled GEMM, B transposed)
+ *   std_softmax  P = softmax(S) in place, and LSE
+ *   std_pv       O = P V                    (tiled GEMM)
+ * Each GEMM work-group computes a TILE x TILE block of C with every work-item
+ * owning a WPT x WPT register block; A and B stream through __local in steps
+ * of TILE_K. Batch and head are the third grid dimension.
+ */
+
+#ifndef TILE
+#define TILE 64
+#endif
+#ifndef WPT
+#define WPT 4
+#endif
+#ifndef TILE_K
+#define TILE_K 16
+#endif
+#ifndef SOFTMAX_WG
+#define SOFTMAX_WG 128
+#endif
+
+#define RTS (TILE / WPT) /* work-items per tile side */
+#define GEMM_WG (RTS * RTS)
+
+/* One step of the register-blocked product from the local tiles As[k][m], Bs[k][n]. */
+#define GEMM_ACCUMULATE(acc, As, Bs, tm, tn)                                \
+    for (int kk = 0; kk < TILE_K; ++kk) {                                   \
+        float a_reg[WPT], b_reg[WPT];                                       \
+        for (int w = 0; w < WPT; ++w) a_reg[w] = As[kk][(tm) + w * RTS];    \
+        for (int w = 0; w < WPT; ++w) b_reg[w] = Bs[kk][(tn) + w * RTS];    \
+        for (int wm = 0; wm < WPT; ++wm)                                    \
+            for (int wn = 0; wn < WPT; ++wn)                                \
+                acc[wm][wn] = fma(a_reg[wm], b_reg[wn], acc[wm][wn]);      \
+    }
+
+/* S[z, i, j] = scale * sum_c Q[i, c] K[j, c]; causal entries above the diagonal are -inf. */
+__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
+void std_scores(__global const float *Q, VIEW_ARGS(q),
+                __global const float *K, VIEW_ARGS(k),
+                __global float *S,
+                int seqlen_q, int seqlen_k, int head_dim, int heads_q, int group,
+                float scale, int causal)
+{
+    const int tn = (int)get_local_id(0), tm = (int)get_local_id(1);
+    const int n0 = (int)get_group_id(0) * TILE, m0 = (int)get_group_id(1) * TILE;
+    const int z = (int)get_global_id(2);
+    const int b = z / heads_q, h = z - b * heads_q;
+    __global const float *A = Q + VIEW_BASE(q, b, h);
+    __global const float *B = K + VIEW_BASE(k, b, h / group);
+
+    __local float As[TILE_K][TILE + 1];
+    __local float Bs[TILE_K][TILE + 1];
+    float acc[WPT][WPT];
+    for (int wm = 0; wm < WPT; ++wm)
+        for (int wn = 0; wn < WPT; ++wn) acc[wm][wn] = 0.0f;
+
+    const int lid = tm * RTS + tn;
+    for (int c0 = 0; c0 < head_dim; c0 += TILE_K) {
+        /* Both operands are row-major over head_dim: read along c for coalescing. */
+        for (int e = lid; e < TILE * TILE_K; e += GEMM_WG) {
+            int row = e / TILE_K, kk = e - row * TILE_K;
+            int c = c0 + kk;
+            int qi = m0 + row, kj = n0 + row;
+            As[kk][row] = (qi < seqlen_q && c < head_dim) ? A[(ulong)qi * q_sr + c] : 0.0f;
+            Bs[kk][row] = (kj < seqlen_k && c < head_dim) ? B[(ulong)kj * k_sr + c] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        GEMM_ACCUMULATE(acc, As, Bs, tm, tn)
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    __global float *Sz = S + (ulong)z * seqlen_q * seqlen_k;
+    for (int wm = 0; wm < WPT; ++wm) {
+        int i = m0 + tm + wm * RTS;
+        if (i >= seqlen_q) continue;
+        long limit = causal ? flashcl_causal_limit(i, seqlen_q, seqlen_k) : (long)seqlen_k - 1;
+        for (int wn = 0; wn < WPT; ++wn) {
+            int j = n0 + tn + wn * RTS;
+            if (j < seqlen_k) Sz[(ulong)i * seqlen_k + j] = j > limit ? FLASHCL_NEG_INF : acc[wm][wn] * scale;
+        }
+    }
+}
+
+/* One work-group per row: P = exp(S - max) / sum in place; LSE = max + log(sum). */
+__kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1)))
+void std_softmax(__global float *S, int seqlen_k, __global float *LSE, ulong lse_off, int write_lse)
+{
+    const int lid = (int)get_local_id(0);
+    const ulong row = get_group_id(0); /* z * seqlen_q + i */
+    __global float *Sr = S + row * (ulong)seqlen_k;
+    __local float red[SOFTMAX_WG];
+
+    float mx = FLASHCL_NEG_INF;
+    for (int j = lid; j < seqlen_k; j += SOFTMAX_WG) mx = fmax(mx, Sr[j]);
+    red[lid] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int width = SOFTMAX_WG / 2; width > 0; width >>= 1) {
+        if (lid < width) red[lid] = fmax(red[lid], red[lid + width]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mx = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float base = flashcl_safe_base(mx);
+
+    float sum = 0.0f;
+    for (int j = lid; j < seqlen_k; j += SOFTMAX_WG) {
+        float p = exp(Sr[j] - base);
+        Sr[j] = p;
+        sum += p;
+    }
+    red[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int width = SOFTMAX_WG / 2; width > 0; width >>= 1) {
+        if (lid < width) red[lid] += red[lid + width];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    sum = red[0];
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int j = lid; j < seqlen_k; j += SOFTMAX_WG) Sr[j] *= inv;
+    if (write_lse && lid == 0) {
+        /* Rows are numbered z * seqlen_q + i, exactly the [b, h, sq] LSE order. */
+        LSE[lse_off + row] = sum > 0.0f ? mx + log(sum) : FLASHCL_NEG_INF;
+    }
+}
+
+/* O[z, i, :] = sum_j P[z, i, j] V[j, :]. */
+__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
+void std_pv(__global const float *P,
+            __global const float *V, VIEW_ARGS(v),
+            __global float *O, VIEW_ARGS(o),
+            int seqlen_q, int seqlen_k, int head_dim, int heads_q, int group)
+{
+    const int tn = (int)get_local_id(0), tm = (int)get_local_id(1);
+    const int n0 = (int)get_group_id(0) * TILE, m0 = (int)get_group_id(1) * TILE;
+    const int z = (int)get_global_id(2);
+    const int b = z / heads_q, h = z - b * heads_q;
+    __global const float *A = P + (ulong)z * seqlen_q * seqlen_k;
+    __global const float *B = V + VIEW_BASE(v, b, h / group);
+
+    __local float As[TILE_K][TILE + 1];
+    __local float Bs[TILE_K][TILE + 1];
+    float acc[WPT][WPT];
+    for (int wm = 0; wm < WPT; ++wm)
+        for (int wn = 0; wn < WPT; ++wn) acc[wm][wn] = 0.0f;
+
+    const int lid = tm * RTS + tn;
+    for (int j0 = 0; j0 < seqlen_k; j0 += TILE_K) {
+        for (int e = lid; e < TILE * TILE_K; e += GEMM_WG) {
+            /* P rows are contiguous over keys; V rows are contiguous over dims. */
+            int prow = e / TILE_K, pk = e - prow * TILE_K;
+            int i = m0 + prow, jp = j0 + pk;
+            As[pk][prow] = (i < seqlen_q && jp < seqlen_k) ? A[(ulong)i * seqlen_k + jp] : 0.0f;
+            int vk = e / TILE, vc = e - vk * TILE;
+            int jv = j0 + vk, c = n0 + vc;
+            Bs[vk][vc] = (jv < seqlen_k && c < head_dim) ? B[(ulong)jv * v_sr + c] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        GEMM_ACCUMULATE(acc, As, Bs, tm, tn)
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    __global float *Oz = O + VIEW_BASE(o, b, h);
+    for (int wm = 0; wm < WPT; ++wm) {
+        int i = m0 + tm + wm * RTS;
+        if (i >= seqlen_q) continue;
+        for (int wn = 0; wn < WPT; ++wn) {
+            int c = n0 + tn + wn * RTS;
+            if (c < head_dim) Oz[(ulong)i * o_sr + c] = acc[wm][wn];
+        }
+    }
+}

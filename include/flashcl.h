@@ -1,0 +1,297 @@
+/*
+ * FlashCL: exact, IO-aware attention (FlashAttention) for any OpenCL device.
+ *
+ * One header. Every call returns a flashcl_status; the library never prints,
+ * exits or aborts. OpenCL errors are passed through unchanged (negative values
+ * above -1000); FlashCL's own codes are pinned below.
+ *
+ * Thread safety: a flashcl_context is used by one thread at a time. Separate
+ * contexts are independent and may be used from separate threads at once
+ * (they may even share the application's cl_context). The version and status
+ * functions are always safe.
+ *
+ * Conventions shared by every call:
+ *   - O = softmax(scale * Q K^T [+ causal mask]) V, accumulated in float32.
+ *   - LSE is the natural-log log-sum-exp of each row of scale * Q K^T
+ *     (after masking), float32, shape [batch, heads_q, seqlen_q] contiguous.
+ *     (FlashInfer uses base 2; FlashCL, FlashAttention and PyTorch use base e.)
+ *   - Causal masking is aligned bottom-right, as FlashAttention 2.1+: key j is
+ *     visible to query i iff j <= i + seqlen_k - seqlen_q. A query row with no
+ *     visible key gets O = 0 and LSE = -inf.
+ *   - GQA/MQA: heads_q % heads_kv == 0; query head h reads kv head
+ *     h / (heads_q / heads_kv) (contiguous groups, like repeat_interleave).
+ *   - Device calls are asynchronous: they take a wait list and can return an
+ *     event for their last command. They never call clFinish on the queue.
+ */
+#ifndef FLASHCL_H
+#define FLASHCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#if defined(__APPLE__)
+#include <OpenCL/opencl.h>
+#else
+#include <CL/cl.h>
+#endif
+
+#if defined(_WIN32) && defined(FLASHCL_SHARED)
+#if defined(FLASHCL_BUILD)
+#define FLASHCL_API __declspec(dllexport)
+#else
+#define FLASHCL_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__) && defined(FLASHCL_BUILD)
+#define FLASHCL_API __attribute__((visibility("default")))
+#else
+#define FLASHCL_API
+#endif
+
+#define FLASHCL_VERSION_MAJOR 0
+#define FLASHCL_VERSION_MINOR 1
+#define FLASHCL_VERSION_PATCH 0
+#define FLASHCL_VERSION_NUMBER \
+    (FLASHCL_VERSION_MAJOR * 10000 + FLASHCL_VERSION_MINOR * 100 + FLASHCL_VERSION_PATCH)
+#define FLASHCL_STRINGIFY_(x) #x
+#define FLASHCL_STRINGIFY(x) FLASHCL_STRINGIFY_(x)
+#define FLASHCL_VERSION_STRING                                                \
+    FLASHCL_STRINGIFY(FLASHCL_VERSION_MAJOR) "." FLASHCL_STRINGIFY(           \
+        FLASHCL_VERSION_MINOR) "." FLASHCL_STRINGIFY(FLASHCL_VERSION_PATCH)
+
+/* Largest head dimension the kernels are built for. */
+#define FLASHCL_MAX_HEAD_DIM 256
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+
+/*
+ * FlashCL's own status codes. The numbers are pinned: they never change.
+ * Groups: -1000s invalid argument (named after the field), -1100s
+ * unsupported, -1200s build / plan, -1300s cache and I/O, -1400s memory.
+ * Values from -1 to -999 are OpenCL error codes passed through unchanged.
+ */
+#define FLASHCL_STATUS_MAP(XX)                                                                     \
+    XX(SUCCESS, 0, "success")                                                                      \
+    XX(ERR_INVALID_ARGUMENT, -1000, "a required pointer argument is NULL")                         \
+    XX(ERR_INVALID_CONTEXT, -1001, "the FlashCL context is NULL or unusable")                      \
+    XX(ERR_INVALID_DTYPE, -1002, "unknown data type")                                              \
+    XX(ERR_INVALID_SHAPE, -1003, "batch, heads or sequence length is zero or too large")          \
+    XX(ERR_INVALID_HEADS, -1004, "heads_q is not a multiple of heads_kv")                          \
+    XX(ERR_INVALID_HEAD_DIM, -1005, "head_dim is zero or larger than FLASHCL_MAX_HEAD_DIM")        \
+    XX(ERR_INVALID_SCALE, -1006, "scale is negative, infinite or NaN")                             \
+    XX(ERR_INVALID_BUFFER, -1007, "a tensor buffer is NULL or belongs to another OpenCL context") \
+    XX(ERR_INVALID_STRIDE, -1008, "a tensor stride lets rows or heads overlap")                    \
+    XX(ERR_OUT_OF_BOUNDS, -1009, "a tensor view reaches past the end of its buffer")               \
+    XX(ERR_INVALID_QUEUE, -1010, "the command queue belongs to another context or device")        \
+    XX(ERR_INVALID_DEVICE_SPEC, -1011, "the device specification matches no OpenCL device")        \
+    XX(ERR_INVALID_TILE, -1012, "the FLASHCL_TILE override cannot be parsed or does not fit")      \
+    XX(ERR_INVALID_PATH, -1013, "unknown attention path")                                          \
+    XX(ERR_ALIASED_OUTPUT, -1014, "an output tensor overlaps an input or another output")          \
+    XX(ERR_UNSUPPORTED_DTYPE, -1100, "the data type is not supported by this path yet")            \
+    XX(ERR_NO_DEVICE, -1101, "no OpenCL platform or device is available")                          \
+    XX(ERR_UNSUPPORTED_DEVICE, -1102, "the device lacks a capability FlashCL needs")               \
+    XX(ERR_BUILD_FAILED, -1200, "an OpenCL program failed to build (see the build log)")           \
+    XX(ERR_NO_PLAN, -1201, "no tile plan fits this device")                                        \
+    XX(ERR_KERNEL_SOURCE, -1202, "a kernel source file could not be read")                         \
+    XX(ERR_CACHE_IO, -1300, "the program binary cache could not be read or written")              \
+    XX(ERR_OUT_OF_HOST_MEMORY, -1400, "host memory allocation failed")                             \
+    XX(ERR_OUT_OF_DEVICE_MEMORY, -1401, "the device cannot hold the buffers this call needs")
+
+typedef enum flashcl_status {
+#define FLASHCL_STATUS_ENUM_(name, value, text) FLASHCL_##name = value,
+    FLASHCL_STATUS_MAP(FLASHCL_STATUS_ENUM_)
+#undef FLASHCL_STATUS_ENUM_
+    FLASHCL_STATUS_FORCE_INT_ = -0x7fffffff
+} flashcl_status;
+
+/* "FLASHCL_ERR_INVALID_HEADS", "CL_OUT_OF_RESOURCES", or "UNKNOWN". Static storage. */
+FLASHCL_API const char *flashcl_status_name(int status);
+/* One-line description. Static storage. */
+FLASHCL_API const char *flashcl_status_string(int status);
+
+FLASHCL_API int flashcl_version_number(void);
+FLASHCL_API const char *flashcl_version_string(void);
+
+/* --------------------------------------------------------------- context */
+
+typedef struct flashcl_context flashcl_context;
+
+/*
+ * Creates a context on a device FlashCL picks:
+ *   device_spec (or, when NULL or "", the FLASHCL_DEVICE environment variable):
+ *     "P:D"  platform index P, device index D (as `flashcl info` lists them)
+ *     text   the first device whose name, vendor or platform name contains it
+ *            (case-insensitive)
+ *   with neither: the first GPU, else the first device of any type.
+ * FlashCL creates and owns the cl_context and an in-order queue.
+ * On failure *out is NULL; a message is available from
+ * flashcl_last_error(NULL) only through the returned status, so
+ * creation errors are also written to err_buf when it is not NULL.
+ */
+FLASHCL_API flashcl_status flashcl_context_create(flashcl_context **out, const char *device_spec,
+                                                  char *err_buf, size_t err_buf_size);
+
+/*
+ * Creates a context around the application's own queue: FlashCL uses that
+ * queue, its cl_context and its device, retains them while alive and releases
+ * only its own references on destroy. Out-of-order queues are supported:
+ * FlashCL chains its own commands with events.
+ */
+FLASHCL_API flashcl_status flashcl_context_create_from_queue(flashcl_context **out,
+                                                             cl_command_queue queue);
+
+/* Switches the queue later calls use; it must belong to the same cl_context and device. */
+FLASHCL_API flashcl_status flashcl_context_set_queue(flashcl_context *ctx, cl_command_queue queue);
+
+/* Releases everything FlashCL created. NULL is a no-op. */
+FLASHCL_API void flashcl_context_destroy(flashcl_context *ctx);
+
+/*
+ * The detailed message of the last failed call on this context: names the
+ * bad field, the OpenCL call and error, or carries the build log. "" when the
+ * last call succeeded. Valid until the next call on the context.
+ */
+FLASHCL_API const char *flashcl_last_error(const flashcl_context *ctx);
+
+FLASHCL_API cl_command_queue flashcl_context_queue(const flashcl_context *ctx);
+FLASHCL_API cl_context flashcl_context_cl_context(const flashcl_context *ctx);
+FLASHCL_API cl_device_id flashcl_context_device(const flashcl_context *ctx);
+
+/* Bytes of device scratch memory the context currently holds (standard path's S/P). */
+FLASHCL_API size_t flashcl_context_scratch_bytes(const flashcl_context *ctx);
+
+/* The on-disk program cache directory in use ("" when disabled). */
+FLASHCL_API const char *flashcl_context_cache_dir(const flashcl_context *ctx);
+
+/* --------------------------------------------------------------- tensors */
+
+/*
+ * A view of a 4-D tensor [batch, heads, rows, head_dim] inside a cl_mem.
+ * offset and strides are in elements; the last dimension is contiguous.
+ * [b, s, h, d] (FlashAttention):  stride_batch = s*h*d, stride_head = d,   stride_row = h*d
+ * [b, h, s, d] (PyTorch SDPA):    stride_batch = h*s*d, stride_head = s*d, stride_row = d
+ * All three strides zero means the packed [b, s, h, d] layout.
+ */
+typedef struct flashcl_tensor {
+    cl_mem buffer;
+    size_t offset;
+    size_t stride_batch;
+    size_t stride_head;
+    size_t stride_row;
+} flashcl_tensor;
+
+/* Packed [b, s, h, d] view (what FlashAttention's flash_attn_func takes). */
+FLASHCL_API flashcl_tensor flashcl_tensor_bshd(cl_mem buffer, size_t seqlen, size_t heads,
+                                               size_t head_dim);
+/* Packed [b, h, s, d] view (what PyTorch's scaled_dot_product_attention takes). */
+FLASHCL_API flashcl_tensor flashcl_tensor_bhsd(cl_mem buffer, size_t seqlen, size_t heads,
+                                               size_t head_dim);
+
+/* ------------------------------------------------------------ descriptor */
+
+typedef enum flashcl_dtype {
+    FLASHCL_DTYPE_DEFAULT = 0, /* float32 */
+    FLASHCL_DTYPE_F32 = 1,
+    FLASHCL_DTYPE_F16 = 2,  /* storage only, float32 accumulation (not yet supported) */
+    FLASHCL_DTYPE_BF16 = 3  /* storage only, float32 accumulation (not yet supported) */
+} flashcl_dtype;
+
+/* One attention problem. Zero-initialise, then set the sizes: zero fields mean defaults. */
+typedef struct flashcl_attention_desc {
+    flashcl_dtype dtype; /* 0 = float32 */
+    size_t batch;        /* >= 1 */
+    size_t heads_q;      /* >= 1 */
+    size_t heads_kv;     /* 0 = heads_q; heads_q % heads_kv == 0 */
+    size_t seqlen_q;     /* >= 1 */
+    size_t seqlen_k;     /* 0 = seqlen_q */
+    size_t head_dim;     /* 1..FLASHCL_MAX_HEAD_DIM */
+    float scale;         /* 0 = 1/sqrt(head_dim) */
+    int causal;          /* nonzero: bottom-right aligned causal mask */
+} flashcl_attention_desc;
+
+/* Which implementation a call or plan query refers to. */
+typedef enum flashcl_path {
+    FLASHCL_PATH_FLASH = 0,   /* tiled online-softmax kernel, O(N) extra memory */
+    FLASHCL_PATH_STANDARD = 1 /* S = QK^T, softmax, O = PV through global memory */
+} flashcl_path;
+
+/* ----------------------------------------------------------------- plans */
+
+typedef enum flashcl_staging {
+    FLASHCL_STAGING_LOCAL = 0, /* K/V tiles go through __local memory */
+    FLASHCL_STAGING_DIRECT = 1 /* each work-item reads K/V from global memory (CPU plans) */
+} flashcl_staging;
+
+/* What a call with this descriptor runs on this context's device. */
+typedef struct flashcl_plan {
+    char kernel[48];         /* kernel variant, e.g. "flash_fwd" or "standard" */
+    int block_rows;          /* Br: query rows per work-group */
+    int block_cols;          /* Bc: keys per tile */
+    int threads_per_row;     /* work-items sharing one query row */
+    int staging;             /* flashcl_staging */
+    size_t work_group_size;  /* work-items per work-group */
+    size_t local_mem_bytes;  /* __local bytes the kernel uses (as the driver reports) */
+    size_t private_mem_bytes;/* CL_KERNEL_PRIVATE_MEM_SIZE (non-zero can mean spills) */
+    size_t scratch_bytes;    /* device memory the call allocates beyond its outputs */
+    char origin[16];         /* "env", "formula", "fallback" */
+    char build_options[256]; /* the options the kernel was built with */
+    char reason[512];        /* why this plan was chosen, in words */
+} flashcl_plan;
+
+/* Plans (and builds, so the fit is checked) what `path` would run for `desc`. */
+FLASHCL_API flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                              flashcl_path path, flashcl_plan *out);
+
+/* ------------------------------------------------------------------ calls */
+
+/*
+ * Forward attention, FlashAttention algorithm.
+ *   q:   [batch, heads_q,  seqlen_q, head_dim] view
+ *   k,v: [batch, heads_kv, seqlen_k, head_dim] views
+ *   o:   [batch, heads_q,  seqlen_q, head_dim] view (written)
+ *   lse: NULL, or a float32 buffer of at least batch*heads_q*seqlen_q elements
+ *        starting at lse_offset elements, written as [batch, heads_q, seqlen_q].
+ * Arguments are checked before anything is enqueued; on error nothing is written.
+ */
+FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                           const flashcl_tensor *q, const flashcl_tensor *k,
+                                           const flashcl_tensor *v, const flashcl_tensor *o,
+                                           cl_mem lse, size_t lse_offset,
+                                           cl_uint num_wait, const cl_event *wait_list,
+                                           cl_event *event);
+
+/*
+ * The standard attention (Algorithm 0): S = scale*QK^T and P = softmax(S)
+ * through global memory (batch*heads_q*seqlen_q*seqlen_k floats of scratch
+ * owned by the context), O = PV. Same arguments and outputs as flashcl_forward.
+ */
+FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
+                                                    const flashcl_attention_desc *desc,
+                                                    const flashcl_tensor *q,
+                                                    const flashcl_tensor *k,
+                                                    const flashcl_tensor *v,
+                                                    const flashcl_tensor *o, cl_mem lse,
+                                                    size_t lse_offset, cl_uint num_wait,
+                                                    const cl_event *wait_list, cl_event *event);
+
+/*
+ * Host-array convenience: float32 arrays in the packed [b, s, h, d] layout
+ * (q and o: [batch, seqlen_q, heads_q, head_dim]; k and v: [batch, seqlen_k,
+ * heads_kv, head_dim]); lse may be NULL, else [batch, heads_q, seqlen_q].
+ * Copies in, runs `path`, copies out, and returns when the results are on the host.
+ */
+FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                                flashcl_path path, const float *q, const float *k,
+                                                const float *v, float *o, float *lse);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHCL_H */

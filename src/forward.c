@@ -1,0 +1,115 @@
+/* flashcl_forward: checks, plan, one launch of the flash kernel. */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define LOG2E 1.4426950408889634
+
+/* Common entry checks; fills the resolved descriptor and tensor views. */
+static flashcl_status prepare(flashcl_context *ctx, const flashcl_attention_desc *desc, const flashcl_tensor *q,
+                              const flashcl_tensor *k, const flashcl_tensor *v, const flashcl_tensor *o, cl_mem lse,
+                              size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                              flashcl_attention_desc *d, flashcl_tensor views[4]) {
+    flashcl_status st = flashcl__resolve_desc(ctx, desc, d);
+    if (st != FLASHCL_SUCCESS) return st;
+    return flashcl__validate_call(ctx, d, q, k, v, o, lse, lse_offset, num_wait, wait_list, views);
+}
+
+flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                      const flashcl_tensor views[4], cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                      const cl_event *wait_list, cl_event *event);
+
+flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                      const flashcl_tensor views[4], cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                      const cl_event *wait_list, cl_event *event) {
+    const flashcl__flash_plan *plan = NULL;
+    flashcl_status st = flashcl__plan_flash(ctx, d, &plan);
+    if (st != FLASHCL_SUCCESS) return st;
+    cl_kernel kernel = plan->kernel;
+    cl_int write_lse = lse != NULL;
+    /* A valid buffer must be bound even when LSE is not wanted; Q is never written. */
+    cl_mem lse_buf = lse ? lse : views[0].buffer;
+    cl_ulong lse_off = lse_offset;
+    cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q;
+    cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0;
+    cl_float scale_log2 = (cl_float)(d->scale * LOG2E);
+
+    cl_uint arg = 0;
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < 4 && err == CL_SUCCESS; ++i) err = flashcl__set_view_args(kernel, &arg, &views[i]);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof lse_buf, &lse_buf);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof lse_off, &lse_off);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof write_lse, &write_lse);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sq, &sq);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sk, &sk);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof hq, &hq);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof group, &group);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof scale_log2, &scale_log2);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof causal, &causal);
+    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clSetKernelArg(flash forward)");
+
+    size_t wg = plan->pub.work_group_size;
+    size_t blocks = (d->seqlen_q + (size_t)plan->pub.block_rows - 1) / (size_t)plan->pub.block_rows;
+    size_t global[3] = {blocks * wg, d->heads_q, d->batch};
+    size_t local[3] = {wg, 1, 1};
+    err = clEnqueueNDRangeKernel(ctx->queue, kernel, 3, NULL, global, local, num_wait, wait_list, event);
+    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(flash forward)");
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_desc *desc, const flashcl_tensor *q,
+                               const flashcl_tensor *k, const flashcl_tensor *v, const flashcl_tensor *o, cl_mem lse,
+                               size_t lse_offset, cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    flashcl__clear_error(ctx);
+    if (event) *event = NULL;
+    flashcl_attention_desc d;
+    flashcl_tensor views[4];
+    flashcl_status st = prepare(ctx, desc, q, k, v, o, lse, lse_offset, num_wait, wait_list, &d, views);
+    if (st != FLASHCL_SUCCESS) return st;
+    return flashcl__enqueue_flash(ctx, &d, views, lse, lse_offset, num_wait, wait_list, event);
+}
+
+flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                         const flashcl_tensor views[4], cl_mem lse, size_t lse_offset,
+                                         cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+
+flashcl_status flashcl_standard_forward(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                        const flashcl_tensor *q, const flashcl_tensor *k, const flashcl_tensor *v,
+                                        const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                        const cl_event *wait_list, cl_event *event) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    flashcl__clear_error(ctx);
+    if (event) *event = NULL;
+    flashcl_attention_desc d;
+    flashcl_tensor views[4];
+    flashcl_status st = prepare(ctx, desc, q, k, v, o, lse, lse_offset, num_wait, wait_list, &d, views);
+    if (st != FLASHCL_SUCCESS) return st;
+    return flashcl__enqueue_standard(ctx, &d, views, lse, lse_offset, num_wait, wait_list, event);
+}
+
+flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_path path,
+                                  flashcl_plan *out) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    flashcl__clear_error(ctx);
+    if (!out) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "out is NULL");
+    flashcl_attention_desc d;
+    flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
+    if (st != FLASHCL_SUCCESS) return st;
+    if (path == FLASHCL_PATH_FLASH) {
+        const flashcl__flash_plan *p = NULL;
+        st = flashcl__plan_flash(ctx, &d, &p);
+        if (st == FLASHCL_SUCCESS) *out = p->pub;
+        return st;
+    }
+    if (path == FLASHCL_PATH_STANDARD) {
+        const flashcl__standard_plan *p = NULL;
+        st = flashcl__plan_standard(ctx, &p);
+        if (st != FLASHCL_SUCCESS) return st;
+        *out = p->pub;
+        out->scratch_bytes = d.batch * d.heads_q * d.seqlen_q * d.seqlen_k * sizeof(float);
+        return FLASHCL_SUCCESS;
+    }
+    return flashcl__fail(ctx, FLASHCL_ERR_INVALID_PATH, "path: unknown value %d", (int)path);
+}

@@ -1,0 +1,61 @@
+/* flashcl_forward_host: the same attention for callers holding host arrays. */
+#include "internal.h"
+
+flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                      const flashcl_tensor views[4], cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                      const cl_event *wait_list, cl_event *event);
+flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                         const flashcl_tensor views[4], cl_mem lse, size_t lse_offset,
+                                         cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+
+flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_path path,
+                                    const float *q, const float *k, const float *v, float *o, float *lse) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    flashcl__clear_error(ctx);
+    flashcl_attention_desc d;
+    flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
+    if (st != FLASHCL_SUCCESS) return st;
+    const char *names[4] = {"q", "k", "v", "o"};
+    const void *ptrs[4] = {q, k, v, o};
+    for (int i = 0; i < 4; ++i)
+        if (!ptrs[i]) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "%s is NULL", names[i]);
+    if (path != FLASHCL_PATH_FLASH && path != FLASHCL_PATH_STANDARD)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_PATH, "path: unknown value %d", (int)path);
+
+    const size_t nq = d.batch * d.seqlen_q * d.heads_q * d.head_dim;
+    const size_t nk = d.batch * d.seqlen_k * d.heads_kv * d.head_dim;
+    const size_t nl = d.batch * d.heads_q * d.seqlen_q;
+    const size_t counts[5] = {nq, nk, nk, nq, nl};
+    cl_mem bufs[5] = {NULL, NULL, NULL, NULL, NULL};
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < 5 && err == CL_SUCCESS; ++i) {
+        if (i == 4 && !lse) break;
+        cl_mem_flags flags = i < 3 ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_WRITE_ONLY;
+        bufs[i] = clCreateBuffer(ctx->cl_ctx, flags, counts[i] * sizeof(float), i < 3 ? (void *)ptrs[i] : NULL, &err);
+    }
+    if (err != CL_SUCCESS) {
+        st = flashcl__fail(ctx, err == CL_MEM_OBJECT_ALLOCATION_FAILURE ? FLASHCL_ERR_OUT_OF_DEVICE_MEMORY : (flashcl_status)err,
+                           "clCreateBuffer for the host arrays failed (%d)", (int)err);
+        goto done;
+    }
+    flashcl_tensor views[4] = {
+        flashcl_tensor_bshd(bufs[0], d.seqlen_q, d.heads_q, d.head_dim),
+        flashcl_tensor_bshd(bufs[1], d.seqlen_k, d.heads_kv, d.head_dim),
+        flashcl_tensor_bshd(bufs[2], d.seqlen_k, d.heads_kv, d.head_dim),
+        flashcl_tensor_bshd(bufs[3], d.seqlen_q, d.heads_q, d.head_dim),
+    };
+    cl_event done_event = NULL;
+    st = path == FLASHCL_PATH_FLASH ? flashcl__enqueue_flash(ctx, &d, views, bufs[4], 0, 0, NULL, &done_event)
+                                    : flashcl__enqueue_standard(ctx, &d, views, bufs[4], 0, 0, NULL, &done_event);
+    if (st != FLASHCL_SUCCESS) goto done;
+    /* Blocking reads after the kernel's event: the results are on the host when we return. */
+    err = clEnqueueReadBuffer(ctx->queue, bufs[3], CL_TRUE, 0, nq * sizeof(float), o, 1, &done_event, NULL);
+    if (err == CL_SUCCESS && lse)
+        err = clEnqueueReadBuffer(ctx->queue, bufs[4], CL_TRUE, 0, nl * sizeof(float), lse, 1, &done_event, NULL);
+    clReleaseEvent(done_event);
+    if (err != CL_SUCCESS) st = flashcl__fail_cl(ctx, err, "clEnqueueReadBuffer(results)");
+done:
+    for (int i = 0; i < 5; ++i)
+        if (bufs[i]) clReleaseMemObject(bufs[i]);
+    return st;
+}

@@ -1,0 +1,147 @@
+/* Internals shared by the library's source files. Not installed. */
+#ifndef FLASHCL_INTERNAL_H
+#define FLASHCL_INTERNAL_H
+
+#include "flashcl.h"
+
+#include <stdarg.h>
+
+/* What the planner and the cache need to know about the device, read once. */
+typedef struct flashcl__device_info {
+    char name[256];
+    char vendor[256];
+    char version[256];
+    char driver[256];
+    char platform_name[256];
+    char platform_version[256];
+    cl_device_type type;
+    cl_ulong local_mem_bytes;
+    cl_ulong global_mem_bytes;
+    cl_ulong max_alloc_bytes;
+    size_t max_work_group_size;
+    cl_uint compute_units;
+    int is_cpu;
+} flashcl__device_info;
+
+typedef struct flashcl__flash_plan flashcl__flash_plan_slot;
+typedef struct flashcl__standard_plan flashcl__standard_plan_slot;
+
+/* A built program, cached per context by (source name, options). */
+typedef struct flashcl__program {
+    char *source_name;
+    char *options;
+    cl_program program;
+    struct flashcl__program *next;
+} flashcl__program;
+
+struct flashcl_context {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    int owns_cl_objects; /* created by FlashCL (else retained from the application) */
+    flashcl__device_info info;
+    flashcl__program *programs;
+    char cache_dir[1024]; /* "" = disk cache disabled */
+    /* Standard-path scratch (S and P): grows on demand, freed on destroy. */
+    cl_mem scratch;
+    size_t scratch_bytes;
+    cl_event scratch_last_use; /* the last command that touched scratch */
+    flashcl__flash_plan_slot *flash_plans[FLASHCL_MAX_HEAD_DIM + 1]; /* by head dim */
+    flashcl__standard_plan_slot *standard_plan;
+    char *error;               /* last detailed error message */
+    size_t error_cap;
+};
+
+/* ---- errors (error.c) */
+/* Records a printf-style message on ctx and returns status unchanged. */
+flashcl_status flashcl__fail(flashcl_context *ctx, flashcl_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Same, for an OpenCL call that returned err: "clEnqueueNDRangeKernel(flash_fwd): CL_OUT_OF_RESOURCES (-5)". */
+flashcl_status flashcl__fail_cl(flashcl_context *ctx, cl_int err, const char *what);
+void flashcl__clear_error(flashcl_context *ctx);
+/* Appends to the current message (used for build logs). */
+void flashcl__append_error(flashcl_context *ctx, const char *text);
+
+/* ---- device information (device_info.c) */
+cl_int flashcl__read_device_info(cl_platform_id platform, cl_device_id device, flashcl__device_info *out);
+
+/* ---- embedded kernel sources (kernel_sources.c + generated table) */
+typedef struct flashcl__kernel_source {
+    const char *name;
+    const char *data;
+    size_t size;
+} flashcl__kernel_source;
+extern const flashcl__kernel_source flashcl__kernel_sources[];
+extern const size_t flashcl__kernel_source_count;
+/* The text of cl/<name> + cl/common.cl prepended, malloc'd; FLASHCL_KERNEL_DIR overrides the embedded copy. */
+flashcl_status flashcl__load_kernel_source(flashcl_context *ctx, const char *name, char **out);
+
+/* ---- hashing (hash.c) */
+uint64_t flashcl__fnv1a(uint64_t h, const void *data, size_t n);
+#define FLASHCL__FNV_SEED 0xcbf29ce484222325ull
+
+/* ---- programs (program.c): in-memory cache, disk cache, build log on failure */
+flashcl_status flashcl__get_program(flashcl_context *ctx, const char *source_name, const char *options,
+                                    cl_program *out);
+void flashcl__release_programs(flashcl_context *ctx);
+/* Creates kernel `name` from the program; the caller releases it. */
+flashcl_status flashcl__create_kernel(flashcl_context *ctx, cl_program program, const char *name,
+                                      cl_kernel *out);
+
+/* ---- disk cache (disk_cache.c) */
+void flashcl__cache_dir_init(flashcl_context *ctx);
+/* Returns a program built from a cached binary, or NULL (any problem means: rebuild). */
+cl_program flashcl__cache_load(flashcl_context *ctx, const char *source, const char *options);
+void flashcl__cache_store(flashcl_context *ctx, const char *source, const char *options, cl_program program);
+
+/* ---- argument checks (validate.c) */
+/* Fills defaults (heads_kv, seqlen_k, scale) into *out and validates the descriptor. */
+flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                     flashcl_attention_desc *out);
+flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                      const flashcl_tensor *q, const flashcl_tensor *k,
+                                      const flashcl_tensor *v, const flashcl_tensor *o,
+                                      cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                      const cl_event *wait_list, flashcl_tensor resolved[4]);
+
+/* ---- plans (plan_flash.c, plan_standard.c) */
+typedef struct flashcl__flash_plan {
+    flashcl_plan pub;
+    cl_program program;
+    cl_kernel kernel;
+} flashcl__flash_plan;
+
+typedef struct flashcl__standard_plan {
+    flashcl_plan pub; /* scratch_bytes is filled per call */
+    int tile, wpt, softmax_wg;
+    cl_kernel scores, softmax, pv;
+} flashcl__standard_plan;
+
+/* Plans are computed once per context (per head dim for flash) and owned by it. */
+flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                   const flashcl__flash_plan **out);
+flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__standard_plan **out);
+void flashcl__release_plans(flashcl_context *ctx);
+
+/* ---- kernel arguments (launch.c) */
+/* Sets a tensor view's 5 arguments (buffer, offset, 3 strides) from index *arg on. */
+cl_int flashcl__set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t);
+
+/* printf-style append to a fixed buffer, truncating safely. */
+void flashcl__appendf(char *dst, size_t cap, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Name of an OpenCL error code ("CL_OUT_OF_RESOURCES"). */
+const char *flashcl__cl_error_name(cl_int err);
+
+/* snprintf into a fixed buffer that never overflows and always terminates. */
+void flashcl__copy_str(char *dst, size_t cap, const char *src);
+
+#endif

@@ -1,0 +1,114 @@
+/* Program builds: an in-memory cache per context, the disk cache behind it,
+   and the build log in the error message when a build fails. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+/* Puts the device's build log after the current error message. */
+static void append_build_log(flashcl_context *ctx, cl_program program) {
+    size_t size = 0;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) != CL_SUCCESS || size == 0)
+        return;
+    char *log = malloc(size + 1);
+    if (!log) return;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, size, log, NULL) == CL_SUCCESS) {
+        log[size] = '\0';
+        flashcl__append_error(ctx, "\nbuild log:\n");
+        flashcl__append_error(ctx, log);
+    }
+    free(log);
+}
+
+static flashcl_status build_from_source(flashcl_context *ctx, const char *name, const char *source,
+                                        const char *options, cl_program *out) {
+    cl_int err = CL_SUCCESS;
+    const char *strings[] = {source};
+    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, strings, NULL, &err);
+    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clCreateProgramWithSource");
+    err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED, "building %s with \"%s\" failed: clBuildProgram returned %d", name,
+                      options, (int)err);
+        append_build_log(ctx, program);
+        clReleaseProgram(program);
+        return FLASHCL_ERR_BUILD_FAILED;
+    }
+    *out = program;
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__get_program(flashcl_context *ctx, const char *source_name, const char *options,
+                                    cl_program *out) {
+    *out = NULL;
+    for (flashcl__program *p = ctx->programs; p; p = p->next) {
+        if (strcmp(p->source_name, source_name) == 0 && strcmp(p->options, options) == 0) {
+            *out = p->program;
+            return FLASHCL_SUCCESS;
+        }
+    }
+    char *source = NULL;
+    flashcl_status st = flashcl__load_kernel_source(ctx, source_name, &source);
+    if (st != FLASHCL_SUCCESS) return st;
+
+    cl_program program = flashcl__cache_load(ctx, source, options);
+    if (!program) {
+        st = build_from_source(ctx, source_name, source, options, &program);
+        if (st == FLASHCL_SUCCESS) flashcl__cache_store(ctx, source, options, program);
+    }
+    free(source);
+    if (st != FLASHCL_SUCCESS) return st;
+
+    flashcl__program *entry = calloc(1, sizeof *entry);
+    if (entry) {
+        entry->source_name = dup_str(source_name);
+        entry->options = dup_str(options);
+    }
+    if (!entry || !entry->source_name || !entry->options) {
+        if (entry) {
+            free(entry->source_name);
+            free(entry->options);
+        }
+        free(entry);
+        clReleaseProgram(program);
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory caching a program");
+    }
+    entry->program = program;
+    entry->next = ctx->programs;
+    ctx->programs = entry;
+    *out = program;
+    return FLASHCL_SUCCESS;
+}
+
+void flashcl__release_programs(flashcl_context *ctx) {
+    flashcl__program *p = ctx->programs;
+    while (p) {
+        flashcl__program *next = p->next;
+        clReleaseProgram(p->program);
+        free(p->source_name);
+        free(p->options);
+        free(p);
+        p = next;
+    }
+    ctx->programs = NULL;
+}
+
+flashcl_status flashcl__create_kernel(flashcl_context *ctx, cl_program program, const char *name, cl_kernel *out) {
+    cl_int err = CL_SUCCESS;
+    *out = clCreateKernel(program, name, &err);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        char what[128];
+        snprintf(what, sizeof what, "clCreateKernel(%s)", name);
+        return flashcl__fail_cl(ctx, err, what);
+    }
+    return FLASHCL_SUCCESS;
+}

@@ -1,0 +1,48 @@
+#include "tile_override.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int parse_positive(const char *s, size_t n, int *out) {
+    if (n == 0 || n > 6) return 0;
+    int v = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < 1) return 0;
+    *out = v;
+    return 1;
+}
+
+flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out) {
+    out->present = 0;
+    out->block_rows = out->block_cols = out->threads_per_row = out->staging = -1;
+    const char *env = getenv("FLASHCL_TILE");
+    if (!env || !*env) return FLASHCL_SUCCESS;
+    out->present = 1;
+    const char *p = env;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (!eq) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: \"%.*s\" is not key=value", (int)len, p);
+        size_t klen = (size_t)(eq - p), vlen = len - klen - 1;
+        const char *val = eq + 1;
+        int ok = 1;
+        if (klen == 2 && strncmp(p, "br", 2) == 0) ok = parse_positive(val, vlen, &out->block_rows);
+        else if (klen == 2 && strncmp(p, "bc", 2) == 0) ok = parse_positive(val, vlen, &out->block_cols);
+        else if (klen == 3 && strncmp(p, "tpr", 3) == 0) ok = parse_positive(val, vlen, &out->threads_per_row);
+        else if (klen == 7 && strncmp(p, "staging", 7) == 0) {
+            if (vlen == 5 && strncmp(val, "local", 5) == 0) out->staging = FLASHCL_STAGING_LOCAL;
+            else if (vlen == 6 && strncmp(val, "direct", 6) == 0) out->staging = FLASHCL_STAGING_DIRECT;
+            else ok = 0;
+        } else
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                                 "FLASHCL_TILE: unknown key \"%.*s\" (keys: br, bc, tpr, staging)", (int)klen, p);
+        if (!ok)
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: bad value in \"%.*s\"", (int)len, p);
+        p = comma ? comma + 1 : p + len;
+    }
+    return FLASHCL_SUCCESS;
+}

@@ -1,0 +1,457 @@
+/*
+ * Invalid arguments: each bad call must return its specific status, name the
+ * offending field in flashcl_last_error, and write nothing (every buffer the
+ * test owns is read back and compared bitwise). Both forward paths.
+ */
+#define _POSIX_C_SOURCE 200809L /* setenv/unsetenv for FLASHCL_DEVICE */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+/* Floats per test buffer: room for the head_dim = 257 views (8*2*257). */
+#define CAP 8192
+enum { BUF_Q, BUF_K, BUF_V, BUF_O, BUF_LSE, BUF_COUNT };
+
+static struct {
+    flashcl_context *ctx;
+    cl_context cl;
+    cl_command_queue queue;
+    cl_mem buf[BUF_COUNT];
+    float *host[BUF_COUNT];
+} F;
+
+typedef struct views {
+    flashcl_tensor q, k, v, o;
+} views;
+
+static flashcl_attention_desc base_desc(void)
+{
+    flashcl_attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.batch = 1;
+    d.heads_q = 2;
+    d.heads_kv = 1;
+    d.seqlen_q = 8;
+    d.seqlen_k = 8;
+    d.head_dim = 16;
+    return d;
+}
+
+/* Valid packed [b, s, h, d] views of the test buffers for desc's sizes. */
+static views make_views(const flashcl_attention_desc *d)
+{
+    size_t hkv = d->heads_kv ? d->heads_kv : d->heads_q;
+    size_t sk = d->seqlen_k ? d->seqlen_k : d->seqlen_q;
+    views w;
+    w.q = flashcl_tensor_bshd(F.buf[BUF_Q], d->seqlen_q, d->heads_q, d->head_dim);
+    w.k = flashcl_tensor_bshd(F.buf[BUF_K], sk, hkv, d->head_dim);
+    w.v = flashcl_tensor_bshd(F.buf[BUF_V], sk, hkv, d->head_dim);
+    w.o = flashcl_tensor_bshd(F.buf[BUF_O], d->seqlen_q, d->heads_q, d->head_dim);
+    return w;
+}
+
+/* Whether msg names tensor `t` ("q", "lse", ...) as a word: "q.offset", "q:", "q is". */
+static int names_tensor(const char *msg, const char *t)
+{
+    size_t n = strlen(t);
+    for (const char *p = strstr(msg, t); p; p = strstr(p + 1, t)) {
+        int starts = p == msg || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'));
+        char after = p[n];
+        if (starts && (after == '.' || after == ':' || after == ' ' || after == '\0'))
+            return 1;
+    }
+    return 0;
+}
+
+/* Every test buffer must still hold exactly what was uploaded. */
+static void check_nothing_written(const char *label)
+{
+    static float got[CAP];
+    static const char *names[BUF_COUNT] = {"q", "k", "v", "o", "lse"};
+    REQUIRE_CL(clFinish(F.queue));
+    for (int i = 0; i < BUF_COUNT; i++) {
+        char what[300]; /* label + ": buffer lse" */
+        tu_buffer_read(F.queue, F.buf[i], CAP, got, NULL);
+        snprintf(what, sizeof what, "%s: buffer %s", label, names[i]);
+        tu_check_untouched(what, got, F.host[i], NULL, CAP);
+    }
+}
+
+typedef struct bad_call {
+    const char *what;
+    flashcl_context *ctx;
+    const flashcl_attention_desc *desc;
+    const flashcl_tensor *q, *k, *v, *o;
+    cl_mem lse;
+    size_t lse_offset;
+    cl_uint num_wait;
+    const cl_event *wait;
+} bad_call;
+
+static bad_call make_call(const char *what, const flashcl_attention_desc *desc, const views *w)
+{
+    bad_call c = {what, F.ctx, desc, &w->q, &w->k, &w->v, &w->o, F.buf[BUF_LSE], 0, 0, NULL};
+    return c;
+}
+
+/*
+ * Runs the call on both paths; `field` must appear in the message, and
+ * `tensor` (when not NULL) must be named as a tensor.
+ */
+static void expect(bad_call c, int status, const char *field, const char *tensor)
+{
+    for (int path = 0; path < 2; path++) {
+        char label[256];
+        snprintf(label, sizeof label, "%s [%s]", c.what, path ? "standard" : "flash");
+        cl_event ev = NULL;
+        flashcl_status st =
+            path ? flashcl_standard_forward(c.ctx, c.desc, c.q, c.k, c.v, c.o, c.lse, c.lse_offset,
+                                            c.num_wait, c.wait, &ev)
+                 : flashcl_forward(c.ctx, c.desc, c.q, c.k, c.v, c.o, c.lse, c.lse_offset,
+                                   c.num_wait, c.wait, &ev);
+        if (!CHECK_STATUS(st, status))
+            fprintf(stderr, "  in: %s\n", label);
+        if (ev) {
+            fprintf(stderr, "FAIL %s: a rejected call returned an event\n", label);
+            tu_fail_count();
+            clReleaseEvent(ev);
+        }
+        if (c.ctx) {
+            const char *msg = flashcl_last_error(c.ctx);
+            int named = msg && msg[0] && strstr(msg, field) && (!tensor || names_tensor(msg, tensor));
+            if (!named) {
+                fprintf(stderr, "FAIL %s: message \"%s\" does not name \"%s\"%s%s\n", label,
+                        msg ? msg : "(null)", field, tensor ? " / tensor " : "", tensor ? tensor : "");
+                tu_fail_count();
+            }
+        } else {
+            /* No context to hold a message; the call must still not crash it. */
+            CHECK(flashcl_last_error(NULL) != NULL);
+        }
+        check_nothing_written(label);
+    }
+}
+
+static void check_null_arguments(void)
+{
+    flashcl_attention_desc d = base_desc();
+    views w = make_views(&d);
+    bad_call c = make_call("ctx NULL", &d, &w);
+    c.ctx = NULL;
+    expect(c, FLASHCL_ERR_INVALID_CONTEXT, "", NULL);
+
+    c = make_call("desc NULL", NULL, &w);
+    expect(c, FLASHCL_ERR_INVALID_ARGUMENT, "desc", NULL);
+
+    static const char *names[4] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 4; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s NULL", names[i]);
+        c = make_call(what, &d, &w);
+        const flashcl_tensor **slot[4] = {&c.q, &c.k, &c.v, &c.o};
+        *slot[i] = NULL;
+        expect(c, FLASHCL_ERR_INVALID_ARGUMENT, names[i], names[i]);
+    }
+
+    for (int i = 0; i < 4; i++) {
+        char what[64], field[32];
+        views bad = w;
+        flashcl_tensor *t[4] = {&bad.q, &bad.k, &bad.v, &bad.o};
+        t[i]->buffer = NULL;
+        snprintf(what, sizeof what, "%s.buffer NULL", names[i]);
+        snprintf(field, sizeof field, "%s.buffer", names[i]);
+        expect(make_call(what, &d, &bad), FLASHCL_ERR_INVALID_BUFFER, field, NULL);
+    }
+
+    c = make_call("num_wait 1 with a NULL wait list", &d, &w);
+    c.num_wait = 1;
+    expect(c, FLASHCL_ERR_INVALID_ARGUMENT, "wait", NULL);
+}
+
+static void expect_desc(flashcl_attention_desc d, const char *what, int status, const char *field)
+{
+    views w = make_views(&d);
+    expect(make_call(what, &d, &w), status, field, NULL);
+}
+
+static void check_desc_fields(void)
+{
+    flashcl_attention_desc d = base_desc();
+    d.batch = 0;
+    expect_desc(d, "batch 0", FLASHCL_ERR_INVALID_SHAPE, "batch");
+    d = base_desc();
+    d.heads_q = 0;
+    expect_desc(d, "heads_q 0", FLASHCL_ERR_INVALID_SHAPE, "heads_q");
+    d = base_desc();
+    d.seqlen_q = 0;
+    expect_desc(d, "seqlen_q 0", FLASHCL_ERR_INVALID_SHAPE, "seqlen_q");
+
+    d = base_desc();
+    d.heads_q = 4;
+    d.heads_kv = 3;
+    expect_desc(d, "heads 4/3", FLASHCL_ERR_INVALID_HEADS, "heads_kv");
+    d = base_desc();
+    d.heads_kv = 4; /* more kv heads than query heads */
+    expect_desc(d, "heads 2/4", FLASHCL_ERR_INVALID_HEADS, "heads_kv");
+
+    d = base_desc();
+    d.head_dim = 0;
+    expect_desc(d, "head_dim 0", FLASHCL_ERR_INVALID_HEAD_DIM, "head_dim");
+    d.head_dim = FLASHCL_MAX_HEAD_DIM + 1;
+    expect_desc(d, "head_dim 257", FLASHCL_ERR_INVALID_HEAD_DIM, "head_dim");
+
+    const float scales[] = {-1.0f, -1e-30f, NAN, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
+        char what[64];
+        d = base_desc();
+        d.scale = scales[i];
+        snprintf(what, sizeof what, "scale %g", (double)scales[i]);
+        expect_desc(d, what, FLASHCL_ERR_INVALID_SCALE, "scale");
+    }
+
+    d = base_desc();
+    d.dtype = (flashcl_dtype)99;
+    expect_desc(d, "dtype 99", FLASHCL_ERR_INVALID_DTYPE, "dtype");
+    d.dtype = FLASHCL_DTYPE_F16;
+    expect_desc(d, "dtype f16", FLASHCL_ERR_UNSUPPORTED_DTYPE, "dtype");
+    d.dtype = FLASHCL_DTYPE_BF16;
+    expect_desc(d, "dtype bf16", FLASHCL_ERR_UNSUPPORTED_DTYPE, "dtype");
+}
+
+static void check_views(void)
+{
+    flashcl_attention_desc d = base_desc();
+    views w = make_views(&d), bad;
+
+    bad = w;
+    bad.q.offset = CAP - 10;
+    expect(make_call("q.offset past the end", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "q", "q");
+    bad = w;
+    bad.q.offset = SIZE_MAX - 8; /* offset + head_dim wraps around */
+    expect(make_call("q.offset near SIZE_MAX", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "q", "q");
+    bad = w;
+    /* 7 rows of this stride wrap to 5 elements: a check that multiplies
+     * without overflow care would think the view fits. */
+    bad.k.stride_row = SIZE_MAX / 7 + 1;
+    expect(make_call("k.stride_row wraps", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "k", "k");
+    bad = w;
+    bad.v.stride_row = CAP / 4;
+    expect(make_call("v.stride_row overruns", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "v", "v");
+    bad = w;
+    bad.o.offset = CAP;
+    expect(make_call("o.offset at the end", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "o", "o");
+
+    flashcl_attention_desc d2 = base_desc();
+    d2.batch = 2;
+    bad = make_views(&d2);
+    bad.k.stride_batch = CAP;
+    expect(make_call("k.stride_batch overruns", &d2, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "k", "k");
+
+    bad = w;
+    bad.q.stride_row = d.head_dim - 1;
+    expect(make_call("q.stride_row < head_dim", &d, &bad), FLASHCL_ERR_INVALID_STRIDE,
+           "q.stride_row", NULL);
+    bad = w;
+    bad.o.stride_row = d.head_dim - 1;
+    expect(make_call("o.stride_row < head_dim", &d, &bad), FLASHCL_ERR_INVALID_STRIDE,
+           "o.stride_row", NULL);
+    bad = w;
+    bad.o.stride_head = 0; /* both query heads would write the same rows */
+    expect(make_call("o heads overlap", &d, &bad), FLASHCL_ERR_INVALID_STRIDE, "o.stride", NULL);
+}
+
+static void check_lse(void)
+{
+    flashcl_attention_desc d = base_desc();
+    views w = make_views(&d);
+    size_t rows = d.batch * d.heads_q * d.seqlen_q;
+
+    cl_mem small = tu_buffer_create(F.cl, rows - 1, NULL);
+    bad_call c = make_call("lse one float short", &d, &w);
+    c.lse = small;
+    expect(c, FLASHCL_ERR_OUT_OF_BOUNDS, "lse", NULL);
+    clReleaseMemObject(small);
+
+    c = make_call("lse_offset past the end", &d, &w);
+    c.lse_offset = CAP - rows + 1;
+    expect(c, FLASHCL_ERR_OUT_OF_BOUNDS, "lse", NULL);
+    c.what = "lse_offset SIZE_MAX";
+    c.lse_offset = SIZE_MAX;
+    expect(c, FLASHCL_ERR_OUT_OF_BOUNDS, "lse", NULL);
+}
+
+static void check_aliasing(void)
+{
+    flashcl_attention_desc d = base_desc();
+    views w = make_views(&d), bad;
+
+    bad = w;
+    bad.o.buffer = F.buf[BUF_Q];
+    expect(make_call("o == q", &d, &bad), FLASHCL_ERR_ALIASED_OUTPUT, "o", "o");
+    bad = w;
+    bad.o.buffer = F.buf[BUF_V];
+    bad.o.offset = 100; /* v covers [0, 128): a partial overlap */
+    expect(make_call("o overlaps the end of v", &d, &bad), FLASHCL_ERR_ALIASED_OUTPUT, "o", "v");
+    bad_call c = make_call("lse inside o", &d, &w);
+    c.lse = F.buf[BUF_O];
+    c.lse_offset = 8;
+    expect(c, FLASHCL_ERR_ALIASED_OUTPUT, "lse", "lse");
+}
+
+/* Buffers and queues of another cl_context on the same device. */
+static void check_foreign_objects(void)
+{
+    cl_device_id dev = flashcl_context_device(F.ctx);
+    cl_int err;
+    cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    REQUIRE_CL(err);
+    cl_command_queue other_queue = clCreateCommandQueue(other, dev, 0, &err);
+    REQUIRE_CL(err);
+    cl_mem foreign = tu_buffer_create(other, CAP, NULL);
+
+    flashcl_attention_desc d = base_desc();
+    views w = make_views(&d), bad = w;
+    bad.k.buffer = foreign;
+    expect(make_call("k.buffer from another cl_context", &d, &bad), FLASHCL_ERR_INVALID_BUFFER,
+           "k.buffer", NULL);
+    bad_call c = make_call("lse from another cl_context", &d, &w);
+    c.lse = foreign;
+    expect(c, FLASHCL_ERR_INVALID_BUFFER, "lse", NULL);
+
+    CHECK_STATUS(flashcl_context_set_queue(F.ctx, other_queue), FLASHCL_ERR_INVALID_QUEUE);
+    const char *msg = flashcl_last_error(F.ctx);
+    CHECK(msg[0] != '\0' && strstr(msg, "queue") != NULL);
+    /* The rejected queue must not have been adopted. */
+    CHECK(flashcl_context_queue(F.ctx) == F.queue);
+
+    clReleaseMemObject(foreign);
+    clReleaseCommandQueue(other_queue);
+    clReleaseContext(other);
+}
+
+static void check_other_entry_points(void)
+{
+    flashcl_attention_desc d = base_desc();
+    flashcl_plan plan;
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &d, (flashcl_path)7, &plan), FLASHCL_ERR_INVALID_PATH);
+    CHECK_STATUS(flashcl_plan_query(F.ctx, NULL, FLASHCL_PATH_FLASH, &plan),
+                 FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &d, FLASHCL_PATH_FLASH, NULL),
+                 FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_plan_query(NULL, &d, FLASHCL_PATH_FLASH, &plan),
+                 FLASHCL_ERR_INVALID_CONTEXT);
+    flashcl_attention_desc bad = d;
+    bad.head_dim = 0;
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, FLASHCL_PATH_FLASH, &plan),
+                 FLASHCL_ERR_INVALID_HEAD_DIM);
+    CHECK(strstr(flashcl_last_error(F.ctx), "head_dim") != NULL);
+
+    float host[256] = {0};
+    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, FLASHCL_PATH_FLASH, NULL, host, host, host, NULL),
+                 FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, (flashcl_path)7, host, host, host, host, NULL),
+                 FLASHCL_ERR_INVALID_PATH);
+}
+
+static void check_context_create(void)
+{
+    static const char *specs[] = {"no-such-device-xyzzy", "99:99", "0:99"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        flashcl_context *out = (flashcl_context *)&F; /* must be reset to NULL */
+        char err[256] = "";
+        CHECK_STATUS(flashcl_context_create(&out, specs[i], err, sizeof err),
+                     FLASHCL_ERR_INVALID_DEVICE_SPEC);
+        CHECK(out == NULL);
+        if (err[0] == '\0') {
+            fprintf(stderr, "FAIL device spec \"%s\": err_buf is empty\n", specs[i]);
+            tu_fail_count();
+        }
+    }
+    /* A short err_buf is truncated, never overrun; a NULL one is allowed. */
+    char small[16];
+    memset(small, 'X', sizeof small);
+    flashcl_context *out = NULL;
+    CHECK_STATUS(flashcl_context_create(&out, specs[0], small, 8), FLASHCL_ERR_INVALID_DEVICE_SPEC);
+    CHECK(memchr(small, '\0', 8) != NULL);
+    for (size_t i = 8; i < sizeof small; i++)
+        CHECK(small[i] == 'X');
+    CHECK_STATUS(flashcl_context_create(&out, specs[0], NULL, 0), FLASHCL_ERR_INVALID_DEVICE_SPEC);
+    CHECK(out == NULL);
+    CHECK_STATUS(flashcl_context_create(NULL, NULL, NULL, 0), FLASHCL_ERR_INVALID_ARGUMENT);
+
+    /* With no spec, FLASHCL_DEVICE is the spec. */
+    const char *saved = getenv("FLASHCL_DEVICE");
+    char *copy = saved ? strdup(saved) : NULL;
+    setenv("FLASHCL_DEVICE", specs[0], 1);
+    CHECK_STATUS(flashcl_context_create(&out, NULL, NULL, 0), FLASHCL_ERR_INVALID_DEVICE_SPEC);
+    CHECK(out == NULL);
+    if (copy)
+        setenv("FLASHCL_DEVICE", copy, 1);
+    else
+        unsetenv("FLASHCL_DEVICE");
+    free(copy);
+
+    flashcl_context_destroy(NULL); /* documented no-op */
+}
+
+/* After all the rejections the context still works and its message clears. */
+static void check_still_usable(void)
+{
+    flashcl_attention_desc d = base_desc();
+    views w = make_views(&d);
+    for (int path = 0; path < 2; path++) {
+        flashcl_status st =
+            path ? flashcl_standard_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0,
+                                            NULL, NULL)
+                 : flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL,
+                                   NULL);
+        CHECK_STATUS(st, FLASHCL_SUCCESS);
+        CHECK(flashcl_last_error(F.ctx)[0] == '\0');
+    }
+    REQUIRE_CL(clFinish(F.queue));
+    float o[CAP];
+    tu_buffer_read(F.queue, F.buf[BUF_O], CAP, o, NULL);
+    /* 8 rows x 2 heads x 16 dims were written; the sentinel after them was not. */
+    CHECK(!isnan(o[0]) && !isnan(o[8 * 2 * 16 - 1]));
+    CHECK(memcmp(&o[8 * 2 * 16], &F.host[BUF_O][8 * 2 * 16], sizeof(float)) == 0);
+}
+
+int main(void)
+{
+    F.ctx = tu_context_create();
+    F.cl = flashcl_context_cl_context(F.ctx);
+    F.queue = flashcl_context_queue(F.ctx);
+    tu_rng rng = tu_rng_seed(7);
+    for (int i = 0; i < BUF_COUNT; i++) {
+        F.host[i] = malloc(CAP * sizeof(float));
+        REQUIRE(F.host[i] != NULL);
+        if (i == BUF_O || i == BUF_LSE) {
+            tu_fill_sentinel(F.host[i], CAP);
+        } else {
+            for (size_t j = 0; j < CAP; j++)
+                F.host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
+        }
+        F.buf[i] = tu_buffer_create(F.cl, CAP, F.host[i]);
+    }
+
+    check_null_arguments();
+    check_desc_fields();
+    check_views();
+    check_lse();
+    check_aliasing();
+    check_foreign_objects();
+    check_other_entry_points();
+    check_context_create();
+    check_still_usable();
+
+    for (int i = 0; i < BUF_COUNT; i++) {
+        clReleaseMemObject(F.buf[i]);
+        free(F.host[i]);
+    }
+    flashcl_context_destroy(F.ctx);
+    return tu_finish("test_invalid");
+}

@@ -1,0 +1,134 @@
+/* Write-to-temporary-then-rename output files; see atomic_file.h. */
+#define _POSIX_C_SOURCE 200809L /* open, fdopen, getpid, access, stat */
+
+#include "atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+static char *copy_string(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *copy = malloc(n);
+    if (copy != NULL)
+        memcpy(copy, s, n);
+    return copy;
+}
+
+int atomic_file_check(const char *path, char *err, size_t err_size)
+{
+    if (path[0] == '\0') {
+        snprintf(err, err_size, "empty file name");
+        return -1;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, err_size, "'%s' is a directory", path);
+        return -1;
+    }
+    char *dir = copy_string(path);
+    if (dir == NULL) {
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    char *slash = strrchr(dir, '/');
+    const char *dir_name = dir;
+    if (slash == NULL)
+        dir_name = ".";
+    else if (slash == dir)
+        slash[1] = '\0'; /* "/name": the root directory */
+    else
+        *slash = '\0';
+    int rc = 0;
+    if (access(dir_name, W_OK | X_OK) != 0) {
+        snprintf(err, err_size, "cannot write to directory '%s': %s", dir_name, strerror(errno));
+        rc = -1;
+    }
+    free(dir);
+    return rc;
+}
+
+int atomic_file_open(atomic_file *af, const char *path, char *err, size_t err_size)
+{
+    memset(af, 0, sizeof *af);
+    size_t cap = strlen(path) + 48;
+    af->final_path = copy_string(path);
+    af->temp_path = malloc(cap);
+    if (af->final_path == NULL || af->temp_path == NULL) {
+        snprintf(err, err_size, "out of memory");
+        atomic_file_abort(af);
+        return -1;
+    }
+    /* O_EXCL: never reuse (or follow a link planted at) an existing name.
+     * Mode 0666 lets the umask decide, as for any file the user creates. */
+    int fd = -1;
+    for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+        snprintf(af->temp_path, cap, "%s.tmp-%ld-%d", path, (long)getpid(), attempt);
+        fd = open(af->temp_path, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        snprintf(err, err_size, "cannot create '%s': %s", af->temp_path, strerror(errno));
+        free(af->temp_path);
+        af->temp_path = NULL; /* nothing of ours to remove */
+        atomic_file_abort(af);
+        return -1;
+    }
+    af->stream = fdopen(fd, "wb");
+    if (af->stream == NULL) {
+        snprintf(err, err_size, "cannot open '%s': %s", af->temp_path, strerror(errno));
+        close(fd);
+        atomic_file_abort(af);
+        return -1;
+    }
+    return 0;
+}
+
+int atomic_file_finish(atomic_file *af, char *err, size_t err_size)
+{
+    FILE *stream = af->stream;
+    af->stream = NULL;
+    int failed = ferror(stream) != 0;
+    if (fclose(stream) != 0)
+        failed = 1;
+    if (failed) {
+        snprintf(err, err_size, "cannot write '%s': %s", af->final_path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int atomic_file_publish(atomic_file *af, char *err, size_t err_size)
+{
+    if (rename(af->temp_path, af->final_path) != 0) {
+        snprintf(err, err_size, "cannot rename '%s' to '%s': %s", af->temp_path, af->final_path,
+                 strerror(errno));
+        return -1;
+    }
+    free(af->temp_path);
+    af->temp_path = NULL;
+    free(af->final_path);
+    af->final_path = NULL;
+    return 0;
+}
+
+void atomic_file_abort(atomic_file *af)
+{
+    if (af->stream != NULL) {
+        fclose(af->stream);
+        af->stream = NULL;
+    }
+    if (af->temp_path != NULL) {
+        remove(af->temp_path);
+        free(af->temp_path);
+        af->temp_path = NULL;
+    }
+    free(af->final_path);
+    af->final_path = NULL;
+}

@@ -1,0 +1,94 @@
+/*
+ * Timing with the wall clock: calls are enqueued back to back and the queue
+ * is finished once per chunk, so launch latency overlaps with execution as
+ * it does in a real model, and the result is the mean time per call. Chunks
+ * of about half a second give a progress report and bound how much work is
+ * queued at once.
+ */
+#include "bench_run.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "wall_clock.h"
+
+#define BENCH_CHUNK_SECONDS 0.5
+#define BENCH_PROGRESS_AFTER_SECONDS 3.0
+
+static flashcl_status enqueue(const bench_problem *p, flashcl_path path)
+{
+    if (path == FLASHCL_PATH_STANDARD)
+        return flashcl_standard_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0,
+                                        NULL, NULL);
+    return flashcl_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0, NULL, NULL);
+}
+
+/* Enqueues n calls, then waits for them. */
+static flashcl_status run_batch(const bench_problem *p, flashcl_path path, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        flashcl_status status = enqueue(p, path);
+        if (status != FLASHCL_SUCCESS)
+            return status;
+    }
+    /* The tool owns this queue (flashcl_context_create made it), so waiting
+     * on the whole queue waits for exactly our calls. */
+    return (flashcl_status)clFinish(flashcl_context_queue(p->ctx));
+}
+
+static const char *path_name(flashcl_path path)
+{
+    return path == FLASHCL_PATH_STANDARD ? "standard" : "flash";
+}
+
+flashcl_status bench_run_path(const bench_problem *p, flashcl_path path,
+                              const bench_settings *settings, bench_result *result)
+{
+    result->iters = 0;
+    result->ms = 0.0;
+    result->seconds = 0.0;
+
+    flashcl_status status = run_batch(p, path, settings->warmup);
+    if (status != FLASHCL_SUCCESS)
+        return status;
+
+    /* seconds_per_call: the estimate that sizes chunks; 0 while unknown. */
+    double seconds_per_call = 0.0;
+    size_t iters = settings->iters;
+    if (iters == 0) {
+        double start = wall_seconds();
+        if ((status = run_batch(p, path, 1)) != FLASHCL_SUCCESS)
+            return status;
+        seconds_per_call = wall_seconds() - start;
+        double wanted = seconds_per_call > 0.0 ? ceil(BENCH_TARGET_SECONDS / seconds_per_call)
+                                               : BENCH_MAX_AUTO_ITERS;
+        iters = wanted < 1.0 ? 1 : wanted > BENCH_MAX_AUTO_ITERS ? BENCH_MAX_AUTO_ITERS
+                                                                 : (size_t)wanted;
+    }
+
+    double begin = wall_seconds(), last_report = begin, timed = 0.0;
+    size_t done = 0;
+    while (done < iters) {
+        size_t chunk = 1;
+        if (seconds_per_call > 0.0) {
+            double fit = floor(BENCH_CHUNK_SECONDS / seconds_per_call);
+            chunk = fit < 1.0 ? 1 : fit > (double)(iters - done) ? iters - done : (size_t)fit;
+        }
+        double start = wall_seconds();
+        if ((status = run_batch(p, path, chunk)) != FLASHCL_SUCCESS)
+            return status;
+        double end = wall_seconds();
+        timed += end - start;
+        done += chunk;
+        seconds_per_call = timed / (double)done;
+        /* Only long runs report progress, and at most once a second. */
+        if (done < iters && end - begin > BENCH_PROGRESS_AFTER_SECONDS && end - last_report > 1.0) {
+            fprintf(stderr, "bench: %s %zu/%zu iterations...\n", path_name(path), done, iters);
+            last_report = end;
+        }
+    }
+    result->iters = iters;
+    result->seconds = timed;
+    result->ms = timed * 1e3 / (double)iters;
+    return FLASHCL_SUCCESS;
+}

@@ -1,0 +1,354 @@
+/*
+ * `flashcl bench`: times the flash and the standard path on the same random
+ * inputs in one process, and checks that they agree.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flashcl.h>
+
+#include "bench_report.h"
+#include "bench_run.h"
+#include "commands.h"
+#include "compare.h"
+#include "device_info.h"
+#include "options.h"
+#include "random_fill.h"
+#include "tool_errors.h"
+
+void cmd_bench_help(FILE *out)
+{
+    fputs("usage: flashcl bench [--batch B] [--heads H] [--kv-heads HKV] [--seqlen N]\n"
+          "                     [--seqlen-k NK] [--head-dim D] [--causal] [--iters I]\n"
+          "                     [--warmup W] [--path flash|standard|both] [--device SPEC]\n"
+          "                     [--json]\n"
+          "\n"
+          "Times FlashCL's flash kernel and the standard attention (S and P through\n"
+          "global memory) on the same random float32 inputs (uniform in [-1, 1],\n"
+          "packed [b, s, h, d]), then checks that their outputs agree\n"
+          "(|flash - standard| <= 1e-3 + 1e-2*|standard|).\n"
+          "\n"
+          "  --batch B        default 1\n"
+          "  --heads H        query heads, default 8\n"
+          "  --kv-heads HKV   key/value heads, default H; H must be a multiple\n"
+          "  --seqlen N       query length, default 2048\n"
+          "  --seqlen-k NK    key length, default N\n"
+          "  --head-dim D     default 64, at most 256\n"
+          "  --causal         bottom-right aligned causal mask\n"
+          "  --iters I        timed calls per path; 0 (default) picks enough for about\n"
+          "                   one second, from 1 to 1000\n"
+          "  --warmup W       untimed calls first, default 1 (the first builds kernels)\n"
+          "  --path P         flash, standard or both (default)\n"
+          "  --device SPEC    \"P:D\" from `flashcl info`, or part of a device name\n"
+          "  --json           one JSON object per line: one per path, then a summary\n"
+          "\n"
+          "ms is the mean wall-clock time per call, calls enqueued back to back.\n"
+          "TFLOP/s counts 4*b*hq*sq*sk*d flops (halved when causal); GB/s counts the\n"
+          "minimum traffic, Q, K, V read and O written once, for both paths alike;\n"
+          "bytes_extra is the device memory a path needs beyond inputs and outputs.\n"
+          "When the standard path cannot allocate its seqlen x seqlen buffers it is\n"
+          "skipped and flash still runs.\n"
+          "\n"
+          "Exit status: 0 success; 1 a failure or the paths disagree; 2 bad option.\n",
+          out);
+}
+
+typedef struct bench_args {
+    size_t batch, heads, kv_heads, seqlen, seqlen_k, head_dim, iters, warmup;
+    size_t path; /* index in path_choices */
+    bool causal, json;
+    const char *device;
+} bench_args;
+
+static const char *const path_choices[] = {"flash", "standard", "both"};
+enum { CHOICE_FLASH, CHOICE_STANDARD, CHOICE_BOTH };
+
+/* Generous bounds: the library checks what actually fits. */
+#define BENCH_MAX_BATCH ((size_t)1 << 20)
+#define BENCH_MAX_HEADS ((size_t)1 << 16)
+#define BENCH_MAX_SEQLEN ((size_t)1 << 26)
+#define BENCH_MAX_ITERS ((size_t)1 << 24)
+
+/* Returns 0 to go on, or the exit status; *help is set by --help. */
+static int parse_args(int argc, char **argv, bench_args *a, bool *help)
+{
+    a->batch = 1;
+    a->heads = 8;
+    a->seqlen = 2048;
+    a->head_dim = 64;
+    a->warmup = 1;
+    a->path = CHOICE_BOTH;
+
+    option_cursor c;
+    options_begin(&c, "bench", argc, argv);
+    int more;
+    while ((more = options_next(&c)) > 0) {
+        bool ok;
+        if (options_is(&c, "--help") || options_is(&c, "-h")) {
+            *help = true;
+            return 0;
+        } else if (options_is(&c, "--batch")) {
+            ok = options_size(&c, 1, BENCH_MAX_BATCH, &a->batch);
+        } else if (options_is(&c, "--heads")) {
+            ok = options_size(&c, 1, BENCH_MAX_HEADS, &a->heads);
+        } else if (options_is(&c, "--kv-heads")) {
+            ok = options_size(&c, 1, BENCH_MAX_HEADS, &a->kv_heads);
+        } else if (options_is(&c, "--seqlen")) {
+            ok = options_size(&c, 1, BENCH_MAX_SEQLEN, &a->seqlen);
+        } else if (options_is(&c, "--seqlen-k")) {
+            ok = options_size(&c, 1, BENCH_MAX_SEQLEN, &a->seqlen_k);
+        } else if (options_is(&c, "--head-dim")) {
+            ok = options_size(&c, 1, FLASHCL_MAX_HEAD_DIM, &a->head_dim);
+        } else if (options_is(&c, "--iters")) {
+            ok = options_size(&c, 0, BENCH_MAX_ITERS, &a->iters);
+        } else if (options_is(&c, "--warmup")) {
+            ok = options_size(&c, 0, BENCH_MAX_ITERS, &a->warmup);
+        } else if (options_is(&c, "--path")) {
+            ok = options_choice(&c, path_choices, sizeof path_choices / sizeof path_choices[0],
+                                &a->path);
+        } else if (options_is(&c, "--device")) {
+            ok = options_value(&c, &a->device);
+        } else if (options_is(&c, "--causal")) {
+            ok = options_flag(&c);
+            a->causal = true;
+        } else if (options_is(&c, "--json")) {
+            ok = options_flag(&c);
+            a->json = true;
+        } else {
+            return options_unknown(&c);
+        }
+        if (!ok)
+            return TOOL_EXIT_USAGE;
+    }
+    if (more < 0)
+        return TOOL_EXIT_USAGE;
+    if (a->kv_heads == 0)
+        a->kv_heads = a->heads;
+    if (a->seqlen_k == 0)
+        a->seqlen_k = a->seqlen;
+    if (a->heads % a->kv_heads != 0)
+        return tool_usage_error("--kv-heads: %zu query heads are not a multiple of %zu kv heads",
+                                a->heads, a->kv_heads);
+    return 0;
+}
+
+/* a*b*c*d*sizeof(float), or 0 when that overflows size_t. */
+static size_t tensor_bytes(size_t a, size_t b, size_t c, size_t d)
+{
+    size_t dims[4] = {a, b, c, d};
+    size_t bytes = sizeof(float);
+    for (int i = 0; i < 4; ++i) {
+        if (bytes > SIZE_MAX / dims[i])
+            return 0;
+        bytes *= dims[i];
+    }
+    return bytes;
+}
+
+/* Statuses that mean "the buffers do not fit", which skip the standard path. */
+static bool is_allocation_failure(int status)
+{
+    return status == FLASHCL_ERR_OUT_OF_DEVICE_MEMORY || status == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
+           status == CL_OUT_OF_RESOURCES || status == CL_OUT_OF_HOST_MEMORY ||
+           status == CL_INVALID_BUFFER_SIZE;
+}
+
+/* Device buffers for Q, K, V (random) and O; the context owns none of them. */
+typedef struct bench_buffers {
+    cl_mem q, k, v, o;
+} bench_buffers;
+
+static void release_buffers(bench_buffers *b)
+{
+    cl_mem *all[] = {&b->q, &b->k, &b->v, &b->o};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
+        if (*all[i] != NULL)
+            clReleaseMemObject(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+/* Creates a buffer filled with the next random values of *state. */
+static cl_int random_buffer(cl_context cl, float *staging, size_t bytes, uint64_t *state,
+                            cl_mem *out)
+{
+    random_fill_uniform(staging, bytes / sizeof(float), state);
+    cl_int err = CL_SUCCESS;
+    *out = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, staging, &err);
+    return err;
+}
+
+static int create_buffers(flashcl_context *ctx, size_t q_bytes, size_t kv_bytes, bench_buffers *b)
+{
+    cl_context cl = flashcl_context_cl_context(ctx);
+    float *staging = malloc(q_bytes > kv_bytes ? q_bytes : kv_bytes);
+    if (staging == NULL)
+        return tool_failure("bench: out of host memory for the inputs");
+    uint64_t state = 0x853c49e6748fea9bu; /* fixed: every run sees the same inputs */
+    const char *failed = NULL;
+    cl_int err;
+    if ((err = random_buffer(cl, staging, q_bytes, &state, &b->q)) != CL_SUCCESS)
+        failed = "Q";
+    else if ((err = random_buffer(cl, staging, kv_bytes, &state, &b->k)) != CL_SUCCESS)
+        failed = "K";
+    else if ((err = random_buffer(cl, staging, kv_bytes, &state, &b->v)) != CL_SUCCESS)
+        failed = "V";
+    else if ((b->o = clCreateBuffer(cl, CL_MEM_READ_WRITE, q_bytes, NULL, &err)), err != CL_SUCCESS)
+        failed = "O";
+    free(staging);
+    if (failed != NULL)
+        return tool_failure("bench: cannot allocate %s (%zu bytes) on the device: %s", failed,
+                            failed[0] == 'K' || failed[0] == 'V' ? kv_bytes : q_bytes,
+                            flashcl_status_name(err));
+    return 0;
+}
+
+/* "STATUS_NAME: detail" for a failed call. */
+static void describe_failure(flashcl_context *ctx, int status, char *buf, size_t size)
+{
+    const char *detail = flashcl_last_error(ctx);
+    snprintf(buf, size, "%s: %s", flashcl_status_name(status),
+             detail != NULL && detail[0] ? detail : flashcl_status_string(status));
+}
+
+/*
+ * Plans, times and reads back one path. Returns 0, or the exit status after
+ * printing why; a standard path that cannot allocate is marked skipped.
+ */
+static int run_one(flashcl_context *ctx, const bench_problem *problem, flashcl_path path,
+                   const bench_settings *settings, bench_path_report *p, float *host_out,
+                   size_t out_bytes)
+{
+    flashcl_status status = flashcl_plan_query(ctx, problem->desc, path, &p->plan);
+    if (status == FLASHCL_SUCCESS)
+        status = bench_run_path(problem, path, settings, &p->result);
+    if (status != FLASHCL_SUCCESS) {
+        describe_failure(ctx, status, p->reason, sizeof p->reason);
+        if (path == FLASHCL_PATH_STANDARD && is_allocation_failure(status)) {
+            p->skipped = true;
+            /* Let anything still queued drain before flash's results are used. */
+            clFinish(flashcl_context_queue(ctx));
+            return 0;
+        }
+        return tool_status_error(p->name, status, flashcl_last_error(ctx));
+    }
+    cl_int err = clEnqueueReadBuffer(flashcl_context_queue(ctx), problem->o.buffer, CL_TRUE, 0,
+                                     out_bytes, host_out, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return tool_failure("bench: %s: reading the output failed: %s", p->name,
+                            flashcl_status_name(err));
+    p->ran = true;
+    p->bytes_extra = path == FLASHCL_PATH_STANDARD ? flashcl_context_scratch_bytes(ctx)
+                                                   : p->plan.scratch_bytes;
+    return 0;
+}
+
+/* Runs the selected paths and reports; the buffers and context are ready. */
+static int run_and_report(flashcl_context *ctx, const bench_args *a, bench_report *report,
+                          const bench_buffers *buffers, size_t q_bytes)
+{
+    bench_problem problem;
+    problem.ctx = ctx;
+    problem.desc = &report->desc;
+    problem.q = flashcl_tensor_bshd(buffers->q, a->seqlen, a->heads, a->head_dim);
+    problem.k = flashcl_tensor_bshd(buffers->k, a->seqlen_k, a->kv_heads, a->head_dim);
+    problem.v = flashcl_tensor_bshd(buffers->v, a->seqlen_k, a->kv_heads, a->head_dim);
+    problem.o = flashcl_tensor_bshd(buffers->o, a->seqlen, a->heads, a->head_dim);
+    bench_settings settings = {a->iters, a->warmup};
+
+    float *outputs[BENCH_PATH_COUNT] = {NULL, NULL};
+    int rc = 0;
+    for (int i = 0; i < BENCH_PATH_COUNT && rc == 0; ++i) {
+        bench_path_report *p = &report->paths[i];
+        if (!p->selected)
+            continue;
+        outputs[i] = malloc(q_bytes);
+        if (outputs[i] == NULL) {
+            rc = tool_failure("bench: out of host memory for the outputs");
+            break;
+        }
+        flashcl_path path = i == BENCH_STANDARD ? FLASHCL_PATH_STANDARD : FLASHCL_PATH_FLASH;
+        rc = run_one(ctx, &problem, path, &settings, p, outputs[i], q_bytes);
+    }
+    if (rc == 0) {
+        if (report->paths[BENCH_FLASH].ran && report->paths[BENCH_STANDARD].ran) {
+            compare_outputs(outputs[BENCH_FLASH], outputs[BENCH_STANDARD], q_bytes / sizeof(float),
+                            BENCH_ATOL, BENCH_RTOL, &report->comparison);
+            report->compared = true;
+        }
+        if (a->json)
+            bench_print_json(stdout, report);
+        else
+            bench_print_table(stdout, report);
+        if (report->compared && !report->comparison.agree)
+            rc = tool_failure("bench: flash and standard disagree (%zu elements differ)",
+                              report->comparison.mismatches);
+    }
+    free(outputs[BENCH_FLASH]);
+    free(outputs[BENCH_STANDARD]);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_args a;
+    memset(&a, 0, sizeof a);
+    bool help = false;
+    int rc = parse_args(argc, argv, &a, &help);
+    if (help) {
+        cmd_bench_help(stdout);
+        return TOOL_EXIT_OK;
+    }
+    if (rc != 0)
+        return rc;
+
+    size_t q_bytes = tensor_bytes(a.batch, a.seqlen, a.heads, a.head_dim);
+    size_t kv_bytes = tensor_bytes(a.batch, a.seqlen_k, a.kv_heads, a.head_dim);
+    if (q_bytes == 0 || kv_bytes == 0)
+        return tool_usage_error("bench: the tensors of this shape are too large to address");
+
+    /* On the heap, zeroed: the report holds a few kilobytes of plans and text. */
+    bench_report *report = calloc(1, sizeof *report);
+    if (report == NULL)
+        return tool_failure("bench: out of host memory");
+    report->desc.batch = a.batch;
+    report->desc.heads_q = a.heads;
+    report->desc.heads_kv = a.kv_heads;
+    report->desc.seqlen_q = a.seqlen;
+    report->desc.seqlen_k = a.seqlen_k;
+    report->desc.head_dim = a.head_dim;
+    report->desc.causal = a.causal;
+    report->warmup = a.warmup;
+    double d = (double)a.batch * (double)a.heads * (double)a.seqlen * (double)a.seqlen_k *
+               (double)a.head_dim;
+    report->flops = 4.0 * d * (a.causal ? 0.5 : 1.0);
+    report->bytes = 4.0 * (2.0 * (double)a.batch * (double)a.heads * (double)a.seqlen *
+                               (double)a.head_dim +
+                           2.0 * (double)a.batch * (double)a.kv_heads * (double)a.seqlen_k *
+                               (double)a.head_dim);
+    report->paths[BENCH_FLASH].name = "flash";
+    report->paths[BENCH_STANDARD].name = "standard";
+    report->paths[BENCH_FLASH].selected = a.path != CHOICE_STANDARD;
+    report->paths[BENCH_STANDARD].selected = a.path != CHOICE_FLASH;
+
+    flashcl_context *ctx = NULL;
+    char err[1024] = "";
+    flashcl_status status = flashcl_context_create(&ctx, a.device, err, sizeof err);
+    if (status != FLASHCL_SUCCESS) {
+        free(report);
+        return tool_status_error(NULL, status, err);
+    }
+    device_string_into(flashcl_context_device(ctx), CL_DEVICE_NAME, report->device,
+                       sizeof report->device);
+
+    bench_buffers buffers = {NULL, NULL, NULL, NULL};
+    rc = create_buffers(ctx, q_bytes, kv_bytes, &buffers);
+    if (rc == 0)
+        rc = run_and_report(ctx, &a, report, &buffers, q_bytes);
+    release_buffers(&buffers);
+    flashcl_context_destroy(ctx);
+    free(report);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/*
+ * Strict reader and writer for NumPy .npy files holding float32 C-order
+ * arrays ('<f4'), format versions 1.0, 2.0 and 3.0.
+ *
+ * The reader is meant to face hostile files: every length is bounds-checked,
+ * every size product is overflow-checked, and anything it does not fully
+ * understand is refused with a specific message rather than guessed at.
+ * Every function returns 0 on success and -1 on failure, with the reason in
+ * err (a sentence without the file name; callers prefix it).
+ */
+#ifndef FLASHCL_TOOLS_NPY_H
+#define FLASHCL_TOOLS_NPY_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* More dimensions than NumPy itself allows (32 before 2.0, 64 after) is never needed here. */
+#define NPY_MAX_DIMS 32
+/* NumPy refuses headers over 10000 bytes by default; allow more, but not gigabytes. */
+#define NPY_MAX_HEADER_BYTES ((size_t)1 << 20)
+
+typedef struct npy_header {
+    int major, minor;         /* format version */
+    size_t ndim;
+    size_t shape[NPY_MAX_DIMS];
+    size_t count;             /* elements: the product of shape (1 for a 0-d array) */
+    size_t data_bytes;        /* count * sizeof(float) */
+    size_t data_offset;       /* bytes from the start of the file to the data */
+} npy_header;
+
+typedef struct npy_array {
+    size_t ndim;
+    size_t shape[NPY_MAX_DIMS];
+    size_t count;
+    float *data; /* count floats in host byte order; free with npy_array_free */
+} npy_array;
+
+/*
+ * Parses the magic, version, header length and header dictionary at the
+ * start of bytes[0..len). len must cover at least the whole header; the
+ * array data after it is not looked at.
+ */
+int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, char *err,
+                     size_t err_size);
+
+/* Reads a whole .npy file; its size must be exactly header + data. */
+int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size);
+
+/* Same checks as npy_read_file, on a file already in memory (for fuzzing). */
+int npy_read_memory(const unsigned char *bytes, size_t len, npy_array *out, char *err,
+                    size_t err_size);
+
+void npy_array_free(npy_array *a);
+
+/*
+ * Writes a float32 C-order array: format 1.0 (2.0 when the header would not
+ * fit in 1.0's 16-bit length), the header padded with spaces and ended by
+ * '\n' so the data starts at a multiple of 64 bytes, as NumPy does.
+ */
+int npy_write(FILE *f, const size_t *shape, size_t ndim, const float *data, char *err,
+              size_t err_size);
+
+/* "(2, 128, 8, 64)", "(3,)" or "()" into buf, truncated to fit. */
+void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_size);
+
+#endif
