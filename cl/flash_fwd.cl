@@ -7,7 +7,7 @@
  * into the scale so every exponential is an exp2. The output is normalised
  * once, at the end (FlashAttention-2).
  *
- * Two kernels, chosen by the host's plan:
+ * Three kernels, chosen by the host's plan (FLASH_KERNEL picks the one a build contains):
  *   flash_fwd_rows   one work-item per query row (THREADS_PER_ROW == 1). The
  *                    K/V tile is staged through __local (STAGE_LOCAL=1, GPUs)
  *                    or read straight from global memory (STAGE_LOCAL=0: on a
@@ -16,6 +16,7 @@
  *   flash_fwd_split  THREADS_PER_ROW work-items per row: each scores a strided
  *                    subset of the tile's keys and owns a strided subset of
  *                    the output dims, so large head dims fit in registers.
+ *   flash_fwd_tiles  GPUs: both products register-blocked like a GEMM (see below).
  *
  * Grid: (query blocks * WG_SIZE, heads_q, batch). Query blocks run in reverse
  * so the heavy (late) blocks of a causal problem start first.
@@ -35,6 +36,20 @@
 #endif
 #ifndef STAGE_LOCAL
 #define STAGE_LOCAL 1
+#endif
+/* Which kernel this build contains: only one, so an unused kernel's local
+   arrays can never push the program over the device's local memory. */
+#define FLASH_KERNEL_ROWS 0
+#define FLASH_KERNEL_SPLIT 1
+#define FLASH_KERNEL_TILES 2
+#ifndef FLASH_KERNEL
+#define FLASH_KERNEL FLASH_KERNEL_ROWS
+#endif
+#ifndef TILE_M
+#define TILE_M 4
+#endif
+#ifndef TILE_N
+#define TILE_N 4
 #endif
 
 #define WG_SIZE (BLOCK_M * THREADS_PER_ROW)
@@ -86,6 +101,7 @@ inline float dot4(float4 a, float4 b) {
     return (p.x + p.y) + (p.z + p.w);
 }
 
+#if FLASH_KERNEL == FLASH_KERNEL_ROWS
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
                     __global const float *K, VIEW_ARGS(k),
@@ -217,8 +233,9 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
         LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + row] = lse;
     }
 }
+#endif
 
-#if THREADS_PER_ROW > 1
+#if FLASH_KERNEL == FLASH_KERNEL_SPLIT
 /* Padding by one float puts rows of the local tiles in different banks. */
 #define LDS (HEAD_DIM + 1)
 #define KEYS_PER_THREAD (BLOCK_N / THREADS_PER_ROW)
@@ -331,6 +348,165 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
     if (write_lse && t == 0) {
         float lse = l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF;
         LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + row] = lse;
+    }
+}
+#endif
+
+#if FLASH_KERNEL == FLASH_KERNEL_TILES
+/*
+ * flash_fwd_tiles: the GPU kernel. Both products are register-blocked like a
+ * GEMM: a 16x16 grid of work-items, each owning a TILE_M x TILE_N block of
+ * the BLOCK_M x BLOCK_N score tile and the matching TILE_M rows x
+ * ceil(HEAD_DIM/16) dims of the output. Q and K stream through __local in
+ * slices of 16 dims, P goes through __local once per tile, V streams in
+ * slices of 16 keys; the output stays in registers for the whole key loop.
+ */
+#define GRID 16
+#define SLICE 16
+#define DIMS_PER_ITEM ((HEAD_DIM + GRID - 1) / GRID)
+#define STAGE_FLOATS (2 * SLICE * BLOCK_M > SLICE * HEAD_DIM ? 2 * SLICE * BLOCK_M : SLICE * HEAD_DIM)
+
+#if BLOCK_M != TILE_M * GRID || BLOCK_N != TILE_N * GRID
+#error "BLOCK_M and BLOCK_N must be 16 * TILE_M and 16 * TILE_N"
+#endif
+
+__kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1)))
+void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
+                     __global const float *K, VIEW_ARGS(k),
+                     __global const float *V, VIEW_ARGS(v),
+                     __global float *O, VIEW_ARGS(o),
+                     __global float *LSE, ulong lse_off, int write_lse,
+                     int seqlen_q, int seqlen_k, int heads_q, int group,
+                     float scale_log2, int causal)
+{
+    const int lid = (int)get_local_id(0);
+    const int tx = lid % GRID, ty = lid / GRID;
+    const int nblocks = (int)get_num_groups(0);
+    const int block = nblocks - 1 - (int)get_group_id(0);
+    const int h = (int)get_group_id(1);
+    const int b = (int)get_group_id(2);
+    const int hk = h / group;
+    const long row0 = (long)block * BLOCK_M;
+
+    __global const float *Qb = Q + VIEW_BASE(q, b, h);
+    __global const float *Kb = K + VIEW_BASE(k, b, hk);
+    __global const float *Vb = V + VIEW_BASE(v, b, hk);
+
+    /* stage holds [Q slice | K slice] while scoring and the V slice during PV. */
+    __local float stage[STAGE_FLOATS];
+    __local float Pt[BLOCK_N * BLOCK_M]; /* P transposed: [key][row] */
+    __local float red[BLOCK_M * GRID];
+    __local float *Qs = stage;                   /* [SLICE][BLOCK_M] */
+    __local float *Ks = stage + SLICE * BLOCK_M; /* [SLICE][BLOCK_N] */
+    __local float *Vs = stage;                   /* [SLICE][HEAD_DIM] */
+
+    float acc[TILE_M][DIMS_PER_ITEM];
+    float m[TILE_M], l_part[TILE_M];
+    long limit[TILE_M];
+    for (int i = 0; i < TILE_M; ++i) {
+        for (int k = 0; k < DIMS_PER_ITEM; ++k) acc[i][k] = 0.0f;
+        m[i] = FLASHCL_NEG_INF;
+        l_part[i] = 0.0f;
+        long row = row0 + ty + GRID * i;
+        limit[i] = causal ? flashcl_causal_limit(row, seqlen_q, seqlen_k) : (long)seqlen_k - 1;
+    }
+
+    const long kv_end = flash_kv_end(row0, seqlen_q, seqlen_k, causal);
+    for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
+        float s[TILE_M][TILE_N];
+        for (int i = 0; i < TILE_M; ++i)
+            for (int j = 0; j < TILE_N; ++j) s[i][j] = 0.0f;
+
+        /* S = (scale*log2e*Q) K^T, 16 dims at a time. */
+        for (int c0 = 0; c0 < HEAD_DIM; c0 += SLICE) {
+            for (int e = lid; e < SLICE * BLOCK_M; e += GRID * GRID) {
+                int r = e / SLICE, c = e - r * SLICE;
+                long qi = row0 + r;
+                Qs[c * BLOCK_M + r] = (qi < seqlen_q && c0 + c < HEAD_DIM) ? Qb[qi * q_sr + c0 + c] * scale_log2 : 0.0f;
+            }
+            for (int e = lid; e < SLICE * BLOCK_N; e += GRID * GRID) {
+                int r = e / SLICE, c = e - r * SLICE;
+                long kj = key0 + r;
+                Ks[c * BLOCK_N + r] = (kj < seqlen_k && c0 + c < HEAD_DIM) ? Kb[kj * k_sr + c0 + c] : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int c = 0; c < SLICE; ++c) {
+                float a[TILE_M], bk[TILE_N];
+                for (int i = 0; i < TILE_M; ++i) a[i] = Qs[c * BLOCK_M + ty + GRID * i];
+                for (int j = 0; j < TILE_N; ++j) bk[j] = Ks[c * BLOCK_N + tx + GRID * j];
+                for (int i = 0; i < TILE_M; ++i)
+                    for (int j = 0; j < TILE_N; ++j) s[i][j] = fma(a[i], bk[j], s[i][j]);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+
+        /* Mask, then the row max across the 16 work-items sharing each row. */
+        const int masked = flash_tile_needs_mask(row0, key0, seqlen_q, seqlen_k, causal);
+        for (int i = 0; i < TILE_M; ++i) {
+            float mx = FLASHCL_NEG_INF;
+            for (int j = 0; j < TILE_N; ++j) {
+                if (masked && key0 + tx + GRID * j > limit[i]) s[i][j] = FLASHCL_NEG_INF;
+                mx = fmax(mx, s[i][j]);
+            }
+            red[(ty + GRID * i) * GRID + tx] = mx;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = 0; i < TILE_M; ++i) {
+            float mx = m[i];
+            for (int u = 0; u < GRID; ++u) mx = fmax(mx, red[(ty + GRID * i) * GRID + u]);
+            const float base = flashcl_safe_base(mx);
+            const float alpha = exp2(m[i] - base);
+            m[i] = mx;
+            l_part[i] *= alpha;
+            for (int k = 0; k < DIMS_PER_ITEM; ++k) acc[i][k] *= alpha;
+            for (int j = 0; j < TILE_N; ++j) {
+                float p = exp2(s[i][j] - base);
+                l_part[i] += p;
+                Pt[(tx + GRID * j) * BLOCK_M + ty + GRID * i] = p;
+            }
+        }
+
+        /* O += P V, 16 keys at a time. */
+        for (int j0 = 0; j0 < BLOCK_N; j0 += SLICE) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* Pt complete; the previous slice's readers are done */
+            for (int e = lid; e < SLICE * HEAD_DIM; e += GRID * GRID) {
+                int r = e / HEAD_DIM, c = e - r * HEAD_DIM;
+                long kj = key0 + j0 + r;
+                Vs[e] = kj < seqlen_k ? Vb[kj * v_sr + c] : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int jj = 0; jj < SLICE; ++jj) {
+                float p[TILE_M], vv[DIMS_PER_ITEM];
+                for (int i = 0; i < TILE_M; ++i) p[i] = Pt[(j0 + jj) * BLOCK_M + ty + GRID * i];
+                for (int k = 0; k < DIMS_PER_ITEM; ++k) {
+                    int c = tx + GRID * k;
+                    vv[k] = Vs[jj * HEAD_DIM + (c < HEAD_DIM ? c : 0)];
+                }
+                for (int i = 0; i < TILE_M; ++i)
+                    for (int k = 0; k < DIMS_PER_ITEM; ++k) acc[i][k] = fma(p[i], vv[k], acc[i][k]);
+            }
+        }
+        /* The next tile's Q/K slices overwrite stage and red is rewritten. */
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    for (int i = 0; i < TILE_M; ++i) red[(ty + GRID * i) * GRID + tx] = l_part[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < TILE_M; ++i) {
+        long row = row0 + ty + GRID * i;
+        float l = 0.0f;
+        for (int u = 0; u < GRID; ++u) l += red[(ty + GRID * i) * GRID + u];
+        if (row >= seqlen_q) continue;
+        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+        __global float *Or = O + VIEW_BASE(o, b, h) + row * o_sr;
+        for (int k = 0; k < DIMS_PER_ITEM; ++k) {
+            int c = tx + GRID * k;
+            if (c < HEAD_DIM) Or[c] = acc[i][k] * inv_l;
+        }
+        if (write_lse && tx == 0) {
+            float lse = l > 0.0f ? M_LN2_F * (m[i] + log2(l)) : FLASHCL_NEG_INF;
+            LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + row] = lse;
+        }
     }
 }
 #endif

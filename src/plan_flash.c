@@ -29,15 +29,40 @@
 #define MAX_BLOCK_COLS 64 /* the rows kernel keeps a tile's scores in a private array */
 #define MAX_ATTEMPTS 12
 
+enum { KERNEL_ROWS = 0, KERNEL_SPLIT = 1, KERNEL_TILES = 2 };
+static const char *const kernel_names[] = {"flash_fwd_rows", "flash_fwd_split", "flash_fwd_tiles"};
+
 typedef struct {
-    int br, bc, tpr, staging;
+    int kernel, br, bc, tpr, staging;
 } shape;
+
+#define TILES_GRID 16  /* flash_fwd_tiles is a 16x16 grid of work-items */
+#define TILES_SLICE 16 /* ... streaming Q/K/V in slices of 16 */
+
+/* The built-in table (the step before the formula): GPUs get the register-
+   blocked kernel with 64x64 tiles (4x4 scores and 4 x ceil(d/16) outputs per
+   work-item), measured on an H200 at 1.6-2x the formula's split kernel. */
+static int table_shape(const flashcl_context *ctx, shape *s, char *why, size_t cap) {
+    if (ctx->info.is_cpu) return 0;
+    s->kernel = KERNEL_TILES;
+    s->br = 64;
+    s->bc = 64;
+    s->tpr = TILES_GRID;
+    s->staging = FLASHCL_STAGING_LOCAL;
+    snprintf(why, cap, "table: GPU device -> register-blocked tiles kernel, Br=64, Bc=64");
+    return 1;
+}
 
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 static int round_down(int x, int m) { return x / m * m; }
 
 /* __local bytes each kernel declares (mirrors cl/flash_fwd.cl). */
 static size_t local_bytes(const shape *s, int d) {
+    if (s->kernel == KERNEL_TILES) {
+        size_t stage = 2 * TILES_SLICE * (size_t)s->br;
+        if ((size_t)TILES_SLICE * d > stage) stage = (size_t)TILES_SLICE * d;
+        return 4 * (stage + (size_t)s->bc * s->br + (size_t)s->br * TILES_GRID);
+    }
     if (s->tpr > 1) {
         size_t lds = (size_t)d + 1;
         return 4 * ((size_t)s->br * lds + 2 * (size_t)s->bc * lds + (size_t)s->br * s->bc + (size_t)s->br * s->tpr);
@@ -73,6 +98,7 @@ static void seed_shape(const flashcl_context *ctx, int d, shape *s, char *why, s
     snprintf(why, cap, "seed: M=%zu floats of local memory, d=%d -> Bc=%zu, Br=%zu; ", m, d, bc, br);
     s->bc = bc > MAX_BLOCK_COLS ? MAX_BLOCK_COLS : (int)(bc < 4 ? 4 : bc);
     s->br = br < 1 ? 1 : (br > 1024 ? 1024 : (int)br);
+    s->kernel = KERNEL_ROWS;
     if (info->is_cpu) {
         s->tpr = 1;
         s->staging = FLASHCL_STAGING_LOCAL;
@@ -85,6 +111,7 @@ static void seed_shape(const flashcl_context *ctx, int d, shape *s, char *why, s
         int tpr = 1;
         while (tpr * 16 < d) tpr *= 2;
         s->tpr = tpr;
+        s->kernel = KERNEL_SPLIT;
         s->staging = FLASHCL_STAGING_LOCAL;
         flashcl__appendf(why, cap, "GPU: %d work-items per row (<=16 output dims each), K/V tiles in __local", tpr);
     }
@@ -93,14 +120,32 @@ static void seed_shape(const flashcl_context *ctx, int d, shape *s, char *why, s
 static void apply_override(const flashcl__tile_override *ov, shape *s) {
     if (ov->threads_per_row > 0) s->tpr = ov->threads_per_row;
     if (ov->staging >= 0) s->staging = ov->staging;
-    if (s->tpr > 1) s->staging = FLASHCL_STAGING_LOCAL; /* the split kernel always stages */
+    if (ov->kernel >= 0) s->kernel = ov->kernel;
+    else if (ov->threads_per_row > 0) s->kernel = s->tpr > 1 ? KERNEL_SPLIT : KERNEL_ROWS;
+    if (s->kernel == KERNEL_TILES) {
+        s->tpr = TILES_GRID;
+        s->br = s->bc = 4 * TILES_GRID;
+    } else if (s->kernel == KERNEL_SPLIT && s->tpr < 2) {
+        s->tpr = 4;
+    } else if (s->kernel == KERNEL_ROWS) {
+        s->tpr = 1;
+    }
+    if (s->tpr > 1) s->staging = FLASHCL_STAGING_LOCAL; /* split and tiles always stage */
     if (ov->block_rows > 0) s->br = ov->block_rows;
     if (ov->block_cols > 0) s->bc = ov->block_cols;
 }
 
 static void build_options(const shape *s, int d, char *out, size_t cap) {
-    snprintf(out, cap, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D THREADS_PER_ROW=%d -D STAGE_LOCAL=%d", d, s->br,
-             s->bc, s->tpr, s->staging == FLASHCL_STAGING_LOCAL);
+    if (s->kernel == KERNEL_TILES)
+        snprintf(out, cap, "-D FLASH_KERNEL=2 -D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D TILE_M=%d -D TILE_N=%d", d,
+                 s->br, s->bc, s->br / TILES_GRID, s->bc / TILES_GRID);
+    else
+        snprintf(out, cap, "-D FLASH_KERNEL=%d -D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D THREADS_PER_ROW=%d -D STAGE_LOCAL=%d",
+                 s->kernel, d, s->br, s->bc, s->tpr, s->staging == FLASHCL_STAGING_LOCAL);
+}
+
+static size_t work_group_of(const shape *s) {
+    return s->kernel == KERNEL_TILES ? (size_t)TILES_GRID * TILES_GRID : (size_t)s->br * (size_t)s->tpr;
 }
 
 /* Builds the shape; *fits says whether the compiled kernel accepts it. */
@@ -111,7 +156,7 @@ static flashcl_status try_shape(flashcl_context *ctx, const shape *s, int d, fla
     cl_program program = NULL;
     flashcl_status st = flashcl__get_program(ctx, "flash_fwd.cl", options, &program);
     if (st != FLASHCL_SUCCESS) return st;
-    const char *name = s->tpr > 1 ? "flash_fwd_split" : "flash_fwd_rows";
+    const char *name = kernel_names[s->kernel];
     cl_kernel kernel = NULL;
     st = flashcl__create_kernel(ctx, program, name, &kernel);
     if (st != FLASHCL_SUCCESS) return st;
@@ -129,7 +174,7 @@ static flashcl_status try_shape(flashcl_context *ctx, const shape *s, int d, fla
         clReleaseKernel(kernel);
         return flashcl__fail_cl(ctx, err, "clGetKernelWorkGroupInfo(flash forward)");
     }
-    size_t wg = (size_t)s->br * (size_t)s->tpr;
+    size_t wg = work_group_of(s);
     *fits = wg <= kernel_wg && local <= ctx->info.local_mem_bytes;
     *preferred_multiple = pm ? pm : 1;
     if (!*fits) {
@@ -153,67 +198,84 @@ static flashcl_status try_shape(flashcl_context *ctx, const shape *s, int d, fla
     return FLASHCL_SUCCESS;
 }
 
-static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl__flash_plan *out) {
-    memset(out, 0, sizeof *out);
-    const int d = (int)desc->head_dim;
-    flashcl__tile_override ov;
-    flashcl_status st = flashcl__read_tile_override(ctx, &ov);
-    if (st != FLASHCL_SUCCESS) return st;
+/* Records where the plan came from and why. */
+static void describe(flashcl__flash_plan *out, const shape *s, const char *origin, const char *why) {
+    flashcl__copy_str(out->pub.origin, sizeof out->pub.origin, origin);
+    flashcl__copy_str(out->pub.reason, sizeof out->pub.reason, why);
+    flashcl__appendf(out->pub.reason, sizeof out->pub.reason, "; kernel %s, Br=%d Bc=%d, %zu work-items, %zu B local",
+                     out->pub.kernel, s->br, s->bc, out->pub.work_group_size, out->pub.local_mem_bytes);
+}
 
+static int fits_device(const flashcl_context *ctx, const shape *s, int d) {
+    return work_group_of(s) <= ctx->info.max_work_group_size && local_bytes(s, d) <= ctx->info.local_mem_bytes;
+}
+
+/* FLASHCL_TILE: exactly what was asked, or an error that says why not. */
+static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_override *ov, int d,
+                                    flashcl__flash_plan *out) {
     char why[sizeof out->pub.reason];
     shape s;
     seed_shape(ctx, d, &s, why, sizeof why);
-    const char *origin = "formula";
-    if (ov.present) {
-        apply_override(&ov, &s);
-        origin = "env";
-        flashcl__appendf(why, sizeof why, "; overridden by FLASHCL_TILE");
-        if (s.tpr & (s.tpr - 1) || s.bc % 4 || s.bc % s.tpr)
+    apply_override(ov, &s);
+    flashcl__appendf(why, sizeof why, "; overridden by FLASHCL_TILE");
+    if (s.kernel == KERNEL_TILES) {
+        if (s.br % TILES_GRID || s.bc % TILES_GRID || s.br > 4 * TILES_GRID || s.bc > 4 * TILES_GRID)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_TILE: tpr (%d) must be a power of two and bc (%d) a multiple of 4 and of tpr",
-                                 s.tpr, s.bc);
-    } else {
-        s.bc = legal_bc(s.bc, &s);
-        size_t max_wg = ctx->info.max_work_group_size;
-        if ((size_t)s.br * s.tpr > max_wg) s.br = (int)(max_wg / (size_t)s.tpr);
-        if (s.br < 1) return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "max work-group size %zu is below %d threads per row",
-                                           max_wg, s.tpr);
-        if (!fit_local(&s, d, ctx->info.local_mem_bytes))
-            return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash tile for d=%d fits %llu bytes of local memory", d,
-                                 (unsigned long long)ctx->info.local_mem_bytes);
+                                 "FLASHCL_TILE: the tiles kernel needs br and bc in {16, 32, 48, 64} (got %d, %d)", s.br, s.bc);
+    } else if (s.tpr & (s.tpr - 1) || s.bc % 4 || s.bc % s.tpr) {
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                             "FLASHCL_TILE: tpr (%d) must be a power of two and bc (%d) a multiple of 4 and of tpr", s.tpr, s.bc);
     }
+    int fits = 0;
+    size_t pm = 1;
+    flashcl_status st = fits_device(ctx, &s, d) ? try_shape(ctx, &s, d, out, &fits, &pm) : FLASHCL_SUCCESS;
+    if (st != FLASHCL_SUCCESS) return st;
+    if (!fits)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                             "FLASHCL_TILE plan (%s br=%d bc=%d tpr=%d) needs %zu work-items and %zu B of local memory; the "
+                             "device or the built kernel allows less",
+                             kernel_names[s.kernel], s.br, s.bc, s.tpr, work_group_of(&s), local_bytes(&s, d));
+    describe(out, &s, "env", why);
+    return FLASHCL_SUCCESS;
+}
 
+/* The seed formula, fitted to the device, halved after the build until it fits. */
+static flashcl_status plan_from_formula(flashcl_context *ctx, int d, flashcl__flash_plan *out) {
+    char why[sizeof out->pub.reason];
+    shape s;
+    seed_shape(ctx, d, &s, why, sizeof why);
+    s.bc = legal_bc(s.bc, &s);
+    size_t max_wg = ctx->info.max_work_group_size;
+    if ((size_t)s.br * s.tpr > max_wg) s.br = (int)(max_wg / (size_t)s.tpr);
+    if (s.br < 1)
+        return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "max work-group size %zu is below %d threads per row", max_wg, s.tpr);
+    if (!fit_local(&s, d, ctx->info.local_mem_bytes))
+        return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash tile for d=%d fits %llu bytes of local memory", d,
+                             (unsigned long long)ctx->info.local_mem_bytes);
+    const char *origin = "formula";
     int rounded = 0;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
         int fits = 0;
         size_t pm = 1;
-        st = try_shape(ctx, &s, d, out, &fits, &pm);
+        flashcl_status st = try_shape(ctx, &s, d, out, &fits, &pm);
         if (st != FLASHCL_SUCCESS) return st;
         if (fits) {
             /* Round the work-group up to the preferred multiple once, if it still fits. */
-            size_t wg = (size_t)s.br * s.tpr;
-            if (!ov.present && !rounded && wg % pm != 0 && pm % (size_t)s.tpr == 0) {
+            size_t wg = work_group_of(&s);
+            if (!rounded && wg % pm != 0 && pm % (size_t)s.tpr == 0) {
                 shape r = s;
                 r.br = round_up((int)wg, (int)pm) / s.tpr;
                 rounded = 1;
-                if ((size_t)r.br * r.tpr <= ctx->info.max_work_group_size &&
-                    local_bytes(&r, d) <= ctx->info.local_mem_bytes) {
+                if (fits_device(ctx, &r, d)) {
                     clReleaseKernel(out->kernel);
                     out->kernel = NULL;
                     s = r;
                     continue;
                 }
             }
-            flashcl__copy_str(out->pub.origin, sizeof out->pub.origin, origin);
-            flashcl__copy_str(out->pub.reason, sizeof out->pub.reason, why);
-            flashcl__appendf(out->pub.reason, sizeof out->pub.reason, "; kernel %s, Br=%d Bc=%d, %zu work-items, %zu B local",
-                             out->pub.kernel, s.br, s.bc, out->pub.work_group_size, out->pub.local_mem_bytes);
+            describe(out, &s, origin, why);
             return FLASHCL_SUCCESS;
         }
-        if (ov.present)
-            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_TILE plan (br=%d bc=%d tpr=%d) does not fit the built kernel's limits", s.br, s.bc,
-                                 s.tpr);
         /* Does not fit the compiled kernel (registers, local): halve and retry. */
         origin = "fallback";
         if (s.br > 1) s.br /= 2;
@@ -221,6 +283,30 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
         else break;
     }
     return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash forward plan for d=%d fits this device's kernel limits", d);
+}
+
+/* Lookup chain, most specific first: FLASHCL_TILE, the built-in table, the formula. */
+static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl__flash_plan *out) {
+    memset(out, 0, sizeof *out);
+    const int d = (int)desc->head_dim;
+    flashcl__tile_override ov;
+    flashcl_status st = flashcl__read_tile_override(ctx, &ov);
+    if (st != FLASHCL_SUCCESS) return st;
+    if (ov.present) return plan_from_env(ctx, &ov, d, out);
+
+    char why[sizeof out->pub.reason];
+    shape s;
+    if (table_shape(ctx, &s, why, sizeof why) && fits_device(ctx, &s, d)) {
+        int fits = 0;
+        size_t pm = 1;
+        st = try_shape(ctx, &s, d, out, &fits, &pm);
+        if (st != FLASHCL_SUCCESS) return st;
+        if (fits) {
+            describe(out, &s, "table", why);
+            return FLASHCL_SUCCESS;
+        }
+    }
+    return plan_from_formula(ctx, d, out);
 }
 
 flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention_desc *desc,

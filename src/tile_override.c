@@ -17,7 +17,7 @@ static int parse_positive(const char *s, size_t n, int *out) {
 
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out) {
     out->present = 0;
-    out->block_rows = out->block_cols = out->threads_per_row = out->staging = -1;
+    out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = -1;
     const char *env = getenv("FLASHCL_TILE");
     if (!env || !*env) return FLASHCL_SUCCESS;
     out->present = 1;
@@ -37,9 +37,14 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
             if (vlen == 5 && strncmp(val, "local", 5) == 0) out->staging = FLASHCL_STAGING_LOCAL;
             else if (vlen == 6 && strncmp(val, "direct", 6) == 0) out->staging = FLASHCL_STAGING_DIRECT;
             else ok = 0;
+        } else if (klen == 6 && strncmp(p, "kernel", 6) == 0) {
+            static const char *const names[] = {"rows", "split", "tiles"};
+            for (int i = 0; i < 3; ++i)
+                if (vlen == strlen(names[i]) && strncmp(val, names[i], vlen) == 0) out->kernel = i;
+            ok = out->kernel >= 0;
         } else
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_TILE: unknown key \"%.*s\" (keys: br, bc, tpr, staging)", (int)klen, p);
+                                 "FLASHCL_TILE: unknown key \"%.*s\" (keys: kernel, br, bc, tpr, staging)", (int)klen, p);
         if (!ok)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: bad value in \"%.*s\"", (int)len, p);
         p = comma ? comma + 1 : p + len;

@@ -182,6 +182,15 @@ static cl_int random_buffer(cl_context cl, float *staging, size_t bytes, uint64_
 
 static int create_buffers(flashcl_context *ctx, size_t q_bytes, size_t kv_bytes, bench_buffers *b)
 {
+    /* Refuse before spending time on random numbers the device cannot hold. */
+    cl_ulong max_alloc = 0;
+    if (clGetDeviceInfo(flashcl_context_device(ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+                        sizeof max_alloc, &max_alloc, NULL) == CL_SUCCESS &&
+        (q_bytes > max_alloc || kv_bytes > max_alloc))
+        return tool_failure("bench: a %zu-byte input is larger than the device's largest buffer "
+                            "(%llu bytes)",
+                            q_bytes > kv_bytes ? q_bytes : kv_bytes,
+                            (unsigned long long)max_alloc);
     cl_context cl = flashcl_context_cl_context(ctx);
     float *staging = malloc(q_bytes > kv_bytes ? q_bytes : kv_bytes);
     if (staging == NULL)

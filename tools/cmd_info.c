@@ -103,7 +103,7 @@ static void print_device_properties(cl_device_id device)
             printf(" %s", relevant_extensions[i]);
     }
     printf("%s\n", present == sizeof relevant_extensions / sizeof relevant_extensions[0]
-                       ? " (nothing relevant)"
+                       ? " (none)"
                        : "");
     free(extensions);
 }
