@@ -1,9 +1,16 @@
 /*
  * Standard attention (Algorithm 0 of the FlashAttention paper), the honest
- * baseline: three kernels that go through global memory.
+ * baseline: kernels that go through global memory.
+ * Forward:
  *   std_scores   S = scale * Q K^T          (tiled GEMM, B transposed)
  *   std_softmax  P = softmax(S) in place, and LSE
  *   std_pv       O = P V                    (tiled GEMM)
+ * Backward (P and dS materialised):
+ *   std_rowdot   D = rowsum(dO * O)
+ *   std_scores   dP = dO V^T; std_ds: dS = P * (dP - D) in place
+ *   std_pv       dQ = scale * dS K
+ *   std_tn       per query head: dV_h = P^T dO, dK_h = scale * dS^T Q
+ *   std_group_sum  dK, dV = sum of dK_h, dV_h over each GQA group
  * Each GEMM work-group computes a TILE x TILE block of C with every work-item
  * owning a WPT x WPT register block; A and B stream through __local in steps
  * of TILE_K. Batch and head are the third grid dimension.
@@ -131,7 +138,7 @@ __kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
 void std_pv(__global const float *P,
             __global const float *V, VIEW_ARGS(v),
             __global float *O, VIEW_ARGS(o),
-            int seqlen_q, int seqlen_k, int head_dim, int heads_q, int group)
+            int seqlen_q, int seqlen_k, int head_dim, int heads_q, int group, float alpha)
 {
     const int tn = (int)get_local_id(0), tm = (int)get_local_id(1);
     const int n0 = (int)get_group_id(0) * TILE, m0 = (int)get_group_id(1) * TILE;
@@ -168,7 +175,91 @@ void std_pv(__global const float *P,
         if (i >= seqlen_q) continue;
         for (int wn = 0; wn < WPT; ++wn) {
             int c = n0 + tn + wn * RTS;
-            if (c < head_dim) Oz[(ulong)i * o_sr + c] = acc[wm][wn];
+            if (c < head_dim) Oz[(ulong)i * o_sr + c] = acc[wm][wn] * alpha;
         }
     }
+}
+
+/* D[z, i] = sum_c dO[i, c] O[i, c]; one work-item per row. Grid (rows rounded up, heads_q, batch). */
+__kernel void std_rowdot(__global const float *G, VIEW_ARGS(g),
+                         __global const float *Y, VIEW_ARGS(y),
+                         __global float *Dsum, int seqlen_q, int head_dim, int heads_q)
+{
+    const int i = (int)get_global_id(0);
+    const int h = (int)get_global_id(1), b = (int)get_global_id(2);
+    if (i >= seqlen_q) return;
+    __global const float *gr = G + VIEW_BASE(g, b, h) + (ulong)i * g_sr;
+    __global const float *yr = Y + VIEW_BASE(y, b, h) + (ulong)i * y_sr;
+    float acc = 0.0f;
+    for (int c = 0; c < head_dim; ++c) acc = fma(gr[c], yr[c], acc);
+    Dsum[((ulong)b * heads_q + h) * seqlen_q + i] = acc;
+}
+
+/* dS = P * (dP - D[row]) in place over dP; one work-item per element. */
+__kernel void std_ds(__global const float *P, __global float *dP, __global const float *Dsum, int seqlen_k, ulong count)
+{
+    const ulong e = get_global_id(0);
+    if (e >= count) return;
+    dP[e] = P[e] * (dP[e] - Dsum[e / (ulong)seqlen_k]);
+}
+
+/* C[z] (seqlen_k x head_dim) = alpha * A[z]^T B, A[z] = seqlen_q x seqlen_k scratch, B a [b, heads_q] view. */
+__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
+void std_tn(__global const float *A,
+            __global const float *B, VIEW_ARGS(bv),
+            __global float *C,
+            int seqlen_q, int seqlen_k, int head_dim, int heads_q, float alpha)
+{
+    const int tn = (int)get_local_id(0), tm = (int)get_local_id(1);
+    const int n0 = (int)get_group_id(0) * TILE, m0 = (int)get_group_id(1) * TILE;
+    const int z = (int)get_global_id(2);
+    const int b = z / heads_q, h = z - b * heads_q;
+    __global const float *Az = A + (ulong)z * seqlen_q * seqlen_k;
+    __global const float *Bz = B + VIEW_BASE(bv, b, h);
+
+    __local float As[TILE_K][TILE + 1];
+    __local float Bs[TILE_K][TILE + 1];
+    float acc[WPT][WPT];
+    for (int wm = 0; wm < WPT; ++wm)
+        for (int wn = 0; wn < WPT; ++wn) acc[wm][wn] = 0.0f;
+
+    const int lid = tm * RTS + tn;
+    for (int i0 = 0; i0 < seqlen_q; i0 += TILE_K) {
+        for (int e = lid; e < TILE * TILE_K; e += GEMM_WG) {
+            /* Both operands are read along their rows (over keys, over dims). */
+            int kk = e / TILE, mm = e - kk * TILE;
+            int i = i0 + kk;
+            As[kk][mm] = (i < seqlen_q && m0 + mm < seqlen_k) ? Az[(ulong)i * seqlen_k + m0 + mm] : 0.0f;
+            Bs[kk][mm] = (i < seqlen_q && n0 + mm < head_dim) ? Bz[(ulong)i * bv_sr + n0 + mm] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        GEMM_ACCUMULATE(acc, As, Bs, tm, tn)
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    __global float *Cz = C + (ulong)z * seqlen_k * head_dim;
+    for (int wm = 0; wm < WPT; ++wm) {
+        int j = m0 + tm + wm * RTS;
+        if (j >= seqlen_k) continue;
+        for (int wn = 0; wn < WPT; ++wn) {
+            int c = n0 + tn + wn * RTS;
+            if (c < head_dim) Cz[(ulong)j * head_dim + c] = acc[wm][wn] * alpha;
+        }
+    }
+}
+
+/* out[b, hk] = sum over the group's query heads h of G[b, h] (seqlen_k x head_dim each). */
+__kernel void std_group_sum(__global const float *G, __global float *Out, VIEW_ARGS(out),
+                            int seqlen_k, int head_dim, int heads_q, int group)
+{
+    const int e = (int)get_global_id(0); /* j * head_dim + c */
+    const int hk = (int)get_global_id(1), b = (int)get_global_id(2);
+    if (e >= seqlen_k * head_dim) return;
+    const int j = e / head_dim, c = e - j * head_dim;
+    float acc = 0.0f;
+    for (int g = 0; g < group; ++g) {
+        ulong z = (ulong)b * heads_q + (ulong)hk * group + g;
+        acc += G[z * seqlen_k * head_dim + e];
+    }
+    Out[VIEW_BASE(out, b, hk) + (ulong)j * out_sr + c] = acc;
 }

@@ -239,7 +239,7 @@ typedef struct flashcl_plan {
     size_t local_mem_bytes;  /* __local bytes the kernel uses (as the driver reports) */
     size_t private_mem_bytes;/* CL_KERNEL_PRIVATE_MEM_SIZE (non-zero can mean spills) */
     size_t scratch_bytes;    /* device memory the call allocates beyond its outputs */
-    char origin[16];         /* "env", "formula", "fallback" */
+    char origin[16];         /* "env" (FLASHCL_TILE), "table" (built-in), "formula", "fallback" */
     char build_options[256]; /* the options the kernel was built with */
     char reason[512];        /* why this plan was chosen, in words */
 } flashcl_plan;
@@ -289,6 +289,53 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
 FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                                 flashcl_path path, const float *q, const float *k,
                                                 const float *v, float *o, float *lse);
+
+/* --------------------------------------------------------------- backward */
+
+/*
+ * Backward pass of flashcl_forward: given Q, K, V, the forward's O and LSE,
+ * and dO (the gradient of the loss with respect to O), writes dQ, dK, dV.
+ *   q, o, dout, dq: [batch, heads_q,  seqlen_q, head_dim] views
+ *   k, v, dk, dv:   [batch, heads_kv, seqlen_k, head_dim] views
+ *   lse:            the forward's LSE buffer ([batch, heads_q, seqlen_q] floats from lse_offset)
+ * P is recomputed from Q, K and LSE tile by tile; it is never stored. With
+ * GQA/MQA, dK and dV are already summed over the query heads of each group.
+ * No atomics: results are bitwise identical from run to run. Scratch memory
+ * (D = rowsum(dO * O)) belongs to the context and grows as needed.
+ */
+FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                            const flashcl_tensor *q, const flashcl_tensor *k,
+                                            const flashcl_tensor *v, const flashcl_tensor *o,
+                                            const flashcl_tensor *dout, cl_mem lse, size_t lse_offset,
+                                            const flashcl_tensor *dq, const flashcl_tensor *dk,
+                                            const flashcl_tensor *dv, cl_uint num_wait,
+                                            const cl_event *wait_list, cl_event *event);
+
+/* The standard backward (materialises P and dS in context scratch), the baseline. Same arguments. */
+FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                                     const flashcl_tensor *q, const flashcl_tensor *k,
+                                                     const flashcl_tensor *v, const flashcl_tensor *o,
+                                                     const flashcl_tensor *dout, cl_mem lse,
+                                                     size_t lse_offset, const flashcl_tensor *dq,
+                                                     const flashcl_tensor *dk, const flashcl_tensor *dv,
+                                                     cl_uint num_wait, const cl_event *wait_list,
+                                                     cl_event *event);
+
+/*
+ * Host-array backward, packed [b, s, h, d] like flashcl_forward_host:
+ * q, o, dout, dq [batch, seqlen_q, heads_q, head_dim]; k, v, dk, dv
+ * [batch, seqlen_k, heads_kv, head_dim]; lse [batch, heads_q, seqlen_q]
+ * (as flashcl_forward_host returned it).
+ */
+FLASHCL_API flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                                 flashcl_path path, const float *q, const float *k,
+                                                 const float *v, const float *o, const float *dout,
+                                                 const float *lse, float *dq, float *dk, float *dv);
+
+/* What the backward of `path` runs for `desc` (kernel of the dK/dV pass, its tiles, scratch bytes). */
+FLASHCL_API flashcl_status flashcl_backward_plan_query(flashcl_context *ctx,
+                                                       const flashcl_attention_desc *desc,
+                                                       flashcl_path path, flashcl_plan *out);
 
 #ifdef __cplusplus
 }

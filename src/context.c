@@ -231,9 +231,9 @@ flashcl_status flashcl_context_set_queue(flashcl_context *ctx, cl_command_queue 
 void flashcl_context_destroy(flashcl_context *ctx) {
     if (!ctx) return;
     flashcl__release_plans(ctx);
+    flashcl__release_backward_plans(ctx);
     flashcl__release_programs(ctx);
-    if (ctx->scratch_last_use) clReleaseEvent(ctx->scratch_last_use);
-    if (ctx->scratch) clReleaseMemObject(ctx->scratch);
+    flashcl__release_scratch(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx) clReleaseContext(ctx->cl_ctx);
     free(ctx->error);
@@ -243,5 +243,4 @@ void flashcl_context_destroy(flashcl_context *ctx) {
 cl_command_queue flashcl_context_queue(const flashcl_context *ctx) { return ctx ? ctx->queue : NULL; }
 cl_context flashcl_context_cl_context(const flashcl_context *ctx) { return ctx ? ctx->cl_ctx : NULL; }
 cl_device_id flashcl_context_device(const flashcl_context *ctx) { return ctx ? ctx->device : NULL; }
-size_t flashcl_context_scratch_bytes(const flashcl_context *ctx) { return ctx ? ctx->scratch_bytes : 0; }
 const char *flashcl_context_cache_dir(const flashcl_context *ctx) { return ctx ? ctx->cache_dir : ""; }

@@ -23,7 +23,12 @@ typedef struct flashcl__device_info {
     int is_cpu;
 } flashcl__device_info;
 
+/* Scratch slots a call may hold at once. */
+enum { FLASHCL__SCRATCH_SCORES, FLASHCL__SCRATCH_SCORES2, FLASHCL__SCRATCH_GRADS, FLASHCL__SCRATCH_GRADS2,
+       FLASHCL__SCRATCH_ROWS, FLASHCL__SCRATCH_SLOTS };
+
 typedef struct flashcl__flash_plan flashcl__flash_plan_slot;
+typedef struct flashcl__backward_plan flashcl__backward_plan_slot;
 typedef struct flashcl__standard_plan flashcl__standard_plan_slot;
 
 /* A built program, cached per context by (source name, options). */
@@ -43,12 +48,14 @@ struct flashcl_context {
     flashcl__device_info info;
     flashcl__program *programs;
     char cache_dir[1024]; /* "" = disk cache disabled */
-    /* Standard-path scratch (S and P): grows on demand, freed on destroy. */
-    cl_mem scratch;
-    size_t scratch_bytes;
-    cl_event scratch_last_use; /* the last command that touched scratch */
+    /* Device scratch (standard path's S/P and dS, backward's D): grows on
+       demand, freed on destroy. Calls that use it wait for its last user. */
+    cl_mem scratch[FLASHCL__SCRATCH_SLOTS];
+    size_t scratch_bytes[FLASHCL__SCRATCH_SLOTS];
+    cl_event scratch_last_use;
     flashcl__flash_plan_slot *flash_plans[FLASHCL_MAX_HEAD_DIM + 1]; /* by head dim */
     flashcl__standard_plan_slot *standard_plan;
+    flashcl__backward_plan_slot *backward_plans[FLASHCL_MAX_HEAD_DIM + 1]; /* by head dim */
     char *error;               /* last detailed error message */
     size_t error_cap;
 };
@@ -102,6 +109,23 @@ void flashcl__cache_store(flashcl_context *ctx, const char *source, const char *
 /* Fills defaults (heads_kv, seqlen_k, scale) into *out and validates the descriptor. */
 flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                      flashcl_attention_desc *out);
+/* One tensor argument of a call, as the checks see it. */
+typedef struct flashcl__view_spec {
+    const char *name;          /* "q", "dk", ... used in messages */
+    const flashcl_tensor *t;
+    size_t heads, rows;
+    int is_output;
+} flashcl__view_spec;
+typedef struct flashcl__lse_spec {
+    cl_mem buffer;
+    size_t offset;
+    int required, is_output;
+} flashcl__lse_spec;
+#define FLASHCL__MAX_VIEWS 8
+/* Checks buffers, strides, bounds and aliasing; fills resolved[i] (packed defaults applied). */
+flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                       const flashcl__view_spec *views, int count, const flashcl__lse_spec *lse,
+                                       cl_uint num_wait, const cl_event *wait_list, flashcl_tensor *resolved);
 flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attention_desc *d,
                                       const flashcl_tensor *q, const flashcl_tensor *k,
                                       const flashcl_tensor *v, const flashcl_tensor *o,
@@ -118,7 +142,8 @@ typedef struct flashcl__flash_plan {
 typedef struct flashcl__standard_plan {
     flashcl_plan pub; /* scratch_bytes is filled per call */
     int tile, wpt, softmax_wg;
-    cl_kernel scores, softmax, pv;
+    cl_kernel scores, softmax, pv;            /* forward */
+    cl_kernel rowdot, ds, tn, group_sum;      /* backward */
 } flashcl__standard_plan;
 
 /* Plans are computed once per context (per head dim for flash) and owned by it. */
@@ -126,6 +151,29 @@ flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention
                                    const flashcl__flash_plan **out);
 flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__standard_plan **out);
 void flashcl__release_plans(flashcl_context *ctx);
+
+typedef struct flashcl__backward_plan {
+    flashcl_plan pub;
+    int rows; /* work-items per group, and rows per __local tile */
+    cl_kernel dot, dkdv, dq;
+} flashcl__backward_plan;
+flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                      const flashcl__backward_plan **out);
+void flashcl__release_backward_plans(flashcl_context *ctx);
+
+/* ---- scratch (scratch.c) */
+/* Makes scratch slot `slot` hold at least `bytes`; `what` names the use in messages. */
+flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out);
+/* The caller's wait list plus the last scratch user: what a call's first command waits for. */
+typedef struct flashcl__waits {
+    cl_event events[65];
+    cl_uint count;
+} flashcl__waits;
+flashcl_status flashcl__scratch_waits(flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list,
+                                      flashcl__waits *out);
+/* Records `last` (retained) as the scratch's newest user. */
+void flashcl__scratch_used_by(flashcl_context *ctx, cl_event last);
+void flashcl__release_scratch(flashcl_context *ctx);
 
 /* ---- kernel arguments (launch.c) */
 /* Sets a tensor view's 5 arguments (buffer, offset, 3 strides) from index *arg on. */

@@ -34,7 +34,11 @@ static void release_kernels(flashcl__standard_plan *p) {
     if (p->scores) clReleaseKernel(p->scores);
     if (p->softmax) clReleaseKernel(p->softmax);
     if (p->pv) clReleaseKernel(p->pv);
-    p->scores = p->softmax = p->pv = NULL;
+    if (p->rowdot) clReleaseKernel(p->rowdot);
+    if (p->ds) clReleaseKernel(p->ds);
+    if (p->tn) clReleaseKernel(p->tn);
+    if (p->group_sum) clReleaseKernel(p->group_sum);
+    p->scores = p->softmax = p->pv = p->rowdot = p->ds = p->tn = p->group_sum = NULL;
 }
 
 static flashcl_status compute_plan(flashcl_context *ctx, flashcl__standard_plan *out) {
@@ -53,16 +57,21 @@ static flashcl_status compute_plan(flashcl_context *ctx, flashcl__standard_plan 
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_scores", &out->scores);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_softmax", &out->softmax);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_pv", &out->pv);
-        size_t kwg[3] = {0, 0, 0};
-        cl_ulong loc[3] = {0, 0, 0};
+        if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_rowdot", &out->rowdot);
+        if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_ds", &out->ds);
+        if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_tn", &out->tn);
+        if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_group_sum", &out->group_sum);
+        size_t kwg[4] = {0, 0, 0, 0};
+        cl_ulong loc[4] = {0, 0, 0, 0};
         if (st == FLASHCL_SUCCESS) st = kernel_limits(ctx, out->scores, &kwg[0], &loc[0]);
         if (st == FLASHCL_SUCCESS) st = kernel_limits(ctx, out->softmax, &kwg[1], &loc[1]);
         if (st == FLASHCL_SUCCESS) st = kernel_limits(ctx, out->pv, &kwg[2], &loc[2]);
+        if (st == FLASHCL_SUCCESS) st = kernel_limits(ctx, out->tn, &kwg[3], &loc[3]);
         if (st != FLASHCL_SUCCESS) {
             release_kernels(out);
             return st;
         }
-        if (kwg[0] < wg || kwg[2] < wg || kwg[1] < (size_t)softmax_wg) {
+        if (kwg[0] < wg || kwg[2] < wg || kwg[3] < wg || kwg[1] < (size_t)softmax_wg) {
             release_kernels(out);
             origin = "fallback";
             continue;

@@ -4,33 +4,6 @@
 
 #include <string.h>
 
-/* Makes the context's scratch hold `bytes`; grows it, never shrinks it. */
-static flashcl_status ensure_scratch(flashcl_context *ctx, size_t bytes) {
-    if (ctx->scratch && ctx->scratch_bytes >= bytes) return FLASHCL_SUCCESS;
-    if (bytes > ctx->info.max_alloc_bytes || bytes > ctx->info.global_mem_bytes)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY,
-                             "standard path: S/P scratch needs %zu bytes (batch*heads_q*seqlen_q*seqlen_k floats) but the "
-                             "device allows %llu bytes per buffer",
-                             bytes, (unsigned long long)ctx->info.max_alloc_bytes);
-    if (ctx->scratch) {
-        /* The old buffer is freed by OpenCL once the commands using it finish. */
-        clReleaseMemObject(ctx->scratch);
-        ctx->scratch = NULL;
-        ctx->scratch_bytes = 0;
-    }
-    cl_int err = CL_SUCCESS;
-    ctx->scratch = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    if (err != CL_SUCCESS) {
-        ctx->scratch = NULL;
-        return flashcl__fail(ctx, err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES
-                                      ? FLASHCL_ERR_OUT_OF_DEVICE_MEMORY
-                                      : (flashcl_status)err,
-                             "standard path: clCreateBuffer for %zu bytes of S/P scratch failed (%d)", bytes, (int)err);
-    }
-    ctx->scratch_bytes = bytes;
-    return FLASHCL_SUCCESS;
-}
-
 static cl_int set_args(cl_kernel k, cl_uint *arg, size_t n, const size_t *sizes, const void *const *values) {
     cl_int err = CL_SUCCESS;
     for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) err = clSetKernelArg(k, (*arg)++, sizes[i], values[i]);
@@ -50,7 +23,9 @@ flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_att
     size_t rows = d->batch * d->heads_q * d->seqlen_q;
     if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows)
         return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "standard path: S/P scratch size overflows size_t");
-    st = ensure_scratch(ctx, rows * d->seqlen_k * sizeof(float));
+    cl_mem s = NULL;
+    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_SCORES, rows * d->seqlen_k * sizeof(float),
+                          "standard path: S/P (batch*heads_q*seqlen_q*seqlen_k floats)", &s);
     if (st != FLASHCL_SUCCESS) return st;
 
     cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, dim = (cl_int)d->head_dim, hq = (cl_int)d->heads_q;
@@ -58,7 +33,6 @@ flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_att
     cl_float scale = d->scale;
     cl_mem lse_buf = lse ? lse : views[0].buffer;
     cl_ulong lse_off = lse_offset;
-    cl_mem s = ctx->scratch;
 
     cl_uint arg = 0;
     cl_int err = flashcl__set_view_args(plan->scores, &arg, &views[0]);
@@ -79,25 +53,17 @@ flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_att
         err = clSetKernelArg(plan->pv, arg++, sizeof s, &s);
         if (err == CL_SUCCESS) err = flashcl__set_view_args(plan->pv, &arg, &views[2]);
         if (err == CL_SUCCESS) err = flashcl__set_view_args(plan->pv, &arg, &views[3]);
-        const size_t sz[] = {sizeof sq, sizeof sk, sizeof dim, sizeof hq, sizeof group};
-        const void *val[] = {&sq, &sk, &dim, &hq, &group};
-        if (err == CL_SUCCESS) err = set_args(plan->pv, &arg, 5, sz, val);
+        cl_float one = 1.0f;
+        const size_t sz[] = {sizeof sq, sizeof sk, sizeof dim, sizeof hq, sizeof group, sizeof one};
+        const void *val[] = {&sq, &sk, &dim, &hq, &group, &one};
+        if (err == CL_SUCCESS) err = set_args(plan->pv, &arg, 6, sz, val);
     }
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clSetKernelArg(standard)");
 
     /* The first launch waits for the caller's events and for the previous user of the scratch. */
-    cl_event waits[64];
-    cl_event *first_waits = (cl_event *)wait_list;
-    cl_uint first_count = num_wait;
-    if (ctx->scratch_last_use) {
-        if (num_wait + 1 > sizeof waits / sizeof waits[0])
-            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list: more than %zu events",
-                                 sizeof waits / sizeof waits[0] - 1);
-        if (num_wait) memcpy(waits, wait_list, num_wait * sizeof *waits);
-        waits[num_wait] = ctx->scratch_last_use;
-        first_waits = waits;
-        first_count = num_wait + 1;
-    }
+    flashcl__waits waits;
+    st = flashcl__scratch_waits(ctx, num_wait, wait_list, &waits);
+    if (st != FLASHCL_SUCCESS) return st;
 
     const size_t tile = (size_t)plan->tile, rts = (size_t)(plan->tile / plan->wpt);
     const size_t z = d->batch * d->heads_q;
@@ -108,7 +74,7 @@ flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_att
     size_t g3[3] = {(d->head_dim + tile - 1) / tile * rts, (d->seqlen_q + tile - 1) / tile * rts, z};
 
     cl_event e1 = NULL, e2 = NULL, e3 = NULL;
-    err = clEnqueueNDRangeKernel(ctx->queue, plan->scores, 3, NULL, g1, l1, first_count, first_waits, &e1);
+    err = clEnqueueNDRangeKernel(ctx->queue, plan->scores, 3, NULL, g1, l1, waits.count, waits.count ? waits.events : NULL, &e1);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(std_scores)");
     err = clEnqueueNDRangeKernel(ctx->queue, plan->softmax, 1, NULL, g2, l2, 1, &e1, &e2);
     clReleaseEvent(e1);
@@ -117,11 +83,8 @@ flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_att
     clReleaseEvent(e2);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(std_pv)");
 
-    if (ctx->scratch_last_use) clReleaseEvent(ctx->scratch_last_use);
-    ctx->scratch_last_use = e3;
-    if (event) {
-        clRetainEvent(e3);
-        *event = e3;
-    }
+    flashcl__scratch_used_by(ctx, e3);
+    if (event) *event = e3;
+    else clReleaseEvent(e3);
     return FLASHCL_SUCCESS;
 }

@@ -112,13 +112,7 @@ static int view_overlaps(const flashcl_tensor *t, size_t batch, size_t heads, si
     return 0;
 }
 
-typedef struct {
-    const char *name;
-    const flashcl_tensor *t;
-    size_t heads, rows;
-} view_spec;
-
-static flashcl_status check_view(flashcl_context *ctx, const view_spec *s, size_t batch, size_t dim, int is_output,
+static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec *s, size_t batch, size_t dim,
                                  flashcl_tensor *resolved, size_t *begin, size_t *end) {
     char field[32];
     snprintf(field, sizeof field, "%s.buffer", s->name);
@@ -134,7 +128,7 @@ static flashcl_status check_view(flashcl_context *ctx, const view_spec *s, size_
     if (s->rows > 1 && t.stride_row < dim)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE, "%s.stride_row (%zu) is smaller than head_dim (%zu)",
                              s->name, t.stride_row, dim);
-    if (is_output && view_overlaps(&t, batch, s->heads, s->rows, dim))
+    if (s->is_output && view_overlaps(&t, batch, s->heads, s->rows, dim))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE,
                              "%s.stride_batch/stride_head/stride_row (%zu/%zu/%zu) make output rows overlap", s->name,
                              t.stride_batch, t.stride_head, t.stride_row);
@@ -149,45 +143,60 @@ static flashcl_status check_view(flashcl_context *ctx, const view_spec *s, size_
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                      const flashcl_tensor *q, const flashcl_tensor *k,
-                                      const flashcl_tensor *v, const flashcl_tensor *o,
-                                      cl_mem lse, size_t lse_offset, cl_uint num_wait,
-                                      const cl_event *wait_list, flashcl_tensor resolved[4]) {
-    const view_spec views[4] = {{"q", q, d->heads_q, d->seqlen_q},
-                                {"k", k, d->heads_kv, d->seqlen_k},
-                                {"v", v, d->heads_kv, d->seqlen_k},
-                                {"o", o, d->heads_q, d->seqlen_q}};
-    for (int i = 0; i < 4; ++i)
+flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                       const flashcl__view_spec *views, int count, const flashcl__lse_spec *lse,
+                                       cl_uint num_wait, const cl_event *wait_list, flashcl_tensor *resolved) {
+    for (int i = 0; i < count; ++i)
         if (!views[i].t) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "%s is NULL", views[i].name);
-    size_t begin[4], end[4];
-    for (int i = 0; i < 4; ++i) {
-        flashcl_status st = check_view(ctx, &views[i], d->batch, d->head_dim, i == 3, &resolved[i], &begin[i], &end[i]);
+    size_t begin[FLASHCL__MAX_VIEWS], end[FLASHCL__MAX_VIEWS];
+    for (int i = 0; i < count; ++i) {
+        flashcl_status st = check_view(ctx, &views[i], d->batch, d->head_dim, &resolved[i], &begin[i], &end[i]);
         if (st != FLASHCL_SUCCESS) return st;
     }
     size_t lse_begin = 0, lse_end = 0;
-    if (lse) {
+    if (lse->required && !lse->buffer)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "lse is NULL (the backward pass needs the forward's LSE)");
+    if (lse->buffer) {
         size_t floats = 0;
-        flashcl_status st = check_buffer(ctx, "lse", lse, &floats);
+        flashcl_status st = check_buffer(ctx, "lse", lse->buffer, &floats);
         if (st != FLASHCL_SUCCESS) return st;
         size_t rows = d->batch * d->heads_q;
-        if (!mul_add(rows, d->seqlen_q, lse_offset, &lse_end) || lse_end > floats)
+        if (!mul_add(rows, d->seqlen_q, lse->offset, &lse_end) || lse_end > floats)
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
                                  "lse: needs %zu floats from lse_offset %zu but the buffer holds %zu", rows * d->seqlen_q,
-                                 lse_offset, floats);
-        lse_begin = lse_offset;
+                                 lse->offset, floats);
+        lse_begin = lse->offset;
     }
-    /* An output sharing memory with an input or the other output would race. */
-    for (int i = 0; i < 3; ++i)
-        if (o->buffer == views[i].t->buffer && begin[3] < end[i] && begin[i] < end[3])
-            return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "o overlaps %s in the same buffer", views[i].name);
-    if (lse) {
-        for (int i = 0; i < 4; ++i)
-            if (lse == views[i].t->buffer && lse_begin < end[i] && begin[i] < lse_end)
+    /* An output sharing memory with an input or another output would race. */
+    for (int o = 0; o < count; ++o) {
+        if (!views[o].is_output) continue;
+        for (int i = 0; i < count; ++i)
+            if (i != o && views[o].t->buffer == views[i].t->buffer && begin[o] < end[i] && begin[i] < end[o])
+                return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps %s in the same buffer", views[o].name,
+                                     views[i].name);
+        if (lse->buffer && lse->buffer == views[o].t->buffer && lse_begin < end[o] && begin[o] < lse_end)
+            return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps lse in the same buffer", views[o].name);
+    }
+    if (lse->buffer && lse->is_output) {
+        for (int i = 0; i < count; ++i)
+            if (lse->buffer == views[i].t->buffer && lse_begin < end[i] && begin[i] < lse_end)
                 return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "lse overlaps %s in the same buffer", views[i].name);
     }
     if ((num_wait > 0) != (wait_list != NULL))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list and num_wait disagree (%u events, list %s)",
                              (unsigned)num_wait, wait_list ? "set" : "NULL");
     return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                      const flashcl_tensor *q, const flashcl_tensor *k,
+                                      const flashcl_tensor *v, const flashcl_tensor *o,
+                                      cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                      const cl_event *wait_list, flashcl_tensor resolved[4]) {
+    const flashcl__view_spec views[4] = {{"q", q, d->heads_q, d->seqlen_q, 0},
+                                         {"k", k, d->heads_kv, d->seqlen_k, 0},
+                                         {"v", v, d->heads_kv, d->seqlen_k, 0},
+                                         {"o", o, d->heads_q, d->seqlen_q, 1}};
+    const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
+    return flashcl__validate_views(ctx, d, views, 4, &lse_spec, num_wait, wait_list, resolved);
 }

@@ -62,6 +62,15 @@ void forward_cases_full(case_list *list)
                 add(list, tu_shape_make(2, 2, 1, pairs[p][0], pairs[p][1], k_head_dims[d], causal,
                                         rot[n % 3]));
 
+    /* Head dims that are not a multiple of 4: vectorised loads must stop at
+     * head_dim, not read the next row's first elements (padding is NaN). */
+    static const size_t odd_dims[] = {1, 3, 17};
+    for (size_t d = 0; d < COUNT(odd_dims); d++)
+        for (int causal = 0; causal <= 1; causal++, n++) {
+            add(list, tu_shape_make(2, 2, 1, 7, 129, odd_dims[d], causal, rot[n % 3]));
+            add(list, tu_shape_make(1, 2, 2, 65, 63, odd_dims[d], causal, TU_PADDED));
+        }
+
     /* GQA 4:1 and MQA: the kv head index must come from h / (hq / hkv). */
     add(list, tu_shape_make(1, 8, 2, 127, 255, 64, 1, TU_BSHD));
     add(list, tu_shape_make(1, 8, 2, 255, 127, 64, 1, TU_BHSD));
@@ -102,6 +111,9 @@ void forward_cases_quick(case_list *list)
     add(list, mixed(scaled(tu_shape_make(1, 4, 1, 1, 64, 64, 0, TU_BSHD), 0.5f), TU_BHSD, TU_ZERO,
                     TU_PADDED, TU_BSHD));
     add(list, tu_shape_make(1, 1, 1, 64, 64, 16, 1, TU_ZERO));
+    /* A head dim that is not a multiple of 4, sized so an over-read of the
+     * last row runs off the end of the buffer, where Oclgrind sees it. */
+    add(list, tu_shape_make(1, 2, 1, 9, 20, 17, 0, TU_BSHD));
 }
 
 void case_list_free(case_list *list)

@@ -138,7 +138,12 @@ static void check_cache_dir(const tu_shape *shape)
     free(dir);
 }
 
-/* "off": no files in the default locations, nor in the working directory. */
+/*
+ * "off": no files in the default locations, nor in the working directory.
+ * The OpenCL platform was initialised (by check_cache_dir) before HOME
+ * moves, so a driver's own cache (POCL's ~/.cache/pocl) is not redirected
+ * into the directory this checks.
+ */
 static void check_cache_off(const tu_shape *shape)
 {
     char *home = tu_tmpdir_make("flashcl-cache-off");

@@ -184,8 +184,8 @@ int tu_check_untouched(const char *label, const float *got, const float *before,
     uint32_t g, b;
     memcpy(&g, &got[first], sizeof g);
     memcpy(&b, &before[first], sizeof b);
-    fprintf(stderr, "FAIL %s: %zu element(s) outside the output were written; first at index %zu: "
-            "0x%08x (%g), was 0x%08x\n", label, changed, first, (unsigned)g, (double)got[first],
+    fprintf(stderr, "FAIL %s: %zu element(s) that must stay untouched were written; first at "
+            "index %zu: 0x%08x (%g), was 0x%08x\n", label, changed, first, (unsigned)g, (double)got[first],
             (unsigned)b);
     g_failures++;
     return 0;

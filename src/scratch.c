@@ -1,0 +1,72 @@
+/* Context-owned device scratch: buffers that grow on demand and are freed on
+   destroy. Every call that uses scratch waits for the previous user, so an
+   out-of-order queue cannot run two calls over the same scratch at once. */
+#include "internal.h"
+
+#include <string.h>
+
+flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out) {
+    if (bytes == 0) bytes = sizeof(float);
+    if (ctx->scratch[slot] && ctx->scratch_bytes[slot] >= bytes) {
+        *out = ctx->scratch[slot];
+        return FLASHCL_SUCCESS;
+    }
+    if (bytes > ctx->info.max_alloc_bytes || bytes > ctx->info.global_mem_bytes)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY,
+                             "%s needs %zu bytes of scratch but the device allows %llu bytes per buffer", what, bytes,
+                             (unsigned long long)ctx->info.max_alloc_bytes);
+    if (ctx->scratch[slot]) {
+        /* OpenCL frees the old buffer once the commands using it have finished. */
+        clReleaseMemObject(ctx->scratch[slot]);
+        ctx->scratch[slot] = NULL;
+        ctx->scratch_bytes[slot] = 0;
+    }
+    cl_int err = CL_SUCCESS;
+    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        flashcl_status st = err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+                                    err == CL_INVALID_BUFFER_SIZE
+                                ? FLASHCL_ERR_OUT_OF_DEVICE_MEMORY
+                                : (flashcl_status)err;
+        return flashcl__fail(ctx, st, "%s: clCreateBuffer for %zu bytes of scratch failed: %s (%d)", what, bytes,
+                             flashcl__cl_error_name(err), (int)err);
+    }
+    ctx->scratch[slot] = buf;
+    ctx->scratch_bytes[slot] = bytes;
+    *out = buf;
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__scratch_waits(flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list,
+                                      flashcl__waits *out) {
+    const cl_uint cap = (cl_uint)(sizeof out->events / sizeof out->events[0]) - 1;
+    if (num_wait > cap)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list: at most %u events", (unsigned)cap);
+    if (num_wait) memcpy(out->events, wait_list, num_wait * sizeof *wait_list);
+    out->count = num_wait;
+    if (ctx->scratch_last_use) out->events[out->count++] = ctx->scratch_last_use;
+    return FLASHCL_SUCCESS;
+}
+
+void flashcl__scratch_used_by(flashcl_context *ctx, cl_event last) {
+    clRetainEvent(last);
+    if (ctx->scratch_last_use) clReleaseEvent(ctx->scratch_last_use);
+    ctx->scratch_last_use = last;
+}
+
+void flashcl__release_scratch(flashcl_context *ctx) {
+    if (ctx->scratch_last_use) clReleaseEvent(ctx->scratch_last_use);
+    ctx->scratch_last_use = NULL;
+    for (int i = 0; i < FLASHCL__SCRATCH_SLOTS; ++i) {
+        if (ctx->scratch[i]) clReleaseMemObject(ctx->scratch[i]);
+        ctx->scratch[i] = NULL;
+        ctx->scratch_bytes[i] = 0;
+    }
+}
+
+size_t flashcl_context_scratch_bytes(const flashcl_context *ctx) {
+    size_t total = 0;
+    if (!ctx) return 0;
+    for (int i = 0; i < FLASHCL__SCRATCH_SLOTS; ++i) total += ctx->scratch_bytes[i];
+    return total;
+}
