@@ -355,20 +355,40 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
 #if FLASH_KERNEL == FLASH_KERNEL_TILES
 /*
  * flash_fwd_tiles: the GPU kernel. Both products are register-blocked like a
- * GEMM: a 16x16 grid of work-items, each owning a TILE_M x TILE_N block of
- * the BLOCK_M x BLOCK_N score tile and the matching TILE_M rows x
- * ceil(HEAD_DIM/16) dims of the output. Q and K stream through __local in
- * slices of 16 dims, P goes through __local once per tile, V streams in
- * slices of 16 keys; the output stays in registers for the whole key loop.
+ * GEMM: a 16x16 grid of work-items, work-item (ty, tx) owning rows
+ * ty*TILE_M.. and keys tx*TILE_N.. of the BLOCK_M x BLOCK_N score tile, and
+ * the same rows x dims {64g + 4tx .. 64g + 4tx + 3} of the output. Owned rows,
+ * keys and dims are contiguous so one 16-byte __local read feeds four FMAs
+ * (a GEMM-style micro-tile is otherwise bound by __local read issue). Q and K
+ * stream through __local in slices of 16 dims, P goes through __local once
+ * per tile, V streams in slices of 16 keys; the output stays in registers.
  */
 #define GRID 16
 #define SLICE 16
-#define DIMS_PER_ITEM ((HEAD_DIM + GRID - 1) / GRID)
-#define STAGE_FLOATS (2 * SLICE * BLOCK_M > SLICE * HEAD_DIM ? 2 * SLICE * BLOCK_M : SLICE * HEAD_DIM)
+#define DIM_GROUPS ((HEAD_DIM + 63) / 64)   /* float4 output groups per work-item */
+#define V_STRIDE (DIM_GROUPS * 64)          /* V slice rows, zero-padded past HEAD_DIM */
+#define QS_STRIDE (BLOCK_M + 4)             /* +4 floats: spreads stores over banks, keeps 16-byte alignment */
+#define KS_STRIDE (BLOCK_N + 4)
+#define PT_STRIDE (BLOCK_M + 4)
+#define QK_FLOATS (SLICE * (QS_STRIDE + KS_STRIDE))
+#define STAGE_FLOATS (QK_FLOATS > SLICE * V_STRIDE ? QK_FLOATS : SLICE * V_STRIDE)
 
 #if BLOCK_M != TILE_M * GRID || BLOCK_N != TILE_N * GRID
 #error "BLOCK_M and BLOCK_N must be 16 * TILE_M and 16 * TILE_N"
 #endif
+
+/* n consecutive floats from 16-byte aligned __local memory (n <= 4). The "% (n)"
+   keeps indices in range when n < 4, where that branch is dead code. */
+#define LDS_READ(dst, src, n)                                    \
+    do {                                                         \
+        if ((n) == 4) {                                          \
+            float4 t_ = vload4(0, (src));                        \
+            (dst)[0] = t_.x, (dst)[1 % (n)] = t_.y;              \
+            (dst)[2 % (n)] = t_.z, (dst)[3 % (n)] = t_.w;        \
+        } else {                                                 \
+            for (int u_ = 0; u_ < (n); ++u_) (dst)[u_] = (src)[u_]; \
+        }                                                        \
+    } while (0)
 
 __kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1)))
 void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
@@ -393,21 +413,21 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
     __global const float *Vb = V + VIEW_BASE(v, b, hk);
 
     /* stage holds [Q slice | K slice] while scoring and the V slice during PV. */
-    __local float stage[STAGE_FLOATS];
-    __local float Pt[BLOCK_N * BLOCK_M]; /* P transposed: [key][row] */
+    __local float stage[STAGE_FLOATS] __attribute__((aligned(16)));
+    __local float Pt[BLOCK_N * PT_STRIDE] __attribute__((aligned(16))); /* P transposed: [key][row] */
     __local float red[BLOCK_M * GRID];
-    __local float *Qs = stage;                   /* [SLICE][BLOCK_M] */
-    __local float *Ks = stage + SLICE * BLOCK_M; /* [SLICE][BLOCK_N] */
-    __local float *Vs = stage;                   /* [SLICE][HEAD_DIM] */
+    __local float *Qs = stage;                      /* [SLICE][QS_STRIDE] */
+    __local float *Ks = stage + SLICE * QS_STRIDE;  /* [SLICE][KS_STRIDE] */
+    __local float *Vs = stage;                      /* [SLICE][V_STRIDE] */
 
-    float acc[TILE_M][DIMS_PER_ITEM];
+    float4 acc[TILE_M][DIM_GROUPS];
     float m[TILE_M], l_part[TILE_M];
     long limit[TILE_M];
     for (int i = 0; i < TILE_M; ++i) {
-        for (int k = 0; k < DIMS_PER_ITEM; ++k) acc[i][k] = 0.0f;
+        for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] = (float4)(0.0f);
         m[i] = FLASHCL_NEG_INF;
         l_part[i] = 0.0f;
-        long row = row0 + ty + GRID * i;
+        long row = row0 + ty * TILE_M + i;
         limit[i] = causal ? flashcl_causal_limit(row, seqlen_q, seqlen_k) : (long)seqlen_k - 1;
     }
 
@@ -422,18 +442,18 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
             for (int e = lid; e < SLICE * BLOCK_M; e += GRID * GRID) {
                 int r = e / SLICE, c = e - r * SLICE;
                 long qi = row0 + r;
-                Qs[c * BLOCK_M + r] = (qi < seqlen_q && c0 + c < HEAD_DIM) ? Qb[qi * q_sr + c0 + c] * scale_log2 : 0.0f;
+                Qs[c * QS_STRIDE + r] = (qi < seqlen_q && c0 + c < HEAD_DIM) ? Qb[qi * q_sr + c0 + c] * scale_log2 : 0.0f;
             }
             for (int e = lid; e < SLICE * BLOCK_N; e += GRID * GRID) {
                 int r = e / SLICE, c = e - r * SLICE;
                 long kj = key0 + r;
-                Ks[c * BLOCK_N + r] = (kj < seqlen_k && c0 + c < HEAD_DIM) ? Kb[kj * k_sr + c0 + c] : 0.0f;
+                Ks[c * KS_STRIDE + r] = (kj < seqlen_k && c0 + c < HEAD_DIM) ? Kb[kj * k_sr + c0 + c] : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int c = 0; c < SLICE; ++c) {
                 float a[TILE_M], bk[TILE_N];
-                for (int i = 0; i < TILE_M; ++i) a[i] = Qs[c * BLOCK_M + ty + GRID * i];
-                for (int j = 0; j < TILE_N; ++j) bk[j] = Ks[c * BLOCK_N + tx + GRID * j];
+                LDS_READ(a, Qs + c * QS_STRIDE + ty * TILE_M, TILE_M);
+                LDS_READ(bk, Ks + c * KS_STRIDE + tx * TILE_N, TILE_N);
                 for (int i = 0; i < TILE_M; ++i)
                     for (int j = 0; j < TILE_N; ++j) s[i][j] = fma(a[i], bk[j], s[i][j]);
             }
@@ -445,63 +465,65 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
         for (int i = 0; i < TILE_M; ++i) {
             float mx = FLASHCL_NEG_INF;
             for (int j = 0; j < TILE_N; ++j) {
-                if (masked && key0 + tx + GRID * j > limit[i]) s[i][j] = FLASHCL_NEG_INF;
+                if (masked && key0 + tx * TILE_N + j > limit[i]) s[i][j] = FLASHCL_NEG_INF;
                 mx = fmax(mx, s[i][j]);
             }
-            red[(ty + GRID * i) * GRID + tx] = mx;
+            red[(ty * TILE_M + i) * GRID + tx] = mx;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int i = 0; i < TILE_M; ++i) {
             float mx = m[i];
-            for (int u = 0; u < GRID; ++u) mx = fmax(mx, red[(ty + GRID * i) * GRID + u]);
+            for (int u = 0; u < GRID; ++u) mx = fmax(mx, red[(ty * TILE_M + i) * GRID + u]);
             const float base = flashcl_safe_base(mx);
             const float alpha = exp2(m[i] - base);
             m[i] = mx;
             l_part[i] *= alpha;
-            for (int k = 0; k < DIMS_PER_ITEM; ++k) acc[i][k] *= alpha;
+            for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] *= alpha;
             for (int j = 0; j < TILE_N; ++j) {
                 float p = exp2(s[i][j] - base);
                 l_part[i] += p;
-                Pt[(tx + GRID * j) * BLOCK_M + ty + GRID * i] = p;
+                Pt[(tx * TILE_N + j) * PT_STRIDE + ty * TILE_M + i] = p;
             }
         }
 
         /* O += P V, 16 keys at a time. */
         for (int j0 = 0; j0 < BLOCK_N; j0 += SLICE) {
             barrier(CLK_LOCAL_MEM_FENCE); /* Pt complete; the previous slice's readers are done */
-            for (int e = lid; e < SLICE * HEAD_DIM; e += GRID * GRID) {
-                int r = e / HEAD_DIM, c = e - r * HEAD_DIM;
+            for (int e = lid; e < SLICE * V_STRIDE; e += GRID * GRID) {
+                int r = e / V_STRIDE, c = e - r * V_STRIDE;
                 long kj = key0 + j0 + r;
-                Vs[e] = kj < seqlen_k ? Vb[kj * v_sr + c] : 0.0f;
+                Vs[e] = (kj < seqlen_k && c < HEAD_DIM) ? Vb[kj * v_sr + c] : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int jj = 0; jj < SLICE; ++jj) {
-                float p[TILE_M], vv[DIMS_PER_ITEM];
-                for (int i = 0; i < TILE_M; ++i) p[i] = Pt[(j0 + jj) * BLOCK_M + ty + GRID * i];
-                for (int k = 0; k < DIMS_PER_ITEM; ++k) {
-                    int c = tx + GRID * k;
-                    vv[k] = Vs[jj * HEAD_DIM + (c < HEAD_DIM ? c : 0)];
+                float p[TILE_M];
+                LDS_READ(p, Pt + (j0 + jj) * PT_STRIDE + ty * TILE_M, TILE_M);
+                for (int g = 0; g < DIM_GROUPS; ++g) {
+                    float4 vv = vload4(0, Vs + jj * V_STRIDE + g * 64 + tx * 4);
+                    for (int i = 0; i < TILE_M; ++i) acc[i][g] = fma((float4)(p[i]), vv, acc[i][g]);
                 }
-                for (int i = 0; i < TILE_M; ++i)
-                    for (int k = 0; k < DIMS_PER_ITEM; ++k) acc[i][k] = fma(p[i], vv[k], acc[i][k]);
             }
         }
         /* The next tile's Q/K slices overwrite stage and red is rewritten. */
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    for (int i = 0; i < TILE_M; ++i) red[(ty + GRID * i) * GRID + tx] = l_part[i];
+    for (int i = 0; i < TILE_M; ++i) red[(ty * TILE_M + i) * GRID + tx] = l_part[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = 0; i < TILE_M; ++i) {
-        long row = row0 + ty + GRID * i;
+        long row = row0 + ty * TILE_M + i;
         float l = 0.0f;
-        for (int u = 0; u < GRID; ++u) l += red[(ty + GRID * i) * GRID + u];
+        for (int u = 0; u < GRID; ++u) l += red[(ty * TILE_M + i) * GRID + u];
         if (row >= seqlen_q) continue;
         const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
         __global float *Or = O + VIEW_BASE(o, b, h) + row * o_sr;
-        for (int k = 0; k < DIMS_PER_ITEM; ++k) {
-            int c = tx + GRID * k;
-            if (c < HEAD_DIM) Or[c] = acc[i][k] * inv_l;
+        for (int g = 0; g < DIM_GROUPS; ++g) {
+            float4 r4 = acc[i][g] * inv_l;
+            int c = g * 64 + tx * 4;
+            if (c < HEAD_DIM) Or[c] = r4.x;
+            if (c + 1 < HEAD_DIM) Or[c + 1] = r4.y;
+            if (c + 2 < HEAD_DIM) Or[c + 2] = r4.z;
+            if (c + 3 < HEAD_DIM) Or[c + 3] = r4.w;
         }
         if (write_lse && tx == 0) {
             float lse = l > 0.0f ? M_LN2_F * (m[i] + log2(l)) : FLASHCL_NEG_INF;

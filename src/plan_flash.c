@@ -59,9 +59,10 @@ static int round_down(int x, int m) { return x / m * m; }
 /* __local bytes each kernel declares (mirrors cl/flash_fwd.cl). */
 static size_t local_bytes(const shape *s, int d) {
     if (s->kernel == KERNEL_TILES) {
-        size_t stage = 2 * TILES_SLICE * (size_t)s->br;
-        if ((size_t)TILES_SLICE * d > stage) stage = (size_t)TILES_SLICE * d;
-        return 4 * (stage + (size_t)s->bc * s->br + (size_t)s->br * TILES_GRID);
+        size_t qk = (size_t)TILES_SLICE * ((size_t)s->br + 4 + (size_t)s->bc + 4);
+        size_t v = (size_t)TILES_SLICE * (size_t)((d + 63) / 64 * 64);
+        size_t stage = qk > v ? qk : v;
+        return 4 * (stage + (size_t)s->bc * ((size_t)s->br + 4) + (size_t)s->br * TILES_GRID);
     }
     if (s->tpr > 1) {
         size_t lds = (size_t)d + 1;
