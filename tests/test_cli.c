@@ -1,13 +1,16 @@
 /*
  * The `flashcl` command line on .npy files this test writes itself:
  * attention results against the reference (flash and --standard, GQA,
- * causal, sq != sk, an explicit --scale), bad input rejected with exit
- * status 2, one line on stderr and no output file, and `bench --json`.
+ * causal, sq != sk, an explicit --scale), the gradients of --dout/--dq/--dk/
+ * --dv against a double-precision backward written here, bad input rejected
+ * with exit status 2, one line on stderr and no output file, and
+ * `bench --json` with and without --backward.
  *
  *   test_cli PATH_TO_FLASHCL_TOOL
  */
 #define _POSIX_C_SOURCE 200809L /* WEXITSTATUS */
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +24,12 @@ static const char *g_tool;
 static char *g_work; /* inputs and outputs */
 static char *g_logs; /* captured stdout/stderr, kept apart so the work dir stays exact */
 
+/* A ring of buffers, enough for every path one command line names. */
 static char *path_in(const char *dir, const char *name)
 {
-    static char buf[8][1024];
+    static char buf[16][1024];
     static int next;
-    char *p = buf[next++ % 8];
+    char *p = buf[next++ % 16];
     snprintf(p, sizeof buf[0], "%s/%s", dir, name);
     return p;
 }
@@ -124,13 +128,14 @@ static void expect_success(const tu_problem *p, const char *extra, const char *l
     free(err);
 }
 
+/* Every file an attention call may write; none may exist after a refused call. */
+static const char *const output_names[] = {"O.npy", "LSE.npy", "dQ.npy", "dK.npy", "dV.npy"};
+enum { OUTPUT_NAMES = sizeof output_names / sizeof output_names[0] };
+
 /* Exit status 2, exactly one line on stderr, and nothing new in the work dir. */
-static void expect_usage_error(const char *label, const char *q, const char *k, const char *extra)
+static void expect_usage_error_args(const char *label, const char *args)
 {
-    char args[2048], *out, *err;
-    snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s",
-             path_in(g_work, q), path_in(g_work, k), path_in(g_work, "V.npy"),
-             path_in(g_work, "O.npy"), path_in(g_work, "LSE.npy"), extra);
+    char *out, *err;
     size_t before = tu_tmpdir_files(g_work, NULL, NULL);
     int status = run_tool(args, &out, &err);
     size_t lines = 0;
@@ -145,15 +150,28 @@ static void expect_usage_error(const char *label, const char *q, const char *k, 
     } else {
         printf("%s: exit 2, %s", label, err);
     }
-    if (tu_path_exists(path_in(g_work, "O.npy")) || tu_path_exists(path_in(g_work, "LSE.npy")) ||
-        tu_tmpdir_files(g_work, NULL, NULL) != before) {
+    int left = tu_tmpdir_files(g_work, NULL, NULL) != before;
+    for (size_t i = 0; i < OUTPUT_NAMES; i++)
+        left |= tu_path_exists(path_in(g_work, output_names[i]));
+    if (left) {
         fprintf(stderr, "FAIL %s: an output file was left behind\n", label);
         tu_fail_count();
-        remove(path_in(g_work, "O.npy"));
-        remove(path_in(g_work, "LSE.npy"));
+        for (size_t i = 0; i < OUTPUT_NAMES; i++)
+            remove(path_in(g_work, output_names[i]));
     }
     free(out);
     free(err);
+}
+
+/* A forward call on the named inputs, with --out and --lse, plus `extra`. */
+static void expect_usage_error(const char *label, const char *q, const char *k, const char *v,
+                               const char *extra)
+{
+    char args[2048];
+    snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s",
+             path_in(g_work, q), path_in(g_work, k), path_in(g_work, v),
+             path_in(g_work, "O.npy"), path_in(g_work, "LSE.npy"), extra);
+    expect_usage_error_args(label, args);
 }
 
 static void check_bad_inputs(const tu_problem *p)
@@ -170,22 +188,287 @@ static void check_bad_inputs(const tu_problem *p)
     /* Same element count as K, but head_dim halved. */
     size_t kd[4] = {r->batch, r->seqlen_k, r->heads_kv * 2, r->head_dim / 2};
     REQUIRE(npy_write_f32(path_in(g_work, "K_halfd.npy"), kd, 4, p->k.host));
+    REQUIRE(npy_write_f32(path_in(g_work, "V_halfd.npy"), kd, 4, p->v.host));
     /* 3 kv heads cannot serve 4 query heads. */
     size_t n_k3 = r->batch * r->seqlen_k * 3 * r->head_dim;
     float *k3 = calloc(n_k3, sizeof(float));
     REQUIRE(k3 != NULL);
     size_t ks3[4] = {r->batch, r->seqlen_k, 3, r->head_dim};
     REQUIRE(npy_write_f32(path_in(g_work, "K_3heads.npy"), ks3, 4, k3));
+    REQUIRE(npy_write_f32(path_in(g_work, "V_3heads.npy"), ks3, 4, k3));
     free(k3);
 
-    expect_usage_error("missing file", "no_such_file.npy", "K.npy", "");
-    expect_usage_error("float64 Q", "Q_f8.npy", "K.npy", "");
-    expect_usage_error("rank-3 Q", "Q_rank3.npy", "K.npy", "");
-    expect_usage_error("head_dim mismatch", "Q.npy", "K_halfd.npy", "");
-    expect_usage_error("heads_q not a multiple of heads_kv", "Q.npy", "K_3heads.npy", "");
-    expect_usage_error("unknown option", "Q.npy", "K.npy", "--bogus");
-    expect_usage_error("--scale nan", "Q.npy", "K.npy", "--scale nan");
-    expect_usage_error("--scale -1", "Q.npy", "K.npy", "--scale -1");
+    expect_usage_error("missing file", "no_such_file.npy", "K.npy", "V.npy", "");
+    expect_usage_error("float64 Q", "Q_f8.npy", "K.npy", "V.npy", "");
+    expect_usage_error("rank-3 Q", "Q_rank3.npy", "K.npy", "V.npy", "");
+    expect_usage_error("V shaped unlike K", "Q.npy", "K.npy", "V_halfd.npy", "");
+    expect_usage_error("head_dim mismatch", "Q.npy", "K_halfd.npy", "V_halfd.npy", "");
+    expect_usage_error("heads_q not a multiple of heads_kv", "Q.npy", "K_3heads.npy",
+                       "V_3heads.npy", "");
+    expect_usage_error("unknown option", "Q.npy", "K.npy", "V.npy", "--bogus");
+    expect_usage_error("--scale nan", "Q.npy", "K.npy", "V.npy", "--scale nan");
+    expect_usage_error("--scale -1", "Q.npy", "K.npy", "V.npy", "--scale -1");
+}
+
+/* ------------------------------------------------------------ backward */
+
+/* Gradients in the packed layouts the tool writes: dq [b, sq, hq, d]; dk, dv [b, sk, hkv, d]. */
+typedef struct grads {
+    double *dq, *dk, *dv;
+} grads;
+
+/*
+ * The backward of attention straight from its definition, in double:
+ * P = softmax(scale QK^T + mask), dV = P^T dO, dP = dO V^T,
+ * dS = P * (dP - rowsum(P * dP)), dQ = scale dS K, dK = scale dS^T Q,
+ * with dK and dV summed over the query heads of each kv head. It recomputes
+ * P per row and shares nothing with the kernels (no LSE, no D = rowsum(dO*O)).
+ */
+static grads ref_backward(const ref_problem *r, const float *q, const float *k, const float *v,
+                          const float *dout)
+{
+    const size_t d = r->head_dim, hq = r->heads_q, hkv = r->heads_kv;
+    const size_t sq = r->seqlen_q, sk = r->seqlen_k, group = hq / hkv;
+    grads g;
+    g.dq = calloc(r->batch * sq * hq * d, sizeof(double));
+    g.dk = calloc(r->batch * sk * hkv * d, sizeof(double));
+    g.dv = calloc(r->batch * sk * hkv * d, sizeof(double));
+    double *prob = malloc(sk * sizeof(double)), *dp = malloc(sk * sizeof(double));
+    REQUIRE(g.dq && g.dk && g.dv && prob && dp);
+#define QI(b, s, h) ((((b) * sq + (s)) * hq + (h)) * d)
+#define KI(b, s, h) ((((b) * sk + (s)) * hkv + (h)) * d)
+    for (size_t b = 0; b < r->batch; b++) {
+        for (size_t h = 0; h < hq; h++) {
+            size_t kh = h / group;
+            for (size_t i = 0; i < sq; i++) {
+                /* Bottom-right causal alignment: key j is visible iff j + sq <= i + sk. */
+                size_t visible = sk;
+                if (r->causal)
+                    visible = i + sk + 1 > sq ? (i + sk + 1 - sq < sk ? i + sk + 1 - sq : sk) : 0;
+                if (visible == 0)
+                    continue; /* O = 0: no gradient flows through this row */
+                double m = -INFINITY, sum = 0.0, rowdot = 0.0;
+                for (size_t j = 0; j < visible; j++) {
+                    double dot = 0.0;
+                    for (size_t c = 0; c < d; c++)
+                        dot += (double)q[QI(b, i, h) + c] * (double)k[KI(b, j, kh) + c];
+                    prob[j] = r->scale * dot;
+                    m = prob[j] > m ? prob[j] : m;
+                }
+                for (size_t j = 0; j < visible; j++)
+                    sum += prob[j] = exp(prob[j] - m);
+                for (size_t j = 0; j < visible; j++) {
+                    prob[j] /= sum;
+                    double dot = 0.0;
+                    for (size_t c = 0; c < d; c++)
+                        dot += (double)dout[QI(b, i, h) + c] * (double)v[KI(b, j, kh) + c];
+                    dp[j] = dot;
+                    rowdot += prob[j] * dot;
+                }
+                for (size_t j = 0; j < visible; j++) {
+                    double ds = prob[j] * (dp[j] - rowdot);
+                    for (size_t c = 0; c < d; c++) {
+                        g.dq[QI(b, i, h) + c] += r->scale * ds * (double)k[KI(b, j, kh) + c];
+                        g.dk[KI(b, j, kh) + c] += r->scale * ds * (double)q[QI(b, i, h) + c];
+                        g.dv[KI(b, j, kh) + c] += prob[j] * (double)dout[QI(b, i, h) + c];
+                    }
+                }
+            }
+        }
+    }
+#undef QI
+#undef KI
+    free(prob);
+    free(dp);
+    return g;
+}
+
+static void grads_free(grads *g)
+{
+    free(g->dq);
+    free(g->dk);
+    free(g->dv);
+}
+
+/*
+ * Reads one gradient file and checks its shape and every element:
+ * |got - ref| <= 5e-5 + 5e-4 * |ref|: float32 sums of at most sk (or sq
+ * times the group size) products, with headroom over what POCL shows
+ * (~5e-7) for other devices' summation orders; NaN always fails.
+ * Removes the file.
+ */
+static void check_gradient(const char *label, const char *name, const size_t *want_shape,
+                           const double *ref)
+{
+    size_t shape[NPY_MAX_RANK];
+    int rank = 0;
+    const char *path = path_in(g_work, name);
+    float *got = npy_read_f32(path, shape, &rank);
+    CHECK(got != NULL);
+    if (got == NULL)
+        return;
+    int shape_ok = rank == 4 && memcmp(shape, want_shape, 4 * sizeof shape[0]) == 0;
+    CHECK(shape_ok);
+    size_t count = want_shape[0] * want_shape[1] * want_shape[2] * want_shape[3];
+    double worst = 0.0, worst_ratio = 0.0;
+    size_t worst_at = 0;
+    for (size_t i = 0; shape_ok && i < count; i++) {
+        double err = fabs((double)got[i] - ref[i]);
+        double ratio = err / (5e-5 + 5e-4 * fabs(ref[i]));
+        if (!(ratio <= worst_ratio)) { /* also catches NaN */
+            worst_ratio = isnan(ratio) ? INFINITY : ratio;
+            worst = err;
+            worst_at = i;
+        }
+    }
+    if (shape_ok && worst_ratio > 1.0) {
+        fprintf(stderr, "FAIL %s %s: element %zu is %.9g, reference %.9g (error %.3g)\n", label,
+                name, worst_at, (double)got[worst_at], ref[worst_at], worst);
+        tu_fail_count();
+    } else if (shape_ok) {
+        printf("%s %s: max error %.3g\n", label, name, worst);
+    }
+    free(got);
+    remove(path);
+}
+
+/* A backward case: the inputs (Q, K, V of p, and dO) are in the work dir. */
+static void expect_backward_success(const tu_problem *p, const grads *ref, const char *dout_name,
+                                    const char *extra, const char *label)
+{
+    const ref_problem *r = &p->ref;
+    char args[4096], *out, *err;
+    snprintf(args, sizeof args,
+             "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' --dout '%s' --dq '%s' "
+             "--dk '%s' --dv '%s' %s",
+             path_in(g_work, "Q.npy"), path_in(g_work, "K.npy"), path_in(g_work, "V.npy"),
+             path_in(g_work, "O.npy"), path_in(g_work, "LSE.npy"), path_in(g_work, dout_name),
+             path_in(g_work, "dQ.npy"), path_in(g_work, "dK.npy"), path_in(g_work, "dV.npy"),
+             extra);
+    int status = run_tool(args, &out, &err);
+    if (status != 0 || err[0]) {
+        fprintf(stderr, "FAIL %s: exit status %d, stderr: %s\n", label, status, err);
+        tu_fail_count();
+    }
+    if (status == 0) {
+        check_outputs(p, label); /* the forward results come with the gradients */
+        size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
+        size_t ks[4] = {r->batch, r->seqlen_k, r->heads_kv, r->head_dim};
+        check_gradient(label, "dQ.npy", qs, ref->dq);
+        check_gradient(label, "dK.npy", ks, ref->dk);
+        check_gradient(label, "dV.npy", ks, ref->dv);
+    }
+    free(out);
+    free(err);
+}
+
+/* Random dO for p, written as dO.npy; returned for the reference (caller frees). */
+static float *write_dout(const tu_problem *p, const char *name, uint64_t seed)
+{
+    const ref_problem *r = &p->ref;
+    size_t n = r->batch * r->seqlen_q * r->heads_q * r->head_dim;
+    float *dout = malloc(n * sizeof(float));
+    REQUIRE(dout != NULL);
+    tu_rng rng = tu_rng_seed(seed);
+    for (size_t i = 0; i < n; i++)
+        dout[i] = tu_rng_float(&rng, -1.0f, 1.0f);
+    size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
+    REQUIRE(npy_write_f32(path_in(g_work, name), qs, 4, dout));
+    return dout;
+}
+
+/* Both paths on the problem whose Q, K, V are in the work dir. */
+static void check_backward(const tu_problem *p, const char *extra, const char *what)
+{
+    float *dout = write_dout(p, "dO.npy", 7);
+    grads ref = ref_backward(&p->ref, p->q.host, p->k.host, p->v.host, dout);
+    char label[256], args[256];
+    snprintf(label, sizeof label, "backward %s (flash)", what);
+    expect_backward_success(p, &ref, "dO.npy", extra, label);
+    snprintf(label, sizeof label, "backward %s (standard)", what);
+    snprintf(args, sizeof args, "%s --standard", extra);
+    expect_backward_success(p, &ref, "dO.npy", args, label);
+    grads_free(&ref);
+    free(dout);
+}
+
+/* --dout and the gradient outputs go together; dO must be shaped like Q. */
+static void check_backward_errors(const tu_problem *p)
+{
+    const ref_problem *r = &p->ref;
+    /* dO shaped like K: same rank and dtype, the wrong shape. */
+    size_t ks[4] = {r->batch, r->seqlen_k, r->heads_kv, r->head_dim};
+    REQUIRE(npy_write_f32(path_in(g_work, "dO_like_K.npy"), ks, 4, p->k.host));
+    float *dout = write_dout(p, "dO.npy", 7);
+    free(dout);
+
+    char grads_args[2048], dq_only[1024], args[4096];
+    snprintf(grads_args, sizeof grads_args, "--dq '%s' --dk '%s' --dv '%s'",
+             path_in(g_work, "dQ.npy"), path_in(g_work, "dK.npy"), path_in(g_work, "dV.npy"));
+    snprintf(dq_only, sizeof dq_only, "--dq '%s'", path_in(g_work, "dQ.npy"));
+    expect_usage_error("--dq without --dout", "Q.npy", "K.npy", "V.npy", dq_only);
+    expect_usage_error("--dq --dk --dv without --dout", "Q.npy", "K.npy", "V.npy", grads_args);
+
+    snprintf(args, sizeof args, "--dout '%s' %s", path_in(g_work, "dO_like_K.npy"), grads_args);
+    expect_usage_error("dO shaped like K", "Q.npy", "K.npy", "V.npy", args);
+    snprintf(args, sizeof args, "--dout '%s' %s", path_in(g_work, "no_such_dO.npy"), grads_args);
+    expect_usage_error("missing dO", "Q.npy", "K.npy", "V.npy", args);
+    snprintf(args, sizeof args, "--dout '%s' %s", path_in(g_work, "dO.npy"), dq_only);
+    expect_usage_error("--dout without --dk and --dv", "Q.npy", "K.npy", "V.npy", args);
+    snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s'",
+             path_in(g_work, "dO.npy"), path_in(g_work, "dQ.npy"), path_in(g_work, "dK.npy"),
+             path_in(g_work, "dQ.npy"));
+    expect_usage_error("--dv same file as --dq", "Q.npy", "K.npy", "V.npy", args);
+    snprintf(args, sizeof args, "--dout '%s' %s --standard", path_in(g_work, "dO_like_K.npy"),
+             grads_args);
+    expect_usage_error("dO shaped like K, --standard", "Q.npy", "K.npy", "V.npy", args);
+    remove(path_in(g_work, "dO.npy"));
+}
+
+/* Counts the lines of out that contain every one of keys. */
+static size_t lines_with(const char *out, const char *const *keys, size_t nkeys)
+{
+    size_t complete = 0;
+    for (const char *line = out; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char *copy = malloc(len + 1);
+        REQUIRE(copy != NULL);
+        memcpy(copy, line, len);
+        copy[len] = '\0';
+        size_t found = 0;
+        for (size_t i = 0; i < nkeys; i++)
+            found += strstr(copy, keys[i]) != NULL;
+        complete += found == nkeys;
+        free(copy);
+        line += len + (end != NULL);
+    }
+    return complete;
+}
+
+/* The number after "key": on the line of out that contains all of `where`; -1 when absent. */
+static double json_field(const char *out, const char *const *where, size_t nwhere, const char *key)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    for (const char *line = out; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char *copy = malloc(len + 1);
+        REQUIRE(copy != NULL);
+        memcpy(copy, line, len);
+        copy[len] = '\0';
+        size_t found = 0;
+        for (size_t i = 0; i < nwhere; i++)
+            found += strstr(copy, where[i]) != NULL;
+        const char *at = found == nwhere ? strstr(copy, pattern) : NULL;
+        double value = at ? strtod(at + strlen(pattern), NULL) : -1.0;
+        free(copy);
+        if (at)
+            return value;
+        line += len + (end != NULL);
+    }
+    return -1.0;
 }
 
 static void check_bench(void)
@@ -196,19 +479,57 @@ static void check_bench(void)
         fprintf(stderr, "FAIL bench: exit status %d, stderr: %s\n", status, err);
         tu_fail_count();
     }
-    static const char *keys[] = {"\"path\"", "\"ms\"", "\"tflops\"", "\"gbps\"", "\"bytes_extra\""};
-    size_t complete = 0;
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        size_t found = 0;
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-            found += strstr(line, keys[i]) != NULL;
-        complete += found == sizeof keys / sizeof keys[0];
-    }
+    static const char *const keys[] = {"\"path\"", "\"ms\"", "\"tflops\"", "\"gbps\"",
+                                       "\"bytes_extra\""};
+    size_t complete = lines_with(out, keys, sizeof keys / sizeof keys[0]);
     if (complete == 0) {
         fprintf(stderr, "FAIL bench --json: no line has all of path/ms/tflops/gbps/bytes_extra\n");
         tu_fail_count();
     } else {
         printf("bench --json: %zu result line(s)\n", complete);
+    }
+    free(out);
+    free(err);
+}
+
+/* One line per (path, pass), a summary that says the gradients agree, flash's scratch O(N). */
+static void check_bench_backward(void)
+{
+    char *out, *err;
+    int status = run_tool("bench --backward --seqlen 64 --heads 2 --iters 1 --json", &out, &err);
+    if (status != 0) {
+        fprintf(stderr, "FAIL bench --backward: exit status %d, stderr: %s\n", status, err);
+        tu_fail_count();
+    }
+    static const char *const keys[] = {"\"path\"", "\"pass\"", "\"ms\"", "\"tflops\"",
+                                       "\"gbps\"", "\"bytes_extra\""};
+    const size_t nkeys = sizeof keys / sizeof keys[0];
+    static const char *const fwd_bwd[] = {"\"pass\"", "fwd+bwd"};
+    static const char *const summary[] = {"\"summary\"", "\"agree\":true"};
+    size_t complete = lines_with(out, keys, nkeys);
+    size_t combined = lines_with(out, fwd_bwd, 2);
+    /* Two paths times three passes: fwd, bwd, fwd+bwd. */
+    if (complete != 6 || combined != 2 || lines_with(out, summary, 2) != 1) {
+        fprintf(stderr,
+                "FAIL bench --backward --json: %zu complete (path, pass) lines (expected 6), "
+                "%zu fwd+bwd lines (expected 2), or no summary that agrees:\n%s",
+                complete, combined, out);
+        tu_fail_count();
+    } else {
+        printf("bench --backward --json: %zu (path, pass) lines\n", complete);
+    }
+    /* bytes_extra of the backward: flash holds O(N) (D, one float a row: 2 heads x 64 rows
+     * here, allowing 4 floats a row), standard O(N^2) (P and dS, 2 x 64 x 64 floats each). */
+    static const char *const flash_bwd[] = {"\"path\":\"flash\"", "\"pass\":\"bwd\""};
+    static const char *const std_bwd[] = {"\"path\":\"standard\"", "\"pass\":\"bwd\""};
+    double flash_bytes = json_field(out, flash_bwd, 2, "bytes_extra");
+    double std_bytes = json_field(out, std_bwd, 2, "bytes_extra");
+    int scratch_ok = flash_bytes >= 0 && flash_bytes <= 2.0 * 64 * 4 * sizeof(float) &&
+                     std_bytes >= 2.0 * 2 * 64 * 64 * sizeof(float);
+    if (!scratch_ok) {
+        fprintf(stderr, "FAIL bench --backward: bytes_extra flash %g, standard %g\n", flash_bytes,
+                std_bytes);
+        tu_fail_count();
     }
     free(out);
     free(err);
@@ -241,7 +562,21 @@ int main(int argc, char **argv)
     tu_problem_free(&ps);
 
     check_bad_inputs(&p);
+    check_backward(&p, "--causal", "GQA causal sq<sk");
+    check_backward_errors(&p);
+
+    /* MQA, causal, sq > sk: the first sq - sk query rows see no key at all,
+     * so their O, LSE (-inf) and gradients take the empty-row rules. */
+    tu_shape masked = tu_shape_make(1, 4, 1, 40, 24, 16, 1, TU_BSHD);
+    masked.seed = 3;
+    tu_problem pm;
+    tu_problem_init(&pm, flashcl_context_cl_context(ctx), &masked);
+    write_inputs(&pm, "Q.npy", "K.npy", "V.npy");
+    check_backward(&pm, "--causal", "MQA causal sq>sk");
+    tu_problem_free(&pm);
+
     check_bench();
+    check_bench_backward();
 
     tu_problem_free(&p);
     flashcl_context_destroy(ctx);

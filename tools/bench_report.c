@@ -84,12 +84,10 @@ void bench_print_table(FILE *out, const bench_report *r)
             r->warmup, r->warmup == 1 ? "" : "s");
 }
 
-/* The fields every path object carries: which problem, on what. */
-static void json_problem_fields(FILE *out, const bench_report *r)
+void bench_json_problem_fields(FILE *out, const char *device, const flashcl_attention_desc *d)
 {
-    const flashcl_attention_desc *d = &r->desc;
     json_key(out, "device", false);
-    json_string(out, r->device);
+    json_string(out, device);
     json_key(out, "batch", false);
     fprintf(out, "%zu", d->batch);
     json_key(out, "heads", false);
@@ -108,6 +106,25 @@ static void json_problem_fields(FILE *out, const bench_report *r)
     json_string(out, "float32");
 }
 
+void bench_json_plan_fields(FILE *out, const flashcl_plan *plan)
+{
+    json_key(out, "kernel", false);
+    /* The library fills kernel[] as a string; the copy only guards against a missing NUL. */
+    char kernel[sizeof plan->kernel + 1];
+    snprintf(kernel, sizeof kernel, "%.*s", (int)sizeof plan->kernel, plan->kernel);
+    json_string(out, kernel);
+    json_key(out, "block_rows", false);
+    fprintf(out, "%d", plan->block_rows);
+    json_key(out, "block_cols", false);
+    fprintf(out, "%d", plan->block_cols);
+    json_key(out, "work_group_size", false);
+    fprintf(out, "%zu", plan->work_group_size);
+    json_key(out, "staging", false);
+    json_string(out, plan_staging_name(plan->staging));
+    json_key(out, "local_mem_bytes", false);
+    fprintf(out, "%zu", plan->local_mem_bytes);
+}
+
 void bench_print_json(FILE *out, const bench_report *r)
 {
     for (int i = 0; i < BENCH_PATH_COUNT; ++i) {
@@ -117,7 +134,7 @@ void bench_print_json(FILE *out, const bench_report *r)
         fputc('{', out);
         json_key(out, "path", true);
         json_string(out, p->name);
-        json_problem_fields(out, r);
+        bench_json_problem_fields(out, r->device, &r->desc);
         if (!p->ran) {
             json_key(out, "skipped", false);
             fputs("true", out);
@@ -147,20 +164,7 @@ void bench_print_json(FILE *out, const bench_report *r)
         json_number(out, r->bytes);
         json_key(out, "bytes_extra", false);
         fprintf(out, "%zu", p->bytes_extra);
-        json_key(out, "kernel", false);
-        char kernel[sizeof p->plan.kernel + 1];
-        snprintf(kernel, sizeof kernel, "%.*s", (int)sizeof p->plan.kernel, p->plan.kernel);
-        json_string(out, kernel);
-        json_key(out, "block_rows", false);
-        fprintf(out, "%d", p->plan.block_rows);
-        json_key(out, "block_cols", false);
-        fprintf(out, "%d", p->plan.block_cols);
-        json_key(out, "work_group_size", false);
-        fprintf(out, "%zu", p->plan.work_group_size);
-        json_key(out, "staging", false);
-        json_string(out, plan_staging_name(p->plan.staging));
-        json_key(out, "local_mem_bytes", false);
-        fprintf(out, "%zu", p->plan.local_mem_bytes);
+        bench_json_plan_fields(out, &p->plan);
         fputs("}\n", out);
     }
 

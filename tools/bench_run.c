@@ -15,40 +15,28 @@
 #define BENCH_CHUNK_SECONDS 0.5
 #define BENCH_PROGRESS_AFTER_SECONDS 3.0
 
-static flashcl_status enqueue(const bench_problem *p, flashcl_path path)
-{
-    if (path == FLASHCL_PATH_STANDARD)
-        return flashcl_standard_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0,
-                                        NULL, NULL);
-    return flashcl_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0, NULL, NULL);
-}
-
-/* Enqueues n calls, then waits for them. */
-static flashcl_status run_batch(const bench_problem *p, flashcl_path path, size_t n)
+/* Enqueues n units of work, then waits for them. */
+static flashcl_status run_batch(const bench_work *w, size_t n)
 {
     for (size_t i = 0; i < n; ++i) {
-        flashcl_status status = enqueue(p, path);
+        flashcl_status status = w->enqueue(w->user);
         if (status != FLASHCL_SUCCESS)
             return status;
     }
-    /* The tool owns this queue (flashcl_context_create made it), so waiting
-     * on the whole queue waits for exactly our calls. */
-    return (flashcl_status)clFinish(flashcl_context_queue(p->ctx));
+    /* The tool owns this queue (flashcl_context_create made it; the backward
+     * bench's per-path contexts only share it), so waiting on the whole
+     * queue waits for exactly our calls. */
+    return (flashcl_status)clFinish(flashcl_context_queue(w->ctx));
 }
 
-static const char *path_name(flashcl_path path)
-{
-    return path == FLASHCL_PATH_STANDARD ? "standard" : "flash";
-}
-
-flashcl_status bench_run_path(const bench_problem *p, flashcl_path path,
-                              const bench_settings *settings, bench_result *result)
+flashcl_status bench_run_work(const bench_work *w, const bench_settings *settings,
+                              bench_result *result)
 {
     result->iters = 0;
     result->ms = 0.0;
     result->seconds = 0.0;
 
-    flashcl_status status = run_batch(p, path, settings->warmup);
+    flashcl_status status = run_batch(w, settings->warmup);
     if (status != FLASHCL_SUCCESS)
         return status;
 
@@ -57,7 +45,7 @@ flashcl_status bench_run_path(const bench_problem *p, flashcl_path path,
     size_t iters = settings->iters;
     if (iters == 0) {
         double start = wall_seconds();
-        if ((status = run_batch(p, path, 1)) != FLASHCL_SUCCESS)
+        if ((status = run_batch(w, 1)) != FLASHCL_SUCCESS)
             return status;
         seconds_per_call = wall_seconds() - start;
         double wanted = seconds_per_call > 0.0 ? ceil(BENCH_TARGET_SECONDS / seconds_per_call)
@@ -75,7 +63,7 @@ flashcl_status bench_run_path(const bench_problem *p, flashcl_path path,
             chunk = fit < 1.0 ? 1 : fit > (double)(iters - done) ? iters - done : (size_t)fit;
         }
         double start = wall_seconds();
-        if ((status = run_batch(p, path, chunk)) != FLASHCL_SUCCESS)
+        if ((status = run_batch(w, chunk)) != FLASHCL_SUCCESS)
             return status;
         double end = wall_seconds();
         timed += end - start;
@@ -83,7 +71,7 @@ flashcl_status bench_run_path(const bench_problem *p, flashcl_path path,
         seconds_per_call = timed / (double)done;
         /* Only long runs report progress, and at most once a second. */
         if (done < iters && end - begin > BENCH_PROGRESS_AFTER_SECONDS && end - last_report > 1.0) {
-            fprintf(stderr, "bench: %s %zu/%zu iterations...\n", path_name(path), done, iters);
+            fprintf(stderr, "bench: %s %zu/%zu iterations...\n", w->label, done, iters);
             last_report = end;
         }
     }
@@ -91,4 +79,29 @@ flashcl_status bench_run_path(const bench_problem *p, flashcl_path path,
     result->seconds = timed;
     result->ms = timed * 1e3 / (double)iters;
     return FLASHCL_SUCCESS;
+}
+
+/* The forward-only bench: one flashcl_forward or flashcl_standard_forward call. */
+typedef struct forward_call {
+    const bench_problem *problem;
+    flashcl_path path;
+} forward_call;
+
+static flashcl_status enqueue_forward(void *user)
+{
+    const forward_call *call = user;
+    const bench_problem *p = call->problem;
+    if (call->path == FLASHCL_PATH_STANDARD)
+        return flashcl_standard_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0,
+                                        NULL, NULL);
+    return flashcl_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0, NULL, NULL);
+}
+
+flashcl_status bench_run_path(const bench_problem *p, flashcl_path path,
+                              const bench_settings *settings, bench_result *result)
+{
+    forward_call call = {p, path};
+    bench_work work = {p->ctx, path == FLASHCL_PATH_STANDARD ? "standard" : "flash",
+                       enqueue_forward, &call};
+    return bench_run_work(&work, settings, result);
 }

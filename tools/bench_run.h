@@ -1,4 +1,7 @@
-/* Timing one attention path for `bench`: warm-up, calibration, timed iterations. */
+/*
+ * Timing for `bench`: warm-up, calibration, timed iterations of one unit of
+ * work (a forward call, a backward call, or both back to back).
+ */
 #ifndef FLASHCL_TOOLS_BENCH_RUN_H
 #define FLASHCL_TOOLS_BENCH_RUN_H
 
@@ -29,7 +32,27 @@ typedef struct bench_result {
 } bench_result;
 
 /*
- * Runs `path` and fills *result. On failure returns the status of the call
+ * One unit of work to time: enqueue(user) enqueues it on ctx's queue and
+ * returns the first failing call's status. The queue must be in order and
+ * serve only this work while it is timed (the tool creates its own).
+ */
+typedef struct bench_work {
+    flashcl_context *ctx;
+    const char *label; /* names the work in progress reports, e.g. "flash bwd" */
+    flashcl_status (*enqueue)(void *user);
+    void *user;
+} bench_work;
+
+/*
+ * Times `work` and fills *result. On failure returns the status of the
+ * enqueue (or of clFinish) that failed; flashcl_last_error(work->ctx) then
+ * says more unless the status came from clFinish.
+ */
+flashcl_status bench_run_work(const bench_work *work, const bench_settings *settings,
+                              bench_result *result);
+
+/*
+ * Runs the forward of `path` (no LSE) and fills *result. On failure returns the status of the call
  * (or of clFinish) that failed; flashcl_last_error(ctx) then says more
  * unless the status came from clFinish.
  */

@@ -1,8 +1,9 @@
 /*
- * `flashcl attention`: O = attention(Q, K, V) on .npy files.
+ * `flashcl attention`: O = attention(Q, K, V) on .npy files, and with --dout
+ * the gradients dQ, dK, dV of the backward pass.
  *
  * Everything is checked before any computing, and outputs are written only
- * after the computation succeeded, each through a temporary file renamed
+ * after the whole computation succeeded, each through a temporary file renamed
  * into place: a bad input or a failure leaves no output file behind.
  */
 #include <stdbool.h>
@@ -12,9 +13,11 @@
 #include <flashcl.h>
 
 #include "atomic_file.h"
+#include "attention_inputs.h"
 #include "commands.h"
 #include "device_info.h"
 #include "npy.h"
+#include "npy_outputs.h"
 #include "options.h"
 #include "tool_errors.h"
 #include "wall_clock.h"
@@ -23,6 +26,7 @@ void cmd_attention_help(FILE *out)
 {
     fputs("usage: flashcl attention --q Q.npy --k K.npy --v V.npy --out O.npy\n"
           "                         [--lse LSE.npy] [--causal] [--scale S] [--standard]\n"
+          "                         [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
           "                         [--device SPEC] [--verbose]\n"
           "\n"
           "Computes O = softmax(scale * Q K^T [+ causal mask]) V on float32 .npy files\n"
@@ -32,50 +36,127 @@ void cmd_attention_help(FILE *out)
           "  O   [batch, seqlen_q, heads_q, head_dim]\n"
           "  LSE [batch, heads_q, seqlen_q]  natural-log log-sum-exp of each row\n"
           "\n"
+          "With --dout, also runs the backward pass: given dO, the gradient of the loss\n"
+          "with respect to O, writes the gradients with respect to Q, K and V:\n"
+          "  dO, dQ  [batch, seqlen_q, heads_q, head_dim]  (shaped like Q)\n"
+          "  dK, dV  [batch, seqlen_k, heads_kv, head_dim] (shaped like K; with fewer kv\n"
+          "          heads than query heads, already summed over each group)\n"
+          "--dout, --dq, --dk and --dv go together: give all four or none.\n"
+          "\n"
           "  --causal       bottom-right aligned causal mask (FlashAttention 2.1+)\n"
           "  --scale S      softmax scale, a finite number >= 0; 0 (the default)\n"
           "                 means 1/sqrt(head_dim)\n"
           "  --standard     use the standard attention (S and P through global memory)\n"
-          "                 instead of the flash kernel\n"
+          "                 instead of the flash kernels, forward and backward\n"
           "  --device SPEC  \"P:D\" from `flashcl info`, or text matching the device,\n"
           "                 vendor or platform name (default: $FLASHCL_DEVICE, else the\n"
           "                 first GPU, else the first device)\n"
           "  --verbose      print one line about what was computed\n"
           "\n"
           "Exit status: 0 success (nothing printed); 2 bad option, file or shape\n"
-          "(nothing written); 1 the library, OpenCL or writing the outputs failed.\n",
+          "(nothing written); 1 the library, OpenCL or writing the outputs failed\n"
+          "(nothing written either, unless renaming the finished files into place fails).\n",
           out);
 }
 
 typedef struct attention_args {
     const char *q_path, *k_path, *v_path, *out_path, *lse_path, *device;
+    const char *dout_path, *dq_path, *dk_path, *dv_path;
     float scale;
     bool causal, standard, verbose;
 } attention_args;
 
+static bool wants_backward(const attention_args *a)
+{
+    return a->dout_path != NULL;
+}
+
+/* An option that takes a file name (or other text), and where parse_args stores it. */
+typedef struct path_option {
+    const char *name;
+    const char **value;
+} path_option;
+
+static const path_option *find_path_option(const option_cursor *c, const path_option *options,
+                                           size_t count)
+{
+    for (size_t i = 0; i < count; ++i)
+        if (options_is(c, options[i].name))
+            return &options[i];
+    return NULL;
+}
+
+/*
+ * --dout and the three gradient outputs come as a set: a gradient without
+ * dO has nothing to be computed from, and dO without a destination for
+ * every gradient would compute results only to drop some of them.
+ */
+static int check_backward_set(const attention_args *a)
+{
+    const char *const given[] = {a->dq_path, a->dk_path, a->dv_path};
+    const char *const names[] = {"--dq", "--dk", "--dv"};
+    for (size_t i = 0; i < 3; ++i) {
+        if (a->dout_path == NULL && given[i] != NULL)
+            return tool_usage_error("%s: needs --dout, the gradient of O, to compute from "
+                                    "(try 'flashcl help attention')",
+                                    names[i]);
+        if (a->dout_path != NULL && given[i] == NULL)
+            return tool_usage_error("--dout: %s is required as well (--dout, --dq, --dk and --dv "
+                                    "go together)",
+                                    names[i]);
+    }
+    return 0;
+}
+
+/* Every output goes to its own file, and each destination is writable now. */
+static int check_outputs(const attention_args *a)
+{
+    const struct {
+        const char *name, *path;
+    } outputs[] = {{"--out", a->out_path},
+                   {"--lse", a->lse_path},
+                   {"--dq", a->dq_path},
+                   {"--dk", a->dk_path},
+                   {"--dv", a->dv_path}};
+    enum { OUTPUTS = sizeof outputs / sizeof outputs[0] };
+    for (size_t i = 0; i < OUTPUTS; ++i) {
+        const char *path = outputs[i].path;
+        if (path == NULL)
+            continue;
+        for (size_t j = 0; j < i; ++j) {
+            if (outputs[j].path != NULL && strcmp(outputs[j].path, path) == 0)
+                return tool_usage_error("%s: same file as %s ('%s')", outputs[i].name,
+                                        outputs[j].name, path);
+        }
+        /* Catch an unwritable destination now, not after the computation. */
+        char err[512];
+        if (atomic_file_check(path, err, sizeof err) != 0)
+            return tool_usage_error("%s: %s", outputs[i].name, err);
+    }
+    return 0;
+}
+
 /* Returns 0 to go on, or the exit status (also for --help). */
 static int parse_args(int argc, char **argv, attention_args *a, bool *help)
 {
+    const path_option paths[] = {
+        {"--q", &a->q_path},     {"--k", &a->k_path},   {"--v", &a->v_path},
+        {"--out", &a->out_path}, {"--lse", &a->lse_path}, {"--dout", &a->dout_path},
+        {"--dq", &a->dq_path},   {"--dk", &a->dk_path}, {"--dv", &a->dv_path},
+        {"--device", &a->device}};
+    enum { PATHS = sizeof paths / sizeof paths[0] };
+
     option_cursor c;
     options_begin(&c, "attention", argc, argv);
     int more;
     while ((more = options_next(&c)) > 0) {
         bool ok;
-        if (options_is(&c, "--help") || options_is(&c, "-h")) {
+        const path_option *path = find_path_option(&c, paths, PATHS);
+        if (path != NULL) {
+            ok = options_value(&c, path->value);
+        } else if (options_is(&c, "--help") || options_is(&c, "-h")) {
             *help = true;
             return 0;
-        } else if (options_is(&c, "--q")) {
-            ok = options_value(&c, &a->q_path);
-        } else if (options_is(&c, "--k")) {
-            ok = options_value(&c, &a->k_path);
-        } else if (options_is(&c, "--v")) {
-            ok = options_value(&c, &a->v_path);
-        } else if (options_is(&c, "--out")) {
-            ok = options_value(&c, &a->out_path);
-        } else if (options_is(&c, "--lse")) {
-            ok = options_value(&c, &a->lse_path);
-        } else if (options_is(&c, "--device")) {
-            ok = options_value(&c, &a->device);
         } else if (options_is(&c, "--scale")) {
             ok = options_float(&c, 0.0f, &a->scale);
         } else if (options_is(&c, "--causal")) {
@@ -96,168 +177,149 @@ static int parse_args(int argc, char **argv, attention_args *a, bool *help)
     if (more < 0)
         return TOOL_EXIT_USAGE;
 
-    const struct {
-        const char *value, *name;
-    } required[] = {{a->q_path, "--q"}, {a->k_path, "--k"}, {a->v_path, "--v"},
-                    {a->out_path, "--out"}};
+    const path_option required[] = {
+        {"--q", &a->q_path}, {"--k", &a->k_path}, {"--v", &a->v_path}, {"--out", &a->out_path}};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i) {
-        if (required[i].value == NULL)
+        if (*required[i].value == NULL)
             return tool_usage_error("attention: %s is required (try 'flashcl help attention')",
                                     required[i].name);
     }
-    if (a->lse_path != NULL && strcmp(a->lse_path, a->out_path) == 0)
-        return tool_usage_error("--lse: same file as --out ('%s')", a->out_path);
-
-    /* Catch an unwritable destination now, not after the computation. */
-    char err[512];
-    if (atomic_file_check(a->out_path, err, sizeof err) != 0)
-        return tool_usage_error("--out: %s", err);
-    if (a->lse_path != NULL && atomic_file_check(a->lse_path, err, sizeof err) != 0)
-        return tool_usage_error("--lse: %s", err);
-    return 0;
+    int rc = check_backward_set(a);
+    return rc != 0 ? rc : check_outputs(a);
 }
 
-static int load(const char *option, const char *path, npy_array *out)
+/* The loaded inputs; dout.data is NULL without --dout. */
+typedef struct attention_inputs {
+    npy_array q, k, v, dout;
+} attention_inputs;
+
+/* Host arrays for every result; the gradients only with --dout. */
+typedef struct attention_results {
+    float *o, *lse, *dq, *dk, *dv;
+} attention_results;
+
+static void free_results(attention_results *r)
 {
-    char err[512];
-    if (npy_read_file(path, out, err, sizeof err) != 0)
-        return tool_usage_error("%s: %s: %s", option, path, err);
-    return 0;
+    free(r->o);
+    free(r->lse);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
 }
 
-/* Checks rank and non-zero sizes of one 4-D input. */
-static int check_rank(const char *option, const npy_array *a, const char *layout)
+static int alloc_results(const attention_args *a, const flashcl_attention_desc *desc,
+                         const attention_inputs *in, attention_results *r)
 {
-    if (a->ndim != 4)
-        return tool_usage_error("%s: expected 4 dimensions %s, got %zu", option, layout, a->ndim);
-    for (size_t i = 0; i < 4; ++i) {
-        if (a->shape[i] == 0) {
-            char shape[128];
-            npy_format_shape(a->shape, a->ndim, shape, sizeof shape);
-            return tool_usage_error("%s: shape %s %s has a zero dimension", option, shape, layout);
-        }
+    memset(r, 0, sizeof *r);
+    bool backward = wants_backward(a);
+    r->o = malloc(in->q.count * sizeof(float));
+    bool ok = r->o != NULL;
+    /* The backward reads the forward's LSE, so it is kept even when not written out. */
+    if (a->lse_path != NULL || backward) {
+        r->lse = malloc(desc->batch * desc->heads_q * desc->seqlen_q * sizeof(float));
+        ok = ok && r->lse != NULL;
     }
-    return 0;
-}
-
-/* Q [b, sq, hq, d], K and V [b, sk, hkv, d]: fills desc or reports the first mismatch. */
-static int check_shapes(const npy_array *q, const npy_array *k, const npy_array *v,
-                        flashcl_attention_desc *desc)
-{
-    int rc;
-    if ((rc = check_rank("--q", q, "[b, sq, hq, d]")) != 0 ||
-        (rc = check_rank("--k", k, "[b, sk, hkv, d]")) != 0 ||
-        (rc = check_rank("--v", v, "[b, sk, hkv, d]")) != 0)
-        return rc;
-    if (memcmp(k->shape, v->shape, 4 * sizeof k->shape[0]) != 0) {
-        char ks[128], vs[128];
-        npy_format_shape(k->shape, 4, ks, sizeof ks);
-        npy_format_shape(v->shape, 4, vs, sizeof vs);
-        return tool_usage_error("--v: shape %s does not match --k's shape %s", vs, ks);
+    if (backward) {
+        r->dq = malloc(in->q.count * sizeof(float));
+        r->dk = malloc(in->k.count * sizeof(float));
+        r->dv = malloc(in->k.count * sizeof(float));
+        ok = ok && r->dq != NULL && r->dk != NULL && r->dv != NULL;
     }
-    if (k->shape[0] != q->shape[0])
-        return tool_usage_error("--k: batch %zu does not match --q's batch %zu", k->shape[0],
-                                q->shape[0]);
-    if (k->shape[3] != q->shape[3])
-        return tool_usage_error("--k: head dim %zu does not match --q's head dim %zu", k->shape[3],
-                                q->shape[3]);
-    if (q->shape[3] > FLASHCL_MAX_HEAD_DIM)
-        return tool_usage_error("--q: head dim %zu is larger than the maximum %d", q->shape[3],
-                                FLASHCL_MAX_HEAD_DIM);
-    if (q->shape[2] % k->shape[2] != 0)
-        return tool_usage_error("--k: the %zu query heads are not a multiple of the %zu kv heads",
-                                q->shape[2], k->shape[2]);
-    desc->batch = q->shape[0];
-    desc->seqlen_q = q->shape[1];
-    desc->heads_q = q->shape[2];
-    desc->head_dim = q->shape[3];
-    desc->seqlen_k = k->shape[1];
-    desc->heads_kv = k->shape[2];
-    return 0;
-}
-
-/* Writes every output to its temporary file, then renames them all. */
-static int write_outputs(const attention_args *a, const npy_array *q, const float *o,
-                         const size_t *lse_shape, const float *lse)
-{
-    enum { OUT_O, OUT_LSE, OUT_COUNT };
-    const char *paths[OUT_COUNT] = {a->out_path, a->lse_path};
-    const char *options[OUT_COUNT] = {"--out", "--lse"};
-    const size_t *shapes[OUT_COUNT] = {q->shape, lse_shape};
-    const size_t ranks[OUT_COUNT] = {4, 3};
-    const float *data[OUT_COUNT] = {o, lse};
-    atomic_file files[OUT_COUNT];
-    memset(files, 0, sizeof files);
-    char err[600];
-
-    size_t opened = 0;
-    int rc = 0;
-    for (size_t i = 0; i < OUT_COUNT && rc == 0; ++i) {
-        if (paths[i] == NULL)
-            continue;
-        if (atomic_file_open(&files[i], paths[i], err, sizeof err) != 0) {
-            rc = tool_failure("%s: %s", options[i], err);
-            break;
-        }
-        opened = i + 1;
-        if (npy_write(files[i].stream, shapes[i], ranks[i], data[i], err, sizeof err) != 0 ||
-            atomic_file_finish(&files[i], err, sizeof err) != 0)
-            rc = tool_failure("%s: %s: %s", options[i], paths[i], err);
-    }
-    /* Publish only when every file is complete, so they appear together. */
-    for (size_t i = 0; i < opened && rc == 0; ++i) {
-        if (paths[i] != NULL && atomic_file_publish(&files[i], err, sizeof err) != 0)
-            rc = tool_failure("%s: %s", options[i], err);
-    }
-    for (size_t i = 0; i < opened; ++i)
-        atomic_file_abort(&files[i]); /* no-op for a published file */
-    return rc;
-}
-
-/* Runs the computation and writes the outputs; inputs are already valid. */
-static int compute_and_write(const attention_args *a, const flashcl_attention_desc *desc,
-                             const npy_array *q, const npy_array *k, const npy_array *v)
-{
-    const size_t lse_shape[3] = {desc->batch, desc->heads_q, desc->seqlen_q};
-    float *o = malloc(q->count * sizeof(float));
-    float *lse = a->lse_path ? malloc(desc->batch * desc->heads_q * desc->seqlen_q * sizeof(float))
-                             : NULL;
-    if (o == NULL || (a->lse_path != NULL && lse == NULL)) {
-        free(o);
-        free(lse);
+    if (!ok) {
+        free_results(r);
         return tool_failure("attention: out of host memory for the outputs");
     }
+    return 0;
+}
+
+static int write_results(const attention_args *a, const flashcl_attention_desc *desc,
+                         const attention_inputs *in, const attention_results *r)
+{
+    const size_t lse_shape[3] = {desc->batch, desc->heads_q, desc->seqlen_q};
+    const npy_output outputs[] = {
+        {"--out", a->out_path, in->q.shape, 4, r->o},
+        {"--lse", a->lse_path, lse_shape, 3, r->lse},
+        {"--dq", a->dq_path, in->q.shape, 4, r->dq},
+        {"--dk", a->dk_path, in->k.shape, 4, r->dk},
+        {"--dv", a->dv_path, in->k.shape, 4, r->dv},
+    };
+    return npy_outputs_write(outputs, sizeof outputs / sizeof outputs[0]);
+}
+
+static void print_verbose(const attention_args *a, const flashcl_attention_desc *desc,
+                          flashcl_context *ctx, double forward_s, double backward_s)
+{
+    char device[256];
+    device_string_into(flashcl_context_device(ctx), CL_DEVICE_NAME, device, sizeof device);
+    printf("flashcl: attention: b=%zu sq=%zu sk=%zu hq=%zu hkv=%zu d=%zu%s, %s path on %s, "
+           "%.3f ms",
+           desc->batch, desc->seqlen_q, desc->seqlen_k, desc->heads_q, desc->heads_kv,
+           desc->head_dim, desc->causal ? " causal" : "", a->standard ? "standard" : "flash",
+           device, forward_s * 1e3);
+    if (wants_backward(a))
+        printf(" + backward %.3f ms", backward_s * 1e3);
+    printf("; wrote %s", a->out_path);
+    if (a->lse_path != NULL)
+        printf(", %s", a->lse_path);
+    if (wants_backward(a))
+        printf(", %s, %s, %s", a->dq_path, a->dk_path, a->dv_path);
+    putchar('\n');
+}
+
+/* Forward (and backward), then the outputs; the inputs are already valid. */
+static int compute_and_write(const attention_args *a, const flashcl_attention_desc *desc,
+                             const attention_inputs *in)
+{
+    attention_results r;
+    int rc = alloc_results(a, desc, in, &r);
+    if (rc != 0)
+        return rc;
 
     flashcl_context *ctx = NULL;
     char err[1024] = "";
     flashcl_status status = flashcl_context_create(&ctx, a->device, err, sizeof err);
-    int rc = 0;
     if (status != FLASHCL_SUCCESS) {
-        rc = tool_status_error(NULL, status, err);
-    } else {
-        flashcl_path path = a->standard ? FLASHCL_PATH_STANDARD : FLASHCL_PATH_FLASH;
-        double start = wall_seconds();
-        status = flashcl_forward_host(ctx, desc, path, q->data, k->data, v->data, o, lse);
-        double seconds = wall_seconds() - start;
-        if (status != FLASHCL_SUCCESS)
-            rc = tool_status_error(NULL, status, flashcl_last_error(ctx));
-        else
-            rc = write_outputs(a, q, o, lse_shape, lse);
-        if (rc == 0 && a->verbose) {
-            char device[256];
-            device_string_into(flashcl_context_device(ctx), CL_DEVICE_NAME, device, sizeof device);
-            printf("flashcl: attention: b=%zu sq=%zu sk=%zu hq=%zu hkv=%zu d=%zu%s, %s path on %s, "
-                   "%.3f ms; wrote %s%s%s\n",
-                   desc->batch, desc->seqlen_q, desc->seqlen_k, desc->heads_q, desc->heads_kv,
-                   desc->head_dim, desc->causal ? " causal" : "", a->standard ? "standard" : "flash",
-                   device, seconds * 1e3, a->out_path, a->lse_path ? " and " : "",
-                   a->lse_path ? a->lse_path : "");
-        }
+        free_results(&r);
+        return tool_status_error(NULL, status, err);
     }
+    flashcl_path path = a->standard ? FLASHCL_PATH_STANDARD : FLASHCL_PATH_FLASH;
+    double start = wall_seconds();
+    status = flashcl_forward_host(ctx, desc, path, in->q.data, in->k.data, in->v.data, r.o, r.lse);
+    double forward_s = wall_seconds() - start, backward_s = 0.0;
+    if (status != FLASHCL_SUCCESS) {
+        rc = tool_status_error(NULL, status, flashcl_last_error(ctx));
+    } else if (wants_backward(a)) {
+        start = wall_seconds();
+        status = flashcl_backward_host(ctx, desc, path, in->q.data, in->k.data, in->v.data, r.o,
+                                       in->dout.data, r.lse, r.dq, r.dk, r.dv);
+        backward_s = wall_seconds() - start;
+        if (status != FLASHCL_SUCCESS)
+            rc = tool_status_error("backward", status, flashcl_last_error(ctx));
+    }
+    if (rc == 0)
+        rc = write_results(a, desc, in, &r);
+    if (rc == 0 && a->verbose)
+        print_verbose(a, desc, ctx, forward_s, backward_s);
     flashcl_context_destroy(ctx);
-    free(o);
-    free(lse);
+    free_results(&r);
     return rc;
+}
+
+/* Loads every input and checks every shape rule; fills desc's sizes. */
+static int load_inputs(const attention_args *a, attention_inputs *in,
+                       flashcl_attention_desc *desc)
+{
+    int rc;
+    if ((rc = attention_load("--q", a->q_path, &in->q)) != 0 ||
+        (rc = attention_load("--k", a->k_path, &in->k)) != 0 ||
+        (rc = attention_load("--v", a->v_path, &in->v)) != 0 ||
+        (rc = attention_check_shapes(&in->q, &in->k, &in->v, desc)) != 0)
+        return rc;
+    if (wants_backward(a) && ((rc = attention_load("--dout", a->dout_path, &in->dout)) != 0 ||
+                              (rc = attention_check_same_shape("--dout", &in->dout, "--q",
+                                                               &in->q)) != 0))
+        return rc;
+    return 0;
 }
 
 int cmd_attention(int argc, char **argv)
@@ -273,20 +335,18 @@ int cmd_attention(int argc, char **argv)
     if (rc != 0)
         return rc;
 
-    npy_array q, k, v;
-    memset(&q, 0, sizeof q);
-    memset(&k, 0, sizeof k);
-    memset(&v, 0, sizeof v);
+    attention_inputs in;
+    memset(&in, 0, sizeof in);
     flashcl_attention_desc desc;
     memset(&desc, 0, sizeof desc);
-    if ((rc = load("--q", a.q_path, &q)) == 0 && (rc = load("--k", a.k_path, &k)) == 0 &&
-        (rc = load("--v", a.v_path, &v)) == 0 && (rc = check_shapes(&q, &k, &v, &desc)) == 0) {
+    if ((rc = load_inputs(&a, &in, &desc)) == 0) {
         desc.scale = a.scale;
         desc.causal = a.causal;
-        rc = compute_and_write(&a, &desc, &q, &k, &v);
+        rc = compute_and_write(&a, &desc, &in);
     }
-    npy_array_free(&q);
-    npy_array_free(&k);
-    npy_array_free(&v);
+    npy_array_free(&in.q);
+    npy_array_free(&in.k);
+    npy_array_free(&in.v);
+    npy_array_free(&in.dout);
     return rc;
 }

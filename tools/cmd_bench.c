@@ -1,6 +1,7 @@
 /*
  * `flashcl bench`: times the flash and the standard path on the same random
- * inputs in one process, and checks that they agree.
+ * inputs in one process, and checks that they agree. With --backward the
+ * work is handed to bench_backward.c; the forward-only mode lives here.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -9,13 +10,14 @@
 
 #include <flashcl.h>
 
+#include "bench_backward.h"
+#include "bench_common.h"
 #include "bench_report.h"
 #include "bench_run.h"
 #include "commands.h"
 #include "compare.h"
 #include "device_info.h"
 #include "options.h"
-#include "random_fill.h"
 #include "tool_errors.h"
 
 void cmd_bench_help(FILE *out)
@@ -23,7 +25,7 @@ void cmd_bench_help(FILE *out)
     fputs("usage: flashcl bench [--batch B] [--heads H] [--kv-heads HKV] [--seqlen N]\n"
           "                     [--seqlen-k NK] [--head-dim D] [--causal] [--iters I]\n"
           "                     [--warmup W] [--path flash|standard|both] [--device SPEC]\n"
-          "                     [--json]\n"
+          "                     [--backward] [--json]\n"
           "\n"
           "Times FlashCL's flash kernel and the standard attention (S and P through\n"
           "global memory) on the same random float32 inputs (uniform in [-1, 1],\n"
@@ -42,6 +44,7 @@ void cmd_bench_help(FILE *out)
           "  --warmup W       untimed calls first, default 1 (the first builds kernels)\n"
           "  --path P         flash, standard or both (default)\n"
           "  --device SPEC    \"P:D\" from `flashcl info`, or part of a device name\n"
+          "  --backward       time the backward pass as well; see below\n"
           "  --json           one JSON object per line: one per path, then a summary\n"
           "\n"
           "ms is the mean wall-clock time per call, calls enqueued back to back.\n"
@@ -51,6 +54,17 @@ void cmd_bench_help(FILE *out)
           "When the standard path cannot allocate its seqlen x seqlen buffers it is\n"
           "skipped and flash still runs.\n"
           "\n"
+          "With --backward, each path is timed in three passes: fwd (the forward,\n"
+          "writing O and LSE), bwd (the backward from a random dO, uniform in [-1, 1],\n"
+          "to dQ, dK, dV) and fwd+bwd (both back to back; ms per pair). TFLOP/s counts\n"
+          "the backward as 2.5 times the forward's flops and fwd+bwd as 3.5 times, as\n"
+          "FlashAttention does; GB/s counts each tensor a pass reads or writes once.\n"
+          "bytes_extra is measured: flashcl_context_scratch_bytes of a context of the\n"
+          "path's own, read after each pass (flash's grows with N, standard's with N^2).\n"
+          "The gradients of the last fwd+bwd are checked like the outputs above, and\n"
+          "the speedup (standard ms / flash ms) is given for each pass. --json prints\n"
+          "one object per (path, pass) with \"path\" and \"pass\", then a summary.\n"
+          "\n"
           "Exit status: 0 success; 1 a failure or the paths disagree; 2 bad option.\n",
           out);
 }
@@ -58,7 +72,7 @@ void cmd_bench_help(FILE *out)
 typedef struct bench_args {
     size_t batch, heads, kv_heads, seqlen, seqlen_k, head_dim, iters, warmup;
     size_t path; /* index in path_choices */
-    bool causal, json;
+    bool causal, json, backward;
     const char *device;
 } bench_args;
 
@@ -116,6 +130,9 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help)
         } else if (options_is(&c, "--json")) {
             ok = options_flag(&c);
             a->json = true;
+        } else if (options_is(&c, "--backward")) {
+            ok = options_flag(&c);
+            a->backward = true;
         } else {
             return options_unknown(&c);
         }
@@ -134,27 +151,6 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help)
     return 0;
 }
 
-/* a*b*c*d*sizeof(float), or 0 when that overflows size_t. */
-static size_t tensor_bytes(size_t a, size_t b, size_t c, size_t d)
-{
-    size_t dims[4] = {a, b, c, d};
-    size_t bytes = sizeof(float);
-    for (int i = 0; i < 4; ++i) {
-        if (bytes > SIZE_MAX / dims[i])
-            return 0;
-        bytes *= dims[i];
-    }
-    return bytes;
-}
-
-/* Statuses that mean "the buffers do not fit", which skip the standard path. */
-static bool is_allocation_failure(int status)
-{
-    return status == FLASHCL_ERR_OUT_OF_DEVICE_MEMORY || status == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
-           status == CL_OUT_OF_RESOURCES || status == CL_OUT_OF_HOST_MEMORY ||
-           status == CL_INVALID_BUFFER_SIZE;
-}
-
 /* Device buffers for Q, K, V (random) and O; the context owns none of them. */
 typedef struct bench_buffers {
     cl_mem q, k, v, o;
@@ -170,41 +166,26 @@ static void release_buffers(bench_buffers *b)
     }
 }
 
-/* Creates a buffer filled with the next random values of *state. */
-static cl_int random_buffer(cl_context cl, float *staging, size_t bytes, uint64_t *state,
-                            cl_mem *out)
-{
-    random_fill_uniform(staging, bytes / sizeof(float), state);
-    cl_int err = CL_SUCCESS;
-    *out = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, staging, &err);
-    return err;
-}
-
 static int create_buffers(flashcl_context *ctx, size_t q_bytes, size_t kv_bytes, bench_buffers *b)
 {
     /* Refuse before spending time on random numbers the device cannot hold. */
-    cl_ulong max_alloc = 0;
-    if (clGetDeviceInfo(flashcl_context_device(ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE,
-                        sizeof max_alloc, &max_alloc, NULL) == CL_SUCCESS &&
-        (q_bytes > max_alloc || kv_bytes > max_alloc))
-        return tool_failure("bench: a %zu-byte input is larger than the device's largest buffer "
-                            "(%llu bytes)",
-                            q_bytes > kv_bytes ? q_bytes : kv_bytes,
-                            (unsigned long long)max_alloc);
+    int rc = bench_check_fits(ctx, q_bytes > kv_bytes ? q_bytes : kv_bytes);
+    if (rc != 0)
+        return rc;
     cl_context cl = flashcl_context_cl_context(ctx);
     float *staging = malloc(q_bytes > kv_bytes ? q_bytes : kv_bytes);
     if (staging == NULL)
         return tool_failure("bench: out of host memory for the inputs");
-    uint64_t state = 0x853c49e6748fea9bu; /* fixed: every run sees the same inputs */
+    uint64_t state = BENCH_RANDOM_SEED; /* fixed: every run sees the same inputs */
     const char *failed = NULL;
     cl_int err;
-    if ((err = random_buffer(cl, staging, q_bytes, &state, &b->q)) != CL_SUCCESS)
+    if ((err = bench_create_buffer(cl, q_bytes, staging, &state, &b->q)) != CL_SUCCESS)
         failed = "Q";
-    else if ((err = random_buffer(cl, staging, kv_bytes, &state, &b->k)) != CL_SUCCESS)
+    else if ((err = bench_create_buffer(cl, kv_bytes, staging, &state, &b->k)) != CL_SUCCESS)
         failed = "K";
-    else if ((err = random_buffer(cl, staging, kv_bytes, &state, &b->v)) != CL_SUCCESS)
+    else if ((err = bench_create_buffer(cl, kv_bytes, staging, &state, &b->v)) != CL_SUCCESS)
         failed = "V";
-    else if ((b->o = clCreateBuffer(cl, CL_MEM_READ_WRITE, q_bytes, NULL, &err)), err != CL_SUCCESS)
+    else if ((err = bench_create_buffer(cl, q_bytes, NULL, NULL, &b->o)) != CL_SUCCESS)
         failed = "O";
     free(staging);
     if (failed != NULL)
@@ -212,14 +193,6 @@ static int create_buffers(flashcl_context *ctx, size_t q_bytes, size_t kv_bytes,
                             failed[0] == 'K' || failed[0] == 'V' ? kv_bytes : q_bytes,
                             flashcl_status_name(err));
     return 0;
-}
-
-/* "STATUS_NAME: detail" for a failed call. */
-static void describe_failure(flashcl_context *ctx, int status, char *buf, size_t size)
-{
-    const char *detail = flashcl_last_error(ctx);
-    snprintf(buf, size, "%s: %s", flashcl_status_name(status),
-             detail != NULL && detail[0] ? detail : flashcl_status_string(status));
 }
 
 /*
@@ -234,8 +207,8 @@ static int run_one(flashcl_context *ctx, const bench_problem *problem, flashcl_p
     if (status == FLASHCL_SUCCESS)
         status = bench_run_path(problem, path, settings, &p->result);
     if (status != FLASHCL_SUCCESS) {
-        describe_failure(ctx, status, p->reason, sizeof p->reason);
-        if (path == FLASHCL_PATH_STANDARD && is_allocation_failure(status)) {
+        bench_describe_failure(ctx, status, p->reason, sizeof p->reason);
+        if (path == FLASHCL_PATH_STANDARD && bench_is_allocation_failure(status)) {
             p->skipped = true;
             /* Let anything still queued drain before flash's results are used. */
             clFinish(flashcl_context_queue(ctx));
@@ -300,6 +273,34 @@ static int run_and_report(flashcl_context *ctx, const bench_args *a, bench_repor
     return rc;
 }
 
+/* `bench --backward`: the same problem and settings, handed to bench_backward.c. */
+static int run_backward(const bench_args *a)
+{
+    bench_backward_options o;
+    memset(&o, 0, sizeof o);
+    o.desc.batch = a->batch;
+    o.desc.heads_q = a->heads;
+    o.desc.heads_kv = a->kv_heads;
+    o.desc.seqlen_q = a->seqlen;
+    o.desc.seqlen_k = a->seqlen_k;
+    o.desc.head_dim = a->head_dim;
+    o.desc.causal = a->causal;
+    o.settings.iters = a->iters;
+    o.settings.warmup = a->warmup;
+    o.run_flash = a->path != CHOICE_STANDARD;
+    o.run_standard = a->path != CHOICE_FLASH;
+    o.json = a->json;
+
+    flashcl_context *ctx = NULL;
+    char err[1024] = "";
+    flashcl_status status = flashcl_context_create(&ctx, a->device, err, sizeof err);
+    if (status != FLASHCL_SUCCESS)
+        return tool_status_error(NULL, status, err);
+    int rc = bench_backward(ctx, &o);
+    flashcl_context_destroy(ctx);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     bench_args a;
@@ -313,10 +314,12 @@ int cmd_bench(int argc, char **argv)
     if (rc != 0)
         return rc;
 
-    size_t q_bytes = tensor_bytes(a.batch, a.seqlen, a.heads, a.head_dim);
-    size_t kv_bytes = tensor_bytes(a.batch, a.seqlen_k, a.kv_heads, a.head_dim);
+    size_t q_bytes = bench_tensor_bytes(a.batch, a.seqlen, a.heads, a.head_dim);
+    size_t kv_bytes = bench_tensor_bytes(a.batch, a.seqlen_k, a.kv_heads, a.head_dim);
     if (q_bytes == 0 || kv_bytes == 0)
         return tool_usage_error("bench: the tensors of this shape are too large to address");
+    if (a.backward)
+        return run_backward(&a);
 
     /* On the heap, zeroed: the report holds a few kilobytes of plans and text. */
     bench_report *report = calloc(1, sizeof *report);
