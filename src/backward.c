@@ -1,6 +1,8 @@
-/* flashcl_backward: checks, then D = rowsum(dO*O), dK/dV, dQ — three launches chained by events. */
+/* flashcl_backward: checks, then D = rowsum(dO*O), dK/dV, dQ — three launches chained by events,
+   dK/dV and dQ from whichever kernel family the plan chose (src/plan_backward.c). */
 #include "internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define LOG2E 1.4426950408889634
@@ -85,25 +87,33 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
     flashcl__waits waits;
     st = flashcl__scratch_waits(ctx, num_wait, wait_list, &waits);
     if (st != FLASHCL_SUCCESS) return st;
-    const size_t r = (size_t)plan->rows;
-    size_t local[3] = {r, 1, 1};
-    size_t g_rows[3] = {(d->seqlen_q + r - 1) / r * r, d->heads_q, d->batch};
-    size_t g_keys[3] = {(d->seqlen_k + r - 1) / r * r, d->heads_kv, d->batch};
+    /* Either family: one work-group per block of keys (dK/dV) or query rows (dQ), main_wg
+       work-items each (a block's rows for the row kernels, 16x16 for the tiles). */
+    const size_t r = plan->dot_wg, wg = plan->main_wg, kb = plan->keys_per_group, qb = plan->rows_per_group;
+    size_t dot_local[3] = {r, 1, 1}, main_local[3] = {wg, 1, 1};
+    size_t g_dot[3] = {(d->seqlen_q + r - 1) / r * r, d->heads_q, d->batch};
+    size_t g_keys[3] = {(d->seqlen_k + kb - 1) / kb * wg, d->heads_kv, d->batch};
+    size_t g_rows[3] = {(d->seqlen_q + qb - 1) / qb * wg, d->heads_q, d->batch};
+    const char *dkdv_name = plan->tiles ? "flash_bwd_dkdv_tiles" : "flash_bwd_dkdv";
+    const char *dq_name = plan->tiles ? "flash_bwd_dq_tiles" : "flash_bwd_dq";
+    char what[96];
     cl_event e_dot = NULL, e_dkdv = NULL, e_dq = NULL;
-    err = clEnqueueNDRangeKernel(ctx->queue, plan->dot, 3, NULL, g_rows, local, waits.count,
+    err = clEnqueueNDRangeKernel(ctx->queue, plan->dot, 3, NULL, g_dot, dot_local, waits.count,
                                  waits.count ? waits.events : NULL, &e_dot);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(flash_bwd_dot)");
-    err = clEnqueueNDRangeKernel(ctx->queue, plan->dkdv, 3, NULL, g_keys, local, 1, &e_dot, &e_dkdv);
+    err = clEnqueueNDRangeKernel(ctx->queue, plan->dkdv, 3, NULL, g_keys, main_local, 1, &e_dot, &e_dkdv);
     if (err != CL_SUCCESS) {
         clReleaseEvent(e_dot);
-        return flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(flash_bwd_dkdv)");
+        snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", dkdv_name);
+        return flashcl__fail_cl(ctx, err, what);
     }
     /* dQ needs only D: on an out-of-order queue it may overlap dK/dV; the call's event covers both. */
-    err = clEnqueueNDRangeKernel(ctx->queue, plan->dq, 3, NULL, g_rows, local, 1, &e_dot, &e_dq);
+    err = clEnqueueNDRangeKernel(ctx->queue, plan->dq, 3, NULL, g_rows, main_local, 1, &e_dot, &e_dq);
     clReleaseEvent(e_dot);
     if (err != CL_SUCCESS) {
         clReleaseEvent(e_dkdv);
-        return flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(flash_bwd_dq)");
+        snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", dq_name);
+        return flashcl__fail_cl(ctx, err, what);
     }
     cl_event both[2] = {e_dkdv, e_dq}, last = NULL;
     err = clEnqueueMarkerWithWaitList(ctx->queue, 2, both, &last);

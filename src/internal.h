@@ -152,9 +152,15 @@ flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention
 flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__standard_plan **out);
 void flashcl__release_plans(flashcl_context *ctx);
 
+/* The flash backward: flash_bwd_dot, then the dK/dV and dQ kernels of one family
+   (the row kernels of cl/flash_bwd.cl, or the GPU tiles of cl/flash_bwd_tiles.cl). */
 typedef struct flashcl__backward_plan {
     flashcl_plan pub;
-    int rows; /* work-items per group, and rows per __local tile */
+    int tiles;             /* 1: flash_bwd_dkdv_tiles + flash_bwd_dq_tiles; 0: the row kernels */
+    size_t dot_wg;         /* flash_bwd_dot: one work-item per query row, dot_wg per group */
+    size_t main_wg;        /* work-items per group of the dK/dV and dQ kernels */
+    size_t keys_per_group; /* keys one dK/dV work-group owns */
+    size_t rows_per_group; /* query rows one dQ work-group owns */
     cl_kernel dot, dkdv, dq;
 } flashcl__backward_plan;
 flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attention_desc *d,

@@ -51,3 +51,40 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
     }
     return FLASHCL_SUCCESS;
 }
+
+flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_override *out) {
+    out->present = 0;
+    out->tiles = 0;
+    out->block_rows = out->block_cols = out->slice = -1;
+    const char *env = getenv("FLASHCL_BWD_KERNEL");
+    if (!env || !*env) return FLASHCL_SUCCESS;
+    out->present = 1;
+    size_t flen = strcspn(env, ",");
+    if (flen == 4 && strncmp(env, "rows", 4) == 0) out->tiles = 0;
+    else if (flen == 5 && strncmp(env, "tiles", 5) == 0) out->tiles = 1;
+    else
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: \"%.*s\" is not rows or tiles",
+                             (int)flen, env);
+    const char *p = env + flen;
+    if (*p && !out->tiles)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: the row kernels take no sizes (\"%s\")", env);
+    while (*p) {
+        ++p; /* the comma */
+        size_t len = strcspn(p, ",");
+        const char *eq = memchr(p, '=', len);
+        if (!eq)
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: \"%.*s\" is not key=value", (int)len, p);
+        size_t klen = (size_t)(eq - p), vlen = len - klen - 1;
+        int *field = NULL;
+        if (klen == 2 && strncmp(p, "br", 2) == 0) field = &out->block_rows;
+        else if (klen == 2 && strncmp(p, "bc", 2) == 0) field = &out->block_cols;
+        else if (klen == 5 && strncmp(p, "slice", 5) == 0) field = &out->slice;
+        else
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                                 "FLASHCL_BWD_KERNEL: unknown key \"%.*s\" (keys: br, bc, slice)", (int)klen, p);
+        if (!parse_positive(eq + 1, vlen, field))
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: bad value in \"%.*s\"", (int)len, p);
+        p += len;
+    }
+    return FLASHCL_SUCCESS;
+}

@@ -14,4 +14,21 @@ typedef struct flashcl__tile_override {
 /* Parses "kernel=rows|split|tiles,br=32,bc=64,tpr=4,staging=local|direct" (any subset, any order). */
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out);
 
+/*
+ * FLASHCL_BWD_KERNEL: forces the flash backward's kernel family, for tests and
+ * experiments (FLASHCL_TILE stays the forward's, so forcing one pass never
+ * changes the other):
+ *   "rows"                                   the row kernels (cl/flash_bwd.cl)
+ *   "tiles[,br=64][,bc=64][,slice=16]"       the GPU tiles (cl/flash_bwd_tiles.cl);
+ *       br query rows and bc keys per block (16, 32, 48 or 64), slice rows per
+ *       phase-B __local slice (1, 2, 4, 8 or 16). Sizes not given are fitted to the device.
+ */
+typedef struct flashcl__bwd_override {
+    int present;
+    int tiles;                          /* 0 rows, 1 tiles */
+    int block_rows, block_cols, slice;  /* -1: not given */
+} flashcl__bwd_override;
+
+flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_override *out);
+
 #endif
