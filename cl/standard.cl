@@ -7,6 +7,7 @@
  *   std_pv       O = P V                    (tiled GEMM)
  * Backward (P and dS materialised):
  *   std_rowdot   D = rowsum(dO * O)
+ *   std_probs    P = exp(S - LSE) in place, from the forward's LSE
  *   std_scores   dP = dO V^T; std_ds: dS = P * (dP - D) in place
  *   std_pv       dQ = scale * dS K
  *   std_tn       per query head: dV_h = P^T dO, dK_h = scale * dS^T Q
@@ -193,6 +194,15 @@ __kernel void std_rowdot(__global const float *G, VIEW_ARGS(g),
     float acc = 0.0f;
     for (int c = 0; c < head_dim; ++c) acc = fma(gr[c], yr[c], acc);
     Dsum[((ulong)b * heads_q + h) * seqlen_q + i] = acc;
+}
+
+/* P = exp(S - lse[row]) in place; 0 for rows that saw no key (lse = -inf). */
+__kernel void std_probs(__global float *S, int seqlen_k, __global const float *LSE, ulong lse_off, ulong count)
+{
+    const ulong e = get_global_id(0);
+    if (e >= count) return;
+    const float lse = LSE[lse_off + e / (ulong)seqlen_k];
+    S[e] = lse == FLASHCL_NEG_INF ? 0.0f : exp(S[e] - lse);
 }
 
 /* dS = P * (dP - D[row]) in place over dP; one work-item per element. */

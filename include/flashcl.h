@@ -163,8 +163,12 @@ FLASHCL_API cl_command_queue flashcl_context_queue(const flashcl_context *ctx);
 FLASHCL_API cl_context flashcl_context_cl_context(const flashcl_context *ctx);
 FLASHCL_API cl_device_id flashcl_context_device(const flashcl_context *ctx);
 
-/* Bytes of device scratch memory the context currently holds (standard path's S/P). */
+/* Bytes of device scratch memory the context currently holds (the standard
+   path's N x N buffers, the backward's per-row D). It grows on demand. */
 FLASHCL_API size_t flashcl_context_scratch_bytes(const flashcl_context *ctx);
+/* Frees that scratch now (OpenCL frees each buffer once the commands using it
+   have finished); later calls allocate again. NULL is a no-op. */
+FLASHCL_API void flashcl_context_release_scratch(flashcl_context *ctx);
 
 /* The on-disk program cache directory in use ("" when disabled). */
 FLASHCL_API const char *flashcl_context_cache_dir(const flashcl_context *ctx);
@@ -311,7 +315,8 @@ FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const flashcl_
                                             const flashcl_tensor *dv, cl_uint num_wait,
                                             const cl_event *wait_list, cl_event *event);
 
-/* The standard backward (materialises P and dS in context scratch), the baseline. Same arguments. */
+/* The standard backward (materialises P = exp(S - lse) and dS in context
+   scratch), the baseline. Same arguments; it also uses the given LSE. */
 FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                                      const flashcl_tensor *q, const flashcl_tensor *k,
                                                      const flashcl_tensor *v, const flashcl_tensor *o,

@@ -143,7 +143,7 @@ typedef struct flashcl__standard_plan {
     flashcl_plan pub; /* scratch_bytes is filled per call */
     int tile, wpt, softmax_wg;
     cl_kernel scores, softmax, pv;            /* forward */
-    cl_kernel rowdot, ds, tn, group_sum;      /* backward */
+    cl_kernel rowdot, probs, ds, tn, group_sum; /* backward */
 } flashcl__standard_plan;
 
 /* Plans are computed once per context (per head dim for flash) and owned by it. */

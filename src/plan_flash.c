@@ -262,10 +262,17 @@ static flashcl_status plan_from_formula(flashcl_context *ctx, int d, flashcl__fl
     if ((size_t)s.br * s.tpr > max_wg) s.br = (int)(max_wg / (size_t)s.tpr);
     if (s.br < 1)
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "max work-group size %zu is below %d threads per row", max_wg, s.tpr);
+    const char *origin = "formula";
+    if (!fit_local(&s, d, ctx->info.local_mem_bytes) && s.kernel == KERNEL_SPLIT) {
+        /* The split kernel stages a Q tile too; one row per work-item needs only K/V. */
+        s.kernel = KERNEL_ROWS;
+        s.tpr = 1;
+        origin = "fallback";
+        flashcl__appendf(why, sizeof why, "; split kernel does not fit, one work-item per row instead");
+    }
     if (!fit_local(&s, d, ctx->info.local_mem_bytes))
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash tile for d=%d fits %llu bytes of local memory", d,
                              (unsigned long long)ctx->info.local_mem_bytes);
-    const char *origin = "formula";
     int rounded = 0;
     for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
         int fits = 0;

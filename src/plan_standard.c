@@ -35,10 +35,11 @@ static void release_kernels(flashcl__standard_plan *p) {
     if (p->softmax) clReleaseKernel(p->softmax);
     if (p->pv) clReleaseKernel(p->pv);
     if (p->rowdot) clReleaseKernel(p->rowdot);
+    if (p->probs) clReleaseKernel(p->probs);
     if (p->ds) clReleaseKernel(p->ds);
     if (p->tn) clReleaseKernel(p->tn);
     if (p->group_sum) clReleaseKernel(p->group_sum);
-    p->scores = p->softmax = p->pv = p->rowdot = p->ds = p->tn = p->group_sum = NULL;
+    p->scores = p->softmax = p->pv = p->rowdot = p->probs = p->ds = p->tn = p->group_sum = NULL;
 }
 
 static flashcl_status compute_plan(flashcl_context *ctx, flashcl__standard_plan *out) {
@@ -58,6 +59,7 @@ static flashcl_status compute_plan(flashcl_context *ctx, flashcl__standard_plan 
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_softmax", &out->softmax);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_pv", &out->pv);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_rowdot", &out->rowdot);
+        if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_probs", &out->probs);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_ds", &out->ds);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_tn", &out->tn);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "std_group_sum", &out->group_sum);

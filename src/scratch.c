@@ -70,3 +70,7 @@ size_t flashcl_context_scratch_bytes(const flashcl_context *ctx) {
     for (int i = 0; i < FLASHCL__SCRATCH_SLOTS; ++i) total += ctx->scratch_bytes[i];
     return total;
 }
+
+void flashcl_context_release_scratch(flashcl_context *ctx) {
+    if (ctx) flashcl__release_scratch(ctx);
+}

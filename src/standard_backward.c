@@ -1,8 +1,8 @@
 /*
  * Standard backward (the baseline): materialises P and dS, N x N each, in
  * context scratch, plus per-query-head dK/dV so GQA groups can be summed
- * without atomics. Ten launches chained by events:
- *   S = scale QK^T, P = softmax(S), D = rowsum(dO*O), dP = dO V^T,
+ * without atomics. Launches chained by events:
+ *   S = scale QK^T, P = exp(S - LSE) (the forward's LSE, as flash uses it), D = rowsum(dO*O), dP = dO V^T,
  *   dS = P (dP - D), dQ = scale dS K, dV_h = P^T dO, dK_h = scale dS^T Q,
  *   dV = sum_h dV_h, dK = sum_h dK_h.
  */
@@ -60,7 +60,6 @@ flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const fl
                                                   const flashcl_tensor views[BACKWARD_VIEWS], cl_mem lse,
                                                   size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
                                                   cl_event *event) {
-    (void)lse, (void)lse_offset; /* P is recomputed by a softmax over the materialised S */
     const flashcl__standard_plan *plan = NULL;
     flashcl_status st = flashcl__plan_standard(ctx, &plan);
     if (st != FLASHCL_SUCCESS) return st;
@@ -86,9 +85,9 @@ flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const fl
     if (st != FLASHCL_SUCCESS) return st;
 
     cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, dim = (cl_int)d->head_dim, hq = (cl_int)d->heads_q;
-    cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0, no = 0, zero_i = 0;
+    cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0, zero_i = 0;
     cl_float scale = d->scale, one = 1.0f;
-    cl_ulong zero_off = 0, count = nn;
+    cl_ulong count = nn;
     const size_t tile = (size_t)plan->tile, rts = tile / (size_t)plan->wpt;
     const size_t l2[3] = {rts, rts, 1};
     cl_event prev = NULL;
@@ -116,7 +115,7 @@ flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const fl
         }                                                                                     \
     } while (0)
 
-    /* S = scale QK^T (causal -inf), then P = softmax(S) in place. */
+    /* S = scale QK^T (causal -inf), then P = exp(S - LSE) in place. */
     const size_t g_s[3] = {round_up(d->seqlen_k, tile) / tile * rts, round_up(d->seqlen_q, tile) / tile * rts, z};
     SET(scores, {
         err = flashcl__set_view_args(plan->scores, &arg, &views[BQ]);
@@ -127,13 +126,14 @@ flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const fl
         if (err == CL_SUCCESS) err = set_list(plan->scores, &arg, &a);
     });
     LAUNCH(scores, 3, g_s, l2);
-    const size_t g_sm[1] = {rows * (size_t)plan->softmax_wg}, l_sm[1] = {(size_t)plan->softmax_wg};
-    SET(softmax, {
-        push(&a, sizeof p, &p), push(&a, sizeof sk, &sk), push(&a, sizeof p, &p), push(&a, sizeof zero_off, &zero_off);
-        push(&a, sizeof no, &no);
-        err = set_list(plan->softmax, &arg, &a);
+    cl_ulong lse_off = lse_offset;
+    const size_t g_el[1] = {nn};
+    SET(probs, {
+        push(&a, sizeof p, &p), push(&a, sizeof sk, &sk), push(&a, sizeof lse, &lse), push(&a, sizeof lse_off, &lse_off);
+        push(&a, sizeof count, &count);
+        err = set_list(plan->probs, &arg, &a);
     });
-    LAUNCH(softmax, 1, g_sm, l_sm);
+    LAUNCH(probs, 1, g_el, NULL);
 
     /* D = rowsum(dO * O). */
     const size_t g_rd[3] = {d->seqlen_q, d->heads_q, d->batch};
@@ -155,13 +155,12 @@ flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const fl
         if (err == CL_SUCCESS) err = set_list(plan->scores, &arg, &a);
     });
     LAUNCH(scores, 3, g_s, l2);
-    const size_t g_ds[1] = {nn};
     SET(ds, {
         push(&a, sizeof p, &p), push(&a, sizeof ds, &ds), push(&a, sizeof dsum, &dsum), push(&a, sizeof sk, &sk);
         push(&a, sizeof count, &count);
         err = set_list(plan->ds, &arg, &a);
     });
-    LAUNCH(ds, 1, g_ds, NULL);
+    LAUNCH(ds, 1, g_el, NULL);
 
     /* dQ = scale dS K. */
     const size_t g_dq[3] = {round_up(d->head_dim, tile) / tile * rts, round_up(d->seqlen_q, tile) / tile * rts, z};
