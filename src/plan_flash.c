@@ -263,8 +263,10 @@ static flashcl_status plan_from_formula(flashcl_context *ctx, int d, flashcl__fl
     if (s.br < 1)
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "max work-group size %zu is below %d threads per row", max_wg, s.tpr);
     const char *origin = "formula";
+    const shape seeded = s;
     if (!fit_local(&s, d, ctx->info.local_mem_bytes) && s.kernel == KERNEL_SPLIT) {
         /* The split kernel stages a Q tile too; one row per work-item needs only K/V. */
+        s = seeded;
         s.kernel = KERNEL_ROWS;
         s.tpr = 1;
         origin = "fallback";
