@@ -55,8 +55,7 @@ static void *xcalloc(size_t n, size_t size)
     return p;
 }
 
-/* The view of `layout` for dims; the buffer is attached later. */
-static flashcl_tensor make_view(tu_layout layout, tu_dims dims)
+flashcl_tensor tu_view_make(tu_layout layout, tu_dims dims)
 {
     flashcl_tensor t;
     memset(&t, 0, sizeof t);
@@ -81,11 +80,12 @@ static flashcl_tensor make_view(tu_layout layout, tu_dims dims)
     return t;
 }
 
-static void init_tensor(tu_buffer *t, cl_context cl_ctx, tu_layout layout, tu_dims dims,
-                        size_t guard, tu_rng *rng, float lo, float hi)
+void tu_buffer_init(tu_buffer *t, cl_context cl_ctx, tu_layout layout, tu_dims dims, size_t lead,
+                    size_t guard, tu_rng *rng, float lo, float hi)
 {
     t->dims = dims;
-    t->view = make_view(layout, dims);
+    t->view = tu_view_make(layout, dims);
+    t->view.offset += lead;
     t->count = tu_view_extent(&t->view, dims) + guard;
     t->host = xcalloc(t->count, sizeof(float));
     /* Padding holds NaN: a kernel that lets out-of-view data into its math shows up. */
@@ -107,10 +107,10 @@ void tu_problem_init(tu_problem *p, cl_context cl_ctx, const tu_shape *shape)
     /* Inputs are sized exactly to their views, so any read past a view's end
      * is an out-of-bounds access that Oclgrind reports. Q is wider than K so
      * that the logits span a few units and the softmax is not nearly flat. */
-    init_tensor(&p->q, cl_ctx, shape->layout_q, qd, 0, &rng, -3.0f, 3.0f);
-    init_tensor(&p->k, cl_ctx, shape->layout_k, kd, 0, &rng, -1.0f, 1.0f);
-    init_tensor(&p->v, cl_ctx, shape->layout_v, kd, 0, &rng, -1.0f, 1.0f);
-    init_tensor(&p->o, cl_ctx, shape->layout_o, qd, TU_GUARD, NULL, 0.0f, 0.0f);
+    tu_buffer_init(&p->q, cl_ctx, shape->layout_q, qd, 0, 0, &rng, -3.0f, 3.0f);
+    tu_buffer_init(&p->k, cl_ctx, shape->layout_k, kd, 0, 0, &rng, -1.0f, 1.0f);
+    tu_buffer_init(&p->v, cl_ctx, shape->layout_v, kd, 0, 0, &rng, -1.0f, 1.0f);
+    tu_buffer_init(&p->o, cl_ctx, shape->layout_o, qd, 0, TU_GUARD, NULL, 0.0f, 0.0f);
 
     size_t rows = r->batch * r->heads_q * r->seqlen_q;
     p->lse_count = shape->lse_offset + rows + TU_GUARD;
@@ -124,14 +124,19 @@ void tu_problem_init(tu_problem *p, cl_context cl_ctx, const tu_shape *shape)
                   p->ref_o, p->ref_lse);
 }
 
+void tu_buffer_release(tu_buffer *t)
+{
+    if (t->view.buffer)
+        clReleaseMemObject(t->view.buffer);
+    free(t->host);
+    memset(t, 0, sizeof *t);
+}
+
 void tu_problem_free(tu_problem *p)
 {
     tu_buffer *all[4] = {&p->q, &p->k, &p->v, &p->o};
-    for (int i = 0; i < 4; i++) {
-        if (all[i]->view.buffer)
-            clReleaseMemObject(all[i]->view.buffer);
-        free(all[i]->host);
-    }
+    for (int i = 0; i < 4; i++)
+        tu_buffer_release(all[i]);
     if (p->lse)
         clReleaseMemObject(p->lse);
     free(p->lse_host);

@@ -36,6 +36,19 @@ typedef struct tu_buffer {
     float *host;         /* the buffer contents as uploaded */
 } tu_buffer;
 
+/* The view of `layout` for dims, with no buffer attached yet. */
+flashcl_tensor tu_view_make(tu_layout layout, tu_dims dims);
+
+/*
+ * Creates a buffer for a view of `layout`: `lead` floats before the view
+ * (added to its offset) and `guard` after it. Everything outside the view is
+ * a sentinel; the view is filled from rng in [lo, hi), or is sentinel too
+ * (an output) when rng is NULL. host keeps the uploaded contents.
+ */
+void tu_buffer_init(tu_buffer *t, cl_context cl_ctx, tu_layout layout, tu_dims dims, size_t lead,
+                    size_t guard, tu_rng *rng, float lo, float hi);
+void tu_buffer_release(tu_buffer *t);
+
 typedef struct tu_problem {
     tu_shape shape;
     ref_problem ref;

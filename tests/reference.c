@@ -38,6 +38,17 @@ size_t ref_index(const flashcl_tensor *resolved, size_t b, size_t h, size_t r, s
            r * resolved->stride_row + c;
 }
 
+size_t ref_visible_keys(const ref_problem *p, size_t i)
+{
+    if (!p->causal)
+        return p->seqlen_k;
+    /* Bottom-right alignment: key j is visible iff j <= i + sk - sq. */
+    if (i + p->seqlen_k < p->seqlen_q)
+        return 0;
+    size_t last = i + p->seqlen_k - p->seqlen_q;
+    return last + 1 < p->seqlen_k ? last + 1 : p->seqlen_k;
+}
+
 /* One query row: scores for the visible keys, then max-shifted softmax. */
 static void ref_row(const ref_problem *p, const float *qrow, const float *k,
                     const flashcl_tensor *kv, const float *v, const flashcl_tensor *vv, size_t b,
@@ -91,18 +102,12 @@ void ref_attention(const ref_problem *p, const float *q, const flashcl_tensor *q
             for (size_t i = 0; i < p->seqlen_q; i++) {
                 size_t row = (b * p->heads_q + h) * p->seqlen_q + i;
                 double *o_row = o + row * d;
-                /* Bottom-right alignment: key j is visible iff j <= i + sk - sq. */
-                size_t visible = p->seqlen_k;
-                if (p->causal) {
-                    if (i + p->seqlen_k < p->seqlen_q) {
-                        for (size_t c = 0; c < d; c++)
-                            o_row[c] = 0.0;
-                        lse[row] = -INFINITY;
-                        continue;
-                    }
-                    size_t last = i + p->seqlen_k - p->seqlen_q;
-                    if (last + 1 < visible)
-                        visible = last + 1;
+                size_t visible = ref_visible_keys(p, i);
+                if (visible == 0) {
+                    for (size_t c = 0; c < d; c++)
+                        o_row[c] = 0.0;
+                    lse[row] = -INFINITY;
+                    continue;
                 }
                 ref_row(p, q + ref_index(&qv, b, h, i, 0), k, &kv, v, &vv, b, kvh, visible,
                         scores, o_row, &lse[row]);

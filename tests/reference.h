@@ -46,4 +46,23 @@ void ref_attention(const ref_problem *p, const float *q, const flashcl_tensor *q
                    const float *k, const flashcl_tensor *k_view, const float *v,
                    const flashcl_tensor *v_view, double *o, double *lse);
 
+/*
+ * Gradients of the attention above for an upstream gradient dO, computed
+ * straight from the definition (reference_backward.c): with
+ *   P_ij  = exp(scale q_i.k_j - lse_i)   (0 where masked or where lse_i = -inf)
+ *   dP_ij = dO_i.v_j,   D_i = sum_j P_ij dP_ij,   dS_ij = P_ij (dP_ij - D_i)
+ * it writes dQ_i = scale sum_j dS_ij k_j, dK_j = scale sum_i dS_ij q_i and
+ * dV_j = sum_i P_ij dO_i, with dK and dV summed over each GQA group.
+ * Inputs are addressed through their views like ref_attention; outputs are
+ * packed: dq [batch, heads_q, seqlen_q, head_dim], dk and dv
+ * [batch, heads_kv, seqlen_k, head_dim].
+ */
+void ref_attention_backward(const ref_problem *p, const float *q, const flashcl_tensor *q_view,
+                            const float *k, const flashcl_tensor *k_view, const float *v,
+                            const flashcl_tensor *v_view, const float *dout,
+                            const flashcl_tensor *dout_view, double *dq, double *dk, double *dv);
+
+/* Keys visible to query row i: j < ref_visible_keys(p, i) (bottom-right causal). */
+size_t ref_visible_keys(const ref_problem *p, size_t i);
+
 #endif

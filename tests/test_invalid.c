@@ -54,19 +54,6 @@ static views make_views(const flashcl_attention_desc *d)
     return w;
 }
 
-/* Whether msg names tensor `t` ("q", "lse", ...) as a word: "q.offset", "q:", "q is". */
-static int names_tensor(const char *msg, const char *t)
-{
-    size_t n = strlen(t);
-    for (const char *p = strstr(msg, t); p; p = strstr(p + 1, t)) {
-        int starts = p == msg || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'));
-        char after = p[n];
-        if (starts && (after == '.' || after == ':' || after == ' ' || after == '\0'))
-            return 1;
-    }
-    return 0;
-}
-
 /* Every test buffer must still hold exactly what was uploaded. */
 static void check_nothing_written(const char *label)
 {
@@ -122,7 +109,7 @@ static void expect(bad_call c, int status, const char *field, const char *tensor
         }
         if (c.ctx) {
             const char *msg = flashcl_last_error(c.ctx);
-            int named = msg && msg[0] && strstr(msg, field) && (!tensor || names_tensor(msg, tensor));
+            int named = msg && msg[0] && strstr(msg, field) && (!tensor || tu_names_tensor(msg, tensor));
             if (!named) {
                 fprintf(stderr, "FAIL %s: message \"%s\" does not name \"%s\"%s%s\n", label,
                         msg ? msg : "(null)", field, tensor ? " / tensor " : "", tensor ? tensor : "");

@@ -191,6 +191,18 @@ int tu_check_untouched(const char *label, const float *got, const float *before,
     return 0;
 }
 
+int tu_names_tensor(const char *msg, const char *t)
+{
+    size_t n = strlen(t);
+    for (const char *p = strstr(msg, t); p; p = strstr(p + 1, t)) {
+        int starts = p == msg || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'));
+        char after = p[n];
+        if (starts && (after == '.' || after == ':' || after == ' ' || after == '\0'))
+            return 1;
+    }
+    return 0;
+}
+
 /* --------------------------------------------------------- comparisons */
 
 /* err / tol for one element; +inf for NaN or a mismatched infinity. */

@@ -88,6 +88,12 @@ void tu_fill_sentinel(float *host, size_t count);
 int tu_check_untouched(const char *label, const float *got, const float *before,
                        const unsigned char *mask, size_t count);
 
+/*
+ * Whether msg names tensor `t` ("q", "lse", "dq", ...) as a word: "q.offset",
+ * "q:", "q is". "q" inside "dq" or "seqlen_q" does not count.
+ */
+int tu_names_tensor(const char *msg, const char *t);
+
 /* ------------------------------------------------------ comparisons */
 
 /*

@@ -1,0 +1,176 @@
+/*
+ * Backward correctness sweep: flashcl_backward (or flashcl_standard_backward)
+ * against the double-precision reference gradients.
+ *
+ *   test_backward [--quick] [--path flash|standard] [--case N] [--list]
+ *                 [--fresh-context] [--no-rerun]
+ *
+ * Every case runs flashcl_forward first, so the backward consumes the O and
+ * LSE the library itself produced (checked too), exactly as an application's
+ * would; the backward waits on the forward's event. The backward then runs a
+ * second time into fresh output buffers, which must hold the same bytes: the
+ * library promises run-to-run identical gradients (no atomics).
+ * --quick runs a few tiny shapes (what the Oclgrind tests use); --case runs
+ * one case by the index --list prints; --fresh-context gives every case its
+ * own context (Oclgrind 21.10 reports false "uninitialized" reads of a
+ * scratch buffer that was released and re-created larger); --no-rerun skips
+ * the second run (under Oclgrind it would double the time and find nothing new).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backward_cases.h"
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    timespec_get(&t1, TIME_UTC);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: test_backward [--quick] [--path flash|standard] [--case N] [--list] "
+                    "[--fresh-context] [--no-rerun]\n");
+    exit(2);
+}
+
+/* The same backward into fresh output buffers must give the same bytes. */
+static int check_rerun(flashcl_context *ctx, const bw_problem *p, flashcl_path path,
+                       const char *label)
+{
+    bw_grads again;
+    bw_grads_init(&again, flashcl_context_cl_context(ctx), p);
+    int ok = 0;
+    char what[512];
+    snprintf(what, sizeof what, "%s (rerun)", label);
+    if (CHECK_STATUS(bw_problem_backward(ctx, p, path, &again, 0, NULL, NULL), FLASHCL_SUCCESS))
+        ok = bw_grads_same_bits(&p->grads, &again, flashcl_context_queue(ctx), what);
+    else
+        fprintf(stderr, "  %s\n  last message: %s\n", what, flashcl_last_error(ctx));
+    bw_grads_release(&again);
+    return ok;
+}
+
+/* Forward, backward, verify, rerun and compare bits. Returns 1 when the case passed. */
+static int run_case(flashcl_context *ctx, const bw_shape *shape, flashcl_path path, int rerun,
+                    const char *label)
+{
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    cl_context cl_ctx = flashcl_context_cl_context(ctx);
+    bw_problem p;
+    bw_problem_init(&p, cl_ctx, shape);
+    int ok = 0;
+    char what[512];
+    cl_event fwd = NULL, bwd = NULL;
+    if (!CHECK_STATUS(bw_problem_forward(ctx, &p, &fwd), FLASHCL_SUCCESS)) {
+        fprintf(stderr, "  %s (forward)\n  last message: %s\n", label, flashcl_last_error(ctx));
+        goto done;
+    }
+    if (!CHECK_STATUS(bw_problem_backward(ctx, &p, path, &p.grads, 1, &fwd, &bwd),
+                      FLASHCL_SUCCESS)) {
+        fprintf(stderr, "  %s\n  last message: %s\n", label, flashcl_last_error(ctx));
+        goto done;
+    }
+    CHECK(bwd != NULL);
+    /* A successful call clears the context's message. */
+    CHECK(flashcl_last_error(ctx)[0] == '\0');
+
+    snprintf(what, sizeof what, "%s (forward)", label);
+    ok = tu_problem_verify(&p.fwd, queue, fwd, what);
+    ok &= bw_grads_verify(&p, &p.grads, queue, bwd, label);
+
+    if (rerun)
+        ok &= check_rerun(ctx, &p, path, label);
+done:
+    if (fwd)
+        clReleaseEvent(fwd);
+    if (bwd)
+        clReleaseEvent(bwd);
+    bw_problem_free(&p);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, list_only = 0, fresh = 0, rerun = 1;
+    long only = -1;
+    flashcl_path path = FLASHCL_PATH_FLASH;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
+        } else if (!strcmp(argv[i], "--fresh-context")) {
+            fresh = 1;
+        } else if (!strcmp(argv[i], "--no-rerun")) {
+            rerun = 0;
+        } else if (!strcmp(argv[i], "--list")) {
+            list_only = 1;
+        } else if (!strcmp(argv[i], "--path") && i + 1 < argc) {
+            const char *name = argv[++i];
+            if (!strcmp(name, "flash"))
+                path = FLASHCL_PATH_FLASH;
+            else if (!strcmp(name, "standard"))
+                path = FLASHCL_PATH_STANDARD;
+            else
+                usage();
+        } else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
+            char *end;
+            only = strtol(argv[++i], &end, 10);
+            if (*end || only < 0)
+                usage();
+        } else {
+            usage();
+        }
+    }
+
+    bw_case_list cases = {0};
+    if (quick)
+        backward_cases_quick(&cases);
+    else
+        backward_cases_full(&cases);
+    if (only >= (long)cases.count) {
+        fprintf(stderr, "--case %ld: only %zu cases\n", only, cases.count);
+        return 2;
+    }
+
+    char desc[400];
+    if (list_only) {
+        for (size_t i = 0; i < cases.count; i++) {
+            bw_shape_describe(&cases.items[i], desc, sizeof desc);
+            printf("%4zu %s\n", i, desc);
+        }
+        bw_case_list_free(&cases);
+        return 0;
+    }
+
+    const char *path_name = path == FLASHCL_PATH_FLASH ? "flash" : "standard";
+    flashcl_context *ctx = tu_context_create();
+    size_t ran = 0, passed = 0;
+    struct timespec t0;
+    timespec_get(&t0, TIME_UTC);
+    for (size_t i = 0; i < cases.count; i++) {
+        if (only >= 0 && (size_t)only != i)
+            continue;
+        bw_shape_describe(&cases.items[i], desc, sizeof desc);
+        char label[480];
+        snprintf(label, sizeof label, "case %zu %s %s", i, path_name, desc);
+        if (fresh && ran > 0) {
+            flashcl_context_destroy(ctx);
+            ctx = tu_context_create();
+        }
+        struct timespec case_start;
+        timespec_get(&case_start, TIME_UTC);
+        int ok = run_case(ctx, &cases.items[i], path, rerun, label);
+        printf("%s %s (%.2f s)\n", ok ? "ok  " : "FAIL", label, seconds_since(&case_start));
+        fflush(stdout);
+        ran++;
+        passed += (size_t)ok;
+    }
+    printf("%zu/%zu cases passed (%s path, %.1f s)\n", passed, ran, path_name, seconds_since(&t0));
+    CHECK(ran > 0);
+    flashcl_context_destroy(ctx);
+    bw_case_list_free(&cases);
+    return tu_finish("test_backward");
+}
