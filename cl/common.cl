@@ -23,4 +23,33 @@ inline long flashcl_causal_limit(long i, long seqlen_q, long seqlen_k) {
     return i + seqlen_k - seqlen_q;
 }
 
+#ifdef HEAD_DIM
+/* Four elements c4*4 .. c4*4+3 of a head_dim row, zero past HEAD_DIM (kernels
+   specialised per head dim; any HEAD_DIM, not only multiples of 4). */
+inline float4 flashcl_load_row4(__global const float *row, int c4) {
+#if HEAD_DIM % 4 == 0
+    return vload4(c4, row);
+#else
+    float4 r = (float4)(0.0f);
+    int c = c4 * 4;
+    r.x = row[c];
+    if (c + 1 < HEAD_DIM) r.y = row[c + 1];
+    if (c + 2 < HEAD_DIM) r.z = row[c + 2];
+    if (c + 3 < HEAD_DIM) r.w = row[c + 3];
+    return r;
+#endif
+}
+
+/* Stores the elements of x that fall inside HEAD_DIM. */
+inline void flashcl_store_row4(__global float *row, int c4, float4 x) {
+    int c = c4 * 4;
+    row[c] = x.x;
+    if (c + 1 < HEAD_DIM) row[c + 1] = x.y;
+    if (c + 2 < HEAD_DIM) row[c + 2] = x.z;
+    if (c + 3 < HEAD_DIM) row[c + 3] = x.w;
+}
+#endif
+
+inline float flashcl_sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
+
 #endif

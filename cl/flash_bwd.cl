@@ -29,30 +29,6 @@
 #define D4 ((HEAD_DIM + 3) / 4)
 #define LOG2E_F 1.4426950408889634f
 
-inline float4 bwd_load4(__global const float *row, int c4) {
-#if HEAD_DIM % 4 == 0
-    return vload4(c4, row);
-#else
-    float4 r = (float4)(0.0f);
-    int c = c4 * 4;
-    r.x = row[c];
-    if (c + 1 < HEAD_DIM) r.y = row[c + 1];
-    if (c + 2 < HEAD_DIM) r.z = row[c + 2];
-    if (c + 3 < HEAD_DIM) r.w = row[c + 3];
-    return r;
-#endif
-}
-
-inline void bwd_store4(__global float *row, int c4, float4 x) {
-    int c = c4 * 4;
-    row[c] = x.x;
-    if (c + 1 < HEAD_DIM) row[c + 1] = x.y;
-    if (c + 2 < HEAD_DIM) row[c + 2] = x.z;
-    if (c + 3 < HEAD_DIM) row[c + 3] = x.w;
-}
-
-inline float bwd_sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
-
 /* P for one (query, key) pair; 0 where masked or where the row saw no key (lse = -inf). */
 inline float bwd_prob(float s2, float lse2, int visible) {
     return (visible && lse2 != FLASHCL_NEG_INF) ? exp2(s2 - lse2) : 0.0f;
@@ -70,8 +46,8 @@ void flash_bwd_dot(__global const float *dO, VIEW_ARGS(dout),
     __global const float *g = dO + VIEW_BASE(dout, b, h) + i * dout_sr;
     __global const float *y = O + VIEW_BASE(o, b, h) + i * o_sr;
     float4 acc = (float4)(0.0f);
-    for (int c4 = 0; c4 < D4; ++c4) acc = fma(bwd_load4(g, c4), bwd_load4(y, c4), acc);
-    Dsum[((ulong)b * heads_q + h) * seqlen_q + i] = bwd_sum4(acc);
+    for (int c4 = 0; c4 < D4; ++c4) acc = fma(flashcl_load_row4(g, c4), flashcl_load_row4(y, c4), acc);
+    Dsum[((ulong)b * heads_q + h) * seqlen_q + i] = flashcl_sum4(acc);
 }
 
 /* Grid: (ceil(seqlen_k / BLOCK_N) * BLOCK_N, heads_kv, batch). */
@@ -100,8 +76,8 @@ void flash_bwd_dkdv(__global const float *Q, VIEW_ARGS(q),
         __global const float *Kr = K + VIEW_BASE(k, b, hk) + jj * k_sr;
         __global const float *Vr = V + VIEW_BASE(v, b, hk) + jj * v_sr;
         for (int c4 = 0; c4 < D4; ++c4) {
-            kr[c4] = key_valid ? bwd_load4(Kr, c4) * scale_log2 : (float4)(0.0f);
-            vr[c4] = key_valid ? bwd_load4(Vr, c4) : (float4)(0.0f);
+            kr[c4] = key_valid ? flashcl_load_row4(Kr, c4) * scale_log2 : (float4)(0.0f);
+            vr[c4] = key_valid ? flashcl_load_row4(Vr, c4) : (float4)(0.0f);
             dk[c4] = (float4)(0.0f);
             dv[c4] = (float4)(0.0f);
         }
@@ -127,8 +103,8 @@ void flash_bwd_dkdv(__global const float *Q, VIEW_ARGS(q),
                 int r = e / D4, c4 = e - r * D4;
                 long i = row0 + r;
                 int ok = i < seqlen_q;
-                Qt[e] = ok ? bwd_load4(Qb + i * q_sr, c4) : (float4)(0.0f);
-                Gt[e] = ok ? bwd_load4(Gb + i * dout_sr, c4) : (float4)(0.0f);
+                Qt[e] = ok ? flashcl_load_row4(Qb + i * q_sr, c4) : (float4)(0.0f);
+                Gt[e] = ok ? flashcl_load_row4(Gb + i * dout_sr, c4) : (float4)(0.0f);
             }
             for (int r = lid; r < BLOCK_M; r += BLOCK_N) {
                 long i = row0 + r;
@@ -144,8 +120,8 @@ void flash_bwd_dkdv(__global const float *Q, VIEW_ARGS(q),
                     dp4 = fma(Gt[r * D4 + c4], vr[c4], dp4);
                 }
                 const int visible = key_valid && i < seqlen_q && (!causal || j <= i + offset);
-                const float p = bwd_prob(bwd_sum4(s4), Lt[r], visible);
-                const float ds = p * (bwd_sum4(dp4) - Dt[r]);
+                const float p = bwd_prob(flashcl_sum4(s4), Lt[r], visible);
+                const float ds = p * (flashcl_sum4(dp4) - Dt[r]);
                 for (int c4 = 0; c4 < D4; ++c4) {
                     dv[c4] = fma((float4)(p), Gt[r * D4 + c4], dv[c4]);
                     dk[c4] = fma((float4)(ds), Qt[r * D4 + c4], dk[c4]);
@@ -159,8 +135,8 @@ void flash_bwd_dkdv(__global const float *Q, VIEW_ARGS(q),
     __global float *dKr = dK + VIEW_BASE(dk, b, hk) + j * dk_sr;
     __global float *dVr = dV + VIEW_BASE(dv, b, hk) + j * dv_sr;
     for (int c4 = 0; c4 < D4; ++c4) {
-        bwd_store4(dKr, c4, dk[c4] * scale);
-        bwd_store4(dVr, c4, dv[c4]);
+        flashcl_store_row4(dKr, c4, dk[c4] * scale);
+        flashcl_store_row4(dVr, c4, dv[c4]);
     }
 }
 
@@ -190,8 +166,8 @@ void flash_bwd_dq(__global const float *Q, VIEW_ARGS(q),
         __global const float *Qr = Q + VIEW_BASE(q, b, h) + ii * q_sr;
         __global const float *Gr = dO + VIEW_BASE(dout, b, h) + ii * dout_sr;
         for (int c4 = 0; c4 < D4; ++c4) {
-            qr[c4] = row_valid ? bwd_load4(Qr, c4) * scale_log2 : (float4)(0.0f);
-            gr[c4] = row_valid ? bwd_load4(Gr, c4) : (float4)(0.0f);
+            qr[c4] = row_valid ? flashcl_load_row4(Qr, c4) * scale_log2 : (float4)(0.0f);
+            gr[c4] = row_valid ? flashcl_load_row4(Gr, c4) : (float4)(0.0f);
             dq[c4] = (float4)(0.0f);
         }
     }
@@ -213,8 +189,8 @@ void flash_bwd_dq(__global const float *Q, VIEW_ARGS(q),
             int r = e / D4, c4 = e - r * D4;
             long jj = key0 + r;
             int ok = jj < seqlen_k;
-            Kt[e] = ok ? bwd_load4(Kb + jj * k_sr, c4) : (float4)(0.0f);
-            Vt[e] = ok ? bwd_load4(Vb + jj * v_sr, c4) : (float4)(0.0f);
+            Kt[e] = ok ? flashcl_load_row4(Kb + jj * k_sr, c4) : (float4)(0.0f);
+            Vt[e] = ok ? flashcl_load_row4(Vb + jj * v_sr, c4) : (float4)(0.0f);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int r = 0; r < BLOCK_N; ++r) {
@@ -225,8 +201,8 @@ void flash_bwd_dq(__global const float *Q, VIEW_ARGS(q),
                 dp4 = fma(gr[c4], Vt[r * D4 + c4], dp4);
             }
             const int visible = jj < seqlen_k && (!causal || jj <= i + offset);
-            const float p = bwd_prob(bwd_sum4(s4), lse2, visible);
-            const float ds = p * (bwd_sum4(dp4) - drow);
+            const float p = bwd_prob(flashcl_sum4(s4), lse2, visible);
+            const float ds = p * (flashcl_sum4(dp4) - drow);
             for (int c4 = 0; c4 < D4; ++c4) dq[c4] = fma((float4)(ds), Kt[r * D4 + c4], dq[c4]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -234,5 +210,5 @@ void flash_bwd_dq(__global const float *Q, VIEW_ARGS(q),
 
     if (!row_valid) return;
     __global float *dQr = dQ + VIEW_BASE(dq, b, h) + i * dq_sr;
-    for (int c4 = 0; c4 < D4; ++c4) bwd_store4(dQr, c4, dq[c4] * scale);
+    for (int c4 = 0; c4 < D4; ++c4) flashcl_store_row4(dQr, c4, dq[c4] * scale);
 }

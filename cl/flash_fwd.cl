@@ -81,26 +81,6 @@ inline int flash_tile_needs_mask(long row0, long key0, long seqlen_q, long seqle
     return causal && key_last > flashcl_causal_limit(row0, seqlen_q, seqlen_k);
 }
 
-/* Reads row `row` of a K or V view as float4s, zero past HEAD_DIM. */
-inline float4 load_row4(__global const float *base, int c4) {
-#if HEAD_DIM % 4 == 0
-    return vload4(c4, base);
-#else
-    float4 r = (float4)(0.0f);
-    int c = c4 * 4;
-    r.x = base[c];
-    if (c + 1 < HEAD_DIM) r.y = base[c + 1];
-    if (c + 2 < HEAD_DIM) r.z = base[c + 2];
-    if (c + 3 < HEAD_DIM) r.w = base[c + 3];
-    return r;
-#endif
-}
-
-inline float dot4(float4 a, float4 b) {
-    float4 p = a * b;
-    return (p.x + p.y) + (p.z + p.w);
-}
-
 #if FLASH_KERNEL == FLASH_KERNEL_ROWS
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
 void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
@@ -129,7 +109,7 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
     {
         __global const float *Qr = Q + VIEW_BASE(q, b, h) + (row_valid ? row : 0) * q_sr;
         for (int c4 = 0; c4 < D4; ++c4)
-            q[c4] = row_valid ? load_row4(Qr, c4) * scale_log2 : (float4)(0.0f);
+            q[c4] = row_valid ? flashcl_load_row4(Qr, c4) * scale_log2 : (float4)(0.0f);
     }
     float4 acc[D4];
     for (int c4 = 0; c4 < D4; ++c4) acc[c4] = (float4)(0.0f);
@@ -151,8 +131,8 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
             int j = e / D4, c4 = e - j * D4;
             long key = key0 + j;
             int ok = key < seqlen_k;
-            Kt[e] = ok ? load_row4(Kb + key * k_sr, c4) : (float4)(0.0f);
-            Vt[e] = ok ? load_row4(Vb + key * v_sr, c4) : (float4)(0.0f);
+            Kt[e] = ok ? flashcl_load_row4(Kb + key * k_sr, c4) : (float4)(0.0f);
+            Vt[e] = ok ? flashcl_load_row4(Vb + key * v_sr, c4) : (float4)(0.0f);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 #define K_ROW4(j, c4) Kt[(j) * D4 + (c4)]
@@ -160,8 +140,8 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
 #else
         /* Direct reads: clamp the row so the tail tile never reads past the view. */
 #define KEY_ROW(j) min(key0 + (j), (long)seqlen_k - 1)
-#define K_ROW4(j, c4) load_row4(Kb + KEY_ROW(j) * k_sr, (c4))
-#define V_ROW4(j, c4) load_row4(Vb + KEY_ROW(j) * v_sr, (c4))
+#define K_ROW4(j, c4) flashcl_load_row4(Kb + KEY_ROW(j) * k_sr, (c4))
+#define V_ROW4(j, c4) flashcl_load_row4(Vb + KEY_ROW(j) * v_sr, (c4))
 #endif
         const int masked = flash_tile_needs_mask(row0, key0, seqlen_q, seqlen_k, causal);
         float s[BLOCK_N];
@@ -175,10 +155,10 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
                 a2 = fma(qc, K_ROW4(j + 2, c4), a2);
                 a3 = fma(qc, K_ROW4(j + 3, c4), a3);
             }
-            s[j + 0] = dot4(a0, (float4)(1.0f));
-            s[j + 1] = dot4(a1, (float4)(1.0f));
-            s[j + 2] = dot4(a2, (float4)(1.0f));
-            s[j + 3] = dot4(a3, (float4)(1.0f));
+            s[j + 0] = flashcl_sum4(a0);
+            s[j + 1] = flashcl_sum4(a1);
+            s[j + 2] = flashcl_sum4(a2);
+            s[j + 3] = flashcl_sum4(a3);
         }
         if (masked) {
             for (int j = 0; j < BLOCK_N; ++j)
@@ -219,14 +199,7 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
     if (!row_valid) return;
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
     __global float *Or = O + VIEW_BASE(o, b, h) + row * o_sr;
-    for (int c4 = 0; c4 < D4; ++c4) {
-        float4 r = acc[c4] * inv_l;
-        int c = c4 * 4;
-        Or[c] = r.x;
-        if (c + 1 < HEAD_DIM) Or[c + 1] = r.y;
-        if (c + 2 < HEAD_DIM) Or[c + 2] = r.z;
-        if (c + 3 < HEAD_DIM) Or[c + 3] = r.w;
-    }
+    for (int c4 = 0; c4 < D4; ++c4) flashcl_store_row4(Or, c4, acc[c4] * inv_l);
     if (write_lse) {
         /* Natural log: lse = ln(2) * (m + log2(l)); -inf for a row with no visible key. */
         float lse = l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF;

@@ -143,6 +143,73 @@ static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec 
     return FLASHCL_SUCCESS;
 }
 
+
+/* The buffer a cl_mem lives in (its parent for a sub-buffer) and its offset there, in floats. */
+static void memory_root(cl_mem buf, cl_mem *root, size_t *shift_floats) {
+    cl_mem parent = NULL;
+    size_t offset = 0;
+    *root = buf;
+    *shift_floats = 0;
+    if (clGetMemObjectInfo(buf, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) == CL_SUCCESS && parent &&
+        clGetMemObjectInfo(buf, CL_MEM_OFFSET, sizeof offset, &offset, NULL) == CL_SUCCESS) {
+        *root = parent;
+        *shift_floats = offset / sizeof(float);
+    }
+}
+
+/* Whether delta = sum_k j_k*stride_k + dc for some |dc| < dim and
+   -(nb_k - 1) <= j_k <= na_k - 1, strides sorted ascending and nested (each
+   stride steps past what the smaller ones cover), so at each level only the
+   two nearest multiples can work. */
+static int difference_reachable(long long delta, const long long *stride, const long long *na, const long long *nb,
+                                int level, long long dim) {
+    if (level < 0) return delta > -dim && delta < dim;
+    long long s = stride[level];
+    long long j0 = s > 0 ? delta / s : 0;
+    for (long long j = j0 - 1; j <= j0 + 1; ++j) {
+        if (j > na[level] - 1 || j < -(nb[level] - 1)) continue;
+        if (difference_reachable(delta - j * s, stride, na, nb, level - 1, dim)) return 1;
+    }
+    return 0;
+}
+
+/*
+ * Whether views a and b (same root buffer) share an element. Views with the
+ * same strides are compared exactly, so interleaved outputs such as the
+ * q/k/v slots of one packed [b, s, 3, h, d] buffer are allowed; otherwise
+ * their [first, last] extents must not intersect.
+ */
+static int views_share_element(const flashcl__view_spec *sa, const flashcl_tensor *a, size_t shift_a,
+                               const flashcl__view_spec *sb, const flashcl_tensor *b, size_t shift_b,
+                               const flashcl_attention_desc *d, const size_t *begin, const size_t *end, int ia,
+                               int ib) {
+    size_t a0 = begin[ia] + shift_a, a1 = end[ia] + shift_a, b0 = begin[ib] + shift_b, b1 = end[ib] + shift_b;
+    if (a1 <= b0 || b1 <= a0) return 0;
+    if (a->stride_batch != b->stride_batch || a->stride_head != b->stride_head || a->stride_row != b->stride_row)
+        return 1;
+    long long stride[3] = {(long long)a->stride_batch, (long long)a->stride_head, (long long)a->stride_row};
+    long long na[3] = {(long long)d->batch, (long long)sa->heads, (long long)sa->rows};
+    long long nb[3] = {(long long)d->batch, (long long)sb->heads, (long long)sb->rows};
+    for (int i = 0; i < 3; ++i) /* sort by stride */
+        for (int j = i + 1; j < 3; ++j)
+            if (stride[j] < stride[i]) {
+                long long t = stride[i];
+                stride[i] = stride[j], stride[j] = t;
+                t = na[i], na[i] = na[j], na[j] = t;
+                t = nb[i], nb[i] = nb[j], nb[j] = t;
+            }
+    long long extent = (long long)d->head_dim; /* nesting, over the larger of the two counts */
+    for (int i = 0; i < 3; ++i) {
+        long long n = na[i] > nb[i] ? na[i] : nb[i];
+        if (n == 1) continue;
+        if (stride[i] < extent) return 1; /* not nested: stay conservative */
+        extent += (n - 1) * stride[i];
+    }
+    long long delta = (long long)(b->offset + shift_b) - (long long)(a->offset + shift_a);
+    /* a's element (i, c) equals b's (i', c') iff (i - i').strides + (c - c') = delta. */
+    return difference_reachable(delta, stride, na, nb, 2, (long long)d->head_dim);
+}
+
 flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_attention_desc *d,
                                        const flashcl__view_spec *views, int count, const flashcl__lse_spec *lse,
                                        cl_uint num_wait, const cl_event *wait_list, flashcl_tensor *resolved) {
@@ -167,19 +234,27 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
                                  lse->offset, floats);
         lse_begin = lse->offset;
     }
-    /* An output sharing memory with an input or another output would race. */
+    /* An output sharing memory with an input or another output would race.
+       Sub-buffers are compared through their parent buffer. */
+    cl_mem root[FLASHCL__MAX_VIEWS + 1];
+    size_t shift[FLASHCL__MAX_VIEWS + 1];
+    for (int i = 0; i < count; ++i) memory_root(views[i].t->buffer, &root[i], &shift[i]);
+    if (lse->buffer) memory_root(lse->buffer, &root[count], &shift[count]);
     for (int o = 0; o < count; ++o) {
         if (!views[o].is_output) continue;
         for (int i = 0; i < count; ++i)
-            if (i != o && views[o].t->buffer == views[i].t->buffer && begin[o] < end[i] && begin[i] < end[o])
+            if (i != o && root[o] == root[i] &&
+                views_share_element(&views[o], &resolved[o], shift[o], &views[i], &resolved[i], shift[i], d, begin, end, o, i))
                 return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps %s in the same buffer", views[o].name,
                                      views[i].name);
-        if (lse->buffer && lse->buffer == views[o].t->buffer && lse_begin < end[o] && begin[o] < lse_end)
+        if (lse->buffer && root[count] == root[o] && lse_begin + shift[count] < end[o] + shift[o] &&
+            begin[o] + shift[o] < lse_end + shift[count])
             return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps lse in the same buffer", views[o].name);
     }
     if (lse->buffer && lse->is_output) {
         for (int i = 0; i < count; ++i)
-            if (lse->buffer == views[i].t->buffer && lse_begin < end[i] && begin[i] < lse_end)
+            if (root[count] == root[i] && lse_begin + shift[count] < end[i] + shift[i] &&
+                begin[i] + shift[i] < lse_end + shift[count])
                 return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "lse overlaps %s in the same buffer", views[i].name);
     }
     if ((num_wait > 0) != (wait_list != NULL))
