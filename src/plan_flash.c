@@ -219,6 +219,18 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
     seed_shape(ctx, d, &s, why, sizeof why);
     apply_override(ov, &s);
     flashcl__appendf(why, sizeof why, "; overridden by FLASHCL_TILE");
+    /* Sizes not given are fitted to the device, as the planner would. */
+    if (ov->block_cols < 0 && s.kernel != KERNEL_TILES) s.bc = legal_bc(s.bc, &s);
+    if (ov->block_rows < 0 && ov->block_cols < 0) {
+        if (s.kernel == KERNEL_TILES) {
+            while (!fits_device(ctx, &s, d) && s.br > TILES_GRID) s.br = s.bc = s.br - TILES_GRID;
+        } else {
+            size_t max_wg = ctx->info.max_work_group_size;
+            if ((size_t)s.br * s.tpr > max_wg) s.br = (int)(max_wg / (size_t)s.tpr);
+            if (s.br < 1) s.br = 1;
+            fit_local(&s, d, ctx->info.local_mem_bytes);
+        }
+    }
     if (s.kernel == KERNEL_TILES) {
         if (s.br % TILES_GRID || s.bc % TILES_GRID || s.br > 4 * TILES_GRID || s.bc > 4 * TILES_GRID)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
@@ -226,18 +238,6 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
     } else if (s.tpr & (s.tpr - 1) || s.bc % 4 || s.bc % s.tpr) {
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
                              "FLASHCL_TILE: tpr (%d) must be a power of two and bc (%d) a multiple of 4 and of tpr", s.tpr, s.bc);
-    }
-    /* Sizes not given are fitted to the device, as the planner would. */
-    if (ov->block_rows < 0 && ov->block_cols < 0) {
-        if (s.kernel == KERNEL_TILES) {
-            while (!fits_device(ctx, &s, d) && s.br > TILES_GRID) s.br = s.bc = s.br - TILES_GRID;
-        } else {
-            s.bc = legal_bc(s.bc, &s);
-            size_t max_wg = ctx->info.max_work_group_size;
-            if ((size_t)s.br * s.tpr > max_wg) s.br = (int)(max_wg / (size_t)s.tpr);
-            if (s.br < 1) s.br = 1;
-            fit_local(&s, d, ctx->info.local_mem_bytes);
-        }
     }
     int fits = 0;
     size_t pm = 1;
