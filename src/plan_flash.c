@@ -211,6 +211,41 @@ static int fits_device(const flashcl_context *ctx, const shape *s, int d) {
     return work_group_of(s) <= ctx->info.max_work_group_size && local_bytes(s, d) <= ctx->info.local_mem_bytes;
 }
 
+/* Builds s; while the compiled kernel rejects it, halves Br (then Bc) and rebuilds. */
+static flashcl_status build_halving(flashcl_context *ctx, shape s, int d, const char *origin, const char *why,
+                                    flashcl__flash_plan *out) {
+    int rounded = 0;
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
+        int fits = 0;
+        size_t pm = 1;
+        flashcl_status st = try_shape(ctx, &s, d, out, &fits, &pm);
+        if (st != FLASHCL_SUCCESS) return st;
+        if (fits) {
+            /* Round the work-group up to the preferred multiple once, if it still fits. */
+            size_t wg = work_group_of(&s);
+            if (!rounded && wg % pm != 0 && pm % (size_t)s.tpr == 0) {
+                shape r = s;
+                r.br = round_up((int)wg, (int)pm) / s.tpr;
+                rounded = 1;
+                if (fits_device(ctx, &r, d)) {
+                    clReleaseKernel(out->kernel);
+                    out->kernel = NULL;
+                    s = r;
+                    continue;
+                }
+            }
+            describe(out, &s, origin, why);
+            return FLASHCL_SUCCESS;
+        }
+        /* Does not fit the compiled kernel (registers, local): halve and retry. */
+        origin = "fallback";
+        if (s.br > 1) s.br /= 2;
+        else if (s.bc > min_bc(&s)) s.bc = legal_bc(s.bc / 2, &s);
+        else break;
+    }
+    return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash forward plan for d=%d fits this device's kernel limits", d);
+}
+
 /* FLASHCL_TILE: exactly what was asked, or an error that says why not. */
 static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_override *ov, int d,
                                     flashcl__flash_plan *out) {
@@ -239,6 +274,8 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
                              "FLASHCL_TILE: tpr (%d) must be a power of two and bc (%d) a multiple of 4 and of tpr", s.tpr, s.bc);
     }
+    if (ov->block_rows < 0 && ov->block_cols < 0 && s.kernel != KERNEL_TILES)
+        return build_halving(ctx, s, d, "env", why, out);
     int fits = 0;
     size_t pm = 1;
     flashcl_status st = fits_device(ctx, &s, d) ? try_shape(ctx, &s, d, out, &fits, &pm) : FLASHCL_SUCCESS;
@@ -275,36 +312,7 @@ static flashcl_status plan_from_formula(flashcl_context *ctx, int d, flashcl__fl
     if (!fit_local(&s, d, ctx->info.local_mem_bytes))
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash tile for d=%d fits %llu bytes of local memory", d,
                              (unsigned long long)ctx->info.local_mem_bytes);
-    int rounded = 0;
-    for (int attempt = 0; attempt < MAX_ATTEMPTS; ++attempt) {
-        int fits = 0;
-        size_t pm = 1;
-        flashcl_status st = try_shape(ctx, &s, d, out, &fits, &pm);
-        if (st != FLASHCL_SUCCESS) return st;
-        if (fits) {
-            /* Round the work-group up to the preferred multiple once, if it still fits. */
-            size_t wg = work_group_of(&s);
-            if (!rounded && wg % pm != 0 && pm % (size_t)s.tpr == 0) {
-                shape r = s;
-                r.br = round_up((int)wg, (int)pm) / s.tpr;
-                rounded = 1;
-                if (fits_device(ctx, &r, d)) {
-                    clReleaseKernel(out->kernel);
-                    out->kernel = NULL;
-                    s = r;
-                    continue;
-                }
-            }
-            describe(out, &s, origin, why);
-            return FLASHCL_SUCCESS;
-        }
-        /* Does not fit the compiled kernel (registers, local): halve and retry. */
-        origin = "fallback";
-        if (s.br > 1) s.br /= 2;
-        else if (s.bc > min_bc(&s)) s.bc = legal_bc(s.bc / 2, &s);
-        else break;
-    }
-    return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash forward plan for d=%d fits this device's kernel limits", d);
+    return build_halving(ctx, s, d, origin, why, out);
 }
 
 /* Lookup chain, most specific first: FLASHCL_TILE, the built-in table, the formula. */
