@@ -10,12 +10,8 @@
 /* The eight tensor views of a backward call, in the order below. */
 enum { BQ, BK, BV, BO, BDO, BDQ, BDK, BDV, BACKWARD_VIEWS };
 
-flashcl_status flashcl__prepare_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                         const flashcl_tensor *const in[BACKWARD_VIEWS], cl_mem lse, size_t lse_offset,
-                                         cl_uint num_wait, const cl_event *wait_list, flashcl_attention_desc *d,
-                                         flashcl_tensor views[BACKWARD_VIEWS]);
-
-flashcl_status flashcl__prepare_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
+/* Resolves the descriptor and checks all nine tensors (LSE required). */
+static flashcl_status prepare_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                          const flashcl_tensor *const in[BACKWARD_VIEWS], cl_mem lse, size_t lse_offset,
                                          cl_uint num_wait, const cl_event *wait_list, flashcl_attention_desc *d,
                                          flashcl_tensor views[BACKWARD_VIEWS]) {
@@ -39,12 +35,7 @@ static cl_int set_views(cl_kernel k, cl_uint *arg, const flashcl_tensor *views, 
 }
 
 flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                               const flashcl_tensor views[BACKWARD_VIEWS], cl_mem lse,
-                                               size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
-                                               cl_event *event);
-
-flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                               const flashcl_tensor views[BACKWARD_VIEWS], cl_mem lse,
+                                               const flashcl_tensor *views, cl_mem lse,
                                                size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
                                                cl_event *event) {
     const flashcl__backward_plan *plan = NULL;
@@ -126,15 +117,7 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                                  const flashcl_tensor views[BACKWARD_VIEWS], cl_mem lse,
-                                                  size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
-                                                  cl_event *event);
-
-typedef flashcl_status (*backward_enqueue)(flashcl_context *, const flashcl_attention_desc *, const flashcl_tensor *,
-                                           cl_mem, size_t, cl_uint, const cl_event *, cl_event *);
-
-static flashcl_status run_backward(backward_enqueue enqueue, flashcl_context *ctx, const flashcl_attention_desc *desc,
+static flashcl_status run_backward(flashcl__enqueue_fn enqueue, flashcl_context *ctx, const flashcl_attention_desc *desc,
                                    const flashcl_tensor *q, const flashcl_tensor *k, const flashcl_tensor *v,
                                    const flashcl_tensor *o, const flashcl_tensor *dout, cl_mem lse, size_t lse_offset,
                                    const flashcl_tensor *dq, const flashcl_tensor *dk, const flashcl_tensor *dv,
@@ -145,7 +128,7 @@ static flashcl_status run_backward(backward_enqueue enqueue, flashcl_context *ct
     const flashcl_tensor *const in[BACKWARD_VIEWS] = {q, k, v, o, dout, dq, dk, dv};
     flashcl_attention_desc d;
     flashcl_tensor views[BACKWARD_VIEWS];
-    flashcl_status st = flashcl__prepare_backward(ctx, desc, in, lse, lse_offset, num_wait, wait_list, &d, views);
+    flashcl_status st = prepare_backward(ctx, desc, in, lse, lse_offset, num_wait, wait_list, &d, views);
     if (st != FLASHCL_SUCCESS) return st;
     return enqueue(ctx, &d, views, lse, lse_offset, num_wait, wait_list, event);
 }

@@ -17,11 +17,7 @@ static flashcl_status prepare(flashcl_context *ctx, const flashcl_attention_desc
 }
 
 flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                      const flashcl_tensor views[4], cl_mem lse, size_t lse_offset, cl_uint num_wait,
-                                      const cl_event *wait_list, cl_event *event);
-
-flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                      const flashcl_tensor views[4], cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                      const flashcl_tensor *views, cl_mem lse, size_t lse_offset, cl_uint num_wait,
                                       const cl_event *wait_list, cl_event *event) {
     const flashcl__flash_plan *plan = NULL;
     flashcl_status st = flashcl__plan_flash(ctx, d, &plan);
@@ -58,9 +54,11 @@ flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attent
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_desc *desc, const flashcl_tensor *q,
-                               const flashcl_tensor *k, const flashcl_tensor *v, const flashcl_tensor *o, cl_mem lse,
-                               size_t lse_offset, cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+/* The public forward calls: checks, then the path's launch. */
+static flashcl_status run_forward(flashcl__enqueue_fn enqueue, flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                  const flashcl_tensor *q, const flashcl_tensor *k, const flashcl_tensor *v,
+                                  const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                  const cl_event *wait_list, cl_event *event) {
     if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
     flashcl__clear_error(ctx);
     if (event) *event = NULL;
@@ -68,25 +66,20 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_des
     flashcl_tensor views[4];
     flashcl_status st = prepare(ctx, desc, q, k, v, o, lse, lse_offset, num_wait, wait_list, &d, views);
     if (st != FLASHCL_SUCCESS) return st;
-    return flashcl__enqueue_flash(ctx, &d, views, lse, lse_offset, num_wait, wait_list, event);
+    return enqueue(ctx, &d, views, lse, lse_offset, num_wait, wait_list, event);
 }
 
-flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                         const flashcl_tensor views[4], cl_mem lse, size_t lse_offset,
-                                         cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_desc *desc, const flashcl_tensor *q,
+                               const flashcl_tensor *k, const flashcl_tensor *v, const flashcl_tensor *o, cl_mem lse,
+                               size_t lse_offset, cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+    return run_forward(flashcl__enqueue_flash, ctx, desc, q, k, v, o, lse, lse_offset, num_wait, wait_list, event);
+}
 
 flashcl_status flashcl_standard_forward(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                         const flashcl_tensor *q, const flashcl_tensor *k, const flashcl_tensor *v,
                                         const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
                                         const cl_event *wait_list, cl_event *event) {
-    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
-    flashcl__clear_error(ctx);
-    if (event) *event = NULL;
-    flashcl_attention_desc d;
-    flashcl_tensor views[4];
-    flashcl_status st = prepare(ctx, desc, q, k, v, o, lse, lse_offset, num_wait, wait_list, &d, views);
-    if (st != FLASHCL_SUCCESS) return st;
-    return flashcl__enqueue_standard(ctx, &d, views, lse, lse_offset, num_wait, wait_list, event);
+    return run_forward(flashcl__enqueue_standard, ctx, desc, q, k, v, o, lse, lse_offset, num_wait, wait_list, event);
 }
 
 flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_path path,

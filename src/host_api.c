@@ -1,13 +1,6 @@
 /* flashcl_forward_host: the same attention for callers holding host arrays. */
 #include "internal.h"
 
-flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                      const flashcl_tensor views[4], cl_mem lse, size_t lse_offset, cl_uint num_wait,
-                                      const cl_event *wait_list, cl_event *event);
-flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                         const flashcl_tensor views[4], cl_mem lse, size_t lse_offset,
-                                         cl_uint num_wait, const cl_event *wait_list, cl_event *event);
-
 flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_path path,
                                     const float *q, const float *k, const float *v, float *o, float *lse) {
     if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
@@ -59,13 +52,6 @@ done:
         if (bufs[i]) clReleaseMemObject(bufs[i]);
     return st;
 }
-
-flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                               const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
-                                               cl_uint num_wait, const cl_event *wait_list, cl_event *event);
-flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                                  const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
-                                                  cl_uint num_wait, const cl_event *wait_list, cl_event *event);
 
 flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_path path,
                                      const float *q, const float *k, const float *v, const float *o, const float *dout,

@@ -181,6 +181,25 @@ flashcl_status flashcl__scratch_waits(flashcl_context *ctx, cl_uint num_wait, co
 void flashcl__scratch_used_by(flashcl_context *ctx, cl_event last);
 void flashcl__release_scratch(flashcl_context *ctx);
 
+/* ---- launches, after the checks (forward.c, standard.c, backward.c, standard_backward.c) */
+/* One enqueue signature for all four: views are the resolved tensor views
+   (forward: q k v o; backward: q k v o dout dq dk dv). */
+typedef flashcl_status (*flashcl__enqueue_fn)(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                              const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
+                                              cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,
+                                      cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                                      cl_event *event);
+flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                         const flashcl_tensor *views, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                         const cl_event *wait_list, cl_event *event);
+flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                               const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
+                                               cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                                  const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
+                                                  cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+
 /* ---- kernel arguments (launch.c) */
 /* Sets a tensor view's 5 arguments (buffer, offset, 3 strides) from index *arg on. */
 cl_int flashcl__set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t);

@@ -11,11 +11,7 @@ static cl_int set_args(cl_kernel k, cl_uint *arg, size_t n, const size_t *sizes,
 }
 
 flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                         const flashcl_tensor views[4], cl_mem lse, size_t lse_offset,
-                                         cl_uint num_wait, const cl_event *wait_list, cl_event *event);
-
-flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                         const flashcl_tensor views[4], cl_mem lse, size_t lse_offset,
+                                         const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
                                          cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
     const flashcl__standard_plan *plan = NULL;
     flashcl_status st = flashcl__plan_standard(ctx, &plan);

@@ -52,12 +52,7 @@ static flashcl_status launch(flashcl_context *ctx, cl_kernel k, const char *name
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                                  const flashcl_tensor views[BACKWARD_VIEWS], cl_mem lse,
-                                                  size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
-                                                  cl_event *event);
-
-flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                                  const flashcl_tensor views[BACKWARD_VIEWS], cl_mem lse,
+                                                  const flashcl_tensor *views, cl_mem lse,
                                                   size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
                                                   cl_event *event) {
     const flashcl__standard_plan *plan = NULL;
