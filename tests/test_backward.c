@@ -21,21 +21,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "sweep_options.h"
+
 #include "backward_cases.h"
-
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec t1;
-    timespec_get(&t1, TIME_UTC);
-    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
-}
-
-static void usage(void)
-{
-    fprintf(stderr, "usage: test_backward [--quick] [--path flash|standard] [--case N] [--list] "
-                    "[--fresh-context] [--no-rerun]\n");
-    exit(2);
-}
 
 /* The same backward into fresh output buffers must give the same bytes. */
 static int check_rerun(flashcl_context *ctx, const bw_problem *p, flashcl_path path,
@@ -95,35 +83,14 @@ done:
 
 int main(int argc, char **argv)
 {
-    int quick = 0, list_only = 0, fresh = 0, rerun = 1;
-    long only = -1;
-    flashcl_path path = FLASHCL_PATH_FLASH;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) {
-            quick = 1;
-        } else if (!strcmp(argv[i], "--fresh-context")) {
-            fresh = 1;
-        } else if (!strcmp(argv[i], "--no-rerun")) {
-            rerun = 0;
-        } else if (!strcmp(argv[i], "--list")) {
-            list_only = 1;
-        } else if (!strcmp(argv[i], "--path") && i + 1 < argc) {
-            const char *name = argv[++i];
-            if (!strcmp(name, "flash"))
-                path = FLASHCL_PATH_FLASH;
-            else if (!strcmp(name, "standard"))
-                path = FLASHCL_PATH_STANDARD;
-            else
-                usage();
-        } else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
-            char *end;
-            only = strtol(argv[++i], &end, 10);
-            if (*end || only < 0)
-                usage();
-        } else {
-            usage();
-        }
-    }
+    sweep_options opt;
+    sweep_parse_options(argc, argv,
+                        "usage: test_backward [--quick] [--path flash|standard] [--case N] [--list] "
+                        "[--fresh-context] [--no-rerun]",
+                        1, &opt);
+    const int quick = opt.quick, list_only = opt.list_only, fresh = opt.fresh, rerun = opt.rerun;
+    const long only = opt.only;
+    const flashcl_path path = opt.path;
 
     bw_case_list cases = {0};
     if (quick)
@@ -145,7 +112,7 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    const char *path_name = path == FLASHCL_PATH_FLASH ? "flash" : "standard";
+    const char *path_name = sweep_path_name(path);
     flashcl_context *ctx = tu_context_create();
     size_t ran = 0, passed = 0;
     struct timespec t0;
@@ -163,12 +130,12 @@ int main(int argc, char **argv)
         struct timespec case_start;
         timespec_get(&case_start, TIME_UTC);
         int ok = run_case(ctx, &cases.items[i], path, rerun, label);
-        printf("%s %s (%.2f s)\n", ok ? "ok  " : "FAIL", label, seconds_since(&case_start));
+        printf("%s %s (%.2f s)\n", ok ? "ok  " : "FAIL", label, sweep_seconds_since(&case_start));
         fflush(stdout);
         ran++;
         passed += (size_t)ok;
     }
-    printf("%zu/%zu cases passed (%s path, %.1f s)\n", passed, ran, path_name, seconds_since(&t0));
+    printf("%zu/%zu cases passed (%s path, %.1f s)\n", passed, ran, path_name, sweep_seconds_since(&t0));
     CHECK(ran > 0);
     flashcl_context_destroy(ctx);
     bw_case_list_free(&cases);

@@ -1,0 +1,24 @@
+/* Command line and timing shared by the correctness sweeps (test_forward, test_backward). */
+#ifndef FLASHCL_TEST_SWEEP_OPTIONS_H
+#define FLASHCL_TEST_SWEEP_OPTIONS_H
+
+#include <flashcl.h>
+#include <time.h>
+
+typedef struct sweep_options {
+    int quick;         /* --quick: the few small shapes the Oclgrind tests use */
+    int list_only;     /* --list: print the cases with their indices */
+    int fresh;         /* --fresh-context: a new context per case */
+    int rerun;         /* 1 unless --no-rerun (only where allow_no_rerun) */
+    long only;         /* --case N, or -1 for all */
+    flashcl_path path; /* --path flash|standard */
+} sweep_options;
+
+/* Parses argv; prints `usage` and exits 2 on anything it does not know. */
+void sweep_parse_options(int argc, char **argv, const char *usage, int allow_no_rerun, sweep_options *out);
+
+const char *sweep_path_name(flashcl_path path);
+
+double sweep_seconds_since(const struct timespec *t0);
+
+#endif
