@@ -109,6 +109,49 @@ inline void bwdt_stage_rows(__local float *dst, __global const float *base, ulon
     }
 }
 
+/*
+ * Phase A of both kernels: s = (scale*log2e*Q) K^T and dp = dO V^T for the
+ * work-item's TILE_M x TILE_N block, from 16-dim slices of Q, dO, K and V
+ * staged in `stage` (Q and dO [SLICE][LDM], then K and V [SLICE][LDN]).
+ * Contains barriers: every work-item of the group must call it.
+ */
+inline void bwdt_scores_and_dp(float s[TILE_M][TILE_N], float dp[TILE_M][TILE_N], __local float *stage,
+                               __global const float *Qb, ulong q_sr, __global const float *Gb, ulong dout_sr,
+                               __global const float *Kb, ulong k_sr, __global const float *Vb, ulong v_sr,
+                               long row0, long key0, int seqlen_q, int seqlen_k, float scale_log2, int lid, int tx,
+                               int ty) {
+    __local float *Qs = stage;
+    __local float *Gs = stage + SLICE * LDM;
+    __local float *Ks = Gs + SLICE * LDM;
+    __local float *Vs = Ks + SLICE * LDN;
+    for (int i = 0; i < TILE_M; ++i)
+        for (int j = 0; j < TILE_N; ++j) s[i][j] = dp[i][j] = 0.0f;
+    for (int c0 = 0; c0 < HEAD_DIM; c0 += SLICE) {
+        bwdt_stage_slice(Qs, LDM, Qb, q_sr, row0, seqlen_q, BLOCK_M, c0, scale_log2, lid);
+        bwdt_stage_slice(Gs, LDM, Gb, dout_sr, row0, seqlen_q, BLOCK_M, c0, 1.0f, lid);
+        bwdt_stage_slice(Ks, LDN, Kb, k_sr, key0, seqlen_k, BLOCK_N, c0, 1.0f, lid);
+        bwdt_stage_slice(Vs, LDN, Vb, v_sr, key0, seqlen_k, BLOCK_N, c0, 1.0f, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int c = 0; c < SLICE; ++c) {
+            float qa[TILE_M], ga[TILE_M], kb[TILE_N], vb[TILE_N];
+            for (int i = 0; i < TILE_M; ++i) {
+                qa[i] = Qs[c * LDM + ty + GRID * i];
+                ga[i] = Gs[c * LDM + ty + GRID * i];
+            }
+            for (int j = 0; j < TILE_N; ++j) {
+                kb[j] = Ks[c * LDN + tx + GRID * j];
+                vb[j] = Vs[c * LDN + tx + GRID * j];
+            }
+            for (int i = 0; i < TILE_M; ++i)
+                for (int j = 0; j < TILE_N; ++j) {
+                    s[i][j] = fma(qa[i], kb[j], s[i][j]);
+                    dp[i][j] = fma(ga[i], vb[j], dp[i][j]);
+                }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
 /* Dim k of a work-item, clamped so pad dims (past HEAD_DIM) read a real, staged value that is never stored. */
 inline int bwdt_dim(int tx, int k) {
     int c = tx + GRID * k;
@@ -142,11 +185,8 @@ void flash_bwd_dkdv_tiles(__global const float *Q, VIEW_ARGS(q),
     __local float Pb[BLOCK_M * LDP]; /* [row][key]: P for the dV pass, then dS for the dK pass */
     __local float Ls[BLOCK_M];       /* lse2 of the block's rows (-inf past seqlen_q) */
     __local float Ds[BLOCK_M];
-    __local float *Qs = stage;                 /* phase A: [SLICE][LDM], pre-scaled */
-    __local float *Gs = stage + SLICE * LDM;   /*          [SLICE][LDM], dO */
-    __local float *Ks = Gs + SLICE * LDM;      /*          [SLICE][LDN] */
-    __local float *Vs = Ks + SLICE * LDN;      /*          [SLICE][LDN] */
-    __local float *Rs = stage;                 /* phase B: [ROW_SLICE][HEAD_DIM], dO then Q */
+    /* stage: phase A's Q, dO, K, V slices (bwdt_scores_and_dp), then phase B's rows. */
+    __local float *Rs = stage; /* phase B: [ROW_SLICE][HEAD_DIM], dO then Q */
 
     float dk[TILE_N][DIMS_PER_ITEM], dv[TILE_N][DIMS_PER_ITEM];
     for (int j = 0; j < TILE_N; ++j)
@@ -172,32 +212,8 @@ void flash_bwd_dkdv_tiles(__global const float *Q, VIEW_ARGS(q),
 
             /* Phase A: S (log2 domain) and dP, 16 dims at a time. */
             float s[TILE_M][TILE_N], dp[TILE_M][TILE_N];
-            for (int i = 0; i < TILE_M; ++i)
-                for (int j = 0; j < TILE_N; ++j) s[i][j] = dp[i][j] = 0.0f;
-            for (int c0 = 0; c0 < HEAD_DIM; c0 += SLICE) {
-                bwdt_stage_slice(Qs, LDM, Qb, q_sr, row0, seqlen_q, BLOCK_M, c0, scale_log2, lid);
-                bwdt_stage_slice(Gs, LDM, Gb, dout_sr, row0, seqlen_q, BLOCK_M, c0, 1.0f, lid);
-                bwdt_stage_slice(Ks, LDN, Kb, k_sr, key0, seqlen_k, BLOCK_N, c0, 1.0f, lid);
-                bwdt_stage_slice(Vs, LDN, Vb, v_sr, key0, seqlen_k, BLOCK_N, c0, 1.0f, lid);
-                barrier(CLK_LOCAL_MEM_FENCE);
-                for (int c = 0; c < SLICE; ++c) {
-                    float qa[TILE_M], ga[TILE_M], kb[TILE_N], vb[TILE_N];
-                    for (int i = 0; i < TILE_M; ++i) {
-                        qa[i] = Qs[c * LDM + ty + GRID * i];
-                        ga[i] = Gs[c * LDM + ty + GRID * i];
-                    }
-                    for (int j = 0; j < TILE_N; ++j) {
-                        kb[j] = Ks[c * LDN + tx + GRID * j];
-                        vb[j] = Vs[c * LDN + tx + GRID * j];
-                    }
-                    for (int i = 0; i < TILE_M; ++i)
-                        for (int j = 0; j < TILE_N; ++j) {
-                            s[i][j] = fma(qa[i], kb[j], s[i][j]);
-                            dp[i][j] = fma(ga[i], vb[j], dp[i][j]);
-                        }
-                }
-                barrier(CLK_LOCAL_MEM_FENCE);
-            }
+            bwdt_scores_and_dp(s, dp, stage, Qb, q_sr, Gb, dout_sr, Kb, k_sr, Vb, v_sr, row0, key0, seqlen_q,
+                               seqlen_k, scale_log2, lid, tx, ty);
 
             /* P = exp2(s2 - lse2), 0 where masked, past either length, or where the row saw no key
                (lse = -inf); dS = P (dP - D) overwrites dP. P goes to Pb for the dV pass. */
@@ -293,10 +309,7 @@ void flash_bwd_dq_tiles(__global const float *Q, VIEW_ARGS(q),
 
     __local float stage[STAGE_FLOATS];
     __local float Sb[BLOCK_M * LDP]; /* dS, [row][key] */
-    __local float *Qs = stage;
-    __local float *Gs = stage + SLICE * LDM;
-    __local float *Ks = Gs + SLICE * LDM;
-    __local float *Vs = Ks + SLICE * LDN;
+    /* stage: phase A's Q, dO, K, V slices (bwdt_scores_and_dp), then phase B's rows. */
     __local float *Rs = stage; /* phase B: [ROW_SLICE keys][HEAD_DIM] of K */
 
     /* This kernel's rows never change: their lse2 and D live in registers. */
@@ -319,32 +332,8 @@ void flash_bwd_dq_tiles(__global const float *Q, VIEW_ARGS(q),
 
     for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
         float s[TILE_M][TILE_N], dp[TILE_M][TILE_N];
-        for (int i = 0; i < TILE_M; ++i)
-            for (int j = 0; j < TILE_N; ++j) s[i][j] = dp[i][j] = 0.0f;
-        for (int c0 = 0; c0 < HEAD_DIM; c0 += SLICE) {
-            bwdt_stage_slice(Qs, LDM, Qb, q_sr, row0, seqlen_q, BLOCK_M, c0, scale_log2, lid);
-            bwdt_stage_slice(Gs, LDM, Gb, dout_sr, row0, seqlen_q, BLOCK_M, c0, 1.0f, lid);
-            bwdt_stage_slice(Ks, LDN, Kb, k_sr, key0, seqlen_k, BLOCK_N, c0, 1.0f, lid);
-            bwdt_stage_slice(Vs, LDN, Vb, v_sr, key0, seqlen_k, BLOCK_N, c0, 1.0f, lid);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            for (int c = 0; c < SLICE; ++c) {
-                float qa[TILE_M], ga[TILE_M], kb[TILE_N], vb[TILE_N];
-                for (int i = 0; i < TILE_M; ++i) {
-                    qa[i] = Qs[c * LDM + ty + GRID * i];
-                    ga[i] = Gs[c * LDM + ty + GRID * i];
-                }
-                for (int j = 0; j < TILE_N; ++j) {
-                    kb[j] = Ks[c * LDN + tx + GRID * j];
-                    vb[j] = Vs[c * LDN + tx + GRID * j];
-                }
-                for (int i = 0; i < TILE_M; ++i)
-                    for (int j = 0; j < TILE_N; ++j) {
-                        s[i][j] = fma(qa[i], kb[j], s[i][j]);
-                        dp[i][j] = fma(ga[i], vb[j], dp[i][j]);
-                    }
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
+        bwdt_scores_and_dp(s, dp, stage, Qb, q_sr, Gb, dout_sr, Kb, k_sr, Vb, v_sr, row0, key0, seqlen_q,
+                               seqlen_k, scale_log2, lid, tx, ty);
 
         for (int i = 0; i < TILE_M; ++i)
             for (int j = 0; j < TILE_N; ++j) {
