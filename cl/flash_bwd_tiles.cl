@@ -13,6 +13,15 @@
  *                         loops over key blocks, dQ stays in registers.
  * D = rowsum(dO * O) comes from flash_bwd_dot (cl/flash_bwd.cl) beforehand.
  *
+ * Variants (cl/variants.cl), the same terms as the forward and the row kernels:
+ * store_t storage, HEAD_DIM for Q/K/dQ/dK and HEAD_DIM_V for V/dO/dV; only
+ * the query blocks (dK/dV) or key blocks (dQ) inside the causal/window band
+ * are visited and block-mask-dropped tiles are skipped, both uniformly per
+ * work-group; the other terms are per element in bwdt_grad (P from the final
+ * logit, dropout Z on P for dV and on dP, the softcap derivative on dS);
+ * varlen views start at the sequence's packed row and blocks past the
+ * sequence return before any barrier.
+ *
  * Both are a 16x16 grid of work-items (tx = lid % 16, ty = lid / 16). Per
  * (query block, key block) pair:
  *   phase A  S = (scale*log2e Q) K^T and dP = dO V^T together, each work-item
@@ -28,7 +37,7 @@
  * goes through __local anyway; it makes the P/dS stores contiguous across tx.
  *
  * __local floats (LDM = BLOCK_M + 2, LDN = BLOCK_N + 2, LDP below):
- *   stage   max(16 * (2 LDM + 2 LDN), ROW_SLICE * HEAD_DIM): phase A's four
+ *   stage   max(16 * (2 LDM + 2 LDN), ROW_SLICE * max(HEAD_DIM, HEAD_DIM_V)): phase A's four
  *           slices and phase B's row slice share it (never live together)
  *   Pb/Sb   BLOCK_M * LDP: P then dS (dK/dV), dS (dQ). P and dS share one
  *           buffer so 64x64 tiles fit 48 KiB at d = 256
@@ -37,10 +46,11 @@
  * The host mirrors this count (src/plan_backward.c) and shrinks the tiles or
  * ROW_SLICE on devices with less local memory.
  *
- * Registers per work-item: dK/dV 2 * TILE_N * ceil(d/16) accumulators, S and
- * dP 2 * TILE_M * TILE_N, operands TILE_M + TILE_N (phase A) or TILE_N +
- * ceil(d/16) (phase B). 64x64 at d = 128: 64 + 32 + 16 floats; the host uses
- * BLOCK_N = 32 for d > 128 so that dK/dV stay at 64 accumulators.
+ * Registers per work-item: dK/dV TILE_N * (ceil(d/16) + ceil(d_v/16))
+ * accumulators, S and dP 2 * TILE_M * TILE_N, operands TILE_M + TILE_N
+ * (phase A) or TILE_N + ceil(d/16) (phase B). 64x64 at d = 128: 64 + 32 + 16
+ * floats; the host narrows BLOCK_N (and BLOCK_M) for larger head dims so that
+ * dK/dV (and dQ) stay near 64 accumulators.
  */
 
 #ifndef HEAD_DIM
@@ -61,8 +71,9 @@
 #define SLICE 16 /* dims per phase-A slice */
 #define TILE_M (BLOCK_M / GRID)
 #define TILE_N (BLOCK_N / GRID)
-#define DIMS_PER_ITEM ((HEAD_DIM + GRID - 1) / GRID)
-#define LOG2E_F 1.4426950408889634f
+#define DIMS_PER_ITEM ((HEAD_DIM + GRID - 1) / GRID)     /* of dQ and dK rows */
+#define DIMS_V_PER_ITEM ((HEAD_DIM_V + GRID - 1) / GRID) /* of dV rows */
+#define DIM_MAX (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V)
 
 /*
  * Leading dims chosen for 32 banks of 4 bytes. Phase-A slices are stored
@@ -75,7 +86,7 @@
 #define LDN (BLOCK_N + 2)
 #define LDP (BLOCK_N / 32 * 32 + 16)
 #define STAGE_A (SLICE * (2 * LDM + 2 * LDN))
-#define STAGE_B (ROW_SLICE * HEAD_DIM)
+#define STAGE_B (ROW_SLICE * DIM_MAX)
 #define STAGE_FLOATS (STAGE_A > STAGE_B ? STAGE_A : STAGE_B)
 
 #if BLOCK_M % GRID != 0 || BLOCK_N % GRID != 0
@@ -87,160 +98,197 @@
 
 /*
  * Stages dims [c0, c0 + 16) of rows [first, first + nrows) of a view into
- * dst[dim * ld + row], times mul; rows at or past `end` and dims past
- * HEAD_DIM are zero. Consecutive work-items read consecutive dims of a row.
+ * dst[dim * ld + row], times mul; rows at or past `end` and dims past `dim`
+ * are zero. Consecutive work-items read consecutive dims of a row.
  */
-inline void bwdt_stage_slice(__local float *dst, int ld, __global const float *base, ulong stride, long first,
-                             long end, int nrows, int c0, float mul, int lid) {
+inline void bwdt_stage_slice(__local float *dst, int ld, __global const store_t *base, ulong stride, long first,
+                             long end, int nrows, int c0, int dim, float mul, int lid) {
     for (int e = lid; e < SLICE * nrows; e += WG_ITEMS) {
         int r = e / SLICE, c = e - r * SLICE;
         long row = first + r;
-        dst[c * ld + r] = (row < end && c0 + c < HEAD_DIM) ? base[row * stride + c0 + c] * mul : 0.0f;
+        dst[c * ld + r] = (row < end && c0 + c < dim) ? FLASHCL_LOAD(base, row * stride + c0 + c) * mul : 0.0f;
     }
 }
 
-/* Stages ROW_SLICE whole rows [first, first + ROW_SLICE) into dst[row * HEAD_DIM + dim]; zero at or past `end`. */
-inline void bwdt_stage_rows(__local float *dst, __global const float *base, ulong stride, long first, long end,
-                            int lid) {
-    for (int e = lid; e < ROW_SLICE * HEAD_DIM; e += WG_ITEMS) {
-        int r = e / HEAD_DIM, c = e - r * HEAD_DIM;
+/* Stages ROW_SLICE whole rows [first, first + ROW_SLICE) of `dim` elements into dst[row * dim + c]; zero at or past `end`. */
+inline void bwdt_stage_rows(__local float *dst, __global const store_t *base, ulong stride, long first, long end,
+                            int dim, int lid) {
+    for (int e = lid; e < ROW_SLICE * dim; e += WG_ITEMS) {
+        int r = e / dim, c = e - r * dim;
         long row = first + r;
-        dst[e] = row < end ? base[row * stride + c] : 0.0f;
+        dst[e] = row < end ? FLASHCL_LOAD(base, row * stride + c) : 0.0f;
     }
 }
 
 /*
- * Phase A of both kernels: s = (scale*log2e*Q) K^T and dp = dO V^T for the
- * work-item's TILE_M x TILE_N block, from 16-dim slices of Q, dO, K and V
- * staged in `stage` (Q and dO [SLICE][LDM], then K and V [SLICE][LDN]).
+ * Phase A of both kernels: s = (scale*log2e*Q) K^T over HEAD_DIM and dp = dO V^T
+ * over HEAD_DIM_V for the work-item's TILE_M x TILE_N block, from 16-dim slices
+ * staged in `stage` (Q and dO [SLICE][LDM], then K and V [SLICE][LDN]). The
+ * views start at the sequence's first row; rows at or past sq (sk) read as zero.
  * Contains barriers: every work-item of the group must call it.
  */
 inline void bwdt_scores_and_dp(float s[TILE_M][TILE_N], float dp[TILE_M][TILE_N], __local float *stage,
-                               __global const float *Qb, ulong q_sr, __global const float *Gb, ulong dout_sr,
-                               __global const float *Kb, ulong k_sr, __global const float *Vb, ulong v_sr,
-                               long row0, long key0, int seqlen_q, int seqlen_k, float scale_log2, int lid, int tx,
-                               int ty) {
+                               __global const store_t *Qb, ulong q_sr, __global const store_t *Gb, ulong dout_sr,
+                               __global const store_t *Kb, ulong k_sr, __global const store_t *Vb, ulong v_sr,
+                               long row0, long key0, long sq, long sk, float scale_log2, int lid, int tx, int ty) {
     __local float *Qs = stage;
     __local float *Gs = stage + SLICE * LDM;
     __local float *Ks = Gs + SLICE * LDM;
     __local float *Vs = Ks + SLICE * LDN;
     for (int i = 0; i < TILE_M; ++i)
         for (int j = 0; j < TILE_N; ++j) s[i][j] = dp[i][j] = 0.0f;
-    for (int c0 = 0; c0 < HEAD_DIM; c0 += SLICE) {
-        bwdt_stage_slice(Qs, LDM, Qb, q_sr, row0, seqlen_q, BLOCK_M, c0, scale_log2, lid);
-        bwdt_stage_slice(Gs, LDM, Gb, dout_sr, row0, seqlen_q, BLOCK_M, c0, 1.0f, lid);
-        bwdt_stage_slice(Ks, LDN, Kb, k_sr, key0, seqlen_k, BLOCK_N, c0, 1.0f, lid);
-        bwdt_stage_slice(Vs, LDN, Vb, v_sr, key0, seqlen_k, BLOCK_N, c0, 1.0f, lid);
+    /* With d_v != d the shorter side's slices end early (the conditions are uniform). */
+    for (int c0 = 0; c0 < DIM_MAX; c0 += SLICE) {
+        if (c0 < HEAD_DIM) {
+            bwdt_stage_slice(Qs, LDM, Qb, q_sr, row0, sq, BLOCK_M, c0, HEAD_DIM, scale_log2, lid);
+            bwdt_stage_slice(Ks, LDN, Kb, k_sr, key0, sk, BLOCK_N, c0, HEAD_DIM, 1.0f, lid);
+        }
+        if (c0 < HEAD_DIM_V) {
+            bwdt_stage_slice(Gs, LDM, Gb, dout_sr, row0, sq, BLOCK_M, c0, HEAD_DIM_V, 1.0f, lid);
+            bwdt_stage_slice(Vs, LDN, Vb, v_sr, key0, sk, BLOCK_N, c0, HEAD_DIM_V, 1.0f, lid);
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int c = 0; c < SLICE; ++c) {
-            float qa[TILE_M], ga[TILE_M], kb[TILE_N], vb[TILE_N];
-            for (int i = 0; i < TILE_M; ++i) {
-                qa[i] = Qs[c * LDM + ty + GRID * i];
-                ga[i] = Gs[c * LDM + ty + GRID * i];
+        if (c0 < HEAD_DIM) {
+            for (int c = 0; c < SLICE; ++c) {
+                float qa[TILE_M], kb[TILE_N];
+                for (int i = 0; i < TILE_M; ++i) qa[i] = Qs[c * LDM + ty + GRID * i];
+                for (int j = 0; j < TILE_N; ++j) kb[j] = Ks[c * LDN + tx + GRID * j];
+                for (int i = 0; i < TILE_M; ++i)
+                    for (int j = 0; j < TILE_N; ++j) s[i][j] = fma(qa[i], kb[j], s[i][j]);
             }
-            for (int j = 0; j < TILE_N; ++j) {
-                kb[j] = Ks[c * LDN + tx + GRID * j];
-                vb[j] = Vs[c * LDN + tx + GRID * j];
+        }
+        if (c0 < HEAD_DIM_V) {
+            for (int c = 0; c < SLICE; ++c) {
+                float ga[TILE_M], vb[TILE_N];
+                for (int i = 0; i < TILE_M; ++i) ga[i] = Gs[c * LDM + ty + GRID * i];
+                for (int j = 0; j < TILE_N; ++j) vb[j] = Vs[c * LDN + tx + GRID * j];
+                for (int i = 0; i < TILE_M; ++i)
+                    for (int j = 0; j < TILE_N; ++j) dp[i][j] = fma(ga[i], vb[j], dp[i][j]);
             }
-            for (int i = 0; i < TILE_M; ++i)
-                for (int j = 0; j < TILE_N; ++j) {
-                    s[i][j] = fma(qa[i], kb[j], s[i][j]);
-                    dp[i][j] = fma(ga[i], vb[j], dp[i][j]);
-                }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
 
-/* Dim k of a work-item, clamped so pad dims (past HEAD_DIM) read a real, staged value that is never stored. */
-inline int bwdt_dim(int tx, int k) {
-    int c = tx + GRID * k;
-    return c < HEAD_DIM ? c : 0;
+/*
+ * From the raw log2-domain score s and dP of one (row, key) pair: returns dS
+ * (with the softcap's derivative) and sets *pz = P Z, what dV accumulates.
+ * P = exp2(f - lse2) with f the final logit (-inf where masked, past either
+ * length, or outside the band); lse2 = -inf (a row that saw no key) gives 0.
+ * `plain`: the tile needs no per-element terms (every pair visible, no score terms).
+ */
+inline float bwdt_grad(float s, float dp, float lse2, float drow, int plain, flashcl_head hd, long row, long key,
+                       float *pz, VARIANT_ARGS) {
+    const int inside = row < hd.sq && key < hd.sk;
+    const float f = plain ? s : inside ? flashcl_score(s, hd, row, key, VARIANT_PASS) : FLASHCL_NEG_INF;
+    const float p = lse2 != FLASHCL_NEG_INF ? exp2(f - lse2) : 0.0f;
+    const float z = inside ? flashcl_dropout_factor(hd, row, key, VARIANT_PASS) : 0.0f;
+    *pz = p * z;
+    return p * (dp * z - drow) * flashcl_score_grad(s, softcap2);
 }
 
-/* Grid: (ceil(seqlen_k / BLOCK_N) * 256, heads_kv, batch). */
+/* Dim k of a work-item in a row of `dim`, clamped so pad dims read a real, staged value that is never stored. */
+inline int bwdt_dim(int tx, int k, int dim) {
+    int c = tx + GRID * k;
+    return c < dim ? c : 0;
+}
+
+/* Grid: (ceil(max_seqlen_k / BLOCK_N) * 256, heads_kv, batch). */
 __kernel __attribute__((reqd_work_group_size(WG_ITEMS, 1, 1)))
-void flash_bwd_dkdv_tiles(__global const float *Q, VIEW_ARGS(q),
-                          __global const float *K, VIEW_ARGS(k),
-                          __global const float *V, VIEW_ARGS(v),
-                          __global const float *dO, VIEW_ARGS(dout),
+void flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q),
+                          __global const store_t *K, VIEW_ARGS(k),
+                          __global const store_t *V, VIEW_ARGS(v),
+                          __global const store_t *dO, VIEW_ARGS(dout),
                           __global const float *LSE, ulong lse_off,
                           __global const float *Dsum,
-                          __global float *dK, VIEW_ARGS(dk),
-                          __global float *dV, VIEW_ARGS(dv),
+                          __global store_t *dK, VIEW_ARGS(dk),
+                          __global store_t *dV, VIEW_ARGS(dv),
                           int seqlen_q, int seqlen_k, int heads_q, int group,
-                          float scale_log2, float scale, int causal)
+                          float scale_log2, float scale, VARIANT_ARGS)
 {
     const int lid = (int)get_local_id(0);
     const int tx = lid % GRID, ty = lid / GRID;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+    /* The sequence geometry (lengths, packed offsets) is the same for every head of the group. */
+    const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     /* Natural order: under a causal mask the first key blocks see the most rows, so they start first. */
     const long key0 = (long)get_group_id(0) * BLOCK_N;
-    const long offset = (long)seqlen_k - seqlen_q; /* key j visible to row i iff j <= i + offset */
+    if (key0 >= hd0.sk) return; /* varlen: past this sequence (the whole group returns) */
+    const long key_last = min(key0 + BLOCK_N, hd0.sk) - 1;
 
-    __global const float *Kb = K + VIEW_BASE(k, b, hk);
-    __global const float *Vb = V + VIEW_BASE(v, b, hk);
+    __global const store_t *Kb = K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr;
+    __global const store_t *Vb = V + VIEW_BASE(v, b, hk) + hd0.k0 * v_sr;
 
     __local float stage[STAGE_FLOATS];
-    __local float Pb[BLOCK_M * LDP]; /* [row][key]: P for the dV pass, then dS for the dK pass */
-    __local float Ls[BLOCK_M];       /* lse2 of the block's rows (-inf past seqlen_q) */
+    __local float Pb[BLOCK_M * LDP]; /* [row][key]: P Z for the dV pass, then dS for the dK pass */
+    __local float Ls[BLOCK_M];       /* lse2 of the block's rows (-inf past the sequence) */
     __local float Ds[BLOCK_M];
     /* stage: phase A's Q, dO, K, V slices (bwdt_scores_and_dp), then phase B's rows. */
-    __local float *Rs = stage; /* phase B: [ROW_SLICE][HEAD_DIM], dO then Q */
+    __local float *Rs = stage; /* phase B: [ROW_SLICE][HEAD_DIM_V] of dO, then [ROW_SLICE][HEAD_DIM] of Q */
 
-    float dk[TILE_N][DIMS_PER_ITEM], dv[TILE_N][DIMS_PER_ITEM];
-    for (int j = 0; j < TILE_N; ++j)
-        for (int k = 0; k < DIMS_PER_ITEM; ++k) dk[j][k] = dv[j][k] = 0.0f;
+    float dk[TILE_N][DIMS_PER_ITEM], dv[TILE_N][DIMS_V_PER_ITEM];
+    for (int j = 0; j < TILE_N; ++j) {
+        for (int k = 0; k < DIMS_PER_ITEM; ++k) dk[j][k] = 0.0f;
+        for (int k = 0; k < DIMS_V_PER_ITEM; ++k) dv[j][k] = 0.0f;
+    }
 
-    /* With a causal mask, rows before key0 - offset see none of this block's keys: skip their blocks. */
-    long first_row = causal ? max(0L, key0 - offset) : 0;
-    first_row = first_row / BLOCK_M * BLOCK_M;
+    /* Only the query blocks whose causal/window band reaches this block's keys. */
+    const long q_begin = flashcl_q_begin(hd0, key0, BLOCK_M, win_right);
+    const long q_end = flashcl_q_end(hd0, key_last, win_left);
 
     for (int g = 0; g < group; ++g) {
         const int h = hk * group + g;
-        __global const float *Qb = Q + VIEW_BASE(q, b, h);
-        __global const float *Gb = dO + VIEW_BASE(dout, b, h);
-        __global const float *Lb = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
-        __global const float *Db = Dsum + ((ulong)b * heads_q + h) * seqlen_q;
-        for (long row0 = first_row; row0 < seqlen_q; row0 += BLOCK_M) {
+        const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+        __global const store_t *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
+        __global const store_t *Gb = dO + VIEW_BASE(dout, b, h) + hd.q0 * dout_sr;
+        for (long row0 = q_begin; row0 < q_end; row0 += BLOCK_M) {
+            const long row_end = row0 + BLOCK_M - 1, key_end = key0 + BLOCK_N - 1;
+            /* Uniform across the group: a dropped tile is neither loaded nor computed. */
+            if (flashcl_tile_skipped(hd, row0, row_end, key0, key_end, VARIANT_PASS)) continue;
             /* Published by the first slice's barrier below; the previous block's readers are past its last barrier. */
             for (int r = lid; r < BLOCK_M; r += WG_ITEMS) {
                 long i = row0 + r;
-                Ls[r] = i < seqlen_q ? Lb[i] * LOG2E_F : FLASHCL_NEG_INF;
-                Ds[r] = i < seqlen_q ? Db[i] : 0.0f;
+                ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, i < hd.sq ? i : 0);
+                Ls[r] = i < hd.sq ? LSE[lse_off + at] * FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+                Ds[r] = i < hd.sq ? Dsum[at] : 0.0f;
             }
+#if HAS_BLOCK_MASK
+            /* Not needed by the memory model (phase A's first barrier publishes Ls and Ds), but
+               where a skipped tile's `continue` bypasses every barrier of an iteration, POCL 3.1
+               was seen to lose these writes (NaN dK in the block-sparse cases); a barrier of their
+               own keeps them. Block-sparse builds only, so plain builds keep their barrier count. */
+            barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 
             /* Phase A: S (log2 domain) and dP, 16 dims at a time. */
             float s[TILE_M][TILE_N], dp[TILE_M][TILE_N];
-            bwdt_scores_and_dp(s, dp, stage, Qb, q_sr, Gb, dout_sr, Kb, k_sr, Vb, v_sr, row0, key0, seqlen_q,
-                               seqlen_k, scale_log2, lid, tx, ty);
+            bwdt_scores_and_dp(s, dp, stage, Qb, q_sr, Gb, dout_sr, Kb, k_sr, Vb, v_sr, row0, key0, hd.sq, hd.sk,
+                               scale_log2, lid, tx, ty);
 
-            /* P = exp2(s2 - lse2), 0 where masked, past either length, or where the row saw no key
-               (lse = -inf); dS = P (dP - D) overwrites dP. P goes to Pb for the dV pass. */
+            /* dS overwrites dP; P Z goes to Pb for the dV pass. */
+            const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_end, key0, key_end, win_left, win_right);
             for (int i = 0; i < TILE_M; ++i) {
                 const int r = ty + GRID * i;
-                const long row = row0 + r;
                 const float lse2 = Ls[r], drow = Ds[r];
                 for (int j = 0; j < TILE_N; ++j) {
-                    const long key = key0 + tx + GRID * j;
-                    const int visible = key < seqlen_k && lse2 != FLASHCL_NEG_INF && (!causal || key <= row + offset);
-                    const float p = visible ? exp2(s[i][j] - lse2) : 0.0f;
-                    dp[i][j] = p * (dp[i][j] - drow);
-                    Pb[r * LDP + tx + GRID * j] = p;
+                    float pz;
+                    dp[i][j] = bwdt_grad(s[i][j], dp[i][j], lse2, drow, plain, hd, row0 + r, key0 + tx + GRID * j, &pz,
+                                         VARIANT_PASS);
+                    Pb[r * LDP + tx + GRID * j] = pz;
                 }
             }
 
-            /* dV += P^T dO. The first barrier publishes Pb (phase A's last barrier freed the stage). */
+            /* dV += (P Z)^T dO. The first barrier publishes Pb (phase A's last barrier freed the stage). */
             for (int r0 = 0; r0 < BLOCK_M; r0 += ROW_SLICE) {
                 barrier(CLK_LOCAL_MEM_FENCE);
-                bwdt_stage_rows(Rs, Gb, dout_sr, row0 + r0, seqlen_q, lid);
+                bwdt_stage_rows(Rs, Gb, dout_sr, row0 + r0, hd.sq, HEAD_DIM_V, lid);
                 barrier(CLK_LOCAL_MEM_FENCE);
                 for (int r = 0; r < ROW_SLICE; ++r) {
-                    float pa[TILE_N], gb[DIMS_PER_ITEM];
+                    float pa[TILE_N], gb[DIMS_V_PER_ITEM];
                     for (int j = 0; j < TILE_N; ++j) pa[j] = Pb[(r0 + r) * LDP + ty + GRID * j];
-                    for (int k = 0; k < DIMS_PER_ITEM; ++k) gb[k] = Rs[r * HEAD_DIM + bwdt_dim(tx, k)];
+                    for (int k = 0; k < DIMS_V_PER_ITEM; ++k) gb[k] = Rs[r * HEAD_DIM_V + bwdt_dim(tx, k, HEAD_DIM_V)];
                     for (int j = 0; j < TILE_N; ++j)
-                        for (int k = 0; k < DIMS_PER_ITEM; ++k) dv[j][k] = fma(pa[j], gb[k], dv[j][k]);
+                        for (int k = 0; k < DIMS_V_PER_ITEM; ++k) dv[j][k] = fma(pa[j], gb[k], dv[j][k]);
                 }
             }
 
@@ -252,12 +300,12 @@ void flash_bwd_dkdv_tiles(__global const float *Q, VIEW_ARGS(q),
             /* dK += dS^T Q (scale applied once, at the store). Q is staged unscaled here. */
             for (int r0 = 0; r0 < BLOCK_M; r0 += ROW_SLICE) {
                 barrier(CLK_LOCAL_MEM_FENCE);
-                bwdt_stage_rows(Rs, Qb, q_sr, row0 + r0, seqlen_q, lid);
+                bwdt_stage_rows(Rs, Qb, q_sr, row0 + r0, hd.sq, HEAD_DIM, lid);
                 barrier(CLK_LOCAL_MEM_FENCE);
                 for (int r = 0; r < ROW_SLICE; ++r) {
                     float da[TILE_N], qb[DIMS_PER_ITEM];
                     for (int j = 0; j < TILE_N; ++j) da[j] = Pb[(r0 + r) * LDP + ty + GRID * j];
-                    for (int k = 0; k < DIMS_PER_ITEM; ++k) qb[k] = Rs[r * HEAD_DIM + bwdt_dim(tx, k)];
+                    for (int k = 0; k < DIMS_PER_ITEM; ++k) qb[k] = Rs[r * HEAD_DIM + bwdt_dim(tx, k, HEAD_DIM)];
                     for (int j = 0; j < TILE_N; ++j)
                         for (int k = 0; k < DIMS_PER_ITEM; ++k) dk[j][k] = fma(da[j], qb[k], dk[j][k]);
                 }
@@ -267,31 +315,33 @@ void flash_bwd_dkdv_tiles(__global const float *Q, VIEW_ARGS(q),
         }
     }
 
-    __global float *dKb = dK + VIEW_BASE(dk, b, hk);
-    __global float *dVb = dV + VIEW_BASE(dv, b, hk);
+    __global store_t *dKb = dK + VIEW_BASE(dk, b, hk) + hd0.k0 * dk_sr;
+    __global store_t *dVb = dV + VIEW_BASE(dv, b, hk) + hd0.k0 * dv_sr;
     for (int j = 0; j < TILE_N; ++j) {
         const long key = key0 + ty + GRID * j;
-        if (key >= seqlen_k) continue;
+        if (key >= hd0.sk) continue;
         for (int k = 0; k < DIMS_PER_ITEM; ++k) {
             const int c = tx + GRID * k;
-            if (c >= HEAD_DIM) continue;
-            dKb[key * dk_sr + c] = dk[j][k] * scale;
-            dVb[key * dv_sr + c] = dv[j][k];
+            if (c < HEAD_DIM) FLASHCL_STORE(dKb, key * dk_sr + c, dk[j][k] * scale);
+        }
+        for (int k = 0; k < DIMS_V_PER_ITEM; ++k) {
+            const int c = tx + GRID * k;
+            if (c < HEAD_DIM_V) FLASHCL_STORE(dVb, key * dv_sr + c, dv[j][k]);
         }
     }
 }
 
-/* Grid: (ceil(seqlen_q / BLOCK_M) * 256, heads_q, batch). */
+/* Grid: (ceil(max_seqlen_q / BLOCK_M) * 256, heads_q, batch). */
 __kernel __attribute__((reqd_work_group_size(WG_ITEMS, 1, 1)))
-void flash_bwd_dq_tiles(__global const float *Q, VIEW_ARGS(q),
-                        __global const float *K, VIEW_ARGS(k),
-                        __global const float *V, VIEW_ARGS(v),
-                        __global const float *dO, VIEW_ARGS(dout),
+void flash_bwd_dq_tiles(__global const store_t *Q, VIEW_ARGS(q),
+                        __global const store_t *K, VIEW_ARGS(k),
+                        __global const store_t *V, VIEW_ARGS(v),
+                        __global const store_t *dO, VIEW_ARGS(dout),
                         __global const float *LSE, ulong lse_off,
                         __global const float *Dsum,
-                        __global float *dQ, VIEW_ARGS(dq),
+                        __global store_t *dQ, VIEW_ARGS(dq),
                         int seqlen_q, int seqlen_k, int heads_q, int group,
-                        float scale_log2, float scale, int causal)
+                        float scale_log2, float scale, VARIANT_ARGS)
 {
     const int lid = (int)get_local_id(0);
     const int tx = lid % GRID, ty = lid / GRID;
@@ -299,13 +349,15 @@ void flash_bwd_dq_tiles(__global const float *Q, VIEW_ARGS(q),
     const int block = (int)get_num_groups(0) - 1 - (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int hk = h / group;
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long row0 = (long)block * BLOCK_M;
-    const long offset = (long)seqlen_k - seqlen_q;
+    if (row0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    const long row_last = min(row0 + BLOCK_M, hd.sq) - 1;
 
-    __global const float *Qb = Q + VIEW_BASE(q, b, h);
-    __global const float *Gb = dO + VIEW_BASE(dout, b, h);
-    __global const float *Kb = K + VIEW_BASE(k, b, hk);
-    __global const float *Vb = V + VIEW_BASE(v, b, hk);
+    __global const store_t *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
+    __global const store_t *Gb = dO + VIEW_BASE(dout, b, h) + hd.q0 * dout_sr;
+    __global const store_t *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr;
+    __global const store_t *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
 
     __local float stage[STAGE_FLOATS];
     __local float Sb[BLOCK_M * LDP]; /* dS, [row][key] */
@@ -314,44 +366,45 @@ void flash_bwd_dq_tiles(__global const float *Q, VIEW_ARGS(q),
 
     /* This kernel's rows never change: their lse2 and D live in registers. */
     float lse2[TILE_M], drow[TILE_M];
-    long limit[TILE_M];
     for (int i = 0; i < TILE_M; ++i) {
         const long row = row0 + ty + GRID * i;
-        const ulong stat = ((ulong)b * heads_q + h) * seqlen_q + row;
-        lse2[i] = row < seqlen_q ? LSE[lse_off + stat] * LOG2E_F : FLASHCL_NEG_INF;
-        drow[i] = row < seqlen_q ? Dsum[stat] : 0.0f;
-        limit[i] = causal ? row + offset : (long)seqlen_k - 1;
+        const ulong stat = flashcl_row_index(hd, b, h, heads_q, seqlen_q, row < hd.sq ? row : 0);
+        lse2[i] = row < hd.sq ? LSE[lse_off + stat] * FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+        drow[i] = row < hd.sq ? Dsum[stat] : 0.0f;
     }
     float dq[TILE_M][DIMS_PER_ITEM];
     for (int i = 0; i < TILE_M; ++i)
         for (int k = 0; k < DIMS_PER_ITEM; ++k) dq[i][k] = 0.0f;
 
-    /* Keys past the block's last visible one (causal) are never loaded; a fully masked block loads none. */
-    long kv_end = seqlen_k;
-    if (causal) kv_end = clamp(min(row0 + BLOCK_M, (long)seqlen_q) - 1 + offset + 1, 0L, (long)seqlen_k);
+    /* Key blocks outside the causal/window band are never loaded; a block that sees no key loads none. */
+    const long kv_begin = flashcl_kv_begin(hd, row0, BLOCK_N, win_left);
+    const long kv_end = flashcl_kv_end(hd, row_last, win_right);
 
-    for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
+    for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
+        const long row_end = row0 + BLOCK_M - 1, key_end = key0 + BLOCK_N - 1;
+        if (flashcl_tile_skipped(hd, row0, row_end, key0, key_end, VARIANT_PASS)) continue;
         float s[TILE_M][TILE_N], dp[TILE_M][TILE_N];
-        bwdt_scores_and_dp(s, dp, stage, Qb, q_sr, Gb, dout_sr, Kb, k_sr, Vb, v_sr, row0, key0, seqlen_q,
-                               seqlen_k, scale_log2, lid, tx, ty);
+        bwdt_scores_and_dp(s, dp, stage, Qb, q_sr, Gb, dout_sr, Kb, k_sr, Vb, v_sr, row0, key0, hd.sq, hd.sk,
+                           scale_log2, lid, tx, ty);
 
+        const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_end, key0, key_end, win_left, win_right);
         for (int i = 0; i < TILE_M; ++i)
             for (int j = 0; j < TILE_N; ++j) {
-                const long key = key0 + tx + GRID * j;
-                const int visible = key < seqlen_k && key <= limit[i] && lse2[i] != FLASHCL_NEG_INF;
-                const float p = visible ? exp2(s[i][j] - lse2[i]) : 0.0f;
-                Sb[(ty + GRID * i) * LDP + tx + GRID * j] = p * (dp[i][j] - drow[i]);
+                float pz;
+                Sb[(ty + GRID * i) * LDP + tx + GRID * j] =
+                    bwdt_grad(s[i][j], dp[i][j], lse2[i], drow[i], plain, hd, row0 + ty + GRID * i, key0 + tx + GRID * j,
+                              &pz, VARIANT_PASS);
             }
 
         /* dQ += dS K, ROW_SLICE keys at a time. The first barrier publishes Sb. */
         for (int k0 = 0; k0 < BLOCK_N; k0 += ROW_SLICE) {
             barrier(CLK_LOCAL_MEM_FENCE);
-            bwdt_stage_rows(Rs, Kb, k_sr, key0 + k0, seqlen_k, lid);
+            bwdt_stage_rows(Rs, Kb, k_sr, key0 + k0, hd.sk, HEAD_DIM, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int r = 0; r < ROW_SLICE; ++r) {
                 float da[TILE_M], kv[DIMS_PER_ITEM];
                 for (int i = 0; i < TILE_M; ++i) da[i] = Sb[(ty + GRID * i) * LDP + k0 + r];
-                for (int k = 0; k < DIMS_PER_ITEM; ++k) kv[k] = Rs[r * HEAD_DIM + bwdt_dim(tx, k)];
+                for (int k = 0; k < DIMS_PER_ITEM; ++k) kv[k] = Rs[r * HEAD_DIM + bwdt_dim(tx, k, HEAD_DIM)];
                 for (int i = 0; i < TILE_M; ++i)
                     for (int k = 0; k < DIMS_PER_ITEM; ++k) dq[i][k] = fma(da[i], kv[k], dq[i][k]);
             }
@@ -360,13 +413,13 @@ void flash_bwd_dq_tiles(__global const float *Q, VIEW_ARGS(q),
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    __global float *dQb = dQ + VIEW_BASE(dq, b, h);
+    __global store_t *dQb = dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr;
     for (int i = 0; i < TILE_M; ++i) {
         const long row = row0 + ty + GRID * i;
-        if (row >= seqlen_q) continue;
+        if (row >= hd.sq) continue;
         for (int k = 0; k < DIMS_PER_ITEM; ++k) {
             const int c = tx + GRID * k;
-            if (c < HEAD_DIM) dQb[row * dq_sr + c] = dq[i][k] * scale;
+            if (c < HEAD_DIM) FLASHCL_STORE(dQb, row * dq_sr + c, dq[i][k] * scale);
         }
     }
 }

@@ -215,7 +215,9 @@ FLASHCL_API size_t flashcl_dtype_size(flashcl_dtype dtype);
 /*
  * A [batch|1, heads|1, seqlen_q, seqlen_k] matrix (additive bias, boolean
  * mask) or [batch|1, heads|1, ceil(seqlen_q/block_q), ceil(seqlen_k/block_k)]
- * block mask in a cl_mem. Offsets and strides are in elements; the last
+ * block mask in a cl_mem. With varlen, seqlen_q/seqlen_k here mean
+ * max_seqlen_q/max_seqlen_k, rows and columns count within each sequence and
+ * batch is the sequence index. Offsets and strides are in elements; the last
  * dimension is contiguous. A zero stride_batch or stride_head broadcasts over
  * that dimension; all three strides zero means packed and not broadcast.
  */
@@ -261,7 +263,8 @@ typedef struct flashcl_attention_desc {
     size_t alibi_offset, alibi_stride_batch;
 
     /* Attention sinks: float32 [heads_q] logits added to each row's softmax
-       denominator only (gpt-oss). The backward writes d(loss)/d(sinks) to dsinks
+       denominator only (gpt-oss); a row with no visible key then gets O = 0 and
+       LSE = its sink. The backward writes d(loss)/d(sinks) to dsinks
        ([heads_q] floats from dsinks_offset) when dsinks is not NULL. */
     cl_mem sinks;
     size_t sinks_offset;
@@ -284,6 +287,7 @@ typedef struct flashcl_attention_desc {
     /* Variable-length batches (flash_attn_varlen_func): int32 cumulative offsets
        [batch + 1] into the packed rows; sequence b has rows cu[b] .. cu[b+1]-1.
        Views are [total, heads, dim] (stride_batch must be 0), LSE is [heads_q, total_q].
+       Invalid offsets cannot cause out-of-bounds access: kernels clamp them to the totals.
        max_seqlen_q/k bound the per-sequence lengths (0 = the totals). */
     cl_mem cu_seqlens_q, cu_seqlens_k;
     size_t max_seqlen_q, max_seqlen_k;
@@ -344,6 +348,8 @@ FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_a
  * The standard attention (Algorithm 0): S = scale*QK^T and P = softmax(S)
  * through global memory (batch*heads_q*seqlen_q*seqlen_k floats of scratch
  * owned by the context), O = PV. Same arguments and outputs as flashcl_forward.
+ * It is the plain baseline: float32 (else FLASHCL_ERR_UNSUPPORTED_DTYPE) and
+ * causal at most (any other variant: FLASHCL_ERR_UNSUPPORTED_VARIANT).
  */
 FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
                                                     const flashcl_attention_desc *desc,
@@ -356,8 +362,13 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
 
 /*
  * Host-array convenience: float32 arrays in the packed [b, s, h, d] layout
- * (q and o: [batch, seqlen_q, heads_q, head_dim]; k and v: [batch, seqlen_k,
- * heads_kv, head_dim]); lse may be NULL, else [batch, heads_q, seqlen_q].
+ * (q: [batch, seqlen_q, heads_q, head_dim]; k: [batch, seqlen_k, heads_kv,
+ * head_dim]; v: [batch, seqlen_k, heads_kv, head_dim_v]; o: [batch, seqlen_q,
+ * heads_q, head_dim_v]); lse may be NULL, else [batch, heads_q, seqlen_q].
+ * With varlen the arrays are [total, heads, dim] and lse [heads_q, total_q].
+ * They are converted to desc->dtype on the way in and back to float32 on the
+ * way out. Variant buffers (bias, masks, slopes, sinks, dsinks, cu_seqlens)
+ * are the descriptor's cl_mem fields, as for flashcl_forward.
  * Copies in, runs `path`, copies out, and returns when the results are on the host.
  */
 FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
@@ -384,9 +395,15 @@ FLASHCL_API flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flas
 /*
  * Backward pass of flashcl_forward: given Q, K, V, the forward's O and LSE,
  * and dO (the gradient of the loss with respect to O), writes dQ, dK, dV.
- *   q, o, dout, dq: [batch, heads_q,  seqlen_q, head_dim] views
- *   k, v, dk, dv:   [batch, heads_kv, seqlen_k, head_dim] views
- *   lse:            the forward's LSE buffer ([batch, heads_q, seqlen_q] floats from lse_offset)
+ *   q, dq:          [batch, heads_q,  seqlen_q, head_dim] views
+ *   o, dout:        [batch, heads_q,  seqlen_q, head_dim_v] views
+ *   k, dk:          [batch, heads_kv, seqlen_k, head_dim] views
+ *   v, dv:          [batch, heads_kv, seqlen_k, head_dim_v] views
+ *   lse:            the forward's LSE buffer ([batch, heads_q, seqlen_q] floats from
+ *                   lse_offset; [heads_q, total_q] with varlen)
+ * Every variant of the descriptor applies as in the forward (the same dropout
+ * mask is regenerated); with sinks and desc->dsinks set, d(loss)/d(sinks) is
+ * written too.
  * P is recomputed from Q, K and LSE tile by tile; it is never stored. With
  * GQA/MQA, dK and dV are already summed over the query heads of each group.
  * No atomics: results are bitwise identical from run to run. Scratch memory
@@ -412,10 +429,11 @@ FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const
                                                      cl_event *event);
 
 /*
- * Host-array backward, packed [b, s, h, d] like flashcl_forward_host:
- * q, o, dout, dq [batch, seqlen_q, heads_q, head_dim]; k, v, dk, dv
- * [batch, seqlen_k, heads_kv, head_dim]; lse [batch, heads_q, seqlen_q]
- * (as flashcl_forward_host returned it).
+ * Host-array backward, packed [b, s, h, d] like flashcl_forward_host (same
+ * dtype conversion, varlen layout and variant buffers): q, dq [batch, seqlen_q,
+ * heads_q, head_dim]; o, dout [.., head_dim_v]; k, dk [batch, seqlen_k, heads_kv,
+ * head_dim]; v, dv [.., head_dim_v]; lse [batch, heads_q, seqlen_q] (as
+ * flashcl_forward_host returned it). dsinks, when set, is written on the device.
  */
 FLASHCL_API flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                                  flashcl_path path, const float *q, const float *k,

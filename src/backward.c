@@ -1,5 +1,6 @@
-/* flashcl_backward: checks, then D = rowsum(dO*O), dK/dV, dQ — three launches chained by events,
-   dK/dV and dQ from whichever kernel family the plan chose (src/plan_backward.c). */
+/* flashcl_backward: checks, then D = rowsum(dO*O), dK/dV, dQ (and dsinks) — launches chained by
+   events, dK/dV and dQ from whichever kernel family the plan chose (src/plan_backward.c). Every
+   kernel takes the variant arguments (cl/variants.cl) last. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -27,8 +28,6 @@ static flashcl_status prepare_backward(flashcl_context *ctx, const flashcl_atten
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 1, 0};
     st = flashcl__validate_views(ctx, d, specs, BACKWARD_VIEWS, &lse_spec, num_wait, wait_list, views);
     if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 1);
-    /* Until the backward kernels take the variant arguments: plain calls only. */
-    if (st == FLASHCL_SUCCESS) st = flashcl__require_plain(ctx, d, "flash backward");
     return st;
 }
 
@@ -39,6 +38,18 @@ static cl_int set_views(cl_kernel k, cl_uint *arg, const flashcl_tensor *views, 
     return err;
 }
 
+/* Floats of D (and of LSE): one per query row, [batch, heads_q, seqlen_q] or [heads_q, total_q] with varlen. */
+static size_t row_count(const flashcl_attention_desc *d) {
+    return (flashcl__is_varlen(d) ? 1 : d->batch) * d->heads_q * d->seqlen_q;
+}
+
+/* Sets scalar arguments from index *arg on. */
+static cl_int set_scalars(cl_kernel k, cl_uint *arg, const size_t *sizes, const void *const *values, int count) {
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < count && err == CL_SUCCESS; ++i) err = clSetKernelArg(k, (*arg)++, sizes[i], values[i]);
+    return err;
+}
+
 flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
                                                const flashcl_tensor *views, cl_mem lse,
                                                size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
@@ -46,22 +57,29 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
     const flashcl__backward_plan *plan = NULL;
     flashcl_status st = flashcl__plan_backward(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
-    const size_t rows = d->batch * d->heads_q * d->seqlen_q;
     cl_mem dsum = NULL;
-    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, rows * sizeof(float), "backward: D = rowsum(dO*O)", &dsum);
+    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, row_count(d) * sizeof(float), "backward: D = rowsum(dO*O)", &dsum);
     if (st != FLASHCL_SUCCESS) return st;
 
-    cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q;
-    cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0;
+    /* Totals (packed rows with varlen): the kernels find each sequence through cu_seqlens. */
+    cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q, batch = (cl_int)d->batch;
+    cl_int group = (cl_int)(d->heads_q / d->heads_kv);
     cl_float scale = d->scale, scale_log2 = (cl_float)(d->scale * LOG2E);
-    cl_ulong lse_off = lse_offset;
+    cl_ulong lse_off = lse_offset, dsinks_off = d->dsinks_offset;
+    cl_mem dsinks = d->dsinks;
+    /* Bound for the buffers of variants that are off (never read); Q is never written. */
+    const cl_mem dummy = views[BQ].buffer;
+    const int want_dsinks = d->dsinks != NULL && plan->dsinks != NULL;
 
     cl_uint arg = 0;
     const int dot_views[] = {BDO, BO};
     cl_int err = set_views(plan->dot, &arg, views, dot_views, 2);
-    if (err == CL_SUCCESS) err = clSetKernelArg(plan->dot, arg++, sizeof dsum, &dsum);
-    if (err == CL_SUCCESS) err = clSetKernelArg(plan->dot, arg++, sizeof sq, &sq);
-    if (err == CL_SUCCESS) err = clSetKernelArg(plan->dot, arg++, sizeof hq, &hq);
+    if (err == CL_SUCCESS) {
+        const size_t sz[] = {sizeof dsum, sizeof sq, sizeof sk, sizeof hq};
+        const void *const val[] = {&dsum, &sq, &sk, &hq};
+        err = set_scalars(plan->dot, &arg, sz, val, 4);
+    }
+    if (err == CL_SUCCESS) err = flashcl__set_variant_args(plan->dot, &arg, d, dummy);
     /* dK/dV and dQ share their argument list apart from the outputs. */
     const int dkdv_out[] = {BDK, BDV}, dq_out[] = {BDQ};
     cl_kernel mains[2] = {plan->dkdv, plan->dq};
@@ -70,13 +88,26 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
         arg = 0;
         const int in_views[] = {BQ, BK, BV, BDO};
         err = set_views(k, &arg, views, in_views, 4);
-        if (err == CL_SUCCESS) err = clSetKernelArg(k, arg++, sizeof lse, &lse);
-        if (err == CL_SUCCESS) err = clSetKernelArg(k, arg++, sizeof lse_off, &lse_off);
-        if (err == CL_SUCCESS) err = clSetKernelArg(k, arg++, sizeof dsum, &dsum);
+        if (err == CL_SUCCESS) {
+            const size_t sz[] = {sizeof lse, sizeof lse_off, sizeof dsum};
+            const void *const val[] = {&lse, &lse_off, &dsum};
+            err = set_scalars(k, &arg, sz, val, 3);
+        }
         if (err == CL_SUCCESS) err = m == 0 ? set_views(k, &arg, views, dkdv_out, 2) : set_views(k, &arg, views, dq_out, 1);
-        const size_t sz[] = {sizeof sq, sizeof sk, sizeof hq, sizeof group, sizeof scale_log2, sizeof scale, sizeof causal};
-        const void *val[] = {&sq, &sk, &hq, &group, &scale_log2, &scale, &causal};
-        for (int i = 0; i < 7 && err == CL_SUCCESS; ++i) err = clSetKernelArg(k, arg++, sz[i], val[i]);
+        if (err == CL_SUCCESS) {
+            const size_t sz[] = {sizeof sq, sizeof sk, sizeof hq, sizeof group, sizeof scale_log2, sizeof scale};
+            const void *const val[] = {&sq, &sk, &hq, &group, &scale_log2, &scale};
+            err = set_scalars(k, &arg, sz, val, 6);
+        }
+        if (err == CL_SUCCESS) err = flashcl__set_variant_args(k, &arg, d, dummy);
+    }
+    if (err == CL_SUCCESS && want_dsinks) {
+        arg = 0;
+        const size_t sz[] = {sizeof lse, sizeof lse_off, sizeof dsum, sizeof dsinks, sizeof dsinks_off,
+                             sizeof batch, sizeof sq, sizeof sk, sizeof hq};
+        const void *const val[] = {&lse, &lse_off, &dsum, &dsinks, &dsinks_off, &batch, &sq, &sk, &hq};
+        err = set_scalars(plan->dsinks, &arg, sz, val, 9);
+        if (err == CL_SUCCESS) err = flashcl__set_variant_args(plan->dsinks, &arg, d, dummy);
     }
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clSetKernelArg(flash backward)");
 
@@ -84,38 +115,46 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
     st = flashcl__scratch_waits(ctx, num_wait, wait_list, &waits);
     if (st != FLASHCL_SUCCESS) return st;
     /* Either family: one work-group per block of keys (dK/dV) or query rows (dQ), main_wg
-       work-items each (a block's rows for the row kernels, 16x16 for the tiles). */
+       work-items each (a block's rows for the row kernels, 16x16 for the tiles). With varlen
+       the grids cover the longest sequence; blocks past a shorter one return at once. */
     const size_t r = plan->dot_wg, wg = plan->main_wg, kb = plan->keys_per_group, qb = plan->rows_per_group;
+    const size_t msq = d->max_seqlen_q, msk = d->max_seqlen_k;
     size_t dot_local[3] = {r, 1, 1}, main_local[3] = {wg, 1, 1};
-    size_t g_dot[3] = {(d->seqlen_q + r - 1) / r * r, d->heads_q, d->batch};
-    size_t g_keys[3] = {(d->seqlen_k + kb - 1) / kb * wg, d->heads_kv, d->batch};
-    size_t g_rows[3] = {(d->seqlen_q + qb - 1) / qb * wg, d->heads_q, d->batch};
+    size_t g_dot[3] = {(msq + r - 1) / r * r, d->heads_q, d->batch};
+    size_t g_keys[3] = {(msk + kb - 1) / kb * wg, d->heads_kv, d->batch};
+    size_t g_rows[3] = {(msq + qb - 1) / qb * wg, d->heads_q, d->batch};
+    size_t g_sinks[3] = {r, d->heads_q, 1}; /* one work-group per head */
     const char *dkdv_name = plan->tiles ? "flash_bwd_dkdv_tiles" : "flash_bwd_dkdv";
     const char *dq_name = plan->tiles ? "flash_bwd_dq_tiles" : "flash_bwd_dq";
     char what[96];
-    cl_event e_dot = NULL, e_dkdv = NULL, e_dq = NULL;
+    cl_event e_dot = NULL, done[3] = {NULL, NULL, NULL};
+    cl_uint ndone = 0;
     err = clEnqueueNDRangeKernel(ctx->queue, plan->dot, 3, NULL, g_dot, dot_local, waits.count,
                                  waits.count ? waits.events : NULL, &e_dot);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(flash_bwd_dot)");
-    err = clEnqueueNDRangeKernel(ctx->queue, plan->dkdv, 3, NULL, g_keys, main_local, 1, &e_dot, &e_dkdv);
-    if (err != CL_SUCCESS) {
-        clReleaseEvent(e_dot);
-        snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", dkdv_name);
-        return flashcl__fail_cl(ctx, err, what);
+    /* dK/dV, dQ and dsinks need only D: on an out-of-order queue they may overlap; the call's event covers all. */
+    struct {
+        cl_kernel k;
+        const size_t *global, *local;
+        const char *name;
+    } launches[3] = {{plan->dkdv, g_keys, main_local, dkdv_name},
+                     {plan->dq, g_rows, main_local, dq_name},
+                     {plan->dsinks, g_sinks, dot_local, "flash_bwd_dsinks"}};
+    const int nlaunch = want_dsinks ? 3 : 2;
+    for (int i = 0; i < nlaunch && err == CL_SUCCESS; ++i) {
+        err = clEnqueueNDRangeKernel(ctx->queue, launches[i].k, 3, NULL, launches[i].global, launches[i].local, 1, &e_dot,
+                                     &done[ndone]);
+        if (err == CL_SUCCESS) ++ndone;
+        else snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", launches[i].name);
     }
-    /* dQ needs only D: on an out-of-order queue it may overlap dK/dV; the call's event covers both. */
-    err = clEnqueueNDRangeKernel(ctx->queue, plan->dq, 3, NULL, g_rows, main_local, 1, &e_dot, &e_dq);
     clReleaseEvent(e_dot);
-    if (err != CL_SUCCESS) {
-        clReleaseEvent(e_dkdv);
-        snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", dq_name);
-        return flashcl__fail_cl(ctx, err, what);
+    cl_event last = NULL;
+    if (err == CL_SUCCESS) {
+        err = clEnqueueMarkerWithWaitList(ctx->queue, ndone, done, &last);
+        if (err != CL_SUCCESS) snprintf(what, sizeof what, "clEnqueueMarkerWithWaitList(backward)");
     }
-    cl_event both[2] = {e_dkdv, e_dq}, last = NULL;
-    err = clEnqueueMarkerWithWaitList(ctx->queue, 2, both, &last);
-    clReleaseEvent(e_dkdv);
-    clReleaseEvent(e_dq);
-    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clEnqueueMarkerWithWaitList(backward)");
+    for (cl_uint i = 0; i < ndone; ++i) clReleaseEvent(done[i]);
+    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, what);
     flashcl__scratch_used_by(ctx, last);
     if (event) *event = last;
     else clReleaseEvent(last);
@@ -165,7 +204,7 @@ flashcl_status flashcl_backward_plan_query(flashcl_context *ctx, const flashcl_a
     flashcl_attention_desc d;
     flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
     if (st != FLASHCL_SUCCESS) return st;
-    const size_t rows = d.batch * d.heads_q * d.seqlen_q;
+    const size_t rows = row_count(&d);
     if (path == FLASHCL_PATH_FLASH) {
         const flashcl__backward_plan *p = NULL;
         st = flashcl__plan_backward(ctx, &d, &p);

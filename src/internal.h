@@ -55,7 +55,7 @@ struct flashcl_context {
     cl_event scratch_last_use;
     flashcl__flash_plan_slot *flash_plans; /* list, by head dims and variant switches */
     flashcl__standard_plan_slot *standard_plan;
-    flashcl__backward_plan_slot *backward_plans[FLASHCL_MAX_HEAD_DIM + 1]; /* by head dim */
+    flashcl__backward_plan_slot *backward_plans; /* list, by head dims and variant switches */
     char *error;               /* last detailed error message */
     size_t error_cap;
 };
@@ -199,6 +199,9 @@ typedef struct flashcl__backward_plan {
     size_t keys_per_group; /* keys one dK/dV work-group owns */
     size_t rows_per_group; /* query rows one dQ work-group owns */
     cl_kernel dot, dkdv, dq;
+    cl_kernel dsinks;      /* flash_bwd_dsinks (rows build, dot_wg work-items), only with sinks */
+    char key[320];         /* head dims + variant switches: one plan per distinct build */
+    struct flashcl__backward_plan *next;
 } flashcl__backward_plan;
 flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
                                       const flashcl__backward_plan **out);

@@ -19,15 +19,21 @@
  *      that family; tile sizes not given are fitted to the device, sizes given
  *      that do not fit are an error (FLASHCL_ERR_INVALID_TILE).
  *   2. The built-in table ("table"): any non-CPU device gets the tiles,
- *      Br=64 and Bc=64 up to d=128, Bc=32 above (dK and dV then stay at 64
+ *      Br=64 and Bc=64 up to d=128, Bc=32 to d=256, Br=32 Bc=16 above
+ *      (d the longer of d_qk and d_v: dK, dV and dQ then stay near 64
  *      accumulators per work-item, well inside 255 registers). If the device
  *      or the built kernels do not accept that shape, it shrinks (first the
  *      phase-B row slice while that is the largest __local array, then Bc and
  *      Br by 16) and is rebuilt ("fallback"); if no tiles shape fits, the row
  *      kernels run ("fallback", the reason says why).
  *   3. CPUs: the row kernels from the formula above ("formula").
- * flash_bwd_dot always comes from the rows build, so the rows plan is computed
- * in every case; it is also what the tiles fall back to.
+ * flash_bwd_dot (and flash_bwd_dsinks, with sinks) always come from the rows
+ * build, so the rows plan is computed in every case; it is also what the
+ * tiles fall back to.
+ *
+ * Plans are cached per context by head dims and variant switches (every
+ * distinct build is its own plan); variants change the kernels' build
+ * options, not the choice of family or tiles.
  */
 #include "internal.h"
 #include "tile_override.h"
@@ -47,7 +53,19 @@
 static const char *const rows_kernels = "flash_bwd_dkdv+flash_bwd_dq";
 static const char *const tiles_kernels = "flash_bwd_dkdv_tiles+flash_bwd_dq_tiles";
 
-static size_t rows_local_bytes(int rows, int d) { return (size_t)rows * (2 * (size_t)((d + 3) / 4) * 16 + 8); }
+/* What a plan is for: the head dims and the cl/variants.cl switches of the call. */
+typedef struct {
+    int d, dv;                   /* head dims of Q/K and of V/O */
+    const char *variant_options; /* -D switches (HEAD_DIM_V included) */
+    int sinks;                   /* build and check flash_bwd_dsinks too */
+} problem;
+
+static int dim_max(const problem *pr) { return pr->d > pr->dv ? pr->d : pr->dv; }
+
+/* __local bytes of flash_bwd_dkdv (the larger row kernel): a Q and a dO tile plus lse2 and D per row. */
+static size_t rows_local_bytes(int rows, const problem *pr) {
+    return (size_t)rows * ((size_t)((pr->d + 3) / 4 + (pr->dv + 3) / 4) * 16 + 8);
+}
 
 static flashcl_status kernel_info(flashcl_context *ctx, cl_kernel k, size_t *wg, cl_ulong *local, cl_ulong *priv) {
     cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *wg, wg, NULL);
@@ -65,39 +83,47 @@ static void release(flashcl__backward_plan *p) {
     release_kernel(&p->dot);
     release_kernel(&p->dkdv);
     release_kernel(&p->dq);
+    release_kernel(&p->dsinks);
 }
 
 /* ------------------------------------------------------------------ rows */
 
-static flashcl_status plan_rows(flashcl_context *ctx, int d, flashcl__backward_plan *out) {
+static flashcl_status plan_rows(flashcl_context *ctx, const problem *pr, flashcl__backward_plan *out) {
     const flashcl__device_info *info = &ctx->info;
+    const int d = pr->d;
     size_t m = (size_t)(info->local_mem_bytes / 4);
-    size_t seed = (m + 4 * (size_t)d - 1) / (4 * (size_t)d);
+    /* The seed formula on the mean row length: a tile holds rows of d (Q or K) and d_v (dO or V) floats. */
+    const size_t d_mean = ((size_t)pr->d + (size_t)pr->dv + 1) / 2;
+    size_t seed = (m + 4 * d_mean - 1) / (4 * d_mean);
     int rows = seed > MAX_ROWS ? MAX_ROWS : (int)seed;
     if ((size_t)rows > info->max_work_group_size) rows = (int)info->max_work_group_size;
-    while (rows > 1 && rows_local_bytes(rows, d) > info->local_mem_bytes) rows /= 2;
-    if (rows < 1 || rows_local_bytes(rows, d) > info->local_mem_bytes)
+    while (rows > 1 && rows_local_bytes(rows, pr) > info->local_mem_bytes) rows /= 2;
+    if (rows < 1 || rows_local_bytes(rows, pr) > info->local_mem_bytes)
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no backward tile for d=%d fits %llu bytes of local memory", d,
                              (unsigned long long)info->local_mem_bytes);
     const char *origin = "formula";
     for (; rows >= 1; rows /= 2) {
-        char options[192];
-        snprintf(options, sizeof options, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d", d, rows, rows);
+        char options[sizeof out->pub.build_options];
+        snprintf(options, sizeof options, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d %s", d, rows, rows,
+                 pr->variant_options);
         cl_program program = NULL;
         flashcl_status st = flashcl__get_program(ctx, "flash_bwd.cl", options, &program);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_bwd_dot", &out->dot);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_bwd_dkdv", &out->dkdv);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_bwd_dq", &out->dq);
-        size_t wg[3] = {0, 0, 0};
-        cl_ulong local[3] = {0, 0, 0}, priv[3] = {0, 0, 0};
+        if (st == FLASHCL_SUCCESS && pr->sinks) st = flashcl__create_kernel(ctx, program, "flash_bwd_dsinks", &out->dsinks);
+        /* Without sinks the dot kernel stands in for the absent dsinks kernel (same work-group size). */
+        size_t wg[4] = {0, 0, 0, 0};
+        cl_ulong local[4] = {0, 0, 0, 0}, priv[4] = {0, 0, 0, 0};
         if (st == FLASHCL_SUCCESS) st = kernel_info(ctx, out->dot, &wg[0], &local[0], &priv[0]);
         if (st == FLASHCL_SUCCESS) st = kernel_info(ctx, out->dkdv, &wg[1], &local[1], &priv[1]);
         if (st == FLASHCL_SUCCESS) st = kernel_info(ctx, out->dq, &wg[2], &local[2], &priv[2]);
+        if (st == FLASHCL_SUCCESS) st = kernel_info(ctx, pr->sinks ? out->dsinks : out->dot, &wg[3], &local[3], &priv[3]);
         if (st != FLASHCL_SUCCESS) {
             release(out);
             return st;
         }
-        if (wg[0] < (size_t)rows || wg[1] < (size_t)rows || wg[2] < (size_t)rows) {
+        if (wg[0] < (size_t)rows || wg[1] < (size_t)rows || wg[2] < (size_t)rows || wg[3] < (size_t)rows) {
             release(out);
             origin = "fallback";
             continue;
@@ -109,14 +135,14 @@ static flashcl_status plan_rows(flashcl_context *ctx, int d, flashcl__backward_p
         p->threads_per_row = 1;
         p->staging = FLASHCL_STAGING_LOCAL;
         p->work_group_size = (size_t)rows;
-        p->local_mem_bytes = rows_local_bytes(rows, d);
+        p->local_mem_bytes = rows_local_bytes(rows, pr);
         p->private_mem_bytes = (size_t)(priv[1] > priv[2] ? priv[1] : priv[2]);
         flashcl__copy_str(p->origin, sizeof p->origin, origin);
         flashcl__copy_str(p->build_options, sizeof p->build_options, options);
         snprintf(p->reason, sizeof p->reason,
-                 "seed: M=%zu floats of local memory, d=%d -> %zu rows; fitted to %d rows per work-group "
+                 "seed: M=%zu floats of local memory, d=%d d_v=%d -> %zu rows; fitted to %d rows per work-group "
                  "(one work-item per key for dK/dV, per query for dQ), %d rows of the other side per __local tile",
-                 m, d, seed, rows, rows);
+                 m, d, pr->dv, seed, rows, rows);
         out->tiles = 0;
         out->dot_wg = out->main_wg = out->keys_per_group = out->rows_per_group = (size_t)rows;
         return FLASHCL_SUCCESS;
@@ -132,9 +158,10 @@ typedef struct {
 
 /* The stage arrays of cl/flash_bwd_tiles.cl, in floats (mirrors its LDM, LDN, STAGE_A, STAGE_B). */
 static size_t stage_a_floats(const tile_shape *s) { return TILES_SLICE * (2 * (size_t)(s->bm + 2) + 2 * (size_t)(s->bn + 2)); }
+/* d: the longer of the two head dims (phase B stages rows of d_v for dV, of d for dK and dQ). */
 static size_t stage_b_floats(const tile_shape *s, int d) { return (size_t)s->slice * (size_t)d; }
 
-/* __local bytes of flash_bwd_dkdv_tiles, the larger of the two kernels (dQ lacks Ls and Ds). */
+/* __local bytes of flash_bwd_dkdv_tiles, the larger of the two kernels (dQ lacks Ls and Ds); d as above. */
 static size_t tiles_local_bytes(const tile_shape *s, int d) {
     size_t a = stage_a_floats(s), b = stage_b_floats(s, d);
     size_t ldp = (size_t)s->bn / 32 * 32 + 16;
@@ -163,9 +190,15 @@ static int shrink_local(tile_shape *s, int d) {
     return 0;
 }
 
+/*
+ * d: the longer head dim. Accumulators per work-item are TILE_N * (ceil(d/16) +
+ * ceil(d_v/16)) for dK/dV and TILE_M * ceil(d/16) for dQ: narrowing the blocks
+ * as d grows keeps both near 64 registers (64x64 to d = 128, 64x32 to 256,
+ * 32x16 above), and phase B's row slice within 48 KiB of __local.
+ */
 static void tiles_table_shape(int d, tile_shape *s) {
-    s->bm = 64;
-    s->bn = d > 128 ? 32 : 64;
+    s->bm = d > 256 ? 32 : 64;
+    s->bn = d > 256 ? 16 : d > 128 ? 32 : 64;
     s->slice = TILES_GRID;
 }
 
@@ -174,11 +207,11 @@ static void tiles_table_shape(int d, tile_shape *s) {
  * and their __local fits, installs them in out (replacing the row kernels).
  * *fits says which happened; *limit is the smaller CL_KERNEL_WORK_GROUP_SIZE.
  */
-static flashcl_status try_tiles(flashcl_context *ctx, const tile_shape *s, int d, flashcl__backward_plan *out,
-                                int *fits, size_t *limit) {
-    char options[192];
-    snprintf(options, sizeof options, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D ROW_SLICE=%d", d, s->bm, s->bn,
-             s->slice);
+static flashcl_status try_tiles(flashcl_context *ctx, const tile_shape *s, const problem *pr,
+                                flashcl__backward_plan *out, int *fits, size_t *limit) {
+    char options[sizeof out->pub.build_options];
+    snprintf(options, sizeof options, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D ROW_SLICE=%d %s", pr->d, s->bm,
+             s->bn, s->slice, pr->variant_options);
     cl_program program = NULL;
     cl_kernel dkdv = NULL, dq = NULL;
     flashcl_status st = flashcl__get_program(ctx, "flash_bwd_tiles.cl", options, &program);
@@ -217,7 +250,7 @@ static flashcl_status try_tiles(flashcl_context *ctx, const tile_shape *s, int d
     p->staging = FLASHCL_STAGING_LOCAL;
     p->work_group_size = TILES_WG;
     /* POCL reports 0 for kernels whose __local arrays are static; use our own count then. */
-    p->local_mem_bytes = max_local ? (size_t)max_local : tiles_local_bytes(s, d);
+    p->local_mem_bytes = max_local ? (size_t)max_local : tiles_local_bytes(s, dim_max(pr));
     p->private_mem_bytes = (size_t)(priv[0] > priv[1] ? priv[0] : priv[1]);
     flashcl__copy_str(p->build_options, sizeof p->build_options, options);
     return FLASHCL_SUCCESS;
@@ -228,9 +261,10 @@ static flashcl_status try_tiles(flashcl_context *ctx, const tile_shape *s, int d
  * installed in out; otherwise why_not says what did not fit. *shrunk: the
  * installed shape is smaller than s.
  */
-static flashcl_status plan_tiles(flashcl_context *ctx, int d, tile_shape s, int may_shrink, flashcl__backward_plan *out,
-                                 int *ok, int *shrunk, char *why_not, size_t cap) {
+static flashcl_status plan_tiles(flashcl_context *ctx, const problem *pr, tile_shape s, int may_shrink,
+                                 flashcl__backward_plan *out, int *ok, int *shrunk, char *why_not, size_t cap) {
     const flashcl__device_info *info = &ctx->info;
+    const int d = dim_max(pr); /* what the __local count depends on */
     *ok = *shrunk = 0;
     why_not[0] = '\0';
     if (info->max_work_group_size < TILES_WG) {
@@ -249,7 +283,7 @@ static flashcl_status plan_tiles(flashcl_context *ctx, int d, tile_shape s, int 
     for (int attempt = 0; attempt < MAX_TILE_ATTEMPTS; ++attempt) {
         int fits = 0;
         size_t limit = 0;
-        flashcl_status st = try_tiles(ctx, &s, d, out, &fits, &limit);
+        flashcl_status st = try_tiles(ctx, &s, pr, out, &fits, &limit);
         if (st != FLASHCL_SUCCESS) return st;
         if (fits) {
             *ok = 1;
@@ -273,23 +307,23 @@ static flashcl_status plan_tiles(flashcl_context *ctx, int d, tile_shape s, int 
 static const char *const force_hint = "; FLASHCL_BWD_KERNEL=rows|tiles[,br=,bc=,slice=] forces a family";
 
 /* Appends the tiles plan's description to its reason. */
-static void describe_tiles(flashcl__backward_plan *out, int d) {
+static void describe_tiles(flashcl__backward_plan *out, const problem *pr) {
     flashcl_plan *p = &out->pub;
     flashcl__appendf(p->reason, sizeof p->reason,
-                     "; kernels %s, Br=%d query rows x Bc=%d keys per block, 16x16 work-items, %zu B local, d=%d; "
+                     "; kernels %s, Br=%d query rows x Bc=%d keys per block, 16x16 work-items, %zu B local, d=%d d_v=%d; "
                      "flash_bwd_dot from the row build, %zu rows per work-group",
-                     p->kernel, p->block_rows, p->block_cols, p->local_mem_bytes, d, out->dot_wg);
+                     p->kernel, p->block_rows, p->block_cols, p->local_mem_bytes, pr->d, pr->dv, out->dot_wg);
 }
 
 static int valid_block(int v) { return v >= TILES_GRID && v <= TILES_MAX_BLOCK && v % TILES_GRID == 0; }
 
 /* ------------------------------------------------------------ the chain */
 
-static flashcl_status compute(flashcl_context *ctx, int d, flashcl__backward_plan *out) {
+static flashcl_status compute(flashcl_context *ctx, const problem *pr, flashcl__backward_plan *out) {
     flashcl__bwd_override ov;
     flashcl_status st = flashcl__read_bwd_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
-    st = plan_rows(ctx, d, out);
+    st = plan_rows(ctx, pr, out);
     if (st != FLASHCL_SUCCESS) return st;
 
     flashcl_plan *p = &out->pub;
@@ -307,7 +341,7 @@ static flashcl_status compute(flashcl_context *ctx, int d, flashcl__backward_pla
 
     if (ov.present) {
         tile_shape s;
-        tiles_table_shape(d, &s);
+        tiles_table_shape(dim_max(pr), &s);
         if ((ov.block_rows > 0 && !valid_block(ov.block_rows)) || (ov.block_cols > 0 && !valid_block(ov.block_cols)) ||
             (ov.slice > 0 && TILES_GRID % ov.slice != 0)) {
             release(out);
@@ -320,7 +354,7 @@ static flashcl_status compute(flashcl_context *ctx, int d, flashcl__backward_pla
         if (ov.block_cols > 0) s.bn = ov.block_cols;
         if (ov.slice > 0) s.slice = ov.slice;
         int given = ov.block_rows > 0 || ov.block_cols > 0 || ov.slice > 0;
-        st = plan_tiles(ctx, d, s, !given, out, &ok, &shrunk, why_not, sizeof why_not);
+        st = plan_tiles(ctx, pr, s, !given, out, &ok, &shrunk, why_not, sizeof why_not);
         if (st == FLASHCL_SUCCESS && !ok)
             st = flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL=tiles: %s", why_not);
         if (st != FLASHCL_SUCCESS) {
@@ -330,23 +364,23 @@ static flashcl_status compute(flashcl_context *ctx, int d, flashcl__backward_pla
         snprintf(p->reason, sizeof p->reason, "FLASHCL_BWD_KERNEL=tiles: GPU tiles kernels forced%s",
                  given ? ", sizes as given" : (shrunk ? ", fitted to the device" : ""));
         flashcl__copy_str(p->origin, sizeof p->origin, "env");
-        describe_tiles(out, d);
+        describe_tiles(out, pr);
         return FLASHCL_SUCCESS;
     }
 
     if (!ctx->info.is_cpu) {
         tile_shape s;
-        tiles_table_shape(d, &s);
-        st = plan_tiles(ctx, d, s, 1, out, &ok, &shrunk, why_not, sizeof why_not);
+        tiles_table_shape(dim_max(pr), &s);
+        st = plan_tiles(ctx, pr, s, 1, out, &ok, &shrunk, why_not, sizeof why_not);
         if (st != FLASHCL_SUCCESS) {
             release(out);
             return st;
         }
         if (ok) {
-            snprintf(p->reason, sizeof p->reason, "table: GPU device -> register-blocked tiles kernels, Br=64 Bc=%d%s",
-                     s.bn, shrunk ? ", shrunk to fit the device" : "");
+            snprintf(p->reason, sizeof p->reason, "table: GPU device -> register-blocked tiles kernels, Br=%d Bc=%d%s",
+                     s.bm, s.bn, shrunk ? ", shrunk to fit the device" : "");
             flashcl__copy_str(p->origin, sizeof p->origin, shrunk ? "fallback" : "table");
-            describe_tiles(out, d);
+            describe_tiles(out, pr);
             flashcl__appendf(p->reason, sizeof p->reason, "%s", force_hint);
             return FLASHCL_SUCCESS;
         }
@@ -365,27 +399,40 @@ static flashcl_status compute(flashcl_context *ctx, int d, flashcl__backward_pla
 
 flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
                                       const flashcl__backward_plan **out) {
-    size_t dim = d->head_dim;
-    if (!ctx->backward_plans[dim]) {
-        flashcl__backward_plan *p = calloc(1, sizeof *p);
-        if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
-        flashcl_status st = compute(ctx, (int)dim, p);
-        if (st != FLASHCL_SUCCESS) {
-            release(p);
-            free(p);
-            return st;
+    char options[256], key[sizeof ctx->backward_plans->key];
+    flashcl__variant_options(d, options, sizeof options);
+    snprintf(key, sizeof key, "d=%zu %s", d->head_dim, options);
+    for (flashcl__backward_plan *p = ctx->backward_plans; p; p = p->next)
+        if (strcmp(p->key, key) == 0) {
+            *out = p;
+            return FLASHCL_SUCCESS;
         }
-        ctx->backward_plans[dim] = p;
+    flashcl__backward_plan *p = calloc(1, sizeof *p);
+    if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
+    const problem pr = {(int)d->head_dim, (int)d->head_dim_v, options, d->sinks != NULL};
+    flashcl_status st = compute(ctx, &pr, p);
+    if (st != FLASHCL_SUCCESS) {
+        release(p);
+        free(p);
+        return st;
     }
-    *out = ctx->backward_plans[dim];
+    if (!flashcl__desc_is_plain(d)) {
+        char features[160];
+        flashcl__describe_variants(d, features, sizeof features);
+        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; variants: %s", features);
+    }
+    flashcl__copy_str(p->key, sizeof p->key, key);
+    p->next = ctx->backward_plans;
+    ctx->backward_plans = p;
+    *out = p;
     return FLASHCL_SUCCESS;
 }
 
 void flashcl__release_backward_plans(flashcl_context *ctx) {
-    for (size_t d = 0; d <= FLASHCL_MAX_HEAD_DIM; ++d) {
-        if (!ctx->backward_plans[d]) continue;
-        release(ctx->backward_plans[d]);
-        free(ctx->backward_plans[d]);
-        ctx->backward_plans[d] = NULL;
+    while (ctx->backward_plans) {
+        flashcl__backward_plan *p = ctx->backward_plans;
+        ctx->backward_plans = p->next;
+        release(p);
+        free(p);
     }
 }

@@ -4,7 +4,9 @@
  * causal, sq != sk, an explicit --scale), the gradients of --dout/--dq/--dk/
  * --dv against a double-precision backward written here, bad input rejected
  * with exit status 2, one line on stderr and no output file, and
- * `bench --json` with and without --backward.
+ * `bench --json` with and without --backward. The variant flags (--dtype,
+ * --window, --softcap, --alibi, --sinks/--dsinks, --dropout, --bias, --mask,
+ * --block-mask, --cu-seqlens-q/k, d_v from V) are checked in cli_variants.c.
  *
  *   test_cli PATH_TO_FLASHCL_TOOL
  */
@@ -16,16 +18,17 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "cli_harness.h"
 #include "npyio.h"
 #include "problem.h"
 #include "tmpdir.h"
 
 static const char *g_tool;
-static char *g_work; /* inputs and outputs */
+char *cli_work;      /* inputs and outputs */
 static char *g_logs; /* captured stdout/stderr, kept apart so the work dir stays exact */
 
 /* A ring of buffers, enough for every path one command line names. */
-static char *path_in(const char *dir, const char *name)
+char *cli_path_in(const char *dir, const char *name)
 {
     static char buf[16][1024];
     static int next;
@@ -55,12 +58,11 @@ static char *slurp(const char *path)
     return text;
 }
 
-/* Runs the tool with `args`; returns its exit status, output in *out / *err (malloc'd). */
-static int run_tool(const char *args, char **out, char **err)
+int cli_run_tool(const char *args, char **out, char **err)
 {
     char cmd[4096];
-    const char *out_path = path_in(g_logs, "stdout.txt");
-    const char *err_path = path_in(g_logs, "stderr.txt");
+    const char *out_path = cli_path_in(g_logs, "stdout.txt");
+    const char *err_path = cli_path_in(g_logs, "stderr.txt");
     snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", g_tool, args, out_path, err_path);
     int status = system(cmd);
     REQUIRE(status != -1 && WIFEXITED(status));
@@ -76,9 +78,9 @@ static void write_inputs(const tu_problem *p, const char *qname, const char *kna
     const ref_problem *r = &p->ref;
     size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
     size_t ks[4] = {r->batch, r->seqlen_k, r->heads_kv, r->head_dim};
-    REQUIRE(npy_write_f32(path_in(g_work, qname), qs, 4, p->q.host));
-    REQUIRE(npy_write_f32(path_in(g_work, kname), ks, 4, p->k.host));
-    REQUIRE(npy_write_f32(path_in(g_work, vname), ks, 4, p->v.host));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, qname), qs, 4, p->q.host));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, kname), ks, 4, p->k.host));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, vname), ks, 4, p->v.host));
 }
 
 static void check_outputs(const tu_problem *p, const char *label)
@@ -86,7 +88,7 @@ static void check_outputs(const tu_problem *p, const char *label)
     const ref_problem *r = &p->ref;
     size_t shape[NPY_MAX_RANK];
     int rank = 0;
-    float *o = npy_read_f32(path_in(g_work, "O.npy"), shape, &rank);
+    float *o = npy_read_f32(cli_path_in(cli_work, "O.npy"), shape, &rank);
     CHECK(o != NULL);
     if (o) {
         int shape_ok = rank == 4 && shape[0] == r->batch && shape[1] == r->seqlen_q &&
@@ -97,7 +99,7 @@ static void check_outputs(const tu_problem *p, const char *label)
             tu_compare_o(label, r, o, &view, p->ref_o);
         free(o);
     }
-    float *lse = npy_read_f32(path_in(g_work, "LSE.npy"), shape, &rank);
+    float *lse = npy_read_f32(cli_path_in(cli_work, "LSE.npy"), shape, &rank);
     CHECK(lse != NULL);
     if (lse) {
         int shape_ok = rank == 3 && shape[0] == r->batch && shape[1] == r->heads_q &&
@@ -107,17 +109,17 @@ static void check_outputs(const tu_problem *p, const char *label)
             tu_compare_lse(label, r, lse, p->ref_lse);
         free(lse);
     }
-    remove(path_in(g_work, "O.npy"));
-    remove(path_in(g_work, "LSE.npy"));
+    remove(cli_path_in(cli_work, "O.npy"));
+    remove(cli_path_in(cli_work, "LSE.npy"));
 }
 
 static void expect_success(const tu_problem *p, const char *extra, const char *label)
 {
     char args[2048], *out, *err;
     snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s",
-             path_in(g_work, "Q.npy"), path_in(g_work, "K.npy"), path_in(g_work, "V.npy"),
-             path_in(g_work, "O.npy"), path_in(g_work, "LSE.npy"), extra);
-    int status = run_tool(args, &out, &err);
+             cli_path_in(cli_work, "Q.npy"), cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"),
+             cli_path_in(cli_work, "O.npy"), cli_path_in(cli_work, "LSE.npy"), extra);
+    int status = cli_run_tool(args, &out, &err);
     if (status != 0 || err[0]) {
         fprintf(stderr, "FAIL %s: exit status %d, stderr: %s\n", label, status, err);
         tu_fail_count();
@@ -129,15 +131,20 @@ static void expect_success(const tu_problem *p, const char *extra, const char *l
 }
 
 /* Every file an attention call may write; none may exist after a refused call. */
-static const char *const output_names[] = {"O.npy", "LSE.npy", "dQ.npy", "dK.npy", "dV.npy"};
+static const char *const output_names[] = {"O.npy",  "LSE.npy", "dQ.npy",
+                                           "dK.npy", "dV.npy",  "dsinks.npy"};
 enum { OUTPUT_NAMES = sizeof output_names / sizeof output_names[0] };
 
-/* Exit status 2, exactly one line on stderr, and nothing new in the work dir. */
-static void expect_usage_error_args(const char *label, const char *args)
+void cli_expect_usage_error(const char *label, const char *args)
+{
+    cli_expect_usage_error_naming(label, args, NULL);
+}
+
+void cli_expect_usage_error_naming(const char *label, const char *args, const char *want)
 {
     char *out, *err;
-    size_t before = tu_tmpdir_files(g_work, NULL, NULL);
-    int status = run_tool(args, &out, &err);
+    size_t before = tu_tmpdir_files(cli_work, NULL, NULL);
+    int status = cli_run_tool(args, &out, &err);
     size_t lines = 0;
     for (const char *c = err; *c; c++)
         lines += *c == '\n';
@@ -147,17 +154,20 @@ static void expect_usage_error_args(const char *label, const char *args)
         fprintf(stderr, "FAIL %s: exit status %d (expected 2), stderr (%zu lines): %s\n", label,
                 status, lines, err);
         tu_fail_count();
+    } else if (want && !strstr(err, want)) {
+        fprintf(stderr, "FAIL %s: the message does not name \"%s\": %s", label, want, err);
+        tu_fail_count();
     } else {
         printf("%s: exit 2, %s", label, err);
     }
-    int left = tu_tmpdir_files(g_work, NULL, NULL) != before;
+    int left = tu_tmpdir_files(cli_work, NULL, NULL) != before;
     for (size_t i = 0; i < OUTPUT_NAMES; i++)
-        left |= tu_path_exists(path_in(g_work, output_names[i]));
+        left |= tu_path_exists(cli_path_in(cli_work, output_names[i]));
     if (left) {
         fprintf(stderr, "FAIL %s: an output file was left behind\n", label);
         tu_fail_count();
         for (size_t i = 0; i < OUTPUT_NAMES; i++)
-            remove(path_in(g_work, output_names[i]));
+            remove(cli_path_in(cli_work, output_names[i]));
     }
     free(out);
     free(err);
@@ -169,9 +179,9 @@ static void expect_usage_error(const char *label, const char *q, const char *k, 
 {
     char args[2048];
     snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s",
-             path_in(g_work, q), path_in(g_work, k), path_in(g_work, v),
-             path_in(g_work, "O.npy"), path_in(g_work, "LSE.npy"), extra);
-    expect_usage_error_args(label, args);
+             cli_path_in(cli_work, q), cli_path_in(cli_work, k), cli_path_in(cli_work, v),
+             cli_path_in(cli_work, "O.npy"), cli_path_in(cli_work, "LSE.npy"), extra);
+    cli_expect_usage_error(label, args);
 }
 
 static void check_bad_inputs(const tu_problem *p)
@@ -181,21 +191,21 @@ static void check_bad_inputs(const tu_problem *p)
     double *wide = calloc(n_q, sizeof(double));
     REQUIRE(wide != NULL);
     size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
-    REQUIRE(npy_write_raw(path_in(g_work, "Q_f8.npy"), "<f8", qs, 4, wide, sizeof(double)));
+    REQUIRE(npy_write_raw(cli_path_in(cli_work, "Q_f8.npy"), "<f8", qs, 4, wide, sizeof(double)));
     free(wide);
     size_t q3[3] = {r->batch * r->seqlen_q, r->heads_q, r->head_dim};
-    REQUIRE(npy_write_f32(path_in(g_work, "Q_rank3.npy"), q3, 3, p->q.host));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, "Q_rank3.npy"), q3, 3, p->q.host));
     /* Same element count as K, but head_dim halved. */
     size_t kd[4] = {r->batch, r->seqlen_k, r->heads_kv * 2, r->head_dim / 2};
-    REQUIRE(npy_write_f32(path_in(g_work, "K_halfd.npy"), kd, 4, p->k.host));
-    REQUIRE(npy_write_f32(path_in(g_work, "V_halfd.npy"), kd, 4, p->v.host));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, "K_halfd.npy"), kd, 4, p->k.host));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, "V_halfd.npy"), kd, 4, p->v.host));
     /* 3 kv heads cannot serve 4 query heads. */
     size_t n_k3 = r->batch * r->seqlen_k * 3 * r->head_dim;
     float *k3 = calloc(n_k3, sizeof(float));
     REQUIRE(k3 != NULL);
     size_t ks3[4] = {r->batch, r->seqlen_k, 3, r->head_dim};
-    REQUIRE(npy_write_f32(path_in(g_work, "K_3heads.npy"), ks3, 4, k3));
-    REQUIRE(npy_write_f32(path_in(g_work, "V_3heads.npy"), ks3, 4, k3));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, "K_3heads.npy"), ks3, 4, k3));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, "V_3heads.npy"), ks3, 4, k3));
     free(k3);
 
     expect_usage_error("missing file", "no_such_file.npy", "K.npy", "V.npy", "");
@@ -302,7 +312,7 @@ static void check_gradient(const char *label, const char *name, const size_t *wa
 {
     size_t shape[NPY_MAX_RANK];
     int rank = 0;
-    const char *path = path_in(g_work, name);
+    const char *path = cli_path_in(cli_work, name);
     float *got = npy_read_f32(path, shape, &rank);
     CHECK(got != NULL);
     if (got == NULL)
@@ -341,11 +351,11 @@ static void expect_backward_success(const tu_problem *p, const grads *ref, const
     snprintf(args, sizeof args,
              "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' --dout '%s' --dq '%s' "
              "--dk '%s' --dv '%s' %s",
-             path_in(g_work, "Q.npy"), path_in(g_work, "K.npy"), path_in(g_work, "V.npy"),
-             path_in(g_work, "O.npy"), path_in(g_work, "LSE.npy"), path_in(g_work, dout_name),
-             path_in(g_work, "dQ.npy"), path_in(g_work, "dK.npy"), path_in(g_work, "dV.npy"),
+             cli_path_in(cli_work, "Q.npy"), cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"),
+             cli_path_in(cli_work, "O.npy"), cli_path_in(cli_work, "LSE.npy"), cli_path_in(cli_work, dout_name),
+             cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dV.npy"),
              extra);
-    int status = run_tool(args, &out, &err);
+    int status = cli_run_tool(args, &out, &err);
     if (status != 0 || err[0]) {
         fprintf(stderr, "FAIL %s: exit status %d, stderr: %s\n", label, status, err);
         tu_fail_count();
@@ -373,7 +383,7 @@ static float *write_dout(const tu_problem *p, const char *name, uint64_t seed)
     for (size_t i = 0; i < n; i++)
         dout[i] = tu_rng_float(&rng, -1.0f, 1.0f);
     size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
-    REQUIRE(npy_write_f32(path_in(g_work, name), qs, 4, dout));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, name), qs, 4, dout));
     return dout;
 }
 
@@ -398,31 +408,31 @@ static void check_backward_errors(const tu_problem *p)
     const ref_problem *r = &p->ref;
     /* dO shaped like K: same rank and dtype, the wrong shape. */
     size_t ks[4] = {r->batch, r->seqlen_k, r->heads_kv, r->head_dim};
-    REQUIRE(npy_write_f32(path_in(g_work, "dO_like_K.npy"), ks, 4, p->k.host));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, "dO_like_K.npy"), ks, 4, p->k.host));
     float *dout = write_dout(p, "dO.npy", 7);
     free(dout);
 
     char grads_args[2048], dq_only[1024], args[4096];
     snprintf(grads_args, sizeof grads_args, "--dq '%s' --dk '%s' --dv '%s'",
-             path_in(g_work, "dQ.npy"), path_in(g_work, "dK.npy"), path_in(g_work, "dV.npy"));
-    snprintf(dq_only, sizeof dq_only, "--dq '%s'", path_in(g_work, "dQ.npy"));
+             cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dV.npy"));
+    snprintf(dq_only, sizeof dq_only, "--dq '%s'", cli_path_in(cli_work, "dQ.npy"));
     expect_usage_error("--dq without --dout", "Q.npy", "K.npy", "V.npy", dq_only);
     expect_usage_error("--dq --dk --dv without --dout", "Q.npy", "K.npy", "V.npy", grads_args);
 
-    snprintf(args, sizeof args, "--dout '%s' %s", path_in(g_work, "dO_like_K.npy"), grads_args);
+    snprintf(args, sizeof args, "--dout '%s' %s", cli_path_in(cli_work, "dO_like_K.npy"), grads_args);
     expect_usage_error("dO shaped like K", "Q.npy", "K.npy", "V.npy", args);
-    snprintf(args, sizeof args, "--dout '%s' %s", path_in(g_work, "no_such_dO.npy"), grads_args);
+    snprintf(args, sizeof args, "--dout '%s' %s", cli_path_in(cli_work, "no_such_dO.npy"), grads_args);
     expect_usage_error("missing dO", "Q.npy", "K.npy", "V.npy", args);
-    snprintf(args, sizeof args, "--dout '%s' %s", path_in(g_work, "dO.npy"), dq_only);
+    snprintf(args, sizeof args, "--dout '%s' %s", cli_path_in(cli_work, "dO.npy"), dq_only);
     expect_usage_error("--dout without --dk and --dv", "Q.npy", "K.npy", "V.npy", args);
     snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s'",
-             path_in(g_work, "dO.npy"), path_in(g_work, "dQ.npy"), path_in(g_work, "dK.npy"),
-             path_in(g_work, "dQ.npy"));
+             cli_path_in(cli_work, "dO.npy"), cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"),
+             cli_path_in(cli_work, "dQ.npy"));
     expect_usage_error("--dv same file as --dq", "Q.npy", "K.npy", "V.npy", args);
-    snprintf(args, sizeof args, "--dout '%s' %s --standard", path_in(g_work, "dO_like_K.npy"),
+    snprintf(args, sizeof args, "--dout '%s' %s --standard", cli_path_in(cli_work, "dO_like_K.npy"),
              grads_args);
     expect_usage_error("dO shaped like K, --standard", "Q.npy", "K.npy", "V.npy", args);
-    remove(path_in(g_work, "dO.npy"));
+    remove(cli_path_in(cli_work, "dO.npy"));
 }
 
 /* Counts the lines of out that contain every one of keys. */
@@ -474,7 +484,7 @@ static double json_field(const char *out, const char *const *where, size_t nwher
 static void check_bench(void)
 {
     char *out, *err;
-    int status = run_tool("bench --seqlen 64 --heads 2 --iters 2 --json", &out, &err);
+    int status = cli_run_tool("bench --seqlen 64 --heads 2 --iters 2 --json", &out, &err);
     if (status != 0) {
         fprintf(stderr, "FAIL bench: exit status %d, stderr: %s\n", status, err);
         tu_fail_count();
@@ -496,7 +506,7 @@ static void check_bench(void)
 static void check_bench_backward(void)
 {
     char *out, *err;
-    int status = run_tool("bench --backward --seqlen 64 --heads 2 --iters 1 --json", &out, &err);
+    int status = cli_run_tool("bench --backward --seqlen 64 --heads 2 --iters 1 --json", &out, &err);
     if (status != 0) {
         fprintf(stderr, "FAIL bench --backward: exit status %d, stderr: %s\n", status, err);
         tu_fail_count();
@@ -543,7 +553,7 @@ int main(int argc, char **argv)
     }
     g_tool = argv[1];
     flashcl_context *ctx = tu_context_create(); /* skips (77) without a device */
-    g_work = tu_tmpdir_make("flashcl-cli-work");
+    cli_work = tu_tmpdir_make("flashcl-cli-work");
     g_logs = tu_tmpdir_make("flashcl-cli-logs");
 
     tu_shape shape = tu_shape_make(2, 4, 2, 33, 65, 32, 1, TU_BSHD);
@@ -578,11 +588,15 @@ int main(int argc, char **argv)
     check_bench();
     check_bench_backward();
 
+    cli_check_variants();
+    cli_check_variant_errors();
+    cli_check_bench_variants();
+
     tu_problem_free(&p);
     flashcl_context_destroy(ctx);
-    tu_tmpdir_remove(g_work);
+    tu_tmpdir_remove(cli_work);
     tu_tmpdir_remove(g_logs);
-    free(g_work);
+    free(cli_work);
     free(g_logs);
     return tu_finish("test_cli");
 }

@@ -103,7 +103,11 @@ void bench_json_problem_fields(FILE *out, const char *device, const flashcl_atte
     json_key(out, "causal", false);
     fputs(d->causal ? "true" : "false", out);
     json_key(out, "dtype", false);
-    json_string(out, "float32");
+    json_string(out, d->dtype == FLASHCL_DTYPE_F16    ? "float16"
+                     : d->dtype == FLASHCL_DTYPE_BF16 ? "bfloat16"
+                                                      : "float32");
+    json_key(out, "head_dim_v", false);
+    fprintf(out, "%zu", d->head_dim_v ? d->head_dim_v : d->head_dim);
 }
 
 void bench_json_plan_fields(FILE *out, const flashcl_plan *plan)

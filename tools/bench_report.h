@@ -42,7 +42,7 @@ void bench_print_table(FILE *out, const bench_report *report);
 void bench_print_json(FILE *out, const bench_report *report);
 
 /* JSON members (each with its leading comma) shared with the backward report. */
-/* device, batch, heads, kv_heads, seqlen, seqlen_k, head_dim, causal, dtype */
+/* device, batch, heads, kv_heads, seqlen, seqlen_k, head_dim, causal, dtype, head_dim_v */
 void bench_json_problem_fields(FILE *out, const char *device, const flashcl_attention_desc *desc);
 /* kernel, block_rows, block_cols, work_group_size, staging, local_mem_bytes */
 void bench_json_plan_fields(FILE *out, const flashcl_plan *plan);

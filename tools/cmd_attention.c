@@ -14,6 +14,7 @@
 
 #include "atomic_file.h"
 #include "attention_inputs.h"
+#include "attention_variants.h"
 #include "commands.h"
 #include "device_info.h"
 #include "npy.h"
@@ -27,6 +28,11 @@ void cmd_attention_help(FILE *out)
     fputs("usage: flashcl attention --q Q.npy --k K.npy --v V.npy --out O.npy\n"
           "                         [--lse LSE.npy] [--causal] [--scale S] [--standard]\n"
           "                         [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
+          "                         [--dtype f32|f16|bf16] [--window L,R] [--softcap C]\n"
+          "                         [--alibi SLOPES.npy] [--sinks SINKS.npy [--dsinks OUT.npy]]\n"
+          "                         [--dropout P[,SEED[,OFFSET]]] [--bias BIAS.npy]\n"
+          "                         [--mask MASK.npy] [--block-mask BM.npy --block-size BQ,BK]\n"
+          "                         [--cu-seqlens-q CU.npy --cu-seqlens-k CU.npy]\n"
           "                         [--device SPEC] [--verbose]\n"
           "\n"
           "Computes O = softmax(scale * Q K^T [+ causal mask]) V on float32 .npy files\n"
@@ -52,7 +58,10 @@ void cmd_attention_help(FILE *out)
           "                 vendor or platform name (default: $FLASHCL_DEVICE, else the\n"
           "                 first GPU, else the first device)\n"
           "  --verbose      print one line about what was computed\n"
-          "\n"
+          "\n",
+          out);
+    variant_help(out);
+    fputs("\n"
           "Exit status: 0 success (nothing printed); 2 bad option, file or shape\n"
           "(nothing written); 1 the library, OpenCL or writing the outputs failed\n"
           "(nothing written either, unless renaming the finished files into place fails).\n",
@@ -64,6 +73,7 @@ typedef struct attention_args {
     const char *dout_path, *dq_path, *dk_path, *dv_path;
     float scale;
     bool causal, standard, verbose;
+    variant_args var;
 } attention_args;
 
 static bool wants_backward(const attention_args *a)
@@ -117,7 +127,8 @@ static int check_outputs(const attention_args *a)
                    {"--lse", a->lse_path},
                    {"--dq", a->dq_path},
                    {"--dk", a->dk_path},
-                   {"--dv", a->dv_path}};
+                   {"--dv", a->dv_path},
+                   {"--dsinks", a->var.dsinks_path}};
     enum { OUTPUTS = sizeof outputs / sizeof outputs[0] };
     for (size_t i = 0; i < OUTPUTS; ++i) {
         const char *path = outputs[i].path;
@@ -169,7 +180,10 @@ static int parse_args(int argc, char **argv, attention_args *a, bool *help)
             ok = options_flag(&c);
             a->verbose = true;
         } else {
-            return options_unknown(&c);
+            int taken = variant_parse_option(&c, &a->var);
+            if (taken == 0)
+                return options_unknown(&c);
+            ok = taken > 0;
         }
         if (!ok)
             return TOOL_EXIT_USAGE;
@@ -185,17 +199,23 @@ static int parse_args(int argc, char **argv, attention_args *a, bool *help)
                                     required[i].name);
     }
     int rc = check_backward_set(a);
+    if (rc == 0)
+        rc = variant_check_args(&a->var, wants_backward(a));
     return rc != 0 ? rc : check_outputs(a);
 }
 
 /* The loaded inputs; dout.data is NULL without --dout. */
 typedef struct attention_inputs {
     npy_array q, k, v, dout;
+    variant_inputs var;
+    size_t o_shape[4];   /* Q's shape with d_v as the last dimension (also dO's) */
+    size_t lse_shape[3]; /* [b, hq, sq], or [hq, total_q] with varlen */
+    size_t lse_rank;
 } attention_inputs;
 
 /* Host arrays for every result; the gradients only with --dout. */
 typedef struct attention_results {
-    float *o, *lse, *dq, *dk, *dv;
+    float *o, *lse, *dq, *dk, *dv, *dsinks;
 } attention_results;
 
 static void free_results(attention_results *r)
@@ -205,6 +225,15 @@ static void free_results(attention_results *r)
     free(r->dq);
     free(r->dk);
     free(r->dv);
+    free(r->dsinks);
+}
+
+static size_t product(const size_t *shape, size_t rank)
+{
+    size_t n = 1;
+    for (size_t i = 0; i < rank; ++i)
+        n *= shape[i];
+    return n;
 }
 
 static int alloc_results(const attention_args *a, const flashcl_attention_desc *desc,
@@ -212,18 +241,22 @@ static int alloc_results(const attention_args *a, const flashcl_attention_desc *
 {
     memset(r, 0, sizeof *r);
     bool backward = wants_backward(a);
-    r->o = malloc(in->q.count * sizeof(float));
+    r->o = malloc(product(in->o_shape, in->q.ndim) * sizeof(float));
     bool ok = r->o != NULL;
     /* The backward reads the forward's LSE, so it is kept even when not written out. */
     if (a->lse_path != NULL || backward) {
-        r->lse = malloc(desc->batch * desc->heads_q * desc->seqlen_q * sizeof(float));
+        r->lse = malloc(product(in->lse_shape, in->lse_rank) * sizeof(float));
         ok = ok && r->lse != NULL;
     }
     if (backward) {
         r->dq = malloc(in->q.count * sizeof(float));
         r->dk = malloc(in->k.count * sizeof(float));
-        r->dv = malloc(in->k.count * sizeof(float));
+        r->dv = malloc(in->v.count * sizeof(float));
         ok = ok && r->dq != NULL && r->dk != NULL && r->dv != NULL;
+    }
+    if (a->var.dsinks_path != NULL) {
+        r->dsinks = malloc(desc->heads_q * sizeof(float));
+        ok = ok && r->dsinks != NULL;
     }
     if (!ok) {
         free_results(r);
@@ -235,13 +268,14 @@ static int alloc_results(const attention_args *a, const flashcl_attention_desc *
 static int write_results(const attention_args *a, const flashcl_attention_desc *desc,
                          const attention_inputs *in, const attention_results *r)
 {
-    const size_t lse_shape[3] = {desc->batch, desc->heads_q, desc->seqlen_q};
+    const size_t dsinks_shape[1] = {desc->heads_q};
     const npy_output outputs[] = {
-        {"--out", a->out_path, in->q.shape, 4, r->o},
-        {"--lse", a->lse_path, lse_shape, 3, r->lse},
-        {"--dq", a->dq_path, in->q.shape, 4, r->dq},
-        {"--dk", a->dk_path, in->k.shape, 4, r->dk},
-        {"--dv", a->dv_path, in->k.shape, 4, r->dv},
+        {"--out", a->out_path, in->o_shape, in->q.ndim, r->o},
+        {"--lse", a->lse_path, in->lse_shape, in->lse_rank, r->lse},
+        {"--dq", a->dq_path, in->q.shape, in->q.ndim, r->dq},
+        {"--dk", a->dk_path, in->k.shape, in->k.ndim, r->dk},
+        {"--dv", a->dv_path, in->v.shape, in->v.ndim, r->dv},
+        {"--dsinks", a->var.dsinks_path, dsinks_shape, 1, r->dsinks},
     };
     return npy_outputs_write(outputs, sizeof outputs / sizeof outputs[0]);
 }
@@ -251,11 +285,17 @@ static void print_verbose(const attention_args *a, const flashcl_attention_desc 
 {
     char device[256];
     device_string_into(flashcl_context_device(ctx), CL_DEVICE_NAME, device, sizeof device);
-    printf("flashcl: attention: b=%zu sq=%zu sk=%zu hq=%zu hkv=%zu d=%zu%s, %s path on %s, "
-           "%.3f ms",
+    static const char *const dtypes[] = {"f32", "f32", "f16", "bf16"};
+    printf("flashcl: attention: b=%zu sq=%zu sk=%zu hq=%zu hkv=%zu d=%zu d_v=%zu %s%s%s%s%s%s%s"
+           "%s%s%s%s, %s path on %s, %.3f ms",
            desc->batch, desc->seqlen_q, desc->seqlen_k, desc->heads_q, desc->heads_kv,
-           desc->head_dim, desc->causal ? " causal" : "", a->standard ? "standard" : "flash",
-           device, forward_s * 1e3);
+           desc->head_dim, desc->head_dim_v, dtypes[desc->dtype], desc->causal ? " causal" : "",
+           desc->window ? " window" : "", desc->softcap > 0.0f ? " softcap" : "",
+           desc->alibi_slopes ? " alibi" : "", desc->sinks ? " sinks" : "",
+           desc->dropout_p > 0.0f ? " dropout" : "", desc->bias.buffer ? " bias" : "",
+           desc->mask.buffer ? " mask" : "", desc->block_mask.buffer ? " block-mask" : "",
+           desc->cu_seqlens_q ? " varlen" : "", a->standard ? "standard" : "flash", device,
+           forward_s * 1e3);
     if (wants_backward(a))
         printf(" + backward %.3f ms", backward_s * 1e3);
     printf("; wrote %s", a->out_path);
@@ -282,6 +322,18 @@ static int compute_and_write(const attention_args *a, const flashcl_attention_de
         free_results(&r);
         return tool_status_error(NULL, status, err);
     }
+    /* The descriptor points at device buffers for the variant inputs (a copy:
+     * the buffers belong to this context). */
+    flashcl_attention_desc run_desc = *desc;
+    variant_buffers vbufs;
+    rc = variant_attach(ctx, &in->var, a->var.dsinks_path != NULL, &run_desc, &vbufs);
+    if (rc != 0) {
+        variant_buffers_release(&vbufs);
+        flashcl_context_destroy(ctx);
+        free_results(&r);
+        return rc;
+    }
+    desc = &run_desc;
     flashcl_path path = a->standard ? FLASHCL_PATH_STANDARD : FLASHCL_PATH_FLASH;
     double start = wall_seconds();
     status = flashcl_forward_host(ctx, desc, path, in->q.data, in->k.data, in->v.data, r.o, r.lse);
@@ -295,11 +347,14 @@ static int compute_and_write(const attention_args *a, const flashcl_attention_de
         backward_s = wall_seconds() - start;
         if (status != FLASHCL_SUCCESS)
             rc = tool_status_error("backward", status, flashcl_last_error(ctx));
+        else if (r.dsinks != NULL)
+            rc = variant_read_dsinks(ctx, &vbufs, desc->heads_q, r.dsinks);
     }
     if (rc == 0)
         rc = write_results(a, desc, in, &r);
     if (rc == 0 && a->verbose)
         print_verbose(a, desc, ctx, forward_s, backward_s);
+    variant_buffers_release(&vbufs);
     flashcl_context_destroy(ctx);
     free_results(&r);
     return rc;
@@ -310,15 +365,35 @@ static int load_inputs(const attention_args *a, attention_inputs *in,
                        flashcl_attention_desc *desc)
 {
     int rc;
+    bool varlen = variant_is_varlen(&a->var);
     if ((rc = attention_load("--q", a->q_path, &in->q)) != 0 ||
         (rc = attention_load("--k", a->k_path, &in->k)) != 0 ||
         (rc = attention_load("--v", a->v_path, &in->v)) != 0 ||
-        (rc = attention_check_shapes(&in->q, &in->k, &in->v, desc)) != 0)
+        (rc = attention_check_shapes(&in->q, &in->k, &in->v, varlen, desc)) != 0 ||
+        (rc = variant_load(&a->var, &in->var)) != 0 ||
+        (rc = variant_apply(&a->var, &in->var, desc)) != 0)
         return rc;
-    if (wants_backward(a) && ((rc = attention_load("--dout", a->dout_path, &in->dout)) != 0 ||
-                              (rc = attention_check_same_shape("--dout", &in->dout, "--q",
-                                                               &in->q)) != 0))
-        return rc;
+    /* O (and dO) are Q's shape with V's head dim. */
+    memcpy(in->o_shape, in->q.shape, in->q.ndim * sizeof in->o_shape[0]);
+    in->o_shape[in->q.ndim - 1] = desc->head_dim_v;
+    in->lse_rank = varlen ? 2 : 3;
+    if (varlen) {
+        in->lse_shape[0] = desc->heads_q;
+        in->lse_shape[1] = desc->seqlen_q;
+    } else {
+        in->lse_shape[0] = desc->batch;
+        in->lse_shape[1] = desc->heads_q;
+        in->lse_shape[2] = desc->seqlen_q;
+    }
+    if (wants_backward(a)) {
+        if ((rc = attention_load("--dout", a->dout_path, &in->dout)) != 0)
+            return rc;
+        npy_array like_o = in->q;
+        memcpy(like_o.shape, in->o_shape, in->q.ndim * sizeof like_o.shape[0]);
+        const char *like = desc->head_dim_v == desc->head_dim ? "--q" : "O (Q with V's head dim)";
+        if ((rc = attention_check_same_shape("--dout", &in->dout, like, &like_o)) != 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -348,5 +423,6 @@ int cmd_attention(int argc, char **argv)
     npy_array_free(&in.k);
     npy_array_free(&in.v);
     npy_array_free(&in.dout);
+    variant_inputs_free(&in.var);
     return rc;
 }

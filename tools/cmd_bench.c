@@ -14,6 +14,7 @@
 #include "bench_common.h"
 #include "bench_report.h"
 #include "bench_run.h"
+#include "bench_variants.h"
 #include "commands.h"
 #include "compare.h"
 #include "device_info.h"
@@ -25,7 +26,7 @@ void cmd_bench_help(FILE *out)
     fputs("usage: flashcl bench [--batch B] [--heads H] [--kv-heads HKV] [--seqlen N]\n"
           "                     [--seqlen-k NK] [--head-dim D] [--causal] [--iters I]\n"
           "                     [--warmup W] [--path flash|standard|both] [--device SPEC]\n"
-          "                     [--backward] [--json]\n"
+          "                     [--backward] [--json] [variant options, below]\n"
           "\n"
           "Times FlashCL's flash kernel and the standard attention (S and P through\n"
           "global memory) on the same random float32 inputs (uniform in [-1, 1],\n"
@@ -37,7 +38,7 @@ void cmd_bench_help(FILE *out)
           "  --kv-heads HKV   key/value heads, default H; H must be a multiple\n"
           "  --seqlen N       query length, default 2048\n"
           "  --seqlen-k NK    key length, default N\n"
-          "  --head-dim D     default 64, at most 256\n"
+          "  --head-dim D     default 64, at most 512\n"
           "  --causal         bottom-right aligned causal mask\n"
           "  --iters I        timed calls per path; 0 (default) picks enough for about\n"
           "                   one second, from 1 to 1000\n"
@@ -65,8 +66,10 @@ void cmd_bench_help(FILE *out)
           "the speedup (standard ms / flash ms) is given for each pass. --json prints\n"
           "one object per (path, pass) with \"path\" and \"pass\", then a summary.\n"
           "\n"
-          "Exit status: 0 success; 1 a failure or the paths disagree; 2 bad option.\n",
+          "\n",
           out);
+    bench_variant_help(out);
+    fputs("\nExit status: 0 success; 1 a failure or the paths disagree; 2 bad option.\n", out);
 }
 
 typedef struct bench_args {
@@ -74,6 +77,7 @@ typedef struct bench_args {
     size_t path; /* index in path_choices */
     bool causal, json, backward;
     const char *device;
+    bench_variant_args var;
 } bench_args;
 
 static const char *const path_choices[] = {"flash", "standard", "both"};
@@ -94,6 +98,7 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help)
     a->head_dim = 64;
     a->warmup = 1;
     a->path = CHOICE_BOTH;
+    bench_variant_defaults(&a->var);
 
     option_cursor c;
     options_begin(&c, "bench", argc, argv);
@@ -134,7 +139,10 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help)
             ok = options_flag(&c);
             a->backward = true;
         } else {
-            return options_unknown(&c);
+            int taken = bench_variant_parse_option(&c, &a->var);
+            if (taken == 0)
+                return options_unknown(&c);
+            ok = taken > 0;
         }
         if (!ok)
             return TOOL_EXIT_USAGE;
@@ -148,7 +156,36 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help)
     if (a->heads % a->kv_heads != 0)
         return tool_usage_error("--kv-heads: %zu query heads are not a multiple of %zu kv heads",
                                 a->heads, a->kv_heads);
+    int rc = bench_variant_check(&a->var, a->head_dim);
+    if (rc != 0)
+        return rc;
+    if (bench_variant_any(&a->var) && a->path == CHOICE_STANDARD)
+        return tool_usage_error("--path standard: the standard path supports no variant");
+    if (a->var.varlen_seqs > a->batch * (a->seqlen < a->seqlen_k ? a->seqlen : a->seqlen_k))
+        return tool_usage_error("--varlen: %zu sequences do not fit %zu rows", a->var.varlen_seqs,
+                                a->batch * a->seqlen);
     return 0;
+}
+
+/* `bench` with variants: flash with the features next to plain flash (bench_variants.c). */
+static int run_variants(const bench_args *a)
+{
+    bench_variant_run run;
+    memset(&run, 0, sizeof run);
+    run.base.batch = a->batch;
+    run.base.heads_q = a->heads;
+    run.base.heads_kv = a->kv_heads;
+    run.base.seqlen_q = a->seqlen;
+    run.base.seqlen_k = a->seqlen_k;
+    run.base.head_dim = a->head_dim;
+    run.base.causal = a->causal;
+    run.var = a->var;
+    run.settings.iters = a->iters;
+    run.settings.warmup = a->warmup;
+    run.backward = a->backward;
+    run.json = a->json;
+    run.device = a->device;
+    return bench_variants(&run);
 }
 
 /* Device buffers for Q, K, V (random) and O; the context owns none of them. */
@@ -318,6 +355,8 @@ int cmd_bench(int argc, char **argv)
     size_t kv_bytes = bench_tensor_bytes(a.batch, a.seqlen_k, a.kv_heads, a.head_dim);
     if (q_bytes == 0 || kv_bytes == 0)
         return tool_usage_error("bench: the tensors of this shape are too large to address");
+    if (bench_variant_any(&a.var))
+        return run_variants(&a);
     if (a.backward)
         return run_backward(&a);
 

@@ -1,4 +1,4 @@
-/* Strict .npy (float32, C order) reading and writing; see npy.h. */
+/* Strict .npy (C order; float32, int32, uint8, bool) reading and writing; see npy.h. */
 #include "npy.h"
 
 #include <errno.h>
@@ -40,7 +40,30 @@ static bool host_is_little_endian(void)
     return first == 1;
 }
 
-/* .npy data is little-endian; on a big-endian host each float is reversed. */
+const char *npy_dtype_name(npy_dtype dtype)
+{
+    switch (dtype) {
+    case NPY_FLOAT32:
+        return "float32";
+    case NPY_INT32:
+        return "int32";
+    case NPY_UINT8:
+        return "uint8";
+    case NPY_BOOL:
+        return "bool";
+    }
+    return "unknown";
+}
+
+/* The descr strings NumPy writes for the types the reader knows. */
+static const struct {
+    const char *descr;
+    npy_dtype dtype;
+    size_t size;
+} known_descrs[] = {
+    {"<f4", NPY_FLOAT32, 4}, {"<i4", NPY_INT32, 4}, {"|u1", NPY_UINT8, 1}, {"|b1", NPY_BOOL, 1}};
+
+/* .npy data is little-endian; on a big-endian host each 4-byte element is reversed. */
 static void swap_float_bytes(void *data, size_t count)
 {
     unsigned char *b = data;
@@ -314,9 +337,16 @@ static int parse_dict(header_cursor *c, npy_header *hdr)
         return fail(c->err, c->err_size, "header: missing key 'fortran_order'");
     if (!seen_shape)
         return fail(c->err, c->err_size, "header: missing key 'shape'");
-    if (strcmp(descr, "<f4") != 0)
-        return fail(c->err, c->err_size,
-                    "dtype '%s' is not supported: expected '<f4' (little-endian float32)", descr);
+    /* An unknown descr is refused by the reader, which knows what it accepts. */
+    snprintf(hdr->descr, sizeof hdr->descr, "%s", descr);
+    hdr->dtype = 0;
+    hdr->elem_size = 1;
+    for (size_t i = 0; i < sizeof known_descrs / sizeof known_descrs[0]; ++i) {
+        if (strcmp(descr, known_descrs[i].descr) == 0) {
+            hdr->dtype = known_descrs[i].dtype;
+            hdr->elem_size = known_descrs[i].size;
+        }
+    }
     if (fortran_order)
         return fail(c->err, c->err_size,
                     "fortran_order is True: only C-order arrays are supported "
@@ -337,13 +367,48 @@ static int compute_sizes(npy_header *hdr, char *err, size_t err_size)
         }
         count *= dim;
     }
-    if (count > (SIZE_MAX - hdr->data_offset) / sizeof(float)) {
+    if (count > (SIZE_MAX - hdr->data_offset) / hdr->elem_size) {
         char shape[128];
         npy_format_shape(hdr->shape, hdr->ndim, shape, sizeof shape);
         return fail(err, err_size, "shape %s is too large for this machine", shape);
     }
     hdr->count = count;
-    hdr->data_bytes = count * sizeof(float);
+    hdr->data_bytes = count * hdr->elem_size;
+    return 0;
+}
+
+/* "expected '<f4' (little-endian float32)" or a list of what is accepted. */
+static int refuse_dtype(const npy_header *hdr, unsigned accepted, char *err, size_t err_size)
+{
+    char list[160] = "";
+    size_t used = 0, n = 0, total = 0;
+    for (size_t i = 0; i < sizeof known_descrs / sizeof known_descrs[0]; ++i)
+        total += (accepted & known_descrs[i].dtype) != 0;
+    for (size_t i = 0; i < sizeof known_descrs / sizeof known_descrs[0]; ++i) {
+        if (!(accepted & known_descrs[i].dtype))
+            continue;
+        const char *sep = n == 0 ? "" : n + 1 == total ? " or " : ", ";
+        int w = snprintf(list + used, sizeof list - used, "%s'%s' (%s%s)", sep,
+                         known_descrs[i].descr,
+                         known_descrs[i].size > 1 ? "little-endian " : "",
+                         npy_dtype_name(known_descrs[i].dtype));
+        if (w > 0 && (size_t)w < sizeof list - used)
+            used += (size_t)w;
+        n++;
+    }
+    return fail(err, err_size, "dtype '%s' is not supported: expected %s", hdr->descr, list);
+}
+
+/* A bool array whose bytes are not all 0 or 1 was not written by NumPy. */
+static int check_bools(const npy_header *hdr, const unsigned char *data, char *err,
+                       size_t err_size)
+{
+    if (hdr->dtype != NPY_BOOL)
+        return 0;
+    for (size_t i = 0; i < hdr->count; ++i)
+        if (data[i] > 1)
+            return fail(err, err_size, "bool element %zu holds the byte %u, not 0 or 1", i,
+                        (unsigned)data[i]);
     return 0;
 }
 
@@ -373,13 +438,15 @@ int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, ch
     return compute_sizes(hdr, err, err_size);
 }
 
-static void fill_array(npy_array *out, const npy_header *hdr, float *data)
+static void fill_array(npy_array *out, const npy_header *hdr, void *data)
 {
     out->ndim = hdr->ndim;
     memcpy(out->shape, hdr->shape, sizeof out->shape);
     out->count = hdr->count;
-    out->data = data;
-    if (!host_is_little_endian())
+    out->dtype = hdr->dtype;
+    out->bytes = data;
+    out->data = hdr->dtype == NPY_FLOAT32 ? data : NULL;
+    if (!host_is_little_endian() && hdr->elem_size == 4)
         swap_float_bytes(data, hdr->count);
 }
 
@@ -401,10 +468,12 @@ int npy_read_memory(const unsigned char *bytes, size_t len, npy_array *out, char
     memset(out, 0, sizeof *out);
     if (npy_parse_header(bytes, len, &hdr, err, err_size) != 0)
         return -1;
+    if (hdr.dtype != NPY_FLOAT32)
+        return refuse_dtype(&hdr, NPY_FLOAT32, err, err_size);
     size_t have = len - hdr.data_offset;
     if (have != hdr.data_bytes)
         return size_mismatch(&hdr, have, err, err_size);
-    float *data = malloc(hdr.data_bytes > 0 ? hdr.data_bytes : 1);
+    unsigned char *data = malloc(hdr.data_bytes > 0 ? hdr.data_bytes : 1);
     if (data == NULL)
         return fail(err, err_size, "cannot allocate %zu bytes for the data", hdr.data_bytes);
     memcpy(data, bytes + hdr.data_offset, hdr.data_bytes);
@@ -446,6 +515,12 @@ static int read_header(FILE *f, npy_header *hdr, char *err, size_t err_size)
 
 int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size)
 {
+    return npy_read_file_typed(path, NPY_FLOAT32, out, err, err_size);
+}
+
+int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, char *err,
+                        size_t err_size)
+{
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (f == NULL)
@@ -454,6 +529,8 @@ int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size)
     npy_header hdr;
     unsigned char *data = NULL;
     int rc = read_header(f, &hdr, err, err_size);
+    if (rc == 0 && !(hdr.dtype & accepted))
+        rc = refuse_dtype(&hdr, accepted, err, err_size);
     if (rc == 0) {
         size_t capacity = 0, have = 0;
         while (have < hdr.data_bytes) {
@@ -484,6 +561,8 @@ int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size)
             rc = size_mismatch(&hdr, have, err, err_size);
         else if (rc == 0 && fgetc(f) != EOF)
             rc = size_mismatch(&hdr, hdr.data_bytes + 1, err, err_size);
+        if (rc == 0 && data != NULL)
+            rc = check_bools(&hdr, data, err, err_size);
     }
     fclose(f);
     if (rc != 0) {
@@ -492,13 +571,14 @@ int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size)
     }
     if (data == NULL && (data = malloc(1)) == NULL) /* a 0-element array still gets a pointer */
         return fail(err, err_size, "cannot allocate memory");
-    fill_array(out, &hdr, (float *)(void *)data);
+    fill_array(out, &hdr, data);
     return 0;
 }
 
 void npy_array_free(npy_array *a)
 {
-    free(a->data);
+    free(a->bytes);
+    a->bytes = NULL;
     a->data = NULL;
     a->count = 0;
     a->ndim = 0;

@@ -1,6 +1,8 @@
 /*
- * Strict reader and writer for NumPy .npy files holding float32 C-order
- * arrays ('<f4'), format versions 1.0, 2.0 and 3.0.
+ * Strict reader and writer for NumPy .npy files holding C-order arrays,
+ * format versions 1.0, 2.0 and 3.0. The writer writes float32 ('<f4'); the
+ * reader takes float32 and, where the caller allows them, int32 ('<i4'),
+ * uint8 ('|u1') and bool ('|b1', every byte 0 or 1).
  *
  * The reader is meant to face hostile files: every length is bounds-checked,
  * every size product is overflow-checked, and anything it does not fully
@@ -19,12 +21,26 @@
 /* NumPy refuses headers over 10000 bytes by default; allow more, but not gigabytes. */
 #define NPY_MAX_HEADER_BYTES ((size_t)1 << 20)
 
+/* Element types the reader knows; values are bits so callers can allow several. */
+typedef enum npy_dtype {
+    NPY_FLOAT32 = 1, /* '<f4' */
+    NPY_INT32 = 2,   /* '<i4' */
+    NPY_UINT8 = 4,   /* '|u1' */
+    NPY_BOOL = 8     /* '|b1' */
+} npy_dtype;
+
+/* "float32", "int32", "uint8", "bool". */
+const char *npy_dtype_name(npy_dtype dtype);
+
 typedef struct npy_header {
     int major, minor;         /* format version */
+    npy_dtype dtype;          /* 0 when descr names a type the reader does not know */
+    char descr[32];           /* the descr string as written in the file */
+    size_t elem_size;         /* bytes per element */
     size_t ndim;
     size_t shape[NPY_MAX_DIMS];
     size_t count;             /* elements: the product of shape (1 for a 0-d array) */
-    size_t data_bytes;        /* count * sizeof(float) */
+    size_t data_bytes;        /* count * elem_size */
     size_t data_offset;       /* bytes from the start of the file to the data */
 } npy_header;
 
@@ -32,7 +48,9 @@ typedef struct npy_array {
     size_t ndim;
     size_t shape[NPY_MAX_DIMS];
     size_t count;
-    float *data; /* count floats in host byte order; free with npy_array_free */
+    npy_dtype dtype;
+    void *bytes; /* count elements of dtype in host byte order; free with npy_array_free */
+    float *data; /* the same memory when dtype is float32, else NULL */
 } npy_array;
 
 /*
@@ -43,8 +61,12 @@ typedef struct npy_array {
 int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, char *err,
                      size_t err_size);
 
-/* Reads a whole .npy file; its size must be exactly header + data. */
+/* Reads a whole float32 .npy file; its size must be exactly header + data. */
 int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size);
+
+/* The same for any dtype in `accepted` (NPY_FLOAT32 | NPY_INT32 | ...). */
+int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, char *err,
+                        size_t err_size);
 
 /* Same checks as npy_read_file, on a file already in memory (for fuzzing). */
 int npy_read_memory(const unsigned char *bytes, size_t len, npy_array *out, char *err,

@@ -1,0 +1,273 @@
+/*
+ * Attention variants against the double-precision reference: every case of
+ * variant_cases.c runs flashcl_forward (O, LSE) and flashcl_backward (dQ, dK,
+ * dV, dsinks) on the device; with dropout, flashcl_dropout_mask first, which
+ * must equal the host Philox bit for bit and keep 1 - p of the elements
+ * (5 sigma), and whose mask the reference then applies.
+ *
+ * The standard path is the plain baseline: for a case with any variant other
+ * than the storage type it must refuse with FLASHCL_ERR_UNSUPPORTED_VARIANT.
+ *
+ * Last, the family check: one dropout case under the row kernels and under
+ * the tiles kernels (FLASHCL_TILE / FLASHCL_BWD_KERNEL, read when a context
+ * plans), in fresh contexts, must give the same mask bytes and both pass.
+ * CTest also runs the whole list under each forced family.
+ *
+ * A head dim above FLASHCL_MAX_HEAD_DIM (576/512, DeepSeek's MLA shape) must
+ * be refused with FLASHCL_ERR_INVALID_HEAD_DIM while the header says so, and
+ * pass once the maximum covers it.
+ *
+ *   test_variants [--quick] [--case N] [--list] [--no-family-check] [--forward-only]
+ *                 [--fresh-context]
+ *
+ * --quick runs a few tiny cases with every feature on (the Oclgrind runs);
+ * --forward-only skips the backward; --fresh-context gives every case its
+ * own context (Oclgrind 21.10 reports false "uninitialized" reads of a
+ * scratch buffer that was released and re-created larger).
+ */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, strdup */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "variant_problem.h"
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    timespec_get(&t, TIME_UTC);
+    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+}
+
+/* A variant other than the storage type (what the standard path refuses). */
+static int has_variant(const vc_case *c)
+{
+    const flashcl_attention_desc *d = &c->desc;
+    return d->window || d->softcap > 0.0f || c->alibi || c->sinks || d->dropout_p > 0.0f ||
+           c->bias || c->mask || c->block_mask || c->nseq ||
+           (d->head_dim_v && d->head_dim_v != d->head_dim);
+}
+
+/* The standard path refuses variants before touching anything. */
+static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const char *label)
+{
+    flashcl_status st = flashcl_standard_forward(ctx, &p->desc, &p->qv, &p->kv, &p->vv, &p->ov,
+                                                 p->lse_buf, 0, 0, NULL, NULL);
+    if (st == FLASHCL_ERR_UNSUPPORTED_VARIANT && flashcl_last_error(ctx)[0] != '\0')
+        return 1;
+    fprintf(stderr, "FAIL %s: flashcl_standard_forward returned %s (\"%s\"), expected "
+            "FLASHCL_ERR_UNSUPPORTED_VARIANT with a message\n", label, flashcl_status_name(st),
+            flashcl_last_error(ctx));
+    tu_fail_count();
+    return 0;
+}
+
+static int g_forward_only;
+
+/* Head dims past the maximum: refused, naming the field. */
+static int check_refused_head_dim(flashcl_context *ctx, const vc_case *c, const char *label)
+{
+    vp_problem p;
+    vp_init(&p, flashcl_context_cl_context(ctx), c, 1);
+    flashcl_status st = vp_forward(ctx, &p, NULL);
+    int ok = CHECK_STATUS(st, FLASHCL_ERR_INVALID_HEAD_DIM) &&
+             strstr(flashcl_last_error(ctx), "head_dim") != NULL;
+    if (!ok)
+        fprintf(stderr, "FAIL %s: not refused as FLASHCL_MAX_HEAD_DIM (%d) says (\"%s\")\n", label,
+                FLASHCL_MAX_HEAD_DIM, flashcl_last_error(ctx));
+    vp_free(&p);
+    return ok;
+}
+
+/* Dropout mask, forward, backward: each checked. Returns 1 when all pass. */
+static int run_case(flashcl_context *ctx, const vc_case *c, const char *label,
+                    unsigned char **keep_out)
+{
+    if (c->desc.head_dim > FLASHCL_MAX_HEAD_DIM || c->desc.head_dim_v > FLASHCL_MAX_HEAD_DIM)
+        return check_refused_head_dim(ctx, c, label);
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    vp_problem p;
+    vp_init(&p, flashcl_context_cl_context(ctx), c, 0x5eed0000u + (uint64_t)c->desc.head_dim);
+    int ok = 1;
+    cl_event fwd = NULL, bwd = NULL;
+    if (c->desc.dropout_p > 0.0f) {
+        if (!CHECK_STATUS(vp_dropout_mask(ctx, &p), FLASHCL_SUCCESS)) {
+            fprintf(stderr, "  %s (dropout mask)\n  last message: %s\n", label,
+                    flashcl_last_error(ctx));
+            ok = 0;
+            goto done;
+        }
+        ok &= vp_check_dropout_mask(&p, label);
+        if (keep_out) {
+            *keep_out = malloc(p.keep_bytes);
+            REQUIRE(*keep_out != NULL);
+            memcpy(*keep_out, p.keep, p.keep_bytes);
+        }
+    }
+    if (!CHECK_STATUS(vp_forward(ctx, &p, &fwd), FLASHCL_SUCCESS)) {
+        fprintf(stderr, "  %s (forward)\n  last message: %s\n", label, flashcl_last_error(ctx));
+        ok = 0;
+        goto done;
+    }
+    CHECK(flashcl_last_error(ctx)[0] == '\0');
+    char what[512];
+    snprintf(what, sizeof what, "%s (forward)", label);
+    ok &= vp_check_forward(&p, queue, fwd, what);
+    if (c->backward && !g_forward_only) {
+        if (!CHECK_STATUS(vp_backward(ctx, &p, 1, &fwd, &bwd), FLASHCL_SUCCESS)) {
+            fprintf(stderr, "  %s (backward)\n  last message: %s\n", label,
+                    flashcl_last_error(ctx));
+            ok = 0;
+            goto done;
+        }
+        snprintf(what, sizeof what, "%s (backward)", label);
+        ok &= vp_check_backward(&p, queue, bwd, what);
+    }
+    if (has_variant(c))
+        ok &= check_standard_refuses(ctx, &p, label);
+done:
+    if (fwd)
+        clReleaseEvent(fwd);
+    if (bwd)
+        clReleaseEvent(bwd);
+    vp_free(&p);
+    return ok;
+}
+
+/* Sets (value != NULL) or clears an environment variable. */
+static void set_env(const char *name, const char *value)
+{
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+}
+
+static char *saved_env(const char *name)
+{
+    const char *v = getenv(name);
+    return v ? strdup(v) : NULL;
+}
+
+/*
+ * The dropout mask is a function of (seed, offset, b, h, i, j) alone: the
+ * row kernels and the tiles kernels, each in a fresh context, must write the
+ * same mask and both match the reference.
+ */
+static int check_families(const vc_case *c)
+{
+    static const char *tiles[2] = {"kernel=rows", "kernel=tiles,br=64,bc=64"};
+    static const char *bwd[2] = {"rows", "tiles"};
+    char *old_tile = saved_env("FLASHCL_TILE"), *old_bwd = saved_env("FLASHCL_BWD_KERNEL");
+    unsigned char *keep[2] = {NULL, NULL};
+    int ok = 1;
+    for (int f = 0; f < 2; f++) {
+        set_env("FLASHCL_TILE", tiles[f]);
+        set_env("FLASHCL_BWD_KERNEL", bwd[f]);
+        flashcl_context *ctx = tu_context_create();
+        char label[400], desc[300];
+        vc_describe(c, desc, sizeof desc);
+        snprintf(label, sizeof label, "family %s / bwd %s: %s", tiles[f], bwd[f], desc);
+        int one = run_case(ctx, c, label, &keep[f]);
+        printf("%s %s\n", one ? "ok  " : "FAIL", label);
+        ok &= one;
+        flashcl_context_destroy(ctx);
+    }
+    set_env("FLASHCL_TILE", old_tile);
+    set_env("FLASHCL_BWD_KERNEL", old_bwd);
+    free(old_tile);
+    free(old_bwd);
+    if (keep[0] && keep[1]) {
+        size_t bytes = c->desc.batch * c->desc.heads_q * c->desc.seqlen_q * c->desc.seqlen_k;
+        if (memcmp(keep[0], keep[1], bytes) != 0) {
+            fprintf(stderr, "FAIL dropout masks differ between the row and the tiles kernels\n");
+            tu_fail_count();
+            ok = 0;
+        }
+    } else {
+        ok = 0;
+    }
+    free(keep[0]);
+    free(keep[1]);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    long only = -1;
+    int list_only = 0, family_check = 1, quick = 0, fresh = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
+            only = strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--list") == 0)
+            list_only = 1;
+        else if (strcmp(argv[i], "--no-family-check") == 0)
+            family_check = 0;
+        else if (strcmp(argv[i], "--forward-only") == 0)
+            g_forward_only = 1;
+        else if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--fresh-context") == 0)
+            fresh = 1;
+        else {
+            fprintf(stderr, "usage: test_variants [--quick] [--case N] [--list] "
+                            "[--no-family-check] [--forward-only] [--fresh-context]\n");
+            return 2;
+        }
+    }
+    vc_list cases = {0};
+    if (quick)
+        variant_cases_quick(&cases);
+    else
+        variant_cases_all(&cases);
+    char desc[400];
+    if (list_only) {
+        for (size_t i = 0; i < cases.count; i++) {
+            vc_describe(&cases.items[i], desc, sizeof desc);
+            printf("%4zu %s\n", i, desc);
+        }
+        vc_list_free(&cases);
+        return 0;
+    }
+    if (only >= (long)cases.count) {
+        fprintf(stderr, "--case %ld: only %zu cases\n", only, cases.count);
+        return 2;
+    }
+
+    flashcl_context *ctx = tu_context_create();
+    size_t ran = 0, passed = 0;
+    const vc_case *family_case = NULL;
+    struct timespec t0;
+    timespec_get(&t0, TIME_UTC);
+    for (size_t i = 0; i < cases.count; i++) {
+        const vc_case *c = &cases.items[i];
+        if (c->desc.dropout_p > 0.0f && c->desc.causal && !c->nseq && !family_case)
+            family_case = c;
+        if (only >= 0 && (size_t)only != i)
+            continue;
+        vc_describe(c, desc, sizeof desc);
+        char label[480];
+        snprintf(label, sizeof label, "case %zu %s", i, desc);
+        if (fresh && ran > 0) {
+            flashcl_context_destroy(ctx);
+            ctx = tu_context_create();
+        }
+        struct timespec start;
+        timespec_get(&start, TIME_UTC);
+        int ok = run_case(ctx, c, label, NULL);
+        printf("%s %s (%.2f s)\n", ok ? "ok  " : "FAIL", label, seconds_since(&start));
+        fflush(stdout);
+        ran++;
+        passed += (size_t)ok;
+    }
+    flashcl_context_destroy(ctx);
+    printf("%zu/%zu variant cases passed (%.1f s)\n", passed, ran, seconds_since(&t0));
+    CHECK(ran > 0);
+    if (family_check && only < 0) {
+        REQUIRE(family_case != NULL);
+        CHECK(check_families(family_case));
+    }
+    vc_list_free(&cases);
+    return tu_finish("test_variants");
+}
