@@ -8,8 +8,8 @@
  * ever sees this file.
  *
  * Shape of the work:
- * - A work-group is MMA_WARPS warps; warp w owns query rows 16w..16w+15 of the
- *   block (Br = 16 * MMA_WARPS). Its Q fragments live in registers for the
+ * - A work-group is MMA_WARPS warps; warp w owns MMA_MT consecutive 16-row
+ *   tiles of the block (Br = 16 * MMA_MT * MMA_WARPS). Its Q fragments live in registers for the
  *   whole key loop (Q goes through __local once, for ldmatrix).
  * - K and V tiles (Bc keys x d) are single-buffered in __local, rows padded by
  *   16 bytes so the 8 row addresses of an ldmatrix fall in distinct banks.
@@ -24,7 +24,7 @@
  * Storage is 16-bit (ushort in the kernel); MMA_F16 picks f16 (1) or bf16 (0).
  * The host guarantees: HEAD_DIM a multiple of 16, every view's offset and row
  * stride multiples of 8 elements and the buffers 16-byte aligned (cp.async
- * moves 16 bytes), seqlen_q, seqlen_k >= 1.
+ * moves 16 bytes), seqlen_q, seqlen_k >= 1, scale > 0.
  */
 
 #ifndef HEAD_DIM
@@ -39,9 +39,12 @@
 #ifndef MMA_F16
 #define MMA_F16 0     /* 0: bfloat16 storage, 1: float16 storage */
 #endif
+#ifndef MMA_MT
+#define MMA_MT 2      /* 16-row tiles per warp: 2 halves the __local reads per mma, costs registers */
+#endif
 
 #define MMA_THREADS (32 * MMA_WARPS)
-#define MMA_BR (16 * MMA_WARPS)
+#define MMA_BR (16 * MMA_MT * MMA_WARPS)
 #define MMA_LD (HEAD_DIM + 8)           /* padded __local row, in elements */
 #define MMA_CHUNKS (HEAD_DIM / 8)       /* 16-byte chunks per row */
 #define MMA_KV_ELEMS (MMA_BC * MMA_LD)
@@ -96,6 +99,13 @@ inline uint mma_pack(float lo, float hi) {
     return r;
 }
 
+/* The SFU's exp2 (flush-to-zero; exp2(-inf) = 0). */
+inline float mma_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
 inline uint mma_smem_addr(__local const ushort *p) { return (uint)(size_t)p; }
 
 /* Copies rows [row0, row0 + rows) of a [*, HEAD_DIM] view into a padded tile;
@@ -145,25 +155,30 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     const int n_tiles = (int)((kv_end + MMA_BC - 1) / MMA_BC);
 
     /* Q: global -> __local -> registers (A fragments, one per 16 dims). */
-    uint qf[HEAD_DIM / 16][4];
+    uint qf[MMA_MT][HEAD_DIM / 16][4];
     mma_load_tile(smem, Qb, q_sr, q0, MMA_BR, seqlen_q, lid);
     mma_cp_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
-    {
-        const uint a = mma_smem_addr(smem + (warp * 16 + (lane & 15)) * MMA_LD + (lane >> 4) * 8);
+#pragma unroll
+    for (int mt = 0; mt < MMA_MT; ++mt) {
+        const uint a = mma_smem_addr(smem + ((warp * MMA_MT + mt) * 16 + (lane & 15)) * MMA_LD + (lane >> 4) * 8);
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
-            mma_ldsm_x4(a + kk * 32, &qf[kk][0], &qf[kk][1], &qf[kk][2], &qf[kk][3]);
+            mma_ldsm_x4(a + kk * 32, &qf[mt][kk][0], &qf[mt][kk][1], &qf[mt][kk][2], &qf[mt][kk][3]);
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* the K tile reuses Q's __local */
     if (n_tiles > 0) mma_load_tile(ks, Kb, k_sr, 0, MMA_BC, seqlen_k, lid);
 
-    float acc[HEAD_DIM / 8][4];
+    float acc[MMA_MT][HEAD_DIM / 8][4];
+    float m[MMA_MT][2], l[MMA_MT][2]; /* running max (log2 domain) of rows r, r+8; this thread's part of the sums */
 #pragma unroll
-    for (int n = 0; n < HEAD_DIM / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    float m0 = MMA_NEG_INF, m1 = MMA_NEG_INF; /* running max (log2 domain) of rows r and r+8 */
-    float l0 = 0.0f, l1 = 0.0f;               /* this thread's part of the row sums */
-    const long r0 = q0 + warp * 16 + (lane >> 2);
+    for (int mt = 0; mt < MMA_MT; ++mt) {
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = MMA_NEG_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    const long r0 = q0 + warp * MMA_MT * 16 + (lane >> 2); /* row of c0/c1 in m-tile 0 */
 
     /* Per-lane ldmatrix offsets (bytes) inside a K or V tile. */
     const uint k_lane = (uint)((((lane & 7) + ((lane >> 4) << 3)) * MMA_LD + (((lane >> 3) & 1) << 3)) * 2);
@@ -176,111 +191,128 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
         barrier(CLK_LOCAL_MEM_FENCE); /* K(t) is in; every warp is done with V(t-1) */
         mma_load_tile(vs, Vb, v_sr, kv0, MMA_BC, seqlen_k, lid);
 
-        float s[MMA_BC / 8][4];
+        /* S = Q K^T: one ldmatrix of K feeds 2 key tiles x MMA_MT row tiles. */
+        float s[MMA_MT][MMA_BC / 8][4];
 #pragma unroll
-        for (int n = 0; n < MMA_BC / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int mt = 0; mt < MMA_MT; ++mt)
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
 #pragma unroll
             for (int np = 0; np < MMA_BC / 16; ++np) {
                 uint b0, b1, b2, b3;
                 mma_ldsm_x4(ks_addr + (uint)(np * 16 * MMA_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                MMA(s[2 * np], qf[kk], b0, b1);
-                MMA(s[2 * np + 1], qf[kk], b2, b3);
-            }
-        }
-
-        /* Scale into the log2 domain; mask keys past the end and above the diagonal. */
-        const int need_mask = kv0 + MMA_BC > seqlen_k || (causal && kv0 + MMA_BC - 1 > q0 + shift);
 #pragma unroll
-        for (int n = 0; n < MMA_BC / 8; ++n) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                float x = s[n][c] * scale_log2;
-                if (need_mask) {
-                    const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1);
-                    const long row = r0 + (c >> 1) * 8;
-                    if (key >= seqlen_k || (causal && key > row + shift)) x = MMA_NEG_INF;
+                for (int mt = 0; mt < MMA_MT; ++mt) {
+                    MMA(s[mt][2 * np], qf[mt][kk], b0, b1);
+                    MMA(s[mt][2 * np + 1], qf[mt][kk], b2, b3);
                 }
-                s[n][c] = x;
             }
         }
 
-        /* Online softmax: new row max over the quad, rescale, exponentiate. */
-        float mx0 = m0, mx1 = m1;
+        /* Mask keys past the end and above the diagonal (raw scores; the scale
+           is folded into the exponent's FMA below, which needs scale > 0). */
+        const int need_mask = kv0 + MMA_BC > seqlen_k || (causal && kv0 + MMA_BC - 1 > q0 + shift);
+        uint pf[MMA_MT][MMA_BC / 16][4];
 #pragma unroll
-        for (int n = 0; n < MMA_BC / 8; ++n) {
-            mx0 = fmax(mx0, fmax(s[n][0], s[n][1]));
-            mx1 = fmax(mx1, fmax(s[n][2], s[n][3]));
-        }
-        mx0 = fmax(mx0, mma_shfl_xor(mx0, 1));
-        mx0 = fmax(mx0, mma_shfl_xor(mx0, 2));
-        mx1 = fmax(mx1, mma_shfl_xor(mx1, 1));
-        mx1 = fmax(mx1, mma_shfl_xor(mx1, 2));
-        /* A row with no visible key yet keeps max -inf: subtract 0 so exp2 gives 0, not NaN. */
-        const float base0 = mx0 == MMA_NEG_INF ? 0.0f : mx0;
-        const float base1 = mx1 == MMA_NEG_INF ? 0.0f : mx1;
-        const float alpha0 = native_exp2(m0 - base0), alpha1 = native_exp2(m1 - base1);
-        m0 = mx0;
-        m1 = mx1;
-        l0 *= alpha0;
-        l1 *= alpha1;
+        for (int mt = 0; mt < MMA_MT; ++mt) {
+            if (need_mask) {
 #pragma unroll
-        for (int n = 0; n < HEAD_DIM / 8; ++n) {
-            acc[n][0] *= alpha0;
-            acc[n][1] *= alpha0;
-            acc[n][2] *= alpha1;
-            acc[n][3] *= alpha1;
-        }
-        uint pf[MMA_BC / 16][4];
+                for (int n = 0; n < MMA_BC / 8; ++n) {
 #pragma unroll
-        for (int n = 0; n < MMA_BC / 8; ++n) {
-            const float p0 = native_exp2(s[n][0] - base0), p1 = native_exp2(s[n][1] - base0);
-            const float p2 = native_exp2(s[n][2] - base1), p3 = native_exp2(s[n][3] - base1);
-            l0 += p0 + p1;
-            l1 += p2 + p3;
-            /* C fragment of key tile n -> half of the A fragment of key chunk n/2. */
-            pf[n >> 1][(n & 1) * 2 + 0] = mma_pack(p0, p1);
-            pf[n >> 1][(n & 1) * 2 + 1] = mma_pack(p2, p3);
+                    for (int c = 0; c < 4; ++c) {
+                        const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1);
+                        const long row = r0 + mt * 16 + (c >> 1) * 8;
+                        if (key >= seqlen_k || (causal && key > row + shift)) s[mt][n][c] = MMA_NEG_INF;
+                    }
+                }
+            }
+
+            /* Online softmax: new row max over the quad, rescale, exponentiate. */
+            float mx0 = MMA_NEG_INF, mx1 = MMA_NEG_INF;
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; ++n) {
+                mx0 = fmax(mx0, fmax(s[mt][n][0], s[mt][n][1]));
+                mx1 = fmax(mx1, fmax(s[mt][n][2], s[mt][n][3]));
+            }
+            mx0 = fmax(mx0, mma_shfl_xor(mx0, 1));
+            mx0 = fmax(mx0, mma_shfl_xor(mx0, 2));
+            mx1 = fmax(mx1, mma_shfl_xor(mx1, 1));
+            mx1 = fmax(mx1, mma_shfl_xor(mx1, 2));
+            mx0 = fmax(m[mt][0], mx0 * scale_log2);
+            mx1 = fmax(m[mt][1], mx1 * scale_log2);
+            /* A row with no visible key yet keeps max -inf: subtract 0 so exp2 gives 0, not NaN. */
+            const float base0 = mx0 == MMA_NEG_INF ? 0.0f : mx0;
+            const float base1 = mx1 == MMA_NEG_INF ? 0.0f : mx1;
+            const float alpha0 = mma_exp2(m[mt][0] - base0), alpha1 = mma_exp2(m[mt][1] - base1);
+            m[mt][0] = mx0;
+            m[mt][1] = mx1;
+            float l0 = l[mt][0] * alpha0, l1 = l[mt][1] * alpha1;
+#pragma unroll
+            for (int n = 0; n < HEAD_DIM / 8; ++n) {
+                acc[mt][n][0] *= alpha0;
+                acc[mt][n][1] *= alpha0;
+                acc[mt][n][2] *= alpha1;
+                acc[mt][n][3] *= alpha1;
+            }
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; ++n) {
+                const float p0 = mma_exp2(fma(s[mt][n][0], scale_log2, -base0));
+                const float p1 = mma_exp2(fma(s[mt][n][1], scale_log2, -base0));
+                const float p2 = mma_exp2(fma(s[mt][n][2], scale_log2, -base1));
+                const float p3 = mma_exp2(fma(s[mt][n][3], scale_log2, -base1));
+                l0 += p0 + p1;
+                l1 += p2 + p3;
+                /* C fragment of key tile n -> half of the A fragment of key chunk n/2. */
+                pf[mt][n >> 1][(n & 1) * 2 + 0] = mma_pack(p0, p1);
+                pf[mt][n >> 1][(n & 1) * 2 + 1] = mma_pack(p2, p3);
+            }
+            l[mt][0] = l0;
+            l[mt][1] = l1;
         }
 
         mma_cp_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* V(t) is in; every warp is done with K(t) */
         if (t + 1 < n_tiles) mma_load_tile(ks, Kb, k_sr, kv0 + MMA_BC, MMA_BC, seqlen_k, lid);
 
+        /* O += P V: one transposing ldmatrix of V feeds 2 dim tiles x MMA_MT row tiles. */
 #pragma unroll
         for (int kk = 0; kk < MMA_BC / 16; ++kk) {
 #pragma unroll
             for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
                 uint b0, b1, b2, b3;
                 mma_ldsm_x4_trans(vs_addr + (uint)(kk * 16 * MMA_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                MMA(acc[2 * dp], pf[kk], b0, b1);
-                MMA(acc[2 * dp + 1], pf[kk], b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MMA_MT; ++mt) {
+                    MMA(acc[mt][2 * dp], pf[mt][kk], b0, b1);
+                    MMA(acc[mt][2 * dp + 1], pf[mt][kk], b2, b3);
+                }
             }
         }
     }
 
     /* Row sums over the quad, normalise once, store 2 elements per register. */
-    l0 += mma_shfl_xor(l0, 1);
-    l0 += mma_shfl_xor(l0, 2);
-    l1 += mma_shfl_xor(l1, 1);
-    l1 += mma_shfl_xor(l1, 2);
-    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     __global ushort *Ob = O + MMA_BASE(o, b, h);
+    __global float *L = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
     const int col = (lane & 3) * 2;
-    if (r0 < seqlen_q) {
-        __global uint *dst = (__global uint *)(Ob + (ulong)r0 * o_sr + col);
 #pragma unroll
-        for (int n = 0; n < HEAD_DIM / 8; ++n) dst[n * 4] = mma_pack(acc[n][0] * inv0, acc[n][1] * inv0);
-    }
-    if (r0 + 8 < seqlen_q) {
-        __global uint *dst = (__global uint *)(Ob + (ulong)(r0 + 8) * o_sr + col);
+    for (int mt = 0; mt < MMA_MT; ++mt) {
 #pragma unroll
-        for (int n = 0; n < HEAD_DIM / 8; ++n) dst[n * 4] = mma_pack(acc[n][2] * inv1, acc[n][3] * inv1);
-    }
-    if (write_lse && (lane & 3) == 0) {
-        __global float *L = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
-        if (r0 < seqlen_q) L[r0] = l0 > 0.0f ? M_LN2_F * (m0 + log2(l0)) : MMA_NEG_INF;
-        if (r0 + 8 < seqlen_q) L[r0 + 8] = l1 > 0.0f ? M_LN2_F * (m1 + log2(l1)) : MMA_NEG_INF;
+        for (int half_ = 0; half_ < 2; ++half_) {
+            float lsum = l[mt][half_];
+            lsum += mma_shfl_xor(lsum, 1);
+            lsum += mma_shfl_xor(lsum, 2);
+            const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+            const long row = r0 + mt * 16 + half_ * 8;
+            if (row < seqlen_q) {
+                __global uint *dst = (__global uint *)(Ob + (ulong)row * o_sr + col);
+#pragma unroll
+                for (int n = 0; n < HEAD_DIM / 8; ++n)
+                    dst[n * 4] = mma_pack(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
+                if (write_lse && (lane & 3) == 0)
+                    L[row] = lsum > 0.0f ? M_LN2_F * (m[mt][half_] + log2(lsum)) : MMA_NEG_INF;
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@
  * double-precision reference, then times the issue's shapes.
  *
  *   cc -O2 -std=c11 tools/mma_harness.c -lOpenCL -lm -o mma_harness
- *   ./mma_harness cl [warps...]        (warps: MMA_WARPS variants to time, default 4)
+ *   ./mma_harness cl [warps:bc:mt[:maxrregcount] ...]   (kernel variants to check and time; default 4:64:1)
  *
  * Not built by CMake and not part of CI: it needs an NVIDIA sm_80+ device.
  */
@@ -66,7 +66,8 @@ static cl_program build(const char *src, const char *opts, int verbose) {
         /* ptxas lines: registers, spills, shared memory. */
         char *line = strtok(log, "\n");
         while (line) {
-            if (strstr(line, "registers") || strstr(line, "spill") || strstr(line, "smem") || strstr(line, "stack"))
+            if (strstr(line, "egisters") || strstr(line, "spill") || strstr(line, "smem") || strstr(line, "stack") ||
+                strstr(line, "ptxas") || strstr(line, "Used"))
                 printf("  ptxas: %s\n", line);
             line = strtok(NULL, "\n");
         }
@@ -177,6 +178,11 @@ typedef struct {
     int b, hq, hkv, sq, sk, d, causal, f16;
 } shape;
 
+/* A kernel variant: "warps:bc:mt[:maxrregcount]" on the command line. */
+typedef struct {
+    int warps, bc, mt, maxrreg;
+} variant;
+
 static double now_ms(cl_event e0, cl_event e1) {
     cl_ulong t0, t1;
     clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
@@ -184,10 +190,11 @@ static double now_ms(cl_event e0, cl_event e1) {
     return (double)(t1 - t0) * 1e-6;
 }
 
-static cl_kernel get_kernel(const char *src, int d, int warps, int bc, int f16, int verbose) {
-    char opts[256];
-    snprintf(opts, sizeof opts, "-cl-mad-enable -cl-nv-verbose -DHEAD_DIM=%d -DMMA_WARPS=%d -DMMA_BC=%d -DMMA_F16=%d", d,
-             warps, bc, f16);
+static cl_kernel get_kernel(const char *src, int d, const variant *va, int f16, int verbose) {
+    char opts[256], rr[64] = "";
+    if (va->maxrreg) snprintf(rr, sizeof rr, " -cl-nv-maxrregcount=%d", va->maxrreg);
+    snprintf(opts, sizeof opts, "-cl-mad-enable -cl-nv-verbose -DHEAD_DIM=%d -DMMA_WARPS=%d -DMMA_BC=%d -DMMA_MT=%d -DMMA_F16=%d%s",
+             d, va->warps, va->bc, va->mt, f16, rr);
     if (verbose) printf("build %s\n", opts);
     cl_program p = build(src, opts, verbose);
     cl_int err;
@@ -224,7 +231,7 @@ static void set_args(cl_kernel k, const shape *s, cl_mem q, cl_mem kb, cl_mem v,
 }
 
 /* Checks one shape against a double reference on the 16-bit-rounded inputs. */
-static int check_shape(const char *src, const shape *s, int warps, int bc) {
+static int check_shape(const char *src, const shape *s, const variant *va) {
     size_t nq = (size_t)s->b * s->sq * s->hq * s->d, nk = (size_t)s->b * s->sk * s->hkv * s->d;
     uint16_t *hq = malloc(nq * 2), *hk = malloc(nk * 2), *hv = malloc(nk * 2), *ho = malloc(nq * 2);
     float *fq = malloc(nq * 4), *fk = malloc(nk * 4), *fv = malloc(nk * 4);
@@ -251,10 +258,11 @@ static int check_shape(const char *src, const shape *s, int warps, int bc) {
     cl_mem bo = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nq * 2, ho, &err);
     cl_mem bl = clCreateBuffer(ctx, CL_MEM_READ_WRITE, nl * 4, NULL, &err);
     CHECK(err);
-    cl_kernel k = get_kernel(src, s->d, warps, bc, s->f16, 0);
+    cl_kernel k = get_kernel(src, s->d, va, s->f16, 0);
     set_args(k, s, bq, bk, bv, bo, bl);
-    int br = 16 * warps;
-    size_t g[3] = {(size_t)((s->sq + br - 1) / br) * 32 * warps, (size_t)s->hq, (size_t)s->b}, l[3] = {32 * (size_t)warps, 1, 1};
+    int br = 16 * va->mt * va->warps;
+    size_t g[3] = {(size_t)((s->sq + br - 1) / br) * 32 * va->warps, (size_t)s->hq, (size_t)s->b},
+           l[3] = {32 * (size_t)va->warps, 1, 1};
     CHECK(clEnqueueNDRangeKernel(queue, k, 3, NULL, g, l, 0, NULL, NULL));
     CHECK(clEnqueueReadBuffer(queue, bo, CL_TRUE, 0, nq * 2, ho, 0, NULL, NULL));
     CHECK(clEnqueueReadBuffer(queue, bl, CL_TRUE, 0, nl * 4, lse, 0, NULL, NULL));
@@ -310,8 +318,8 @@ static int check_shape(const char *src, const shape *s, int warps, int bc) {
                 }
             }
     double rel = sqrt(num / (den > 0 ? den : 1));
-    printf("check w%d bc%d b%d hq%d hkv%d sq%d sk%d d%d causal%d %s: rel_l2 %.2e max_abs %.2e lse_max %.2e -> %s\n",
-           warps, bc, s->b, s->hq, s->hkv, s->sq, s->sk, s->d, s->causal, s->f16 ? "f16" : "bf16", rel, maxerr,
+    printf("check w%d bc%d mt%d b%d hq%d hkv%d sq%d sk%d d%d causal%d %s: rel_l2 %.2e max_abs %.2e lse_max %.2e -> %s\n",
+           va->warps, va->bc, va->mt, s->b, s->hq, s->hkv, s->sq, s->sk, s->d, s->causal, s->f16 ? "f16" : "bf16", rel, maxerr,
            lse_err, bad || !(rel < 1e-2) ? "FAIL" : "ok");
     clReleaseKernel(k);
     clReleaseMemObject(bq);
@@ -323,7 +331,7 @@ static int check_shape(const char *src, const shape *s, int warps, int bc) {
     return bad == 0 && rel < 1e-2;
 }
 
-static void bench_shape(const char *src, const shape *s, int warps, int bc) {
+static void bench_shape(const char *src, const shape *s, const variant *va) {
     size_t nq = (size_t)s->b * s->sq * s->hq * s->d, nk = (size_t)s->b * s->sk * s->hkv * s->d;
     uint16_t *h = malloc((nq > nk ? nq : nk) * 2);
     for (size_t i = 0; i < (nq > nk ? nq : nk); ++i) h[i] = f2bf((float)rand() / RAND_MAX * 2 - 1);
@@ -334,10 +342,11 @@ static void bench_shape(const char *src, const shape *s, int warps, int bc) {
     cl_mem bo = clCreateBuffer(ctx, CL_MEM_READ_WRITE, nq * 2, NULL, &err);
     cl_mem bl = clCreateBuffer(ctx, CL_MEM_READ_WRITE, (size_t)s->b * s->hq * s->sq * 4, NULL, &err);
     CHECK(err);
-    cl_kernel k = get_kernel(src, s->d, warps, bc, s->f16, 1);
+    cl_kernel k = get_kernel(src, s->d, va, s->f16, 1);
     set_args(k, s, bq, bk, bv, bo, bl);
-    int br = 16 * warps;
-    size_t g[3] = {(size_t)((s->sq + br - 1) / br) * 32 * warps, (size_t)s->hq, (size_t)s->b}, l[3] = {32 * (size_t)warps, 1, 1};
+    int br = 16 * va->mt * va->warps;
+    size_t g[3] = {(size_t)((s->sq + br - 1) / br) * 32 * va->warps, (size_t)s->hq, (size_t)s->b},
+           l[3] = {32 * (size_t)va->warps, 1, 1};
     for (int i = 0; i < 3; ++i) CHECK(clEnqueueNDRangeKernel(queue, k, 3, NULL, g, l, 0, NULL, NULL));
     CHECK(clFinish(queue));
     double t[15];
@@ -355,7 +364,8 @@ static void bench_shape(const char *src, const shape *s, int warps, int bc) {
                 t[i] = t[j], t[j] = x;
             }
     double flops = 4.0 * s->b * s->hq * (double)s->sq * s->sk * s->d * (s->causal ? 0.5 : 1.0);
-    printf("BENCH w%d bc%d b%d h%d N%d d%d causal%d: %.3f ms  %.1f TF/s\n", warps, bc, s->b, s->hq, s->sq, s->d,
+    printf("BENCH w%d bc%d mt%d rr%d b%d h%d N%d d%d causal%d: %.3f ms  %.1f TF/s\n", va->warps, va->bc, va->mt,
+           va->maxrreg, s->b, s->hq, s->sq, s->d,
            s->causal, t[7], flops / (t[7] * 1e-3) / 1e12);
     clReleaseKernel(k);
     clReleaseMemObject(bq);
@@ -386,10 +396,15 @@ int main(int argc, char **argv) {
     if (!run_probe(dir)) return 1;
     char *src = read_text(dir, "flash_fwd_mma.cl");
     int fails = 0;
-    int warps_list[8] = {4}, nw = 1;
+    variant vars[16] = {{4, 64, 1, 0}};
+    int nw = 1;
     if (argc > 2) {
         nw = 0;
-        for (int i = 2; i < argc && nw < 8; ++i) warps_list[nw++] = atoi(argv[i]);
+        for (int i = 2; i < argc && nw < 16; ++i) {
+            variant x = {4, 64, 1, 0};
+            sscanf(argv[i], "%d:%d:%d:%d", &x.warps, &x.bc, &x.mt, &x.maxrreg);
+            vars[nw++] = x;
+        }
     }
     const shape checks[] = {
         {1, 2, 2, 200, 200, 64, 0, 0},  {1, 2, 2, 200, 200, 128, 0, 0}, {1, 2, 2, 200, 200, 128, 1, 0},
@@ -398,7 +413,7 @@ int main(int argc, char **argv) {
         {1, 1, 1, 256, 256, 128, 1, 0},
     };
     for (int w = 0; w < nw; ++w)
-        for (size_t i = 0; i < sizeof checks / sizeof checks[0]; ++i) fails += !check_shape(src, &checks[i], warps_list[w], 64);
+        for (size_t i = 0; i < sizeof checks / sizeof checks[0]; ++i) fails += !check_shape(src, &checks[i], &vars[w]);
     const shape bench[] = {
         {4, 16, 16, 4096, 4096, 128, 0, 0},
         {4, 16, 16, 4096, 4096, 128, 1, 0},
@@ -406,7 +421,7 @@ int main(int argc, char **argv) {
         {16, 16, 16, 1024, 1024, 64, 0, 0},
     };
     for (int w = 0; w < nw; ++w)
-        for (size_t i = 0; i < sizeof bench / sizeof bench[0]; ++i) bench_shape(src, &bench[i], warps_list[w], 64);
+        for (size_t i = 0; i < sizeof bench / sizeof bench[0]; ++i) bench_shape(src, &bench[i], &vars[w]);
     printf("harness: %d check failures\n", fails);
     free(src);
     return fails != 0;
