@@ -14,7 +14,7 @@ enum { BQ, BK, BV, BO, BDO, BDQ, BDK, BDV, BACKWARD_VIEWS };
 static flashcl_status prepare_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                          const flashcl_tensor *const in[BACKWARD_VIEWS], cl_mem lse, size_t lse_offset,
                                          cl_uint num_wait, const cl_event *wait_list, flashcl_attention_desc *d,
-                                         flashcl_tensor views[BACKWARD_VIEWS]) {
+                                         flashcl_tensor views[BACKWARD_VIEWS], int flash) {
     flashcl_status st = flashcl__resolve_desc(ctx, desc, d);
     if (st != FLASHCL_SUCCESS) return st;
     const size_t hq = d->heads_q, hk = d->heads_kv, sq = d->seqlen_q, sk = d->seqlen_k;
@@ -28,7 +28,11 @@ static flashcl_status prepare_backward(flashcl_context *ctx, const flashcl_atten
     st = flashcl__validate_views(ctx, d, specs, BACKWARD_VIEWS, &lse_spec, num_wait, wait_list, views);
     if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 1);
     /* Until the backward kernels take the variant arguments: plain calls only. */
-    if (st == FLASHCL_SUCCESS) st = flashcl__require_plain(ctx, d, "flash backward");
+    /* (16-bit storage also where the NVIDIA tensor-core backward takes the call: src/mma_backward.c.) */
+    char why[256];
+    if (st == FLASHCL_SUCCESS && !(flash && flashcl__mma_covers(ctx, d, why, sizeof why) &&
+                                   flashcl__mma_views_aligned(views, BACKWARD_VIEWS)))
+        st = flashcl__require_plain(ctx, d, "flash backward");
     return st;
 }
 
@@ -43,8 +47,10 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
                                                const flashcl_tensor *views, cl_mem lse,
                                                size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
                                                cl_event *event) {
+    flashcl_status st = FLASHCL_SUCCESS;
+    if (flashcl__mma_try_backward(ctx, d, views, lse, lse_offset, num_wait, wait_list, event, &st)) return st;
     const flashcl__backward_plan *plan = NULL;
-    flashcl_status st = flashcl__plan_backward(ctx, d, &plan);
+    st = flashcl__plan_backward(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     const size_t rows = d->batch * d->heads_q * d->seqlen_q;
     cl_mem dsum = NULL;
@@ -133,7 +139,8 @@ static flashcl_status run_backward(flashcl__enqueue_fn enqueue, flashcl_context 
     const flashcl_tensor *const in[BACKWARD_VIEWS] = {q, k, v, o, dout, dq, dk, dv};
     flashcl_attention_desc d;
     flashcl_tensor views[BACKWARD_VIEWS];
-    flashcl_status st = prepare_backward(ctx, desc, in, lse, lse_offset, num_wait, wait_list, &d, views);
+    flashcl_status st = prepare_backward(ctx, desc, in, lse, lse_offset, num_wait, wait_list, &d, views,
+                                         enqueue == flashcl__enqueue_flash_backward);
     if (st != FLASHCL_SUCCESS) return st;
     return enqueue(ctx, &d, views, lse, lse_offset, num_wait, wait_list, event);
 }

@@ -257,6 +257,16 @@ int flashcl__mma_try_forward(flashcl_context *ctx, const flashcl_attention_desc 
 int flashcl__mma_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
                             flashcl_status *st, char *why, size_t cap);
 void flashcl__release_mma_plans(flashcl_context *ctx);
+/* The descriptor-level test (storage, head dim, no variant but causal, probe); why when not. */
+int flashcl__mma_covers(flashcl_context *ctx, const flashcl_attention_desc *d, char *why, size_t cap);
+int flashcl__mma_views_aligned(const flashcl_tensor *views, int n);
+/* flash_bwd_mma_dot, _dkdv, _dq for the descriptor's storage and head dim (built once). */
+flashcl_status flashcl__mma_backward_kernels(flashcl_context *ctx, const flashcl_attention_desc *d, cl_kernel out[3]);
+/* ---- NVIDIA tensor-core backward (mma_backward.c): like flashcl__mma_try_forward, on the
+   backward's eight views (q, k, v, o, dout, dq, dk, dv). */
+int flashcl__mma_try_backward(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,
+                              cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                              cl_event *event, flashcl_status *st);
 
 /* ---- kernel arguments (launch.c) */
 /* Sets a tensor view's 5 arguments (buffer, offset, 3 strides) from index *arg on. */

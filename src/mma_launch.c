@@ -19,6 +19,7 @@
 struct flashcl__mma_plan {
     flashcl_plan pub;
     cl_kernel kernel;
+    cl_kernel bwd[3]; /* flash_bwd_mma_dot, _dkdv, _dq: built on the first backward */
 };
 
 static int dtype_slot(flashcl_dtype t) { return t == FLASHCL_DTYPE_F16 ? 1 : t == FLASHCL_DTYPE_BF16 ? 0 : -1; }
@@ -28,6 +29,15 @@ static int desc_applies(flashcl_context *ctx, const flashcl_attention_desc *d, c
     const char *probe_why = NULL;
     if (dtype_slot(d->dtype) < 0) {
         snprintf(why, cap, "tensor-core path needs f16 or bf16 storage");
+        return 0;
+    }
+    /* Plain attention (causal or not) in 16-bit storage; every other variant is the portable kernels'. */
+    flashcl_attention_desc f32 = *d;
+    f32.dtype = FLASHCL_DTYPE_F32;
+    if (!flashcl__desc_is_plain(&f32)) {
+        char features[160];
+        flashcl__describe_variants(d, features, sizeof features);
+        snprintf(why, cap, "tensor-core path covers plain and causal attention only (not: %s)", features);
         return 0;
     }
     if (d->head_dim % 16 != 0 || d->head_dim < 32 || d->head_dim > 128) {
@@ -90,6 +100,40 @@ static flashcl_status get_plan(flashcl_context *ctx, const flashcl_attention_des
     return FLASHCL_SUCCESS;
 }
 
+int flashcl__mma_covers(flashcl_context *ctx, const flashcl_attention_desc *d, char *why, size_t cap) {
+    return desc_applies(ctx, d, why, cap);
+}
+
+int flashcl__mma_views_aligned(const flashcl_tensor *views, int n) { return views_aligned(views, n); }
+
+flashcl_status flashcl__mma_backward_kernels(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                             cl_kernel out[3]) {
+    const flashcl__mma_plan *cp = NULL;
+    flashcl_status st = get_plan(ctx, d, &cp);
+    if (st != FLASHCL_SUCCESS) return st;
+    flashcl__mma_plan *p = (flashcl__mma_plan *)cp;
+    if (!p->bwd[0]) {
+        /* dK/dV: 32 query rows per step at d > 64 (registers), 64 below; dQ: 32 or 64 keys per step. */
+        const int step = d->head_dim > 64 ? 32 : 64;
+        char options[256];
+        snprintf(options, sizeof options, "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_BWD_BR=%d "
+                 "-DMMA_BWD_BCQ=%d", d->head_dim, MMA_WARPS, dtype_slot(d->dtype), step, step);
+        cl_program program = NULL;
+        static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
+        cl_kernel k[3] = {NULL, NULL, NULL};
+        st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, &program);
+        for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
+        if (st != FLASHCL_SUCCESS) {
+            for (int i = 0; i < 3; ++i)
+                if (k[i]) clReleaseKernel(k[i]);
+            return st;
+        }
+        memcpy(p->bwd, k, sizeof k);
+    }
+    memcpy(out, p->bwd, sizeof p->bwd);
+    return FLASHCL_SUCCESS;
+}
+
 int flashcl__mma_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
                             flashcl_status *st, char *why, size_t cap) {
     if (!desc_applies(ctx, d, why, cap)) return 0;
@@ -144,6 +188,8 @@ void flashcl__release_mma_plans(flashcl_context *ctx) {
             flashcl__mma_plan *p = ctx->mma_plans[t][i];
             if (!p) continue;
             if (p->kernel) clReleaseKernel(p->kernel);
+            for (int k = 0; k < 3; ++k)
+                if (p->bwd[k]) clReleaseKernel(p->bwd[k]);
             free(p);
             ctx->mma_plans[t][i] = NULL;
         }

@@ -11,6 +11,15 @@
  * before P V and the output's own rounding. |O - ref| <= 4 eps(type) (|ref| + 1)
  * element-wise and LSE within 1e-3: several times the rounding of one store,
  * far below what a wrong mask or tile (errors of order 1) produces.
+ *
+ * Backward (cl/flash_bwd_mma.cl, from the kernel's own O and LSE and a random
+ * dO in storage precision) against the fp64 reference gradients on the same
+ * rounded inputs: relative L2 error of dQ, dK, dV each at most 2.5e-2 (bf16) or
+ * 5e-3 (f16). P and dS are rounded to 16 bits before their products and the
+ * outputs are stored in 16 bits (each a relative error of eps/2 = 2^-9 in bf16,
+ * 2^-12 in f16), so a correct kernel lands near 5e-3 (bf16) and 1e-3 (f16);
+ * a wrong mask, group or tile gives errors of order 1. Where the fast path does
+ * not apply, a 16-bit backward is refused (the portable backward is float32 only).
  */
 #define _POSIX_C_SOURCE 200112L
 #include <math.h>
@@ -51,10 +60,30 @@ static float from_f16(uint16_t h) {
     return (h & 0x8000u) ? -x : x;
 }
 
-typedef struct {
+typedef struct mma_case {
     size_t b, hq, hkv, sq, sk, d;
     int causal, f16, bhsd, offset; /* offset: elements before each tensor (8 keeps alignment, 4 breaks it) */
 } mma_case;
+
+static uint16_t to16(const mma_case *c, float x);
+static float from16(const mma_case *c, uint16_t h);
+
+/* Relative L2 error of a 16-bit result (addressed through view) against a packed reference. */
+static double rel_l2(const mma_case *c, const uint16_t *got, const flashcl_tensor *view, const double *ref,
+                     size_t heads, size_t rows) {
+    double num = 0.0, den = 0.0;
+    for (size_t b = 0; b < c->b; ++b)
+        for (size_t h = 0; h < heads; ++h)
+            for (size_t r = 0; r < rows; ++r)
+                for (size_t col = 0; col < c->d; ++col) {
+                    const double x = ref[((b * heads + h) * rows + r) * c->d + col];
+                    const double g = from16(c, got[ref_index(view, b, h, r, col)]);
+                    num += (g - x) * (g - x);
+                    den += x * x;
+                }
+    if (num != num) return INFINITY; /* NaN: an unwritten element */
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
 
 static cl_mem upload16(cl_context c, const uint16_t *h, size_t n) {
     cl_int err;
@@ -72,6 +101,58 @@ static flashcl_tensor make_view(cl_mem buf, const mma_case *c, size_t rows, size
         t.stride_batch = rows * heads * c->d;
     }
     return t;
+}
+
+static uint16_t to16(const mma_case *c, float x) { return c->f16 ? to_f16(x) : to_bf16(x); }
+static float from16(const mma_case *c, uint16_t h) { return c->f16 ? from_f16(h) : from_bf16(h); }
+
+/* The backward from the forward's O and LSE; 1 when it matches the reference (or, off the
+   fast path, when it is refused as it must be). */
+static int run_backward_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const char *label, int vendor,
+                             const flashcl_attention_desc *desc, const float *fq, const flashcl_tensor *q,
+                             const float *fk, const flashcl_tensor *k, const float *fv, const flashcl_tensor *v,
+                             const flashcl_tensor *o, cl_mem bl) {
+    cl_context clc = flashcl_context_cl_context(ctx);
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    const size_t nq = (size_t)c->offset + c->b * c->sq * c->hq * c->d;
+    const size_t nk = (size_t)c->offset + c->b * c->sk * c->hkv * c->d;
+    uint16_t *hdo = calloc(nq, 2), *hdq = malloc(nq * 2), *hdk = malloc(nk * 2), *hdv = malloc(nk * 2);
+    float *fdo = calloc(nq, 4);
+    double *rq = malloc(c->b * c->hq * c->sq * c->d * sizeof(double));
+    double *rk = malloc(c->b * c->hkv * c->sk * c->d * sizeof(double)), *rv = malloc(c->b * c->hkv * c->sk * c->d * sizeof(double));
+    REQUIRE(hdo && hdq && hdk && hdv && fdo && rq && rk && rv);
+    for (size_t i = (size_t)c->offset; i < nq; ++i) {
+        hdo[i] = to16(c, tu_rng_float(rng, -1.0f, 1.0f));
+        fdo[i] = from16(c, hdo[i]);
+    }
+    memset(hdq, 0xff, nq * 2), memset(hdk, 0xff, nk * 2), memset(hdv, 0xff, nk * 2);
+    cl_mem bdo = upload16(clc, hdo, nq), bdq = upload16(clc, hdq, nq), bdk = upload16(clc, hdk, nk),
+           bdv = upload16(clc, hdv, nk);
+    flashcl_tensor dout = *o, dq = *q, dk = *k, dv = *v;
+    dout.buffer = bdo, dq.buffer = bdq, dk.buffer = bdk, dv.buffer = bdv;
+    int ok = 1;
+    flashcl_status st = flashcl_backward(ctx, desc, q, k, v, o, &dout, bl, 0, &dq, &dk, &dv, 0, NULL, NULL);
+    if (!vendor) {
+        ok = st == FLASHCL_ERR_UNSUPPORTED_DTYPE;
+        printf("%s %s backward off the fast path: %s\n", ok ? "ok  " : "FAIL", label, flashcl_status_name(st));
+    } else if (st != FLASHCL_SUCCESS) {
+        printf("FAIL %s backward: %s: %s\n", label, flashcl_status_name(st), flashcl_last_error(ctx));
+        ok = 0;
+    } else {
+        REQUIRE_CL(clEnqueueReadBuffer(queue, bdq, CL_TRUE, 0, nq * 2, hdq, 0, NULL, NULL));
+        REQUIRE_CL(clEnqueueReadBuffer(queue, bdk, CL_TRUE, 0, nk * 2, hdk, 0, NULL, NULL));
+        REQUIRE_CL(clEnqueueReadBuffer(queue, bdv, CL_TRUE, 0, nk * 2, hdv, 0, NULL, NULL));
+        ref_problem p = ref_problem_from_desc(desc);
+        ref_attention_backward(&p, fq, q, fk, k, fv, v, fdo, &dout, rq, rk, rv);
+        const double eq = rel_l2(c, hdq, &dq, rq, c->hq, c->sq), ek = rel_l2(c, hdk, &dk, rk, c->hkv, c->sk);
+        const double ev = rel_l2(c, hdv, &dv, rv, c->hkv, c->sk), bound = c->f16 ? 5e-3 : 2.5e-2;
+        ok = eq <= bound && ek <= bound && ev <= bound;
+        printf("%s %s backward: rel L2 dQ %.3g dK %.3g dV %.3g (bound %.3g)\n", ok ? "ok  " : "FAIL", label, eq, ek,
+               ev, bound);
+    }
+    clReleaseMemObject(bdo), clReleaseMemObject(bdq), clReleaseMemObject(bdk), clReleaseMemObject(bdv);
+    free(hdo), free(hdq), free(hdk), free(hdv), free(fdo), free(rq), free(rk), free(rv);
+    return ok;
 }
 
 /* Runs one case through flashcl_forward; returns 1 when it matches the reference. */
@@ -156,6 +237,8 @@ static int run_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const 
         ok = ok && bad == 0;
         printf("%s %s [%s]: max |O - ref| %.3g, max |lse - ref| %.3g%s\n", ok ? "ok  " : "FAIL", label, plan.kernel,
                worst, worst_lse, bad ? " (out of tolerance)" : "");
+        const int vendor = expect_kernel != NULL && strcmp(plan.kernel, "flash_fwd_mma") == 0;
+        if (!run_backward_case(ctx, c, rng, label, vendor, &desc, fq, &q, fk, &k, fv, &v, &o, bl)) ok = 0;
     }
     clReleaseMemObject(bq), clReleaseMemObject(bk), clReleaseMemObject(bv), clReleaseMemObject(bo),
         clReleaseMemObject(bl);
