@@ -54,8 +54,10 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
                                                const flashcl_tensor *views, cl_mem lse,
                                                size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
                                                cl_event *event) {
+    flashcl_status st = FLASHCL_SUCCESS;
+    if (flashcl__mma_try_backward(ctx, d, views, lse, lse_offset, num_wait, wait_list, event, &st)) return st;
     const flashcl__backward_plan *plan = NULL;
-    flashcl_status st = flashcl__plan_backward(ctx, d, &plan);
+    st = flashcl__plan_backward(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     cl_mem dsum = NULL;
     st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, row_count(d) * sizeof(float), "backward: D = rowsum(dO*O)", &dsum);

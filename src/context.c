@@ -231,6 +231,7 @@ flashcl_status flashcl_context_set_queue(flashcl_context *ctx, cl_command_queue 
 void flashcl_context_destroy(flashcl_context *ctx) {
     if (!ctx) return;
     flashcl__release_plans(ctx);
+    flashcl__release_mma_plans(ctx);
     flashcl__release_backward_plans(ctx);
     flashcl__release_programs(ctx);
     flashcl__release_scratch(ctx);

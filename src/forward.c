@@ -19,8 +19,11 @@ static flashcl_status prepare(flashcl_context *ctx, const flashcl_attention_desc
 flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
                                       const flashcl_tensor *views, cl_mem lse, size_t lse_offset, cl_uint num_wait,
                                       const cl_event *wait_list, cl_event *event) {
+    flashcl_status st = FLASHCL_SUCCESS;
+    /* The NVIDIA tensor-core kernel when its probe passed and it covers the call. */
+    if (flashcl__mma_try_forward(ctx, d, views, lse, lse_offset, num_wait, wait_list, event, &st)) return st;
     const flashcl__flash_plan *plan = NULL;
-    flashcl_status st = flashcl__plan_flash(ctx, d, &plan);
+    st = flashcl__plan_flash(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     cl_kernel kernel = plan->kernel;
     cl_int write_lse = lse != NULL;
@@ -92,9 +95,15 @@ flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashcl_attention_
     flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
     if (st != FLASHCL_SUCCESS) return st;
     if (path == FLASHCL_PATH_FLASH) {
+        char why[256] = "";
+        if (flashcl__mma_plan_query(ctx, &d, out, &st, why, sizeof why)) return st;
         const flashcl__flash_plan *p = NULL;
         st = flashcl__plan_flash(ctx, &d, &p);
-        if (st == FLASHCL_SUCCESS) *out = p->pub;
+        if (st == FLASHCL_SUCCESS) {
+            *out = p->pub;
+            if (d.dtype == FLASHCL_DTYPE_F16 || d.dtype == FLASHCL_DTYPE_BF16)
+                flashcl__appendf(out->reason, sizeof out->reason, "; %s", why);
+        }
         return st;
     }
     if (path == FLASHCL_PATH_STANDARD) {

@@ -30,6 +30,8 @@ enum { FLASHCL__SCRATCH_SCORES, FLASHCL__SCRATCH_SCORES2, FLASHCL__SCRATCH_GRADS
 typedef struct flashcl__flash_plan flashcl__flash_plan_slot;
 typedef struct flashcl__backward_plan flashcl__backward_plan_slot;
 typedef struct flashcl__standard_plan flashcl__standard_plan_slot;
+typedef struct flashcl__mma_plan flashcl__mma_plan; /* mma_launch.c */
+#define FLASHCL__MMA_DIM_SLOTS 9                    /* head dims 16..128 in steps of 16, by d/16 */
 
 /* A built program, cached per context by (source name, options). */
 typedef struct flashcl__program {
@@ -56,6 +58,11 @@ struct flashcl_context {
     flashcl__flash_plan_slot *flash_plans; /* list, by head dims and variant switches */
     flashcl__standard_plan_slot *standard_plan;
     flashcl__backward_plan_slot *backward_plans; /* list, by head dims and variant switches */
+    /* NVIDIA tensor-core path (vendor_nvidia.c, mma_launch.c): 0 not yet
+       probed, 1 usable, -1 not; mma_why says why. Plans by [bf16, f16][d/16]. */
+    int mma_state;
+    char mma_why[160];
+    flashcl__mma_plan *mma_plans[2][FLASHCL__MMA_DIM_SLOTS];
     char *error;               /* last detailed error message */
     size_t error_cap;
 };
@@ -239,6 +246,30 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
 flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
                                                   const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
                                                   cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+
+/* ---- NVIDIA tensor-core forward (vendor_nvidia.c, mma_launch.c) */
+/* 1 when the probe passed on this context's device; *why says what was found. */
+int flashcl__mma_supported(flashcl_context *ctx, const char **why);
+/* Returns 0 when the fast path does not apply (the caller runs the portable
+   kernel); else 1 with *st the outcome of its launch. */
+int flashcl__mma_try_forward(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,
+                             cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                             cl_event *event, flashcl_status *st);
+/* Plan query: 1 with *out (and *st) when the fast path applies to the
+   descriptor; 0 with why (the portable plan's note) when not. */
+int flashcl__mma_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
+                            flashcl_status *st, char *why, size_t cap);
+void flashcl__release_mma_plans(flashcl_context *ctx);
+/* The descriptor-level test (storage, head dim, no variant but causal, probe); why when not. */
+int flashcl__mma_covers(flashcl_context *ctx, const flashcl_attention_desc *d, char *why, size_t cap);
+int flashcl__mma_views_aligned(const flashcl_tensor *views, int n);
+/* flash_bwd_mma_dot, _dkdv, _dq for the descriptor's storage and head dim (built once). */
+flashcl_status flashcl__mma_backward_kernels(flashcl_context *ctx, const flashcl_attention_desc *d, cl_kernel out[3]);
+/* ---- NVIDIA tensor-core backward (mma_backward.c): like flashcl__mma_try_forward, on the
+   backward's eight views (q, k, v, o, dout, dq, dk, dv). */
+int flashcl__mma_try_backward(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,
+                              cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                              cl_event *event, flashcl_status *st);
 
 /* ---- kernel arguments (launch.c) */
 /* Sets a tensor view's 5 arguments (buffer, offset, 3 strides) from index *arg on. */

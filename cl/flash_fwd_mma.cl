@@ -1,0 +1,318 @@
+/*
+ * FlashAttention forward on NVIDIA tensor cores (sm_80+), through inline PTX:
+ * mma.sync.m16n8k16 (bf16 or f16 in, fp32 accumulate) for both S = Q K^T and
+ * O += P V, ldmatrix for the fragments, cp.async for the K/V tiles.
+ *
+ * Only built after the host's probe (cl/probe_mma.cl) has compiled and run the
+ * same instructions on this device and checked their answer; no other device
+ * ever sees this file.
+ *
+ * Shape of the work:
+ * - A work-group is MMA_WARPS warps; warp w owns MMA_MT consecutive 16-row
+ *   tiles of the block (Br = 16 * MMA_MT * MMA_WARPS). Its Q fragments live in registers for the
+ *   whole key loop (Q goes through __local once, for ldmatrix).
+ * - K and V tiles (Bc keys x d) are single-buffered in __local, rows padded by
+ *   16 bytes so the 8 row addresses of an ldmatrix fall in distinct banks.
+ * - The loads overlap the math as in FlashAttention-2: V(j) is fetched while
+ *   S = Q K(j)^T and the softmax run; K(j+1) while O += P V(j) runs.
+ * - The softmax runs on the accumulator fragments: a thread holds 2 rows
+ *   (lane/4 and lane/4 + 8) x 2 columns per 8-key tile, the row max is reduced
+ *   over the 4 lanes of a quad with shfl.sync, the row sum stays per thread
+ *   until the end. The S accumulator layout is the A-operand layout of the
+ *   next mma once packed to 16 bits, so P never leaves registers.
+ *
+ * Storage is 16-bit (ushort in the kernel); MMA_F16 picks f16 (1) or bf16 (0).
+ * The host guarantees: HEAD_DIM a multiple of 16, every view's offset and row
+ * stride multiples of 8 elements and the buffers 16-byte aligned (cp.async
+ * moves 16 bytes), seqlen_q, seqlen_k >= 1, scale > 0.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef MMA_WARPS
+#define MMA_WARPS 4   /* warps per work-group; Br = 16 * MMA_WARPS */
+#endif
+#ifndef MMA_BC
+#define MMA_BC 64     /* keys per K/V tile */
+#endif
+#ifndef MMA_F16
+#define MMA_F16 0     /* 0: bfloat16 storage, 1: float16 storage */
+#endif
+#ifndef MMA_MT
+#define MMA_MT 2      /* 16-row tiles per warp: 2 halves the __local reads per mma, costs registers */
+#endif
+
+#define MMA_THREADS (32 * MMA_WARPS)
+#define MMA_BR (16 * MMA_MT * MMA_WARPS)
+#define MMA_LD (HEAD_DIM + 8)           /* padded __local row, in elements */
+#define MMA_CHUNKS (HEAD_DIM / 8)       /* 16-byte chunks per row */
+#define MMA_KV_ELEMS (MMA_BC * MMA_LD)
+#define MMA_Q_ELEMS (MMA_BR * MMA_LD)
+#define MMA_SMEM_ELEMS (MMA_Q_ELEMS > 2 * MMA_KV_ELEMS ? MMA_Q_ELEMS : 2 * MMA_KV_ELEMS)
+#define MMA_NEG_INF (-INFINITY)
+
+#if MMA_F16
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define MMA_CVT "cvt.rn.f16x2.f32"
+#else
+#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define MMA_CVT "cvt.rn.bf16x2.f32"
+#endif
+
+#define MMA_VIEW(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr
+#define MMA_BASE(name, b, h) (name##_off + (ulong)(b) * name##_sb + (ulong)(h) * name##_sh)
+
+/* d += a * b on one 16x8x16 tile. Not volatile, so the compiler may schedule it. */
+#define MMA(d, a, b0, b1)                                                                              \
+    asm(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                \
+        : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                        \
+        : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
+
+/* __local reads and async copies are volatile with a memory clobber: they must
+   stay on their side of the barriers. */
+inline void mma_ldsm_x4(uint addr, uint *r0, uint *r1, uint *r2, uint *r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
+}
+inline void mma_ldsm_x4_trans(uint addr, uint *r0, uint *r1, uint *r2, uint *r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
+}
+/* 16 bytes global -> __local; src_bytes = 0 writes zeros (rows past the end). */
+inline void mma_cp16(uint dst, __global const ushort *src, uint src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(dst), "l"((ulong)(size_t)src), "r"(src_bytes) : "memory");
+}
+inline void mma_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+inline void mma_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+inline float mma_shfl_xor(float x, int m) {
+    uint r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
+    return as_float(r);
+}
+/* Two floats -> one register of two 16-bit values, lo in the low half (round to nearest even). */
+inline uint mma_pack(float lo, float hi) {
+    uint r;
+    asm(MMA_CVT " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/* The SFU's exp2 (flush-to-zero; exp2(-inf) = 0). */
+inline float mma_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+inline uint mma_smem_addr(__local const ushort *p) { return (uint)(size_t)p; }
+
+/* Copies rows [row0, row0 + rows) of a [*, HEAD_DIM] view into a padded tile;
+   rows at or past `limit` become zeros. */
+inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0,
+                          int rows, long limit, int lid) {
+    for (int c = lid; c < rows * MMA_CHUNKS; c += MMA_THREADS) {
+        const int r = c / MMA_CHUNKS, ch = c - r * MMA_CHUNKS;
+        const long gr = row0 + r;
+        const int ok = gr < limit;
+        __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + ch * 8;
+        mma_cp16(mma_smem_addr(tile + r * MMA_LD + ch * 8), src, ok ? 16u : 0u);
+    }
+    mma_cp_commit();
+}
+
+__kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1)))
+void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
+                   __global const ushort *K, MMA_VIEW(k),
+                   __global const ushort *V, MMA_VIEW(v),
+                   __global ushort *O, MMA_VIEW(o),
+                   __global float *LSE, ulong lse_off, int write_lse,
+                   int seqlen_q, int seqlen_k, int heads_q, int group,
+                   float scale_log2, int causal)
+{
+    __local ushort smem[MMA_SMEM_ELEMS] __attribute__((aligned(16)));
+    __local ushort *ks = smem;
+    __local ushort *vs = smem + MMA_KV_ELEMS;
+
+    const int lid = (int)get_local_id(0);
+    const int warp = lid >> 5, lane = lid & 31;
+    /* Heaviest (causal) blocks first, so the tail of the grid is short. */
+    const int block = (int)get_num_groups(0) - 1 - (int)get_group_id(0);
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int hk = h / group;
+    const long q0 = (long)block * MMA_BR;
+
+    __global const ushort *Qb = Q + MMA_BASE(q, b, h);
+    __global const ushort *Kb = K + MMA_BASE(k, b, hk);
+    __global const ushort *Vb = V + MMA_BASE(v, b, hk);
+
+    /* Key tiles this block needs: all, or up to the causal diagonal of its last row. */
+    const long shift = (long)seqlen_k - seqlen_q; /* bottom-right: row i sees keys <= i + shift */
+    const long last_row = min(q0 + MMA_BR, (long)seqlen_q) - 1;
+    long kv_end = seqlen_k;
+    if (causal) kv_end = clamp(last_row + shift + 1, 0L, (long)seqlen_k);
+    const int n_tiles = (int)((kv_end + MMA_BC - 1) / MMA_BC);
+
+    /* Q: global -> __local -> registers (A fragments, one per 16 dims). */
+    uint qf[MMA_MT][HEAD_DIM / 16][4];
+    mma_load_tile(smem, Qb, q_sr, q0, MMA_BR, seqlen_q, lid);
+    mma_cp_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int mt = 0; mt < MMA_MT; ++mt) {
+        const uint a = mma_smem_addr(smem + ((warp * MMA_MT + mt) * 16 + (lane & 15)) * MMA_LD + (lane >> 4) * 8);
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
+            mma_ldsm_x4(a + kk * 32, &qf[mt][kk][0], &qf[mt][kk][1], &qf[mt][kk][2], &qf[mt][kk][3]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* the K tile reuses Q's __local */
+    if (n_tiles > 0) mma_load_tile(ks, Kb, k_sr, 0, MMA_BC, seqlen_k, lid);
+
+    float acc[MMA_MT][HEAD_DIM / 8][4];
+    float m[MMA_MT][2], l[MMA_MT][2]; /* running max (log2 domain) of rows r, r+8; this thread's part of the sums */
+#pragma unroll
+    for (int mt = 0; mt < MMA_MT; ++mt) {
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        m[mt][0] = m[mt][1] = MMA_NEG_INF;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    const long r0 = q0 + warp * MMA_MT * 16 + (lane >> 2); /* row of c0/c1 in m-tile 0 */
+
+    /* Per-lane ldmatrix offsets (bytes) inside a K or V tile. */
+    const uint k_lane = (uint)((((lane & 7) + ((lane >> 4) << 3)) * MMA_LD + (((lane >> 3) & 1) << 3)) * 2);
+    const uint v_lane = (uint)((((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LD + ((lane >> 4) << 3)) * 2);
+    const uint ks_addr = mma_smem_addr(ks) + k_lane, vs_addr = mma_smem_addr(vs) + v_lane;
+
+    for (int t = 0; t < n_tiles; ++t) {
+        const long kv0 = (long)t * MMA_BC;
+        mma_cp_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE); /* K(t) is in; every warp is done with V(t-1) */
+        mma_load_tile(vs, Vb, v_sr, kv0, MMA_BC, seqlen_k, lid);
+
+        /* S = Q K^T: one ldmatrix of K feeds 2 key tiles x MMA_MT row tiles. */
+        float s[MMA_MT][MMA_BC / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < MMA_MT; ++mt)
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+#pragma unroll
+            for (int np = 0; np < MMA_BC / 16; ++np) {
+                uint b0, b1, b2, b3;
+                mma_ldsm_x4(ks_addr + (uint)(np * 16 * MMA_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+#pragma unroll
+                for (int mt = 0; mt < MMA_MT; ++mt) {
+                    MMA(s[mt][2 * np], qf[mt][kk], b0, b1);
+                    MMA(s[mt][2 * np + 1], qf[mt][kk], b2, b3);
+                }
+            }
+        }
+
+        /* Mask keys past the end and above the diagonal (raw scores; the scale
+           is folded into the exponent's FMA below, which needs scale > 0). */
+        const int need_mask = kv0 + MMA_BC > seqlen_k || (causal && kv0 + MMA_BC - 1 > q0 + shift);
+        uint pf[MMA_MT][MMA_BC / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < MMA_MT; ++mt) {
+            if (need_mask) {
+#pragma unroll
+                for (int n = 0; n < MMA_BC / 8; ++n) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1);
+                        const long row = r0 + mt * 16 + (c >> 1) * 8;
+                        if (key >= seqlen_k || (causal && key > row + shift)) s[mt][n][c] = MMA_NEG_INF;
+                    }
+                }
+            }
+
+            /* Online softmax: new row max over the quad, rescale, exponentiate. */
+            float mx0 = MMA_NEG_INF, mx1 = MMA_NEG_INF;
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; ++n) {
+                mx0 = fmax(mx0, fmax(s[mt][n][0], s[mt][n][1]));
+                mx1 = fmax(mx1, fmax(s[mt][n][2], s[mt][n][3]));
+            }
+            mx0 = fmax(mx0, mma_shfl_xor(mx0, 1));
+            mx0 = fmax(mx0, mma_shfl_xor(mx0, 2));
+            mx1 = fmax(mx1, mma_shfl_xor(mx1, 1));
+            mx1 = fmax(mx1, mma_shfl_xor(mx1, 2));
+            mx0 = fmax(m[mt][0], mx0 * scale_log2);
+            mx1 = fmax(m[mt][1], mx1 * scale_log2);
+            /* A row with no visible key yet keeps max -inf: subtract 0 so exp2 gives 0, not NaN. */
+            const float base0 = mx0 == MMA_NEG_INF ? 0.0f : mx0;
+            const float base1 = mx1 == MMA_NEG_INF ? 0.0f : mx1;
+            const float alpha0 = mma_exp2(m[mt][0] - base0), alpha1 = mma_exp2(m[mt][1] - base1);
+            m[mt][0] = mx0;
+            m[mt][1] = mx1;
+            float l0 = l[mt][0] * alpha0, l1 = l[mt][1] * alpha1;
+#pragma unroll
+            for (int n = 0; n < HEAD_DIM / 8; ++n) {
+                acc[mt][n][0] *= alpha0;
+                acc[mt][n][1] *= alpha0;
+                acc[mt][n][2] *= alpha1;
+                acc[mt][n][3] *= alpha1;
+            }
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; ++n) {
+                const float p0 = mma_exp2(fma(s[mt][n][0], scale_log2, -base0));
+                const float p1 = mma_exp2(fma(s[mt][n][1], scale_log2, -base0));
+                const float p2 = mma_exp2(fma(s[mt][n][2], scale_log2, -base1));
+                const float p3 = mma_exp2(fma(s[mt][n][3], scale_log2, -base1));
+                l0 += p0 + p1;
+                l1 += p2 + p3;
+                /* C fragment of key tile n -> half of the A fragment of key chunk n/2. */
+                pf[mt][n >> 1][(n & 1) * 2 + 0] = mma_pack(p0, p1);
+                pf[mt][n >> 1][(n & 1) * 2 + 1] = mma_pack(p2, p3);
+            }
+            l[mt][0] = l0;
+            l[mt][1] = l1;
+        }
+
+        mma_cp_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE); /* V(t) is in; every warp is done with K(t) */
+        if (t + 1 < n_tiles) mma_load_tile(ks, Kb, k_sr, kv0 + MMA_BC, MMA_BC, seqlen_k, lid);
+
+        /* O += P V: one transposing ldmatrix of V feeds 2 dim tiles x MMA_MT row tiles. */
+#pragma unroll
+        for (int kk = 0; kk < MMA_BC / 16; ++kk) {
+#pragma unroll
+            for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
+                uint b0, b1, b2, b3;
+                mma_ldsm_x4_trans(vs_addr + (uint)(kk * 16 * MMA_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+#pragma unroll
+                for (int mt = 0; mt < MMA_MT; ++mt) {
+                    MMA(acc[mt][2 * dp], pf[mt][kk], b0, b1);
+                    MMA(acc[mt][2 * dp + 1], pf[mt][kk], b2, b3);
+                }
+            }
+        }
+    }
+
+    /* Row sums over the quad, normalise once, store 2 elements per register. */
+    __global ushort *Ob = O + MMA_BASE(o, b, h);
+    __global float *L = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
+    const int col = (lane & 3) * 2;
+#pragma unroll
+    for (int mt = 0; mt < MMA_MT; ++mt) {
+#pragma unroll
+        for (int half_ = 0; half_ < 2; ++half_) {
+            float lsum = l[mt][half_];
+            lsum += mma_shfl_xor(lsum, 1);
+            lsum += mma_shfl_xor(lsum, 2);
+            const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+            const long row = r0 + mt * 16 + half_ * 8;
+            if (row < seqlen_q) {
+                __global uint *dst = (__global uint *)(Ob + (ulong)row * o_sr + col);
+#pragma unroll
+                for (int n = 0; n < HEAD_DIM / 8; ++n)
+                    dst[n * 4] = mma_pack(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
+                if (write_lse && (lane & 3) == 0)
+                    L[row] = lsum > 0.0f ? M_LN2_F * (m[mt][half_] + log2(lsum)) : MMA_NEG_INF;
+            }
+        }
+    }
+}
