@@ -38,7 +38,7 @@ void cmd_bench_help(FILE *out)
           "  --kv-heads HKV   key/value heads, default H; H must be a multiple\n"
           "  --seqlen N       query length, default 2048\n"
           "  --seqlen-k NK    key length, default N\n"
-          "  --head-dim D     default 64, at most 512\n"
+          "  --head-dim D     default 64, at most 576 (FLASHCL_MAX_HEAD_DIM)\n"
           "  --causal         bottom-right aligned causal mask\n"
           "  --iters I        timed calls per path; 0 (default) picks enough for about\n"
           "                   one second, from 1 to 1000\n"
