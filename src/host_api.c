@@ -28,7 +28,7 @@ flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attentio
     }
     if (err != CL_SUCCESS) {
         st = flashcl__fail(ctx, err == CL_MEM_OBJECT_ALLOCATION_FAILURE ? FLASHCL_ERR_OUT_OF_DEVICE_MEMORY : (flashcl_status)err,
-                           "clCreateBuffer for the host arrays failed (%d)", (int)err);
+                           "clCreateBuffer for the host arrays failed: %s (%d)", flashcl__cl_error_name(err), (int)err);
         goto done;
     }
     flashcl_tensor views[4] = {
@@ -83,7 +83,7 @@ flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attenti
     }
     if (err != CL_SUCCESS) {
         st = flashcl__fail(ctx, err == CL_MEM_OBJECT_ALLOCATION_FAILURE ? FLASHCL_ERR_OUT_OF_DEVICE_MEMORY : (flashcl_status)err,
-                           "clCreateBuffer for the host arrays failed (%d)", (int)err);
+                           "clCreateBuffer for the host arrays failed: %s (%d)", flashcl__cl_error_name(err), (int)err);
         goto done;
     }
     flashcl_tensor views[8];

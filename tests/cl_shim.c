@@ -113,8 +113,11 @@ SHIM_API void cl_shim_set_fault(const char *name, long index, cl_int error) {
     snprintf(fault_name, sizeof fault_name, "%s", name ? name : "");
     fault_index = name ? index : 0;
     fault_error = error;
-    fault_fired = 0;
-    for (int i = 0; i < counter_count; ++i) counters[i].calls = 0;
+    /* Disarming keeps the record of whether the fault fired; arming starts afresh. */
+    if (name) {
+        fault_fired = 0;
+        for (int i = 0; i < counter_count; ++i) counters[i].calls = 0;
+    }
     pthread_mutex_unlock(&lock);
 }
 

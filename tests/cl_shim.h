@@ -16,7 +16,8 @@
 enum { CL_SHIM_CONTEXT, CL_SHIM_QUEUE, CL_SHIM_MEM, CL_SHIM_PROGRAM, CL_SHIM_KERNEL, CL_SHIM_EVENT, CL_SHIM_TYPES };
 
 typedef struct cl_shim_api {
-    /* Fails the index-th (from 1) call of `name` from now on with `error`; NULL disarms. Resets call counts. */
+    /* Fails the index-th (from 1) call of `name` from now on with `error` and resets the call counts;
+       NULL disarms (fault_fired still tells whether it fired). */
     void (*set_fault)(const char *name, long index, cl_int error);
     int (*fault_fired)(void);
     /* While paused, calls are neither counted nor failed (the test's own set-up). */
