@@ -20,6 +20,12 @@
  *
  * Grid: (query blocks * WG_SIZE, heads_q, batch). Query blocks run in reverse
  * so the heavy (late) blocks of a causal problem start first.
+ *
+ * Variants (cl/variants.cl): q/k/v/o are store_t (float, half or bfloat16),
+ * v/o have HEAD_DIM_V elements per row, only the key tiles inside the
+ * causal/window band are visited, tiles the block mask drops are skipped,
+ * and every score goes through flashcl_score (softcap, ALiBi, bias, masks)
+ * unless the tile is known plain. The split kernel runs plain attention only.
  */
 
 #ifndef HEAD_DIM
@@ -53,8 +59,9 @@
 #endif
 
 #define WG_SIZE (BLOCK_M * THREADS_PER_ROW)
-/* Head dim rounded up to whole float4s; the pad lanes are zero in q, K and V. */
+/* Head dims rounded up to whole float4s; the pad lanes are zero in q, K and V. */
 #define D4 ((HEAD_DIM + 3) / 4)
+#define DV4 ((HEAD_DIM_V + 3) / 4)
 #define HEAD_DIM_PAD (D4 * 4)
 /* Keys scored together: four independent dot products share each q load. */
 #define KEY_STEP 4
@@ -66,30 +73,22 @@
 #error "BLOCK_N must be a multiple of THREADS_PER_ROW"
 #endif
 
-/* Key range [0, kv_end) a query block [row0, row0 + BLOCK_M) needs at all. */
-inline long flash_kv_end(long row0, long seqlen_q, long seqlen_k, int causal) {
-    if (!causal) return seqlen_k;
-    long last_row = min(row0 + BLOCK_M, seqlen_q) - 1;
-    long limit = flashcl_causal_limit(last_row, seqlen_q, seqlen_k) + 1;
-    return clamp(limit, 0L, seqlen_k);
-}
+/* The arguments every forward kernel takes, after the four views. */
+#define FWD_ARGS                                                           \
+    __global float *LSE, ulong lse_off, int write_lse,                     \
+    int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2,  \
+    VARIANT_ARGS
 
-/* Whether any (row, key) pair of this tile is masked (causal or past seqlen_k). */
-inline int flash_tile_needs_mask(long row0, long key0, long seqlen_q, long seqlen_k, int causal) {
-    long key_last = key0 + BLOCK_N - 1;
-    if (key_last >= seqlen_k) return 1;
-    return causal && key_last > flashcl_causal_limit(row0, seqlen_q, seqlen_k);
-}
+/* Natural-log LSE of a finished row: ln(2) * (m + log2(l)); -inf when nothing is visible. */
+inline float flash_lse(float m, float l) { return l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF; }
 
 #if FLASH_KERNEL == FLASH_KERNEL_ROWS
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
-void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
-                    __global const float *K, VIEW_ARGS(k),
-                    __global const float *V, VIEW_ARGS(v),
-                    __global float *O, VIEW_ARGS(o),
-                    __global float *LSE, ulong lse_off, int write_lse,
-                    int seqlen_q, int seqlen_k, int heads_q, int group,
-                    float scale_log2, int causal)
+void flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q),
+                    __global const store_t *K, VIEW_ARGS(k),
+                    __global const store_t *V, VIEW_ARGS(v),
+                    __global store_t *O, VIEW_ARGS(o),
+                    FWD_ARGS)
 {
     const int lid = (int)get_local_id(0);
     const int nblocks = (int)get_num_groups(0);
@@ -97,53 +96,79 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
     const int h = (int)get_group_id(1);
     const int b = (int)get_group_id(2);
     const int hk = h / group;
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long row0 = (long)block * BLOCK_M;
+    if (row0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
     const long row = row0 + lid;
-    const int row_valid = row < seqlen_q;
+    const long row_last = min(row0 + BLOCK_M, hd.sq) - 1;
+    const int row_valid = row < hd.sq;
 
-    __global const float *Kb = K + VIEW_BASE(k, b, hk);
-    __global const float *Vb = V + VIEW_BASE(v, b, hk);
+    __global const store_t *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr;
+    __global const store_t *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
 
     /* q pre-multiplied by scale*log2(e): scores come out in the log2 domain. */
     float4 q[D4];
     {
-        __global const float *Qr = Q + VIEW_BASE(q, b, h) + (row_valid ? row : 0) * q_sr;
+        __global const store_t *Qr = Q + VIEW_BASE(q, b, h) + (hd.q0 + (row_valid ? row : 0)) * q_sr;
         for (int c4 = 0; c4 < D4; ++c4)
-            q[c4] = row_valid ? flashcl_load_row4(Qr, c4) * scale_log2 : (float4)(0.0f);
+            q[c4] = row_valid ? flashcl_ld4(Qr, c4, HEAD_DIM) * scale_log2 : (float4)(0.0f);
     }
-    float4 acc[D4];
-    for (int c4 = 0; c4 < D4; ++c4) acc[c4] = (float4)(0.0f);
+    float4 acc[DV4];
+    for (int c4 = 0; c4 < DV4; ++c4) acc[c4] = (float4)(0.0f);
     float m = FLASHCL_NEG_INF;
     float l = 0.0f;
 
-    const long kv_end = flash_kv_end(row0, seqlen_q, seqlen_k, causal);
-    const long limit = causal ? flashcl_causal_limit(row, seqlen_q, seqlen_k) : (long)seqlen_k - 1;
+    const long kv_begin = flashcl_kv_begin(hd, row0, BLOCK_N, win_left);
+    const long kv_end = flashcl_kv_end(hd, row_last, win_right);
 
 #if STAGE_LOCAL
     __local float4 Kt[BLOCK_N * D4];
-    __local float4 Vt[BLOCK_N * D4];
+    __local float4 Vt[BLOCK_N * DV4];
+#endif
+#if HAS_MASK
+    __local int tile_live;
 #endif
 
-    for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
+    for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
+        const long key_last = key0 + BLOCK_N - 1;
+        if (flashcl_tile_skipped(hd, row0, row_last, key0, key_last, VARIANT_PASS)) continue;
+#if HAS_MASK
+        /* A tile the boolean mask hides from every row is not loaded either. */
+        if (lid == 0) tile_live = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (row_valid) {
+            int any = 0;
+            for (int j = 0; j < BLOCK_N && key0 + j < hd.sk; ++j)
+                any |= mask[hd.mask_at + (ulong)row * mask_sr + (ulong)(key0 + j)] != 0;
+            if (any) atomic_or(&tile_live, 1);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int live = tile_live;
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone has read the flag before it is reset */
+        if (!live) continue;
+#endif
 #if STAGE_LOCAL
-        /* Cooperative, coalesced copy of the K and V tiles; rows past seqlen_k are zero. */
+        /* Cooperative, coalesced copy of the K and V tiles; rows past the sequence are zero. */
         for (int e = lid; e < BLOCK_N * D4; e += WG_SIZE) {
             int j = e / D4, c4 = e - j * D4;
             long key = key0 + j;
-            int ok = key < seqlen_k;
-            Kt[e] = ok ? flashcl_load_row4(Kb + key * k_sr, c4) : (float4)(0.0f);
-            Vt[e] = ok ? flashcl_load_row4(Vb + key * v_sr, c4) : (float4)(0.0f);
+            Kt[e] = key < hd.sk ? flashcl_ld4(Kb + key * k_sr, c4, HEAD_DIM) : (float4)(0.0f);
+        }
+        for (int e = lid; e < BLOCK_N * DV4; e += WG_SIZE) {
+            int j = e / DV4, c4 = e - j * DV4;
+            long key = key0 + j;
+            Vt[e] = key < hd.sk ? flashcl_ld4(Vb + key * v_sr, c4, HEAD_DIM_V) : (float4)(0.0f);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 #define K_ROW4(j, c4) Kt[(j) * D4 + (c4)]
-#define V_ROW4(j, c4) Vt[(j) * D4 + (c4)]
+#define V_ROW4(j, c4) Vt[(j) * DV4 + (c4)]
 #else
         /* Direct reads: clamp the row so the tail tile never reads past the view. */
-#define KEY_ROW(j) min(key0 + (j), (long)seqlen_k - 1)
-#define K_ROW4(j, c4) flashcl_load_row4(Kb + KEY_ROW(j) * k_sr, (c4))
-#define V_ROW4(j, c4) flashcl_load_row4(Vb + KEY_ROW(j) * v_sr, (c4))
+#define KEY_ROW(j) min(key0 + (j), hd.sk - 1)
+#define K_ROW4(j, c4) flashcl_ld4(Kb + KEY_ROW(j) * k_sr, (c4), HEAD_DIM)
+#define V_ROW4(j, c4) flashcl_ld4(Vb + KEY_ROW(j) * v_sr, (c4), HEAD_DIM_V)
 #endif
-        const int masked = flash_tile_needs_mask(row0, key0, seqlen_q, seqlen_k, causal);
+        const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_last, key0, key_last, win_left, win_right);
         float s[BLOCK_N];
         float tile_max = FLASHCL_NEG_INF;
         for (int j = 0; j < BLOCK_N; j += KEY_STEP) {
@@ -160,9 +185,9 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
             s[j + 2] = flashcl_sum4(a2);
             s[j + 3] = flashcl_sum4(a3);
         }
-        if (masked) {
+        if (!plain) {
             for (int j = 0; j < BLOCK_N; ++j)
-                if (key0 + j > limit) s[j] = FLASHCL_NEG_INF;
+                s[j] = row_valid ? flashcl_score(s[j], hd, row, key0 + j, VARIANT_PASS) : FLASHCL_NEG_INF;
         }
         for (int j = 0; j < BLOCK_N; ++j) tile_max = fmax(tile_max, s[j]);
 
@@ -170,12 +195,21 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
         const float base = flashcl_safe_base(m_new);
         const float alpha = exp2(m - base);
         l *= alpha;
-        for (int c4 = 0; c4 < D4; ++c4) acc[c4] *= alpha;
+        for (int c4 = 0; c4 < DV4; ++c4) acc[c4] *= alpha;
         for (int j = 0; j < BLOCK_N; j += KEY_STEP) {
             float p0 = exp2(s[j + 0] - base), p1 = exp2(s[j + 1] - base);
             float p2 = exp2(s[j + 2] - base), p3 = exp2(s[j + 3] - base);
             l += (p0 + p1) + (p2 + p3);
-            for (int c4 = 0; c4 < D4; ++c4) {
+#if HAS_DROPOUT
+            /* The normaliser counts every probability; only P V sees the dropped ones. */
+            if (row_valid) {
+                p0 *= flashcl_dropout_factor(hd, row, key0 + j + 0, VARIANT_PASS);
+                p1 *= flashcl_dropout_factor(hd, row, key0 + j + 1, VARIANT_PASS);
+                p2 *= flashcl_dropout_factor(hd, row, key0 + j + 2, VARIANT_PASS);
+                p3 *= flashcl_dropout_factor(hd, row, key0 + j + 3, VARIANT_PASS);
+            }
+#endif
+            for (int c4 = 0; c4 < DV4; ++c4) {
                 float4 o4 = acc[c4];
                 o4 = fma((float4)(p0), V_ROW4(j + 0, c4), o4);
                 o4 = fma((float4)(p1), V_ROW4(j + 1, c4), o4);
@@ -197,14 +231,11 @@ void flash_fwd_rows(__global const float *Q, VIEW_ARGS(q),
     }
 
     if (!row_valid) return;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-    __global float *Or = O + VIEW_BASE(o, b, h) + row * o_sr;
-    for (int c4 = 0; c4 < D4; ++c4) flashcl_store_row4(Or, c4, acc[c4] * inv_l);
-    if (write_lse) {
-        /* Natural log: lse = ln(2) * (m + log2(l)); -inf for a row with no visible key. */
-        float lse = l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF;
-        LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + row] = lse;
-    }
+    const float alpha = flashcl_fold_sink(&m, &l, hd.sink2);
+    const float inv_l = l > 0.0f ? alpha / l : 0.0f;
+    __global store_t *Or = O + VIEW_BASE(o, b, h) + (hd.q0 + row) * o_sr;
+    for (int c4 = 0; c4 < DV4; ++c4) flashcl_st4(Or, c4, acc[c4] * inv_l, HEAD_DIM_V);
+    if (write_lse) LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flash_lse(m, l);
 }
 #endif
 
@@ -219,10 +250,10 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
                      __global const float *K, VIEW_ARGS(k),
                      __global const float *V, VIEW_ARGS(v),
                      __global float *O, VIEW_ARGS(o),
-                     __global float *LSE, ulong lse_off, int write_lse,
-                     int seqlen_q, int seqlen_k, int heads_q, int group,
-                     float scale_log2, int causal)
+                     FWD_ARGS)
 {
+    /* Plain attention only (the planner never picks this kernel for variants):
+       float storage, one sequence per batch entry, causal at most. */
     const int lid = (int)get_local_id(0);
     const int r = lid / THREADS_PER_ROW;  /* row within the block */
     const int t = lid - r * THREADS_PER_ROW; /* lane within the row */
@@ -231,6 +262,7 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
     const int h = (int)get_group_id(1);
     const int b = (int)get_group_id(2);
     const int hk = h / group;
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long row0 = (long)block * BLOCK_M;
     const long row = row0 + r;
     const int row_valid = row < seqlen_q;
@@ -256,8 +288,8 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
     float m = FLASHCL_NEG_INF;
     float l_part = 0.0f; /* this lane's share of the row sum, all lanes share m */
 
-    const long kv_end = flash_kv_end(row0, seqlen_q, seqlen_k, causal);
-    const long limit = causal ? flashcl_causal_limit(row, seqlen_q, seqlen_k) : (long)seqlen_k - 1;
+    const long kv_end = flashcl_kv_end(hd, min(row0 + BLOCK_M, (long)seqlen_q) - 1, win_right);
+    const long limit = flashcl_key_hi(hd, row, win_right);
 
     for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
         for (int e = lid; e < BLOCK_N * HEAD_DIM; e += WG_SIZE) {
@@ -318,10 +350,7 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
         int c = t + k * THREADS_PER_ROW;
         if (c < HEAD_DIM) Or[c] = acc[k] * inv_l;
     }
-    if (write_lse && t == 0) {
-        float lse = l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF;
-        LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + row] = lse;
-    }
+    if (write_lse && t == 0) LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flash_lse(m, l);
 }
 #endif
 
@@ -338,8 +367,8 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
  */
 #define GRID 16
 #define SLICE 16
-#define DIM_GROUPS ((HEAD_DIM + 63) / 64)   /* float4 output groups per work-item */
-#define V_STRIDE (DIM_GROUPS * 64)          /* V slice rows, zero-padded past HEAD_DIM */
+#define DIM_GROUPS ((HEAD_DIM_V + 63) / 64) /* float4 output groups per work-item */
+#define V_STRIDE (DIM_GROUPS * 64)          /* V slice rows, zero-padded past HEAD_DIM_V */
 #define QS_STRIDE (BLOCK_M + 4)             /* +4 floats: spreads stores over banks, keeps 16-byte alignment */
 #define KS_STRIDE (BLOCK_N + 4)
 #define PT_STRIDE (BLOCK_M + 4)
@@ -364,13 +393,11 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
     } while (0)
 
 __kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1)))
-void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
-                     __global const float *K, VIEW_ARGS(k),
-                     __global const float *V, VIEW_ARGS(v),
-                     __global float *O, VIEW_ARGS(o),
-                     __global float *LSE, ulong lse_off, int write_lse,
-                     int seqlen_q, int seqlen_k, int heads_q, int group,
-                     float scale_log2, int causal)
+void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
+                     __global const store_t *K, VIEW_ARGS(k),
+                     __global const store_t *V, VIEW_ARGS(v),
+                     __global store_t *O, VIEW_ARGS(o),
+                     FWD_ARGS)
 {
     const int lid = (int)get_local_id(0);
     const int tx = lid % GRID, ty = lid / GRID;
@@ -379,11 +406,14 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
     const int h = (int)get_group_id(1);
     const int b = (int)get_group_id(2);
     const int hk = h / group;
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long row0 = (long)block * BLOCK_M;
+    if (row0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    const long row_last = min(row0 + BLOCK_M, hd.sq) - 1;
 
-    __global const float *Qb = Q + VIEW_BASE(q, b, h);
-    __global const float *Kb = K + VIEW_BASE(k, b, hk);
-    __global const float *Vb = V + VIEW_BASE(v, b, hk);
+    __global const store_t *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
+    __global const store_t *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr;
+    __global const store_t *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
 
     /* stage holds [Q slice | K slice] while scoring and the V slice during PV. */
     __local float stage[STAGE_FLOATS] __attribute__((aligned(16)));
@@ -392,20 +422,43 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
     __local float *Qs = stage;                      /* [SLICE][QS_STRIDE] */
     __local float *Ks = stage + SLICE * QS_STRIDE;  /* [SLICE][KS_STRIDE] */
     __local float *Vs = stage;                      /* [SLICE][V_STRIDE] */
+#if HAS_MASK
+    __local int tile_live;
+#endif
 
     float4 acc[TILE_M][DIM_GROUPS];
     float m[TILE_M], l_part[TILE_M];
-    long limit[TILE_M];
     for (int i = 0; i < TILE_M; ++i) {
         for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] = (float4)(0.0f);
         m[i] = FLASHCL_NEG_INF;
         l_part[i] = 0.0f;
-        long row = row0 + ty * TILE_M + i;
-        limit[i] = causal ? flashcl_causal_limit(row, seqlen_q, seqlen_k) : (long)seqlen_k - 1;
     }
 
-    const long kv_end = flash_kv_end(row0, seqlen_q, seqlen_k, causal);
-    for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
+    const long kv_begin = flashcl_kv_begin(hd, row0, BLOCK_N, win_left);
+    const long kv_end = flashcl_kv_end(hd, row_last, win_right);
+    for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
+        const long key_last = key0 + BLOCK_N - 1;
+        if (flashcl_tile_skipped(hd, row0, row_last, key0, key_last, VARIANT_PASS)) continue;
+#if HAS_MASK
+        /* A tile the boolean mask hides from every row is not loaded either. */
+        if (lid == 0) tile_live = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            int any = 0;
+            for (int i = 0; i < TILE_M; ++i) {
+                long row = row0 + ty * TILE_M + i;
+                for (int j = 0; j < TILE_N; ++j) {
+                    long key = key0 + tx * TILE_N + j;
+                    if (row < hd.sq && key < hd.sk) any |= mask[hd.mask_at + (ulong)row * mask_sr + (ulong)key] != 0;
+                }
+            }
+            if (any) atomic_or(&tile_live, 1);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int live = tile_live;
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone has read the flag before it is reset */
+        if (!live) continue;
+#endif
         float s[TILE_M][TILE_N];
         for (int i = 0; i < TILE_M; ++i)
             for (int j = 0; j < TILE_N; ++j) s[i][j] = 0.0f;
@@ -415,12 +468,13 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
             for (int e = lid; e < SLICE * BLOCK_M; e += GRID * GRID) {
                 int r = e / SLICE, c = e - r * SLICE;
                 long qi = row0 + r;
-                Qs[c * QS_STRIDE + r] = (qi < seqlen_q && c0 + c < HEAD_DIM) ? Qb[qi * q_sr + c0 + c] * scale_log2 : 0.0f;
+                Qs[c * QS_STRIDE + r] =
+                    (qi < hd.sq && c0 + c < HEAD_DIM) ? FLASHCL_LOAD(Qb, qi * q_sr + c0 + c) * scale_log2 : 0.0f;
             }
             for (int e = lid; e < SLICE * BLOCK_N; e += GRID * GRID) {
                 int r = e / SLICE, c = e - r * SLICE;
                 long kj = key0 + r;
-                Ks[c * KS_STRIDE + r] = (kj < seqlen_k && c0 + c < HEAD_DIM) ? Kb[kj * k_sr + c0 + c] : 0.0f;
+                Ks[c * KS_STRIDE + r] = (kj < hd.sk && c0 + c < HEAD_DIM) ? FLASHCL_LOAD(Kb, kj * k_sr + c0 + c) : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int c = 0; c < SLICE; ++c) {
@@ -433,12 +487,15 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
             barrier(CLK_LOCAL_MEM_FENCE);
         }
 
-        /* Mask, then the row max across the 16 work-items sharing each row. */
-        const int masked = flash_tile_needs_mask(row0, key0, seqlen_q, seqlen_k, causal);
+        /* Score terms and masks, then the row max across the 16 work-items sharing each row. */
+        const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_last, key0, key_last, win_left, win_right);
         for (int i = 0; i < TILE_M; ++i) {
+            const long row = row0 + ty * TILE_M + i;
             float mx = FLASHCL_NEG_INF;
             for (int j = 0; j < TILE_N; ++j) {
-                if (masked && key0 + tx * TILE_N + j > limit[i]) s[i][j] = FLASHCL_NEG_INF;
+                if (!plain)
+                    s[i][j] = row < hd.sq ? flashcl_score(s[i][j], hd, row, key0 + tx * TILE_N + j, VARIANT_PASS)
+                                          : FLASHCL_NEG_INF;
                 mx = fmax(mx, s[i][j]);
             }
             red[(ty * TILE_M + i) * GRID + tx] = mx;
@@ -455,6 +512,11 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
             for (int j = 0; j < TILE_N; ++j) {
                 float p = exp2(s[i][j] - base);
                 l_part[i] += p;
+#if HAS_DROPOUT
+                /* The normaliser counts every probability; only P V sees the dropped ones. */
+                const long row = row0 + ty * TILE_M + i;
+                if (row < hd.sq) p *= flashcl_dropout_factor(hd, row, key0 + tx * TILE_N + j, VARIANT_PASS);
+#endif
                 Pt[(tx * TILE_N + j) * PT_STRIDE + ty * TILE_M + i] = p;
             }
         }
@@ -465,7 +527,7 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
             for (int e = lid; e < SLICE * V_STRIDE; e += GRID * GRID) {
                 int r = e / V_STRIDE, c = e - r * V_STRIDE;
                 long kj = key0 + j0 + r;
-                Vs[e] = (kj < seqlen_k && c < HEAD_DIM) ? Vb[kj * v_sr + c] : 0.0f;
+                Vs[e] = (kj < hd.sk && c < HEAD_DIM_V) ? FLASHCL_LOAD(Vb, kj * v_sr + c) : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int jj = 0; jj < SLICE; ++jj) {
@@ -487,21 +549,13 @@ void flash_fwd_tiles(__global const float *Q, VIEW_ARGS(q),
         long row = row0 + ty * TILE_M + i;
         float l = 0.0f;
         for (int u = 0; u < GRID; ++u) l += red[(ty * TILE_M + i) * GRID + u];
-        if (row >= seqlen_q) continue;
-        const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-        __global float *Or = O + VIEW_BASE(o, b, h) + row * o_sr;
-        for (int g = 0; g < DIM_GROUPS; ++g) {
-            float4 r4 = acc[i][g] * inv_l;
-            int c = g * 64 + tx * 4;
-            if (c < HEAD_DIM) Or[c] = r4.x;
-            if (c + 1 < HEAD_DIM) Or[c + 1] = r4.y;
-            if (c + 2 < HEAD_DIM) Or[c + 2] = r4.z;
-            if (c + 3 < HEAD_DIM) Or[c + 3] = r4.w;
-        }
-        if (write_lse && tx == 0) {
-            float lse = l > 0.0f ? M_LN2_F * (m[i] + log2(l)) : FLASHCL_NEG_INF;
-            LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + row] = lse;
-        }
+        if (row >= hd.sq) continue;
+        float mi = m[i];
+        const float alpha = flashcl_fold_sink(&mi, &l, hd.sink2);
+        const float inv_l = l > 0.0f ? alpha / l : 0.0f;
+        __global store_t *Or = O + VIEW_BASE(o, b, h) + (hd.q0 + row) * o_sr;
+        for (int g = 0; g < DIM_GROUPS; ++g) flashcl_st4(Or, g * 16 + tx, acc[i][g] * inv_l, HEAD_DIM_V);
+        if (write_lse && tx == 0) LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flash_lse(mi, l);
     }
 }
 #endif

@@ -61,8 +61,9 @@
     FLASHCL_STRINGIFY(FLASHCL_VERSION_MAJOR) "." FLASHCL_STRINGIFY(           \
         FLASHCL_VERSION_MINOR) "." FLASHCL_STRINGIFY(FLASHCL_VERSION_PATCH)
 
-/* Largest head dimension the kernels are built for. */
-#define FLASHCL_MAX_HEAD_DIM 256
+/* Largest head dimension (of q/k and of v) the kernels are built for: 576
+   covers DeepSeek MLA's d_qk = 576, d_v = 512. */
+#define FLASHCL_MAX_HEAD_DIM 576
 
 #ifdef __cplusplus
 extern "C" {
@@ -93,7 +94,9 @@ extern "C" {
     XX(ERR_INVALID_TILE, -1012, "the FLASHCL_TILE override cannot be parsed or does not fit")      \
     XX(ERR_INVALID_PATH, -1013, "unknown attention path")                                          \
     XX(ERR_ALIASED_OUTPUT, -1014, "an output tensor overlaps an input or another output")          \
+    XX(ERR_INVALID_VARIANT, -1015, "a variant field (window, softcap, dropout, bias, mask, varlen) is invalid") \
     XX(ERR_UNSUPPORTED_DTYPE, -1100, "the data type is not supported by this path yet")            \
+    XX(ERR_UNSUPPORTED_VARIANT, -1103, "this path does not support a requested attention variant")  \
     XX(ERR_NO_DEVICE, -1101, "no OpenCL platform or device is available")                          \
     XX(ERR_UNSUPPORTED_DEVICE, -1102, "the device lacks a capability FlashCL needs")               \
     XX(ERR_BUILD_FAILED, -1200, "an OpenCL program failed to build (see the build log)")           \
@@ -211,21 +214,88 @@ FLASHCL_API flashcl_tensor flashcl_tensor_bhsd(cl_mem buffer, size_t seqlen, siz
 typedef enum flashcl_dtype {
     FLASHCL_DTYPE_DEFAULT = 0, /* float32 */
     FLASHCL_DTYPE_F32 = 1,
-    FLASHCL_DTYPE_F16 = 2,  /* storage only, float32 accumulation (not yet supported) */
-    FLASHCL_DTYPE_BF16 = 3  /* storage only, float32 accumulation (not yet supported) */
+    FLASHCL_DTYPE_F16 = 2,  /* IEEE half storage (vload_half/vstore_half), float32 accumulation */
+    FLASHCL_DTYPE_BF16 = 3  /* bfloat16 storage (round-to-nearest-even on store), float32 accumulation */
 } flashcl_dtype;
 
-/* One attention problem. Zero-initialise, then set the sizes: zero fields mean defaults. */
+/* Bytes per element of a storage type (0 for an unknown value). */
+FLASHCL_API size_t flashcl_dtype_size(flashcl_dtype dtype);
+
+/*
+ * A [batch|1, heads|1, seqlen_q, seqlen_k] matrix (additive bias, boolean
+ * mask) or [batch|1, heads|1, ceil(seqlen_q/block_q), ceil(seqlen_k/block_k)]
+ * block mask in a cl_mem. Offsets and strides are in elements; the last
+ * dimension is contiguous. A zero stride_batch or stride_head broadcasts over
+ * that dimension; all three strides zero means packed and not broadcast.
+ */
+typedef struct flashcl_matrix {
+    cl_mem buffer; /* NULL = feature off */
+    size_t offset;
+    size_t stride_batch;
+    size_t stride_head;
+    size_t stride_row;
+} flashcl_matrix;
+
+/*
+ * One attention problem. Zero-initialise, then set the sizes: zero fields mean
+ * defaults, and a zeroed variant field means the feature is off. Order of the
+ * score terms (all in float32): s = scale * q.k; softcap; + ALiBi + bias;
+ * masks (causal/window, mask, block mask) give -inf; softmax with the sinks in
+ * the denominator; dropout on the probabilities; O = P V.
+ */
 typedef struct flashcl_attention_desc {
-    flashcl_dtype dtype; /* 0 = float32 */
-    size_t batch;        /* >= 1 */
+    flashcl_dtype dtype; /* storage of q, k, v, o (and dout, dq, dk, dv); 0 = float32. LSE, bias, slopes, sinks are float32. */
+    size_t batch;        /* >= 1 (with varlen: the number of sequences) */
     size_t heads_q;      /* >= 1 */
     size_t heads_kv;     /* 0 = heads_q; heads_q % heads_kv == 0 */
-    size_t seqlen_q;     /* >= 1 */
-    size_t seqlen_k;     /* 0 = seqlen_q */
-    size_t head_dim;     /* 1..FLASHCL_MAX_HEAD_DIM */
+    size_t seqlen_q;     /* >= 1 (with varlen: total query rows of the packed views) */
+    size_t seqlen_k;     /* 0 = seqlen_q (with varlen: total key rows) */
+    size_t head_dim;     /* of q and k: 1..FLASHCL_MAX_HEAD_DIM */
     float scale;         /* 0 = 1/sqrt(head_dim) */
-    int causal;          /* nonzero: bottom-right aligned causal mask */
+    int causal;          /* nonzero: bottom-right aligned causal mask (= window (-1, 0), or (left, 0) with a window) */
+
+    size_t head_dim_v;   /* of v, o (and dv, dout): 0 = head_dim; 1..FLASHCL_MAX_HEAD_DIM */
+
+    /* Sliding window, FlashAttention-2 semantics, aligned like causal: key j is
+       visible to query i iff i + sk - sq - window_left <= j <= i + sk - sq + window_right.
+       -1 = unbounded on that side. Only read when `window` is nonzero. */
+    int window;
+    int window_left, window_right;
+
+    float softcap;       /* > 0: s = softcap * tanh(scale * q.k / softcap); 0 = off */
+
+    /* ALiBi: float32 slopes, [heads_q] (alibi_stride_batch 0) or [batch, heads_q]
+       (alibi_stride_batch = heads_q); bias -slope * |i + sk - sq - j| after scale and softcap. */
+    cl_mem alibi_slopes;
+    size_t alibi_offset, alibi_stride_batch;
+
+    /* Attention sinks: float32 [heads_q] logits added to each row's softmax
+       denominator only (gpt-oss). The backward writes d(loss)/d(sinks) to dsinks
+       ([heads_q] floats from dsinks_offset) when dsinks is not NULL. */
+    cl_mem sinks;
+    size_t sinks_offset;
+    cl_mem dsinks;
+    size_t dsinks_offset;
+
+    /* Dropout on the attention probabilities: element (b, h, i, j) is kept iff
+       the Philox4x32-10 word for that absolute position, keyed by seed and
+       offset, is >= dropout_p * 2^32; kept values are scaled by 1/(1 - p).
+       The mask depends only on (seed, offset, b, h, i, j): not on tiles or device. */
+    float dropout_p;     /* 0 = off; 0 <= p < 1 */
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
+
+    flashcl_matrix bias;      /* float32 additive bias [b|1, h|1, sq, sk] (after scale and softcap) */
+    flashcl_matrix mask;      /* uchar boolean mask [b|1, h|1, sq, sk]: nonzero = attend */
+    flashcl_matrix block_mask;/* uchar [b|1, h|1, ceil(sq/block_q), ceil(sk/block_k)]: 0 = block skipped */
+    size_t block_q, block_k;  /* block-mask block sizes (required with block_mask) */
+
+    /* Variable-length batches (flash_attn_varlen_func): int32 cumulative offsets
+       [batch + 1] into the packed rows; sequence b has rows cu[b] .. cu[b+1]-1.
+       Views are [total, heads, dim] (stride_batch must be 0), LSE is [heads_q, total_q].
+       max_seqlen_q/k bound the per-sequence lengths (0 = the totals). */
+    cl_mem cu_seqlens_q, cu_seqlens_k;
+    size_t max_seqlen_q, max_seqlen_k;
 } flashcl_attention_desc;
 
 /* Which implementation a call or plan query refers to. */
@@ -253,7 +323,7 @@ typedef struct flashcl_plan {
     size_t private_mem_bytes;/* CL_KERNEL_PRIVATE_MEM_SIZE (non-zero can mean spills) */
     size_t scratch_bytes;    /* device memory the call allocates beyond its outputs */
     char origin[16];         /* "env" (FLASHCL_TILE), "table" (built-in), "formula", "fallback" */
-    char build_options[256]; /* the options the kernel was built with */
+    char build_options[512]; /* the options the kernel was built with */
     char reason[512];        /* why this plan was chosen, in words */
 } flashcl_plan;
 
@@ -302,6 +372,21 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
 FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                                 flashcl_path path, const float *q, const float *k,
                                                 const float *v, float *o, float *lse);
+
+/*
+ * The dropout keep mask a flash call with this descriptor applies (for tests
+ * and debugging): uchar [batch, heads_q, seqlen_q, seqlen_k], 1 = kept,
+ * written to `out` from out_offset bytes. With varlen the shape is
+ * [batch, heads_q, max_seqlen_q, max_seqlen_k], 0 outside each sequence.
+ * The mask is a function of (dropout_seed, dropout_offset, b, h, i, j) alone:
+ * kept iff word (j mod 4) of Philox4x32-10 with counter
+ * (j / 4, i, b * heads_q + h, low 32 bits of dropout_offset) and key
+ * (low 32 bits of dropout_seed, high 32 bits of dropout_seed XOR high 32 bits
+ * of dropout_offset) is >= floor(dropout_p * 2^32); i and j count within the sequence.
+ */
+FLASHCL_API flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                                cl_mem out, size_t out_offset, cl_uint num_wait,
+                                                const cl_event *wait_list, cl_event *event);
 
 /* --------------------------------------------------------------- backward */
 

@@ -18,13 +18,18 @@ static flashcl_status prepare_backward(flashcl_context *ctx, const flashcl_atten
     flashcl_status st = flashcl__resolve_desc(ctx, desc, d);
     if (st != FLASHCL_SUCCESS) return st;
     const size_t hq = d->heads_q, hk = d->heads_kv, sq = d->seqlen_q, sk = d->seqlen_k;
+    const size_t dqk = d->head_dim, dv = d->head_dim_v;
     const flashcl__view_spec specs[BACKWARD_VIEWS] = {
-        {"q", in[BQ], hq, sq, 0},     {"k", in[BK], hk, sk, 0},   {"v", in[BV], hk, sk, 0},
-        {"o", in[BO], hq, sq, 0},     {"dout", in[BDO], hq, sq, 0}, {"dq", in[BDQ], hq, sq, 1},
-        {"dk", in[BDK], hk, sk, 1},   {"dv", in[BDV], hk, sk, 1},
+        {"q", in[BQ], hq, sq, dqk, 0},    {"k", in[BK], hk, sk, dqk, 0},     {"v", in[BV], hk, sk, dv, 0},
+        {"o", in[BO], hq, sq, dv, 0},     {"dout", in[BDO], hq, sq, dv, 0},  {"dq", in[BDQ], hq, sq, dqk, 1},
+        {"dk", in[BDK], hk, sk, dqk, 1},  {"dv", in[BDV], hk, sk, dv, 1},
     };
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 1, 0};
-    return flashcl__validate_views(ctx, d, specs, BACKWARD_VIEWS, &lse_spec, num_wait, wait_list, views);
+    st = flashcl__validate_views(ctx, d, specs, BACKWARD_VIEWS, &lse_spec, num_wait, wait_list, views);
+    if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 1);
+    /* Until the backward kernels take the variant arguments: plain calls only. */
+    if (st == FLASHCL_SUCCESS) st = flashcl__require_plain(ctx, d, "flash backward");
+    return st;
 }
 
 /* Sets `count` view argument groups, then the rest from a list. */

@@ -28,7 +28,7 @@ flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attent
     cl_mem lse_buf = lse ? lse : views[0].buffer;
     cl_ulong lse_off = lse_offset;
     cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q;
-    cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0;
+    cl_int group = (cl_int)(d->heads_q / d->heads_kv);
     cl_float scale_log2 = (cl_float)(d->scale * LOG2E);
 
     cl_uint arg = 0;
@@ -42,11 +42,12 @@ flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attent
     if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof hq, &hq);
     if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof group, &group);
     if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof scale_log2, &scale_log2);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof causal, &causal);
+    if (err == CL_SUCCESS) err = flashcl__set_variant_args(kernel, &arg, d, views[0].buffer);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clSetKernelArg(flash forward)");
 
     size_t wg = plan->pub.work_group_size;
-    size_t blocks = (d->seqlen_q + (size_t)plan->pub.block_rows - 1) / (size_t)plan->pub.block_rows;
+    /* max_seqlen_q: with varlen, blocks past a shorter sequence's end return at once. */
+    size_t blocks = (d->max_seqlen_q + (size_t)plan->pub.block_rows - 1) / (size_t)plan->pub.block_rows;
     size_t global[3] = {blocks * wg, d->heads_q, d->batch};
     size_t local[3] = {wg, 1, 1};
     err = clEnqueueNDRangeKernel(ctx->queue, kernel, 3, NULL, global, local, num_wait, wait_list, event);

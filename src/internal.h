@@ -53,7 +53,7 @@ struct flashcl_context {
     cl_mem scratch[FLASHCL__SCRATCH_SLOTS];
     size_t scratch_bytes[FLASHCL__SCRATCH_SLOTS];
     cl_event scratch_last_use;
-    flashcl__flash_plan_slot *flash_plans[FLASHCL_MAX_HEAD_DIM + 1]; /* by head dim */
+    flashcl__flash_plan_slot *flash_plans; /* list, by head dims and variant switches */
     flashcl__standard_plan_slot *standard_plan;
     flashcl__backward_plan_slot *backward_plans[FLASHCL_MAX_HEAD_DIM + 1]; /* by head dim */
     char *error;               /* last detailed error message */
@@ -113,7 +113,7 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
 typedef struct flashcl__view_spec {
     const char *name;          /* "q", "dk", ... used in messages */
     const flashcl_tensor *t;
-    size_t heads, rows;
+    size_t heads, rows, dim;   /* dim: head_dim or head_dim_v */
     int is_output;
 } flashcl__view_spec;
 typedef struct flashcl__lse_spec {
@@ -132,11 +132,48 @@ flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attent
                                       cl_mem lse, size_t lse_offset, cl_uint num_wait,
                                       const cl_event *wait_list, flashcl_tensor resolved[4]);
 
+/* Bounds of the variant buffers (slopes, sinks, dsinks when backward, bias, masks, cu_seqlens). */
+flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward);
+
+/* ---- variants (variants.c) */
+/* Defaults and scalar checks of the variant fields (called by flashcl__resolve_desc):
+   head_dim_v, window_left/right always resolved (causal folded in: right = 0), max_seqlen_q/k. */
+flashcl_status flashcl__resolve_variants(flashcl_context *ctx, flashcl_attention_desc *d);
+/* No variant beyond causal, float32: what every kernel family (and the standard path) supports. */
+int flashcl__desc_is_plain(const flashcl_attention_desc *d);
+/* FLASHCL_ERR_UNSUPPORTED_DTYPE / _VARIANT naming the features, unless the call is plain. */
+flashcl_status flashcl__require_plain(flashcl_context *ctx, const flashcl_attention_desc *d, const char *path);
+int flashcl__is_varlen(const flashcl_attention_desc *d);
+int flashcl__dtype_code(flashcl_dtype dtype);
+const char *flashcl__dtype_name(flashcl_dtype dtype);
+/* "bf16, window (128, 0), ALiBi": the features in use, for plan reasons and messages. */
+void flashcl__describe_variants(const flashcl_attention_desc *d, char *out, size_t cap);
+/* The -D switches of cl/variants.cl this descriptor needs (plus HEAD_DIM_V). */
+void flashcl__variant_options(const flashcl_attention_desc *d, char *out, size_t cap);
+/* offset, batch, head, row strides of a bias/mask matrix with the packed default applied. */
+void flashcl__matrix_strides(const flashcl_attention_desc *d, const flashcl_matrix *m, size_t rows, size_t cols,
+                             cl_ulong out[4]);
+size_t flashcl__block_rows(const flashcl_attention_desc *d);
+size_t flashcl__block_cols(const flashcl_attention_desc *d);
+/* Sets the VARIANT_ARGS group from index *arg on; `dummy` is bound for buffers of features that are off. */
+cl_int flashcl__set_variant_args(cl_kernel kernel, cl_uint *arg, const flashcl_attention_desc *d, cl_mem dummy);
+
+/* ---- storage conversions for host arrays (half.c), round to nearest even */
+uint16_t flashcl__float_to_f16(float f);
+float flashcl__f16_to_float(uint16_t h);
+uint16_t flashcl__float_to_bf16(float f);
+float flashcl__bf16_to_float(uint16_t h);
+/* n elements float32 -> storage type (dst holds n * flashcl_dtype_size bytes) and back. */
+void flashcl__to_storage(flashcl_dtype dtype, const float *src, void *dst, size_t n);
+void flashcl__from_storage(flashcl_dtype dtype, const void *src, float *dst, size_t n);
+
 /* ---- plans (plan_flash.c, plan_standard.c) */
 typedef struct flashcl__flash_plan {
     flashcl_plan pub;
     cl_program program;
     cl_kernel kernel;
+    char key[320]; /* head dims + variant switches: one plan per distinct build */
+    struct flashcl__flash_plan *next;
 } flashcl__flash_plan;
 
 typedef struct flashcl__standard_plan {

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define COMMON_SOURCE "common.cl"
 #define MAX_SOURCE_BYTES (16u << 20)
 
 static const flashcl__kernel_source *find_embedded(const char *name) {
@@ -65,27 +64,32 @@ static flashcl_status get_text(flashcl_context *ctx, const char *name, char **ou
     return FLASHCL_SUCCESS;
 }
 
+/* Every kernel sees these first, in this order: the shared helpers, then the variant layer. */
+static const char *const prelude[] = {"common.cl", "variants.cl"};
+#define PRELUDE_COUNT (sizeof prelude / sizeof prelude[0])
+
 flashcl_status flashcl__load_kernel_source(flashcl_context *ctx, const char *name, char **out) {
     *out = NULL;
-    char *common = NULL, *body = NULL;
-    size_t common_len = 0, body_len = 0;
-    flashcl_status st = get_text(ctx, COMMON_SOURCE, &common, &common_len);
-    if (st == FLASHCL_SUCCESS) st = get_text(ctx, name, &body, &body_len);
-    if (st != FLASHCL_SUCCESS) {
-        free(common);
-        return st;
+    char *parts[PRELUDE_COUNT + 1] = {NULL};
+    size_t lens[PRELUDE_COUNT + 1] = {0};
+    flashcl_status st = FLASHCL_SUCCESS;
+    for (size_t i = 0; i <= PRELUDE_COUNT && st == FLASHCL_SUCCESS; ++i)
+        st = get_text(ctx, i < PRELUDE_COUNT ? prelude[i] : name, &parts[i], &lens[i]);
+    size_t total = 1;
+    for (size_t i = 0; i <= PRELUDE_COUNT; ++i) total += lens[i] + 1;
+    char *all = st == FLASHCL_SUCCESS ? malloc(total) : NULL;
+    if (st == FLASHCL_SUCCESS && !all)
+        st = flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory joining kernel sources");
+    if (all) {
+        size_t at = 0;
+        for (size_t i = 0; i <= PRELUDE_COUNT; ++i) {
+            memcpy(all + at, parts[i], lens[i]);
+            at += lens[i];
+            all[at++] = '\n';
+        }
+        all[at] = '\0';
+        *out = all;
     }
-    char *all = malloc(common_len + 1 + body_len + 1);
-    if (!all) {
-        free(common);
-        free(body);
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory joining kernel sources");
-    }
-    memcpy(all, common, common_len);
-    all[common_len] = '\n';
-    memcpy(all + common_len + 1, body, body_len + 1);
-    free(common);
-    free(body);
-    *out = all;
-    return FLASHCL_SUCCESS;
+    for (size_t i = 0; i <= PRELUDE_COUNT; ++i) free(parts[i]);
+    return st;
 }

@@ -34,6 +34,9 @@ static const char *const kernel_names[] = {"flash_fwd_rows", "flash_fwd_split", 
 
 typedef struct {
     int kernel, br, bc, tpr, staging;
+    int dv; /* head dim of V and O (the d of the other functions is that of Q and K) */
+    const char *variant_options; /* cl/variants.cl switches of the call */
+    int plain;                   /* no variant: the split kernel can run it */
 } shape;
 
 #define TILES_GRID 16  /* flash_fwd_tiles is a 16x16 grid of work-items */
@@ -53,6 +56,8 @@ static int table_shape(const flashcl_context *ctx, shape *s, char *why, size_t c
     return 1;
 }
 
+static int proto_plain(const shape *proto) { return proto->plain; }
+
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 static int round_down(int x, int m) { return x / m * m; }
 
@@ -60,7 +65,7 @@ static int round_down(int x, int m) { return x / m * m; }
 static size_t local_bytes(const shape *s, int d) {
     if (s->kernel == KERNEL_TILES) {
         size_t qk = (size_t)TILES_SLICE * ((size_t)s->br + 4 + (size_t)s->bc + 4);
-        size_t v = (size_t)TILES_SLICE * (size_t)((d + 63) / 64 * 64);
+        size_t v = (size_t)TILES_SLICE * (size_t)((s->dv + 63) / 64 * 64);
         size_t stage = qk > v ? qk : v;
         return 4 * (stage + (size_t)s->bc * ((size_t)s->br + 4) + (size_t)s->br * TILES_GRID);
     }
@@ -69,7 +74,7 @@ static size_t local_bytes(const shape *s, int d) {
         return 4 * ((size_t)s->br * lds + 2 * (size_t)s->bc * lds + (size_t)s->br * s->bc + (size_t)s->br * s->tpr);
     }
     if (s->staging == FLASHCL_STAGING_DIRECT) return 0;
-    return 2 * (size_t)s->bc * (size_t)((d + 3) / 4) * 16;
+    return (size_t)s->bc * (size_t)((d + 3) / 4 + (s->dv + 3) / 4) * 16 + 4; /* K and V tiles + a flag */
 }
 
 static int min_bc(const shape *s) { return s->tpr > 4 ? s->tpr : 4; }
@@ -138,11 +143,12 @@ static void apply_override(const flashcl__tile_override *ov, shape *s) {
 
 static void build_options(const shape *s, int d, char *out, size_t cap) {
     if (s->kernel == KERNEL_TILES)
-        snprintf(out, cap, "-D FLASH_KERNEL=2 -D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D TILE_M=%d -D TILE_N=%d", d,
-                 s->br, s->bc, s->br / TILES_GRID, s->bc / TILES_GRID);
+        snprintf(out, cap, "-D FLASH_KERNEL=2 -D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D TILE_M=%d -D TILE_N=%d %s", d,
+                 s->br, s->bc, s->br / TILES_GRID, s->bc / TILES_GRID, s->variant_options);
     else
-        snprintf(out, cap, "-D FLASH_KERNEL=%d -D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D THREADS_PER_ROW=%d -D STAGE_LOCAL=%d",
-                 s->kernel, d, s->br, s->bc, s->tpr, s->staging == FLASHCL_STAGING_LOCAL);
+        snprintf(out, cap,
+                 "-D FLASH_KERNEL=%d -D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D THREADS_PER_ROW=%d -D STAGE_LOCAL=%d %s",
+                 s->kernel, d, s->br, s->bc, s->tpr, s->staging == FLASHCL_STAGING_LOCAL, s->variant_options);
 }
 
 static size_t work_group_of(const shape *s) {
@@ -152,7 +158,7 @@ static size_t work_group_of(const shape *s) {
 /* Builds the shape; *fits says whether the compiled kernel accepts it. */
 static flashcl_status try_shape(flashcl_context *ctx, const shape *s, int d, flashcl__flash_plan *out, int *fits,
                                 size_t *preferred_multiple) {
-    char options[256];
+    char options[sizeof out->pub.build_options];
     build_options(s, d, options, sizeof options);
     cl_program program = NULL;
     flashcl_status st = flashcl__get_program(ctx, "flash_fwd.cl", options, &program);
@@ -247,12 +253,15 @@ static flashcl_status build_halving(flashcl_context *ctx, shape s, int d, const 
 }
 
 /* FLASHCL_TILE: exactly what was asked, or an error that says why not. */
-static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_override *ov, int d,
+static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_override *ov, int d, const shape *proto,
                                     flashcl__flash_plan *out) {
     char why[sizeof out->pub.reason];
-    shape s;
+    shape s = *proto;
     seed_shape(ctx, d, &s, why, sizeof why);
     apply_override(ov, &s);
+    if (s.kernel == KERNEL_SPLIT && !proto_plain(proto))
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                             "FLASHCL_TILE: the split kernel runs plain attention only (float32, no variants); use rows or tiles");
     flashcl__appendf(why, sizeof why, "; overridden by FLASHCL_TILE");
     /* Sizes not given are fitted to the device, as the planner would. */
     if (ov->block_cols < 0 && s.kernel != KERNEL_TILES) s.bc = legal_bc(s.bc, &s);
@@ -290,10 +299,15 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
 }
 
 /* The seed formula, fitted to the device, halved after the build until it fits. */
-static flashcl_status plan_from_formula(flashcl_context *ctx, int d, flashcl__flash_plan *out) {
+static flashcl_status plan_from_formula(flashcl_context *ctx, int d, const shape *proto, flashcl__flash_plan *out) {
     char why[sizeof out->pub.reason];
-    shape s;
+    shape s = *proto;
     seed_shape(ctx, d, &s, why, sizeof why);
+    if (s.kernel == KERNEL_SPLIT && !proto_plain(proto)) {
+        s.kernel = KERNEL_ROWS;
+        s.tpr = 1;
+        flashcl__appendf(why, sizeof why, "; variants need the rows kernel (the split kernel runs plain attention only)");
+    }
     s.bc = legal_bc(s.bc, &s);
     size_t max_wg = ctx->info.max_work_group_size;
     if ((size_t)s.br * s.tpr > max_wg) s.br = (int)(max_wg / (size_t)s.tpr);
@@ -316,43 +330,65 @@ static flashcl_status plan_from_formula(flashcl_context *ctx, int d, flashcl__fl
 }
 
 /* Lookup chain, most specific first: FLASHCL_TILE, the built-in table, the formula. */
-static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl__flash_plan *out) {
+static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention_desc *desc, const char *variant_options,
+                                   flashcl__flash_plan *out) {
     memset(out, 0, sizeof *out);
     const int d = (int)desc->head_dim;
+    shape proto;
+    memset(&proto, 0, sizeof proto);
+    proto.dv = (int)desc->head_dim_v;
+    proto.variant_options = variant_options;
+    proto.plain = flashcl__desc_is_plain(desc);
     flashcl__tile_override ov;
     flashcl_status st = flashcl__read_tile_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
-    if (ov.present) return plan_from_env(ctx, &ov, d, out);
+    if (ov.present) return plan_from_env(ctx, &ov, d, &proto, out);
 
     char why[sizeof out->pub.reason];
-    shape s;
-    if (table_shape(ctx, &s, why, sizeof why) && fits_device(ctx, &s, d)) {
-        int fits = 0;
-        size_t pm = 1;
-        st = try_shape(ctx, &s, d, out, &fits, &pm);
-        if (st != FLASHCL_SUCCESS) return st;
-        if (fits) {
-            describe(out, &s, "table", why);
-            return FLASHCL_SUCCESS;
+    shape s = proto;
+    if (table_shape(ctx, &s, why, sizeof why)) {
+        /* Large d_v: narrower key tiles keep P and the V slice inside local memory. */
+        while (!fits_device(ctx, &s, d) && s.bc > TILES_GRID) s.bc -= TILES_GRID;
+        if (fits_device(ctx, &s, d)) {
+            int fits = 0;
+            size_t pm = 1;
+            st = try_shape(ctx, &s, d, out, &fits, &pm);
+            if (st != FLASHCL_SUCCESS) return st;
+            if (fits) {
+                describe(out, &s, "table", why);
+                return FLASHCL_SUCCESS;
+            }
         }
     }
-    return plan_from_formula(ctx, d, out);
+    return plan_from_formula(ctx, d, &proto, out);
 }
 
 flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                    const flashcl__flash_plan **out) {
-    size_t d = desc->head_dim;
-    if (!ctx->flash_plans[d]) {
-        flashcl__flash_plan *p = calloc(1, sizeof *p);
-        if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
-        flashcl_status st = compute_plan(ctx, desc, p);
-        if (st != FLASHCL_SUCCESS) {
-            if (p->kernel) clReleaseKernel(p->kernel);
-            free(p);
-            return st;
+    char options[256], key[sizeof ctx->flash_plans->key];
+    flashcl__variant_options(desc, options, sizeof options);
+    snprintf(key, sizeof key, "d=%zu %s", desc->head_dim, options);
+    for (flashcl__flash_plan *p = ctx->flash_plans; p; p = p->next)
+        if (strcmp(p->key, key) == 0) {
+            *out = p;
+            return FLASHCL_SUCCESS;
         }
-        ctx->flash_plans[d] = p;
+    flashcl__flash_plan *p = calloc(1, sizeof *p);
+    if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
+    flashcl_status st = compute_plan(ctx, desc, options, p);
+    if (st != FLASHCL_SUCCESS) {
+        if (p->kernel) clReleaseKernel(p->kernel);
+        free(p);
+        return st;
     }
-    *out = ctx->flash_plans[d];
+    if (!flashcl__desc_is_plain(desc)) {
+        char features[160];
+        flashcl__describe_variants(desc, features, sizeof features);
+        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; variants: %s", features);
+    }
+    flashcl__copy_str(p->key, sizeof p->key, key);
+    p->next = ctx->flash_plans;
+    ctx->flash_plans = p;
+    *out = p;
     return FLASHCL_SUCCESS;
 }

@@ -119,11 +119,11 @@ flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__stand
 }
 
 void flashcl__release_plans(flashcl_context *ctx) {
-    for (size_t d = 0; d <= FLASHCL_MAX_HEAD_DIM; ++d) {
-        if (!ctx->flash_plans[d]) continue;
-        clReleaseKernel(ctx->flash_plans[d]->kernel);
-        free(ctx->flash_plans[d]);
-        ctx->flash_plans[d] = NULL;
+    while (ctx->flash_plans) {
+        flashcl__flash_plan *p = ctx->flash_plans;
+        ctx->flash_plans = p->next;
+        clReleaseKernel(p->kernel);
+        free(p);
     }
     if (ctx->standard_plan) {
         release_kernels(ctx->standard_plan);

@@ -13,8 +13,10 @@ static cl_int set_args(cl_kernel k, cl_uint *arg, size_t n, const size_t *sizes,
 flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
                                          const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
                                          cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+    flashcl_status st = flashcl__require_plain(ctx, d, "standard path");
+    if (st != FLASHCL_SUCCESS) return st;
     const flashcl__standard_plan *plan = NULL;
-    flashcl_status st = flashcl__plan_standard(ctx, &plan);
+    st = flashcl__plan_standard(ctx, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     size_t rows = d->batch * d->heads_q * d->seqlen_q;
     if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows)

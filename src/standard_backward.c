@@ -55,8 +55,10 @@ flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const fl
                                                   const flashcl_tensor *views, cl_mem lse,
                                                   size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
                                                   cl_event *event) {
+    flashcl_status st = flashcl__require_plain(ctx, d, "standard backward");
+    if (st != FLASHCL_SUCCESS) return st;
     const flashcl__standard_plan *plan = NULL;
-    flashcl_status st = flashcl__plan_standard(ctx, &plan);
+    st = flashcl__plan_standard(ctx, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     const size_t z = d->batch * d->heads_q, rows = z * d->seqlen_q;
     if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows)

@@ -21,8 +21,7 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
         break;
     case FLASHCL_DTYPE_F16:
     case FLASHCL_DTYPE_BF16:
-        return flashcl__fail(ctx, FLASHCL_ERR_UNSUPPORTED_DTYPE, "dtype: %s storage is not supported yet (use float32)",
-                             d.dtype == FLASHCL_DTYPE_F16 ? "f16" : "bf16");
+        break;
     default:
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_DTYPE, "dtype: unknown value %d", (int)d.dtype);
     }
@@ -52,6 +51,8 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SCALE, "scale (%g) must be a finite number >= 0 (0 = 1/sqrt(head_dim))",
                              (double)d.scale);
     if (d.scale == 0.0f) d.scale = (float)(1.0 / sqrt((double)d.head_dim));
+    flashcl_status st = flashcl__resolve_variants(ctx, &d);
+    if (st != FLASHCL_SUCCESS) return st;
     *out = d;
     return FLASHCL_SUCCESS;
 }
@@ -73,7 +74,8 @@ static size_t view_end(const flashcl_tensor *t, size_t batch, size_t heads, size
     return end;
 }
 
-static flashcl_status check_buffer(flashcl_context *ctx, const char *name, cl_mem buf, size_t *floats) {
+/* Checks that buf is a cl_mem of this context; *elems = its size in elements of elem bytes. */
+static flashcl_status check_buffer(flashcl_context *ctx, const char *name, cl_mem buf, size_t elem, size_t *elems) {
     if (!buf) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "%s is NULL", name);
     cl_context owner = NULL;
     size_t bytes = 0;
@@ -85,7 +87,7 @@ static flashcl_status check_buffer(flashcl_context *ctx, const char *name, cl_me
     if (owner != ctx->cl_ctx)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "%s belongs to another OpenCL context than this FlashCL context",
                              name);
-    *floats = bytes / sizeof(float);
+    *elems = bytes / elem;
     return FLASHCL_SUCCESS;
 }
 
@@ -112,19 +114,26 @@ static int view_overlaps(const flashcl_tensor *t, size_t batch, size_t heads, si
     return 0;
 }
 
-static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec *s, size_t batch, size_t dim,
+static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec *s, const flashcl_attention_desc *d,
                                  flashcl_tensor *resolved, size_t *begin, size_t *end) {
     char field[32];
     snprintf(field, sizeof field, "%s.buffer", s->name);
-    size_t floats = 0;
-    flashcl_status st = check_buffer(ctx, field, s->t->buffer, &floats);
+    size_t floats = 0; /* elements of the storage type */
+    const size_t dim = s->dim;
+    const int varlen = flashcl__is_varlen(d);
+    const size_t batch = varlen ? 1 : d->batch; /* varlen views are [total, heads, dim] */
+    flashcl_status st = check_buffer(ctx, field, s->t->buffer, flashcl_dtype_size(d->dtype), &floats);
     if (st != FLASHCL_SUCCESS) return st;
     flashcl_tensor t = *s->t;
     if (t.stride_batch == 0 && t.stride_head == 0 && t.stride_row == 0) {
-        t.stride_batch = s->rows * s->heads * dim;
+        t.stride_batch = varlen ? 0 : s->rows * s->heads * dim;
         t.stride_head = dim;
         t.stride_row = s->heads * dim;
     }
+    if (varlen && t.stride_batch != 0)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE,
+                             "%s.stride_batch (%zu) must be 0 with varlen (cu_seqlens): the views are [total, heads, dim]",
+                             s->name, t.stride_batch);
     if (s->rows > 1 && t.stride_row < dim)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE, "%s.stride_row (%zu) is smaller than head_dim (%zu)",
                              s->name, t.stride_row, dim);
@@ -135,7 +144,7 @@ static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec 
     size_t last = view_end(&t, batch, s->heads, s->rows, dim);
     if (last == 0 || last > floats)
         return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                             "%s: the view (%s.offset %zu, strides %zu/%zu/%zu) reaches element %zu but %s.buffer holds %zu floats",
+                             "%s: the view (%s.offset %zu, strides %zu/%zu/%zu) reaches element %zu but %s.buffer holds %zu elements",
                              s->name, s->name, t.offset, t.stride_batch, t.stride_head, t.stride_row, last, s->name, floats);
     *resolved = t;
     *begin = t.offset;
@@ -144,16 +153,16 @@ static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec 
 }
 
 
-/* The buffer a cl_mem lives in (its parent for a sub-buffer) and its offset there, in floats. */
-static void memory_root(cl_mem buf, cl_mem *root, size_t *shift_floats) {
+/* The buffer a cl_mem lives in (its parent for a sub-buffer) and its byte offset there. */
+static void memory_root(cl_mem buf, cl_mem *root, size_t *shift_bytes) {
     cl_mem parent = NULL;
     size_t offset = 0;
     *root = buf;
-    *shift_floats = 0;
+    *shift_bytes = 0;
     if (clGetMemObjectInfo(buf, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) == CL_SUCCESS && parent &&
         clGetMemObjectInfo(buf, CL_MEM_OFFSET, sizeof offset, &offset, NULL) == CL_SUCCESS) {
         *root = parent;
-        *shift_floats = offset / sizeof(float);
+        *shift_bytes = offset;
     }
 }
 
@@ -188,8 +197,10 @@ static int views_share_element(const flashcl__view_spec *sa, const flashcl_tenso
     if (a->stride_batch != b->stride_batch || a->stride_head != b->stride_head || a->stride_row != b->stride_row)
         return 1;
     long long stride[3] = {(long long)a->stride_batch, (long long)a->stride_head, (long long)a->stride_row};
-    long long na[3] = {(long long)d->batch, (long long)sa->heads, (long long)sa->rows};
-    long long nb[3] = {(long long)d->batch, (long long)sb->heads, (long long)sb->rows};
+    const long long batch = flashcl__is_varlen(d) ? 1 : (long long)d->batch;
+    const long long dim = (long long)(sa->dim > sb->dim ? sa->dim : sb->dim);
+    long long na[3] = {batch, (long long)sa->heads, (long long)sa->rows};
+    long long nb[3] = {batch, (long long)sb->heads, (long long)sb->rows};
     for (int i = 0; i < 3; ++i) /* sort by stride */
         for (int j = i + 1; j < 3; ++j)
             if (stride[j] < stride[i]) {
@@ -198,7 +209,7 @@ static int views_share_element(const flashcl__view_spec *sa, const flashcl_tenso
                 t = na[i], na[i] = na[j], na[j] = t;
                 t = nb[i], nb[i] = nb[j], nb[j] = t;
             }
-    long long extent = (long long)d->head_dim; /* nesting, over the larger of the two counts */
+    long long extent = dim; /* nesting, over the larger of the two counts */
     for (int i = 0; i < 3; ++i) {
         long long n = na[i] > nb[i] ? na[i] : nb[i];
         if (n == 1) continue;
@@ -207,7 +218,7 @@ static int views_share_element(const flashcl__view_spec *sa, const flashcl_tenso
     }
     long long delta = (long long)(b->offset + shift_b) - (long long)(a->offset + shift_a);
     /* a's element (i, c) equals b's (i', c') iff (i - i').strides + (c - c') = delta. */
-    return difference_reachable(delta, stride, na, nb, 2, (long long)d->head_dim);
+    return difference_reachable(delta, stride, na, nb, 2, dim);
 }
 
 flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_attention_desc *d,
@@ -217,17 +228,17 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
         if (!views[i].t) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "%s is NULL", views[i].name);
     size_t begin[FLASHCL__MAX_VIEWS], end[FLASHCL__MAX_VIEWS];
     for (int i = 0; i < count; ++i) {
-        flashcl_status st = check_view(ctx, &views[i], d->batch, d->head_dim, &resolved[i], &begin[i], &end[i]);
+        flashcl_status st = check_view(ctx, &views[i], d, &resolved[i], &begin[i], &end[i]);
         if (st != FLASHCL_SUCCESS) return st;
     }
-    size_t lse_begin = 0, lse_end = 0;
     if (lse->required && !lse->buffer)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "lse is NULL (the backward pass needs the forward's LSE)");
+    size_t lse_begin = 0, lse_end = 0;
     if (lse->buffer) {
         size_t floats = 0;
-        flashcl_status st = check_buffer(ctx, "lse", lse->buffer, &floats);
+        flashcl_status st = check_buffer(ctx, "lse", lse->buffer, sizeof(float), &floats);
         if (st != FLASHCL_SUCCESS) return st;
-        size_t rows = d->batch * d->heads_q;
+        size_t rows = (flashcl__is_varlen(d) ? 1 : d->batch) * d->heads_q; /* varlen: [heads_q, total_q] */
         if (!mul_add(rows, d->seqlen_q, lse->offset, &lse_end) || lse_end > floats)
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
                                  "lse: needs %zu floats from lse_offset %zu but the buffer holds %zu", rows * d->seqlen_q,
@@ -235,26 +246,32 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
         lse_begin = lse->offset;
     }
     /* An output sharing memory with an input or another output would race.
-       Sub-buffers are compared through their parent buffer. */
+       Sub-buffers are compared through their parent buffer; views among
+       themselves in elements (one storage type), against LSE in bytes. */
+    const size_t elem = flashcl_dtype_size(d->dtype);
     cl_mem root[FLASHCL__MAX_VIEWS + 1];
-    size_t shift[FLASHCL__MAX_VIEWS + 1];
-    for (int i = 0; i < count; ++i) memory_root(views[i].t->buffer, &root[i], &shift[i]);
+    size_t shift[FLASHCL__MAX_VIEWS + 1], shift_elems[FLASHCL__MAX_VIEWS];
+    for (int i = 0; i < count; ++i) {
+        memory_root(views[i].t->buffer, &root[i], &shift[i]);
+        shift_elems[i] = shift[i] / elem;
+    }
     if (lse->buffer) memory_root(lse->buffer, &root[count], &shift[count]);
+    const size_t lse_b0 = lse_begin * sizeof(float) + shift[count], lse_b1 = lse_end * sizeof(float) + shift[count];
     for (int o = 0; o < count; ++o) {
+        const size_t o_b0 = begin[o] * elem + shift[o], o_b1 = end[o] * elem + shift[o];
         if (!views[o].is_output) continue;
         for (int i = 0; i < count; ++i)
             if (i != o && root[o] == root[i] &&
-                views_share_element(&views[o], &resolved[o], shift[o], &views[i], &resolved[i], shift[i], d, begin, end, o, i))
+                views_share_element(&views[o], &resolved[o], shift_elems[o], &views[i], &resolved[i], shift_elems[i], d,
+                                    begin, end, o, i))
                 return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps %s in the same buffer", views[o].name,
                                      views[i].name);
-        if (lse->buffer && root[count] == root[o] && lse_begin + shift[count] < end[o] + shift[o] &&
-            begin[o] + shift[o] < lse_end + shift[count])
+        if (lse->buffer && root[count] == root[o] && lse_b0 < o_b1 && o_b0 < lse_b1)
             return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps lse in the same buffer", views[o].name);
     }
     if (lse->buffer && lse->is_output) {
         for (int i = 0; i < count; ++i)
-            if (root[count] == root[i] && lse_begin + shift[count] < end[i] + shift[i] &&
-                begin[i] + shift[i] < lse_end + shift[count])
+            if (root[count] == root[i] && lse_b0 < end[i] * elem + shift[i] && begin[i] * elem + shift[i] < lse_b1)
                 return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "lse overlaps %s in the same buffer", views[i].name);
     }
     if ((num_wait > 0) != (wait_list != NULL))
@@ -268,10 +285,79 @@ flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attent
                                       const flashcl_tensor *v, const flashcl_tensor *o,
                                       cl_mem lse, size_t lse_offset, cl_uint num_wait,
                                       const cl_event *wait_list, flashcl_tensor resolved[4]) {
-    const flashcl__view_spec views[4] = {{"q", q, d->heads_q, d->seqlen_q, 0},
-                                         {"k", k, d->heads_kv, d->seqlen_k, 0},
-                                         {"v", v, d->heads_kv, d->seqlen_k, 0},
-                                         {"o", o, d->heads_q, d->seqlen_q, 1}};
+    const flashcl__view_spec views[4] = {{"q", q, d->heads_q, d->seqlen_q, d->head_dim, 0},
+                                         {"k", k, d->heads_kv, d->seqlen_k, d->head_dim, 0},
+                                         {"v", v, d->heads_kv, d->seqlen_k, d->head_dim_v, 0},
+                                         {"o", o, d->heads_q, d->seqlen_q, d->head_dim_v, 1}};
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
-    return flashcl__validate_views(ctx, d, views, 4, &lse_spec, num_wait, wait_list, resolved);
+    flashcl_status st = flashcl__validate_views(ctx, d, views, 4, &lse_spec, num_wait, wait_list, resolved);
+    if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0);
+    return st;
+}
+
+/* A small float32/int32/byte buffer argument: `count` elements from `offset`. */
+static flashcl_status check_small(flashcl_context *ctx, const char *name, cl_mem buf, size_t elem, size_t offset,
+                                  size_t count) {
+    size_t have = 0;
+    flashcl_status st = check_buffer(ctx, name, buf, elem, &have);
+    if (st != FLASHCL_SUCCESS) return st;
+    size_t need = 0;
+    if (!mul_add(count, 1, offset, &need) || need > have)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "%s: needs %zu elements from offset %zu but the buffer holds %zu",
+                             name, count, offset, have);
+    return FLASHCL_SUCCESS;
+}
+
+/* A [b|1, h|1, rows, cols] matrix: strides sane, every element in bounds. */
+static flashcl_status check_matrix(flashcl_context *ctx, const flashcl_attention_desc *d, const char *name,
+                                   const flashcl_matrix *m, size_t elem, size_t rows, size_t cols) {
+    char field[48];
+    snprintf(field, sizeof field, "%s.buffer", name);
+    size_t have = 0;
+    flashcl_status st = check_buffer(ctx, field, m->buffer, elem, &have);
+    if (st != FLASHCL_SUCCESS) return st;
+    cl_ulong v[4];
+    flashcl__matrix_strides(d, m, rows, cols, v);
+    if (rows > 1 && v[3] < cols)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE, "%s.stride_row (%llu) is smaller than its row length (%zu)",
+                             name, (unsigned long long)v[3], cols);
+    flashcl_tensor t = {m->buffer, (size_t)v[0], (size_t)v[1], (size_t)v[2], (size_t)v[3]};
+    size_t nb = v[1] ? d->batch : 1, nh = v[2] ? d->heads_q : 1;
+    size_t last = view_end(&t, nb, nh, rows, cols);
+    if (last == 0 || last > have)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
+                             "%s: [%zu, %zu, %zu, %zu] from offset %zu (strides %llu/%llu/%llu) reaches element %zu but "
+                             "%s.buffer holds %zu",
+                             name, nb, nh, rows, cols, m->offset, (unsigned long long)v[1], (unsigned long long)v[2],
+                             (unsigned long long)v[3], last, name, have);
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward) {
+    flashcl_status st = FLASHCL_SUCCESS;
+    const size_t sq = d->max_seqlen_q, sk = d->max_seqlen_k;
+    if (d->alibi_slopes) {
+        size_t extent = 0;
+        if (!mul_add(d->batch - 1, d->alibi_stride_batch, d->heads_q, &extent))
+            return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "alibi_stride_batch (%zu) is too large",
+                                 d->alibi_stride_batch);
+        st = check_small(ctx, "alibi_slopes", d->alibi_slopes, sizeof(float), d->alibi_offset, extent);
+    }
+    if (st == FLASHCL_SUCCESS && d->sinks)
+        st = check_small(ctx, "sinks", d->sinks, sizeof(float), d->sinks_offset, d->heads_q);
+    if (st == FLASHCL_SUCCESS && backward && d->dsinks) {
+        st = check_small(ctx, "dsinks", d->dsinks, sizeof(float), d->dsinks_offset, d->heads_q);
+        if (st == FLASHCL_SUCCESS && d->dsinks == d->sinks &&
+            d->dsinks_offset < d->sinks_offset + d->heads_q && d->sinks_offset < d->dsinks_offset + d->heads_q)
+            return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "dsinks overlaps sinks in the same buffer");
+    }
+    if (st == FLASHCL_SUCCESS && d->bias.buffer) st = check_matrix(ctx, d, "bias", &d->bias, sizeof(float), sq, sk);
+    if (st == FLASHCL_SUCCESS && d->mask.buffer) st = check_matrix(ctx, d, "mask", &d->mask, 1, sq, sk);
+    if (st == FLASHCL_SUCCESS && d->block_mask.buffer)
+        st = check_matrix(ctx, d, "block_mask", &d->block_mask, 1, flashcl__block_rows(d), flashcl__block_cols(d));
+    if (st == FLASHCL_SUCCESS && flashcl__is_varlen(d)) {
+        st = check_small(ctx, "cu_seqlens_q", d->cu_seqlens_q, sizeof(cl_int), 0, d->batch + 1);
+        if (st == FLASHCL_SUCCESS) st = check_small(ctx, "cu_seqlens_k", d->cu_seqlens_k, sizeof(cl_int), 0, d->batch + 1);
+    }
+    return st;
 }

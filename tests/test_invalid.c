@@ -203,10 +203,8 @@ static void check_desc_fields(void)
     d = base_desc();
     d.dtype = (flashcl_dtype)99;
     expect_desc(d, "dtype 99", FLASHCL_ERR_INVALID_DTYPE, "dtype");
-    d.dtype = FLASHCL_DTYPE_F16;
-    expect_desc(d, "dtype f16", FLASHCL_ERR_UNSUPPORTED_DTYPE, "dtype");
-    d.dtype = FLASHCL_DTYPE_BF16;
-    expect_desc(d, "dtype bf16", FLASHCL_ERR_UNSUPPORTED_DTYPE, "dtype");
+    /* f16/bf16 are valid storage types now (tests/test_variants.c; the standard
+       path's FLASHCL_ERR_UNSUPPORTED_DTYPE is in tests/test_invalid_variants.c). */
 }
 
 static void check_views(void)

@@ -1,0 +1,342 @@
+/*
+ * The attention variants every flash kernel shares (forward and backward):
+ * storage types, the per-sequence geometry (varlen), the visible key range
+ * (causal and sliding window), the score terms (softcap, ALiBi, bias, masks),
+ * attention sinks and the dropout RNG. The host prepends this file (after
+ * common.cl) to each kernel source.
+ *
+ * Compile-time switches, all 0 unless the host sets them, so a plain call
+ * compiles to exactly the plain kernel:
+ *   FLASHCL_DTYPE   0 float, 1 half (vload_half/vstore_half), 2 bfloat16 (ushort)
+ *   HAS_SOFTCAP HAS_ALIBI HAS_BIAS HAS_MASK HAS_BLOCK_MASK HAS_SINKS HAS_DROPOUT VARLEN
+ * Run-time values arrive through VARIANT_ARGS, the same trailing arguments
+ * of every flash kernel (src/launch.c sets them), and VARIANT_PASS forwards
+ * them to the helpers below.
+ *
+ * Scores are in the log2 domain: the kernels fold scale*log2(e) into q, so
+ * s2 = log2(e) * scale * q.k, and every term added here is scaled the same way.
+ */
+#ifndef FLASHCL_VARIANTS_CL
+#define FLASHCL_VARIANTS_CL
+
+#ifndef FLASHCL_DTYPE
+#define FLASHCL_DTYPE 0
+#endif
+#ifndef HAS_SOFTCAP
+#define HAS_SOFTCAP 0
+#endif
+#ifndef HAS_ALIBI
+#define HAS_ALIBI 0
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef HAS_MASK
+#define HAS_MASK 0
+#endif
+#ifndef HAS_BLOCK_MASK
+#define HAS_BLOCK_MASK 0
+#endif
+#ifndef HAS_SINKS
+#define HAS_SINKS 0
+#endif
+#ifndef HAS_DROPOUT
+#define HAS_DROPOUT 0
+#endif
+#ifndef VARLEN
+#define VARLEN 0
+#endif
+
+#define FLASHCL_LOG2E_F 1.4426950408889634f
+
+/* Terms that change every score (not only masks): such tiles always take the per-element path. */
+#define HAS_SCORE_TERMS (HAS_SOFTCAP || HAS_ALIBI || HAS_BIAS)
+#ifndef HEAD_DIM_V
+#ifdef HEAD_DIM
+#define HEAD_DIM_V HEAD_DIM
+#endif
+#endif
+
+/* ------------------------------------------------------------ storage */
+
+/* bfloat16 is the top half of a float32. */
+inline float flashcl_bf16_to_float(ushort x) { return as_float((uint)x << 16); }
+
+/* Round to nearest, ties to even; NaN stays a (quiet) NaN. */
+inline ushort flashcl_float_to_bf16(float f) {
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (ushort)(u >> 16);
+}
+
+#if FLASHCL_DTYPE == 0
+typedef float store_t;
+#define FLASHCL_LOAD(p, i) ((p)[i])
+#define FLASHCL_STORE(p, i, x) ((p)[i] = (x))
+#define FLASHCL_LOAD4(p, i) vload4(0, (p) + (i))
+#elif FLASHCL_DTYPE == 1
+/* A pointer to half needs no cl_khr_fp16; only vload_half/vstore_half touch it. */
+typedef half store_t;
+#define FLASHCL_LOAD(p, i) vload_half((i), (p))
+#define FLASHCL_STORE(p, i, x) vstore_half_rte((x), (i), (p))
+#define FLASHCL_LOAD4(p, i) vload_half4(0, (p) + (i))
+#else
+typedef ushort store_t;
+#define FLASHCL_LOAD(p, i) flashcl_bf16_to_float((p)[i])
+#define FLASHCL_STORE(p, i, x) ((p)[i] = flashcl_float_to_bf16(x))
+inline float4 flashcl_bf16x4(ushort4 u) {
+    return as_float4(convert_uint4(u) << 16);
+}
+#define FLASHCL_LOAD4(p, i) flashcl_bf16x4(vload4(0, (p) + (i)))
+#endif
+
+/* Elements 4*c4 .. 4*c4+3 of a row of `dim` elements, zero past dim. */
+inline float4 flashcl_ld4(__global const store_t *row, int c4, int dim) {
+    int c = c4 * 4;
+    if (c + 4 <= dim) return FLASHCL_LOAD4(row, c);
+    float4 r = (float4)(0.0f);
+    if (c < dim) r.x = FLASHCL_LOAD(row, c);
+    if (c + 1 < dim) r.y = FLASHCL_LOAD(row, c + 1);
+    if (c + 2 < dim) r.z = FLASHCL_LOAD(row, c + 2);
+    return r;
+}
+
+/* Stores the elements of x that fall inside dim. */
+inline void flashcl_st4(__global store_t *row, int c4, float4 x, int dim) {
+    int c = c4 * 4;
+    if (c < dim) FLASHCL_STORE(row, c, x.x);
+    if (c + 1 < dim) FLASHCL_STORE(row, c + 1, x.y);
+    if (c + 2 < dim) FLASHCL_STORE(row, c + 2, x.z);
+    if (c + 3 < dim) FLASHCL_STORE(row, c + 3, x.w);
+}
+
+/* ------------------------------------------------------- kernel arguments */
+
+/* win_left/win_right: the resolved window (causal folded in), -1 = unbounded.
+   softcap2 = softcap * log2(e). drop_threshold = floor(p * 2^32), drop_scale = 1/(1-p). */
+#define VARIANT_ARGS                                                                                   \
+    int win_left, int win_right, float softcap2,                                                       \
+    __global const float *alibi, ulong alibi_off, ulong alibi_sb,                                      \
+    __global const float *sinks, ulong sinks_off,                                                      \
+    __global const float *bias, ulong bias_off, ulong bias_sb, ulong bias_sh, ulong bias_sr,           \
+    __global const uchar *mask, ulong mask_off, ulong mask_sb, ulong mask_sh, ulong mask_sr,           \
+    __global const uchar *bmask, ulong bmask_off, ulong bmask_sb, ulong bmask_sh, ulong bmask_sr,      \
+    int bmask_bq, int bmask_bk,                                                                        \
+    __global const int *cu_q, __global const int *cu_k,                                                \
+    uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi, uint drop_off_lo, uint drop_off_hi
+#define VARIANT_PASS                                                                                   \
+    win_left, win_right, softcap2, alibi, alibi_off, alibi_sb, sinks, sinks_off,                       \
+    bias, bias_off, bias_sb, bias_sh, bias_sr, mask, mask_off, mask_sb, mask_sh, mask_sr,              \
+    bmask, bmask_off, bmask_sb, bmask_sh, bmask_sr, bmask_bq, bmask_bk, cu_q, cu_k,                    \
+    drop_threshold, drop_scale, seed_lo, seed_hi, drop_off_lo, drop_off_hi
+
+/* ------------------------------------------------- one (batch, head) pair */
+
+typedef struct flashcl_head {
+    long sq, sk;    /* this sequence's query and key lengths */
+    long off;       /* sk - sq: bottom-right alignment of causal, window and ALiBi */
+    long q0, k0;    /* first packed row of the sequence (varlen), else 0 */
+    float slope2;   /* ALiBi slope * log2(e) */
+    float sink2;    /* sink logit * log2(e); -inf without sinks */
+    ulong bias_at, mask_at, bmask_at; /* element offsets of row 0 of this (b, h) */
+    uint bh;        /* b * heads_q + h: the dropout RNG's head coordinate */
+} flashcl_head;
+
+/* A cumulative offset clamped into [0, total]: a bad cu_seqlens array can
+   give empty or clipped sequences but never an access outside the views. */
+inline long flashcl_cu(__global const int *cu, int i, long total) {
+    return clamp((long)cu[i], 0L, total);
+}
+
+inline flashcl_head flashcl_head_setup(int b, int h, int heads_q, int seqlen_q, int seqlen_k, VARIANT_ARGS) {
+    flashcl_head hd;
+#if VARLEN
+    hd.q0 = flashcl_cu(cu_q, b, seqlen_q);
+    hd.sq = max(flashcl_cu(cu_q, b + 1, seqlen_q) - hd.q0, 0L);
+    hd.k0 = flashcl_cu(cu_k, b, seqlen_k);
+    hd.sk = max(flashcl_cu(cu_k, b + 1, seqlen_k) - hd.k0, 0L);
+#else
+    hd.q0 = 0;
+    hd.k0 = 0;
+    hd.sq = seqlen_q;
+    hd.sk = seqlen_k;
+#endif
+    hd.off = hd.sk - hd.sq;
+#if HAS_ALIBI
+    hd.slope2 = alibi[alibi_off + (ulong)b * alibi_sb + (ulong)h] * FLASHCL_LOG2E_F;
+#else
+    hd.slope2 = 0.0f;
+#endif
+#if HAS_SINKS
+    hd.sink2 = sinks[sinks_off + (ulong)h] * FLASHCL_LOG2E_F;
+#else
+    hd.sink2 = FLASHCL_NEG_INF;
+#endif
+    hd.bias_at = bias_off + (ulong)b * bias_sb + (ulong)h * bias_sh;
+    hd.mask_at = mask_off + (ulong)b * mask_sb + (ulong)h * mask_sh;
+    hd.bmask_at = bmask_off + (ulong)b * bmask_sb + (ulong)h * bmask_sh;
+    hd.bh = (uint)b * (uint)heads_q + (uint)h;
+    return hd;
+}
+
+/* Index of LSE (and of the backward's D) for row i of the sequence:
+   [batch, heads_q, seqlen_q], or [heads_q, total_q] with varlen. */
+inline ulong flashcl_row_index(flashcl_head hd, int b, int h, int heads_q, int seqlen_q, long i) {
+#if VARLEN
+    return (ulong)h * (ulong)seqlen_q + (ulong)(hd.q0 + i);
+#else
+    return ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seqlen_q + (ulong)i;
+#endif
+}
+
+/* ------------------------------------------------- visible keys of a row */
+
+/* First and last key (inclusive) query row i may see: causal/window and the length. */
+inline long flashcl_key_lo(flashcl_head hd, long i, int win_left) {
+    return win_left < 0 ? 0 : max(0L, i + hd.off - win_left);
+}
+inline long flashcl_key_hi(flashcl_head hd, long i, int win_right) {
+    return win_right < 0 ? hd.sk - 1 : min(hd.sk - 1, i + hd.off + win_right);
+}
+
+/* Key tiles of width block_n a query block [r0, r1] must visit: [begin, end),
+   begin a multiple of block_n. Tiles outside the band are never loaded. */
+inline long flashcl_kv_begin(flashcl_head hd, long r0, int block_n, int win_left) {
+    long lo = flashcl_key_lo(hd, r0, win_left);
+    return lo / block_n * block_n;
+}
+inline long flashcl_kv_end(flashcl_head hd, long r1, int win_right) {
+    return max(flashcl_key_hi(hd, r1, win_right) + 1, 0L);
+}
+
+/* Query rows [begin, end) that can see some key of [k0, k1] (backward's dK/dV
+   blocks): the inverse of the band. begin is rounded down to block_m. */
+inline long flashcl_q_begin(flashcl_head hd, long k0, int block_m, int win_right) {
+    long first = win_right < 0 ? 0 : max(0L, k0 - hd.off - win_right);
+    return first / block_m * block_m;
+}
+inline long flashcl_q_end(flashcl_head hd, long k1, int win_left) {
+    return win_left < 0 ? hd.sq : clamp(k1 - hd.off + win_left + 1, 0L, hd.sq);
+}
+
+/* Whether every pair of rows [r0, r1] x keys [k0, k1] is visible and unmasked,
+   so the tile needs no per-element checks. */
+inline int flashcl_tile_plain(flashcl_head hd, long r0, long r1, long k0, long k1, int win_left, int win_right) {
+#if HAS_MASK || HAS_BLOCK_MASK
+    return 0;
+#else
+    return k0 >= flashcl_key_lo(hd, r1, win_left) && k1 <= flashcl_key_hi(hd, r0, win_right) && r1 < hd.sq;
+#endif
+}
+
+/* Whether the block mask drops every pair of the tile [r0, r1] x [k0, k1]
+   (then it is neither loaded nor computed). Uniform across a work-group. */
+inline int flashcl_tile_skipped(flashcl_head hd, long r0, long r1, long k0, long k1, VARIANT_ARGS) {
+#if HAS_BLOCK_MASK
+    r1 = min(r1, hd.sq - 1);
+    k1 = min(k1, hd.sk - 1);
+    for (long bi = r0 / bmask_bq; bi <= r1 / bmask_bq; ++bi)
+        for (long bj = k0 / bmask_bk; bj <= k1 / bmask_bk; ++bj)
+            if (bmask[hd.bmask_at + (ulong)bi * bmask_sr + (ulong)bj]) return 0;
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------ the score */
+
+/* The final log2-domain logit of row i, key j from s2 = log2(e)*scale*q.k:
+   softcap, ALiBi and bias terms, then the masks (-inf). */
+inline float flashcl_score(float s2, flashcl_head hd, long i, long j, VARIANT_ARGS) {
+    if (j < flashcl_key_lo(hd, i, win_left) || j > flashcl_key_hi(hd, i, win_right)) return FLASHCL_NEG_INF;
+#if HAS_SOFTCAP
+    s2 = softcap2 * tanh(s2 / softcap2);
+#endif
+#if HAS_ALIBI
+    s2 -= hd.slope2 * fabs((float)(i + hd.off - j));
+#endif
+#if HAS_BIAS
+    s2 += bias[hd.bias_at + (ulong)i * bias_sr + (ulong)j] * FLASHCL_LOG2E_F;
+#endif
+#if HAS_MASK
+    if (!mask[hd.mask_at + (ulong)i * mask_sr + (ulong)j]) return FLASHCL_NEG_INF;
+#endif
+#if HAS_BLOCK_MASK
+    if (!bmask[hd.bmask_at + (ulong)(i / bmask_bq) * bmask_sr + (ulong)(j / bmask_bk)]) return FLASHCL_NEG_INF;
+#endif
+    return s2;
+}
+
+/* d(final logit)/d(scaled logit): the softcap's 1 - tanh^2, else 1. */
+inline float flashcl_score_grad(float s2, float softcap2) {
+#if HAS_SOFTCAP
+    float t = tanh(s2 / softcap2);
+    return 1.0f - t * t;
+#else
+    return 1.0f;
+#endif
+}
+
+/* ------------------------------------------------------------- sinks */
+
+/*
+ * Folds the sink logit into a finished row (running max m, sum l, both log2
+ * domain, l relative to m): returns the factor the unnormalised output must be
+ * multiplied by before dividing by the new *l, and moves *m to the joint max.
+ * A row with no visible key keeps l = 0 (output 0) unless the sink is finite.
+ */
+inline float flashcl_fold_sink(float *m, float *l, float sink2) {
+#if HAS_SINKS
+    float mx = fmax(*m, sink2);
+    float base = flashcl_safe_base(mx);
+    float alpha = exp2(*m - base);
+    *l = *l * alpha + exp2(sink2 - base);
+    *m = mx;
+    return alpha;
+#else
+    return 1.0f;
+#endif
+}
+
+/* ------------------------------------------------------------ dropout */
+
+/* Philox4x32-10 (Salmon et al., SC'11): ten rounds of two 32x32->64 products. */
+inline uint4 flashcl_philox(uint4 c, uint2 k) {
+    for (int r = 0; r < 10; ++r) {
+        uint hi0 = mul_hi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
+        uint hi1 = mul_hi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
+        c = (uint4)(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+        k += (uint2)(0x9E3779B9u, 0xBB67AE85u);
+    }
+    return c;
+}
+
+/* The four RNG words of keys 4q .. 4q+3 of row i (sequence-local positions). */
+inline uint4 flashcl_dropout_words(flashcl_head hd, long i, long q4, uint seed_lo, uint seed_hi, uint drop_off_lo,
+                                   uint drop_off_hi) {
+    return flashcl_philox((uint4)((uint)q4, (uint)i, hd.bh, drop_off_lo), (uint2)(seed_lo, seed_hi ^ drop_off_hi));
+}
+
+/* Whether element (i, j) survives dropout. One Philox call per element;
+   kernels that own four aligned keys use flashcl_dropout_words once instead. */
+inline int flashcl_dropout_keep(flashcl_head hd, long i, long j, uint drop_threshold, uint seed_lo, uint seed_hi,
+                                uint drop_off_lo, uint drop_off_hi) {
+    uint4 w = flashcl_dropout_words(hd, i, j >> 2, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
+    int r = (int)(j & 3);
+    uint x = r == 0 ? w.x : r == 1 ? w.y : r == 2 ? w.z : w.w;
+    return x >= drop_threshold;
+}
+
+/* The factor dropout applies to probability (i, j): 0 or 1/(1-p); 1 without dropout. */
+inline float flashcl_dropout_factor(flashcl_head hd, long i, long j, VARIANT_ARGS) {
+#if HAS_DROPOUT
+    return flashcl_dropout_keep(hd, i, j, drop_threshold, seed_lo, seed_hi, drop_off_lo, drop_off_hi) ? drop_scale
+                                                                                                       : 0.0f;
+#else
+    return 1.0f;
+#endif
+}
+
+#endif

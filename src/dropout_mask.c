@@ -1,0 +1,63 @@
+/* flashcl_dropout_mask: the keep mask flash calls apply, as bytes (cl/dropout_mask.cl). */
+#include "internal.h"
+
+#include <stdio.h>
+
+flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attention_desc *desc, cl_mem out,
+                                    size_t out_offset, cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    flashcl__clear_error(ctx);
+    if (event) *event = NULL;
+    flashcl_attention_desc d;
+    flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
+    if (st != FLASHCL_SUCCESS) return st;
+    if (d.dropout_p <= 0.0f)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "dropout_p is 0: there is no dropout mask to write");
+    if ((num_wait > 0) != (wait_list != NULL))
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list and num_wait disagree");
+    if (flashcl__is_varlen(&d)) {
+        st = flashcl__validate_variant_buffers(ctx, &d, 0);
+        if (st != FLASHCL_SUCCESS) return st;
+    }
+    const size_t rows = d.max_seqlen_q, cols = d.max_seqlen_k;
+    const size_t planes = d.batch * d.heads_q;
+    if (rows > SIZE_MAX / cols || rows * cols > SIZE_MAX / planes || rows * cols * planes > SIZE_MAX - out_offset)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "out: the mask size overflows size_t");
+    const size_t need = out_offset + planes * rows * cols;
+    size_t have = 0;
+    cl_context owner = NULL;
+    if (!out) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "out is NULL");
+    cl_int err = clGetMemObjectInfo(out, CL_MEM_SIZE, sizeof have, &have, NULL);
+    if (err == CL_SUCCESS) err = clGetMemObjectInfo(out, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+    if (err != CL_SUCCESS || owner != ctx->cl_ctx)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "out is not a cl_mem of this context");
+    if (need > have)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "out: needs %zu bytes from out_offset %zu, the buffer holds %zu",
+                             need - out_offset, out_offset, have);
+
+    char options[256];
+    snprintf(options, sizeof options, "%s", flashcl__is_varlen(&d) ? "-D VARLEN=1" : "");
+    cl_program program = NULL;
+    st = flashcl__get_program(ctx, "dropout_mask.cl", options, &program);
+    cl_kernel kernel = NULL;
+    if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_dropout_mask", &kernel);
+    if (st != FLASHCL_SUCCESS) return st;
+    cl_ulong off = out_offset;
+    cl_int r = (cl_int)rows, c = (cl_int)cols, hq = (cl_int)d.heads_q, sq = (cl_int)d.seqlen_q, sk = (cl_int)d.seqlen_k;
+    cl_uint arg = 0;
+    err = clSetKernelArg(kernel, arg++, sizeof out, &out);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof off, &off);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof r, &r);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof c, &c);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof hq, &hq);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sq, &sq);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sk, &sk);
+    if (err == CL_SUCCESS) err = flashcl__set_variant_args(kernel, &arg, &d, out);
+    if (err == CL_SUCCESS) {
+        size_t global[3] = {(cols + 63) / 64 * 64, rows, planes};
+        err = clEnqueueNDRangeKernel(ctx->queue, kernel, 3, NULL, global, NULL, num_wait, wait_list, event);
+    }
+    clReleaseKernel(kernel);
+    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "flashcl_dropout_mask (clSetKernelArg/clEnqueueNDRangeKernel)");
+    return FLASHCL_SUCCESS;
+}
