@@ -47,6 +47,51 @@ static flashcl_status run_host_calls(flashcl_context *ctx, const bw_problem *p, 
     return st;
 }
 
+/*
+ * The variant code paths (cl/variants.cl, src/variants.c): the flash forward
+ * with a softcap far above every logit (|s| < 3 here, so softcap*tanh(s/softcap)
+ * is s to within 1e-7) must match the plain reference; flashcl_dropout_mask at
+ * p = 0.5 must write 0s and 1s, some of each.
+ */
+static flashcl_status run_variant_calls(flashcl_context *ctx, tu_problem *p, const cl_shim_api *shim, int *ok) {
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    flashcl_attention_desc d = p->shape.desc;
+    d.softcap = 1e4f;
+    pause_shim(shim, 1);
+    tu_problem_reset_outputs(p, queue);
+    pause_shim(shim, 0);
+    flashcl_status st = flashcl_forward(ctx, &d, &p->q.view, &p->k.view, &p->v.view, &p->o.view, p->lse,
+                                        p->shape.lse_offset, 0, NULL, NULL);
+    if (st != FLASHCL_SUCCESS) return st;
+    pause_shim(shim, 1);
+    *ok = tu_problem_verify(p, queue, NULL, "scenario softcap forward");
+    const ref_problem *r = &p->ref;
+    size_t n = r->batch * r->heads_q * r->seqlen_q * r->seqlen_k;
+    cl_int err;
+    cl_mem mask = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE, n, NULL, &err);
+    REQUIRE(err == CL_SUCCESS);
+    pause_shim(shim, 0);
+    d = p->shape.desc;
+    d.dropout_p = 0.5f;
+    st = flashcl_dropout_mask(ctx, &d, mask, 0, 0, NULL, NULL);
+    pause_shim(shim, 1);
+    if (st == FLASHCL_SUCCESS) {
+        unsigned char *bytes = malloc(n);
+        REQUIRE(bytes);
+        REQUIRE(clEnqueueReadBuffer(queue, mask, CL_TRUE, 0, n, bytes, 0, NULL, NULL) == CL_SUCCESS);
+        size_t kept = 0, bad = 0;
+        for (size_t i = 0; i < n; ++i) kept += bytes[i] == 1, bad += bytes[i] > 1;
+        if (bad || kept == 0 || kept == n) {
+            fprintf(stderr, "FAIL scenario dropout mask: %zu of %zu kept, %zu not 0/1\n", kept, n, bad);
+            *ok = 0;
+        }
+        free(bytes);
+    }
+    clReleaseMemObject(mask);
+    pause_shim(shim, 0);
+    return st;
+}
+
 void scenario_run(const cl_shim_api *shim, scenario_result *out) {
     memset(out, 0, sizeof *out);
     out->status = FLASHCL_SUCCESS;
@@ -95,7 +140,10 @@ void scenario_run(const cl_shim_api *shim, scenario_result *out) {
     ok &= tu_problem_verify(&p.fwd, queue, NULL, "scenario standard forward");
     pause_shim(shim, 0);
     if (failed(ctx, run_host_calls(ctx, &p, &host_ok), "flashcl_forward_host/backward_host", out)) goto recover;
-    out->results_ok = ok && host_ok;
+    int variant_ok = 0;
+    if (failed(ctx, run_variant_calls(ctx, &p.fwd, shim, &variant_ok), "variant forward/flashcl_dropout_mask", out))
+        goto recover;
+    out->results_ok = ok && host_ok && variant_ok;
     goto done;
 
 recover:

@@ -1,8 +1,9 @@
 /*
  * One round of everything a FlashCL user does, for the resource and fault
  * tests: create a context, run the flash and standard forward and backward
- * on device buffers and through the host-array calls, check every result
- * against the double-precision reference, destroy. The shim (cl_shim.h)
+ * on device buffers and through the host-array calls, a variant forward
+ * (softcap) and flashcl_dropout_mask, check every result against the
+ * double-precision reference, destroy. The shim (cl_shim.h)
  * sees every OpenCL call; the test's own calls are made with faults paused.
  */
 #ifndef FLASHCL_TEST_SCENARIO_H
