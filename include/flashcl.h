@@ -123,6 +123,15 @@ FLASHCL_API const char *flashcl_version_string(void);
 
 /* --------------------------------------------------------------- context */
 
+/*
+ * Threads: a context is not thread-safe. Use one context per thread, or
+ * serialise the calls on a shared context. Separate contexts share nothing
+ * inside FlashCL (they may share the application's cl_context). There is no
+ * internal lock on purpose: a call's last error, scratch buffers and plans
+ * live in the context, so a lock would serialise every call on it anyway and
+ * still leave flashcl_last_error racy; a context per thread costs one program
+ * build, which the on-disk cache makes cheap. (tests/test_threads.c)
+ */
 typedef struct flashcl_context flashcl_context;
 
 /*

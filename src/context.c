@@ -54,8 +54,8 @@ static flashcl_status pick_device(const char *spec, cl_platform_id *out_p, cl_de
     cl_uint np = 0;
     cl_int err = clGetPlatformIDs(MAX_PLATFORMS, platforms, &np);
     if (err != CL_SUCCESS || np == 0) {
-        err_text(err_buf, err_cap, "no OpenCL platform found (clGetPlatformIDs returned %d); install an OpenCL driver such as POCL",
-                 (int)err);
+        err_text(err_buf, err_cap, "no OpenCL platform found (clGetPlatformIDs returned %s); install an OpenCL driver such as POCL",
+                 flashcl__cl_error_name(err));
         return FLASHCL_ERR_NO_DEVICE;
     }
     if (np > MAX_PLATFORMS) np = MAX_PLATFORMS;
@@ -63,10 +63,15 @@ static flashcl_status pick_device(const char *spec, cl_platform_id *out_p, cl_de
     int by_index = spec && *spec && parse_index_pair(spec, &want_p, &want_d);
     cl_platform_id first_any_p = NULL, first_gpu_p = NULL;
     cl_device_id first_any = NULL, first_gpu = NULL;
+    cl_int device_err = CL_SUCCESS; /* the last clGetDeviceIDs failure, for the message */
     for (cl_uint p = 0; p < np; ++p) {
         cl_device_id devs[MAX_DEVICES];
         cl_uint nd = 0;
-        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devs, &nd) != CL_SUCCESS) continue;
+        cl_int derr = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devs, &nd);
+        if (derr != CL_SUCCESS) {
+            if (derr != CL_DEVICE_NOT_FOUND) device_err = derr;
+            continue;
+        }
         if (nd > MAX_DEVICES) nd = MAX_DEVICES;
         char pname[256] = "";
         clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
@@ -117,7 +122,11 @@ static flashcl_status pick_device(const char *spec, cl_platform_id *out_p, cl_de
         *out_d = first_any;
         return FLASHCL_SUCCESS;
     }
-    err_text(err_buf, err_cap, "OpenCL platforms exist but none has a device");
+    if (device_err != CL_SUCCESS)
+        err_text(err_buf, err_cap, "OpenCL platforms exist but none has a device (clGetDeviceIDs failed: %s)",
+                 flashcl__cl_error_name(device_err));
+    else
+        err_text(err_buf, err_cap, "OpenCL platforms exist but none has a device");
     return FLASHCL_ERR_NO_DEVICE;
 }
 
@@ -130,7 +139,8 @@ static flashcl_context *alloc_context(void) {
 static flashcl_status finish_init(flashcl_context *ctx, char *err_buf, size_t err_cap) {
     cl_int err = flashcl__read_device_info(ctx->platform, ctx->device, &ctx->info);
     if (err != CL_SUCCESS) {
-        err_text(err_buf, err_cap, "clGetDeviceInfo failed while reading device facts (%d)", (int)err);
+        err_text(err_buf, err_cap, "clGetDeviceInfo failed while reading device facts: %s (%d)",
+                 flashcl__cl_error_name(err), (int)err);
         return (flashcl_status)err;
     }
     flashcl__cache_dir_init(ctx);
@@ -158,8 +168,10 @@ flashcl_status flashcl_context_create(flashcl_context **out, const char *device_
     ctx->owns_cl_objects = 1;
     cl_int err = CL_SUCCESS;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
+    const char *failed_call = "clCreateContext";
     ctx->cl_ctx = clCreateContext(props, 1, &device, NULL, NULL, &err);
     if (err == CL_SUCCESS) {
+        failed_call = "clCreateCommandQueue";
         /* Profiling on: tools time FlashCL's own queue with events. */
 #if defined(CL_VERSION_2_0) && CL_TARGET_OPENCL_VERSION >= 200
         cl_queue_properties qp[] = {CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0};
@@ -170,7 +182,7 @@ flashcl_status flashcl_context_create(flashcl_context **out, const char *device_
     }
     if (err == CL_SUCCESS) st = finish_init(ctx, err_buf, err_buf_size);
     else {
-        err_text(err_buf, err_buf_size, "clCreateContext/clCreateCommandQueue failed (%d)", (int)err);
+        err_text(err_buf, err_buf_size, "%s failed: %s (%d)", failed_call, flashcl__cl_error_name(err), (int)err);
         st = (flashcl_status)err;
     }
     if (st != FLASHCL_SUCCESS) {
@@ -217,7 +229,9 @@ flashcl_status flashcl_context_set_queue(flashcl_context *ctx, cl_command_queue 
     cl_device_id qdev = NULL;
     cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
     if (err == CL_SUCCESS) err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
-    if (err != CL_SUCCESS) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_QUEUE, "queue is not a valid command queue (%d)", (int)err);
+    if (err != CL_SUCCESS)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_QUEUE, "queue is not a valid command queue (clGetCommandQueueInfo: %s)",
+                             flashcl__cl_error_name(err));
     if (qctx != ctx->cl_ctx)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_QUEUE, "queue belongs to another OpenCL context than this FlashCL context");
     if (qdev != ctx->device)

@@ -29,7 +29,11 @@ flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attentio
     if (!out) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "out is NULL");
     cl_int err = clGetMemObjectInfo(out, CL_MEM_SIZE, sizeof have, &have, NULL);
     if (err == CL_SUCCESS) err = clGetMemObjectInfo(out, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
-    if (err != CL_SUCCESS || owner != ctx->cl_ctx)
+    /* A failed query is named with its OpenCL error, like validate.c's buffer checks. */
+    if (err != CL_SUCCESS)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "out is not a valid cl_mem (clGetMemObjectInfo: %s)",
+                             flashcl__cl_error_name(err));
+    if (owner != ctx->cl_ctx)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "out is not a cl_mem of this context");
     if (need > have)
         return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "out: needs %zu bytes from out_offset %zu, the buffer holds %zu",

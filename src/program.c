@@ -36,8 +36,8 @@ static flashcl_status build_from_source(flashcl_context *ctx, const char *name, 
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clCreateProgramWithSource");
     err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
-        flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED, "building %s with \"%s\" failed: clBuildProgram returned %d", name,
-                      options, (int)err);
+        flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED, "building %s with \"%s\" failed: clBuildProgram returned %s (%d)",
+                      name, options, flashcl__cl_error_name(err), (int)err);
         append_build_log(ctx, program);
         clReleaseProgram(program);
         return FLASHCL_ERR_BUILD_FAILED;

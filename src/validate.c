@@ -82,8 +82,8 @@ static flashcl_status check_buffer(flashcl_context *ctx, const char *name, cl_me
     cl_int err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
     if (err == CL_SUCCESS) err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof bytes, &bytes, NULL);
     if (err != CL_SUCCESS)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "%s is not a valid cl_mem (clGetMemObjectInfo: %d)", name,
-                             (int)err);
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "%s is not a valid cl_mem (clGetMemObjectInfo: %s)", name,
+                             flashcl__cl_error_name(err));
     if (owner != ctx->cl_ctx)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "%s belongs to another OpenCL context than this FlashCL context",
                              name);

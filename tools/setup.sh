@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake make gcc libc6-dev ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers
-          pocl-opencl-icd clinfo oclgrind)
+          pocl-opencl-icd clinfo oclgrind
+          clang libclang-rt-dev)  # clang + compiler-rt: the sanitizer and libFuzzer build in .ci/run
 if command -v dpkg >/dev/null 2>&1; then
   missing=()
   for p in "${packages[@]}"; do
