@@ -9,8 +9,11 @@
  *
  * Shape of the work:
  * - A work-group is MMA_WARPS warps; warp w owns MMA_MT consecutive 16-row
- *   tiles of the block (Br = 16 * MMA_MT * MMA_WARPS). Its Q fragments live in registers for the
- *   whole key loop (Q goes through __local once, for ldmatrix).
+ *   tiles of the block (Br = 16 * MMA_MT * MMA_WARPS). Its Q fragments live in
+ *   registers for the whole key loop (Q goes through __local once, for
+ *   ldmatrix), or with MMA_QLOCAL Q stays in __local and each 16-dim slice is
+ *   read again per key tile: 32 fewer registers per row tile, which is what
+ *   keeps d = 128 at 32 rows per warp free of spills.
  * - K and V tiles (Bc keys x d) are single-buffered in __local, rows padded by
  *   16 bytes so the 8 row addresses of an ldmatrix fall in distinct banks.
  * - The loads overlap the math as in FlashAttention-2: V(j) is fetched while
