@@ -9,8 +9,11 @@
  *
  * Shape of the work:
  * - A work-group is MMA_WARPS warps; warp w owns MMA_MT consecutive 16-row
- *   tiles of the block (Br = 16 * MMA_MT * MMA_WARPS). Its Q fragments live in registers for the
- *   whole key loop (Q goes through __local once, for ldmatrix).
+ *   tiles of the block (Br = 16 * MMA_MT * MMA_WARPS). Its Q fragments live in
+ *   registers for the whole key loop (Q goes through __local once, for
+ *   ldmatrix), or with MMA_QLOCAL Q stays in __local and each 16-dim slice is
+ *   read again per key tile: 32 fewer registers per row tile, which is what
+ *   keeps d = 128 at 32 rows per warp free of spills.
  * - K and V tiles (Bc keys x d) are single-buffered in __local, rows padded by
  *   16 bytes so the 8 row addresses of an ldmatrix fall in distinct banks.
  * - The loads overlap the math as in FlashAttention-2: V(j) is fetched while
@@ -42,14 +45,33 @@
 #ifndef MMA_MT
 #define MMA_MT 2      /* 16-row tiles per warp: 2 halves the __local reads per mma, costs registers */
 #endif
+#ifndef MMA_QLOCAL
+#define MMA_QLOCAL 0  /* 1: Q stays in __local and its fragments are reloaded per key tile (no Q registers) */
+#endif
 
 #define MMA_THREADS (32 * MMA_WARPS)
 #define MMA_BR (16 * MMA_MT * MMA_WARPS)
-#define MMA_LD (HEAD_DIM + 8)           /* padded __local row, in elements */
+/* __local rows: padded by 16 bytes, or (with Q resident, where Q + K + V must
+   fit 48 KiB unpadded) unpadded with chunk c of row r stored at c ^ (r & 7).
+   Either way the 8 row addresses of an ldmatrix hit 8 distinct 16-byte bank
+   groups. The XOR form needs rows of a multiple of 8 chunks (d = 64, 128). */
+#define MMA_SWZ MMA_QLOCAL
+#if MMA_SWZ && (HEAD_DIM % 64 != 0)
+#error "MMA_QLOCAL needs HEAD_DIM 64 or 128"
+#endif
+#define MMA_LD (MMA_SWZ ? HEAD_DIM : HEAD_DIM + 8) /* __local row, in elements */
 #define MMA_CHUNKS (HEAD_DIM / 8)       /* 16-byte chunks per row */
 #define MMA_KV_ELEMS (MMA_BC * MMA_LD)
 #define MMA_Q_ELEMS (MMA_BR * MMA_LD)
+#if MMA_QLOCAL
+#define MMA_SMEM_ELEMS (MMA_Q_ELEMS + 2 * MMA_KV_ELEMS)
+#else
 #define MMA_SMEM_ELEMS (MMA_Q_ELEMS > 2 * MMA_KV_ELEMS ? MMA_Q_ELEMS : 2 * MMA_KV_ELEMS)
+#endif
+/* Byte offset of 16-byte chunk pair 2*c2 (+ the lane's own bit in y) within an
+   ldmatrix row: y is the lane's chunk bit, XORed with its row's low 3 bits when
+   swizzled. 2*c2 has bit 0 clear, so 2*c2 + bit == 2*c2 ^ bit either way. */
+#define MMA_COLB(c2, y) ((uint)((2 * (c2)) ^ (y)) << 4)
 #define MMA_NEG_INF (-INFINITY)
 
 #if MMA_F16
@@ -117,7 +139,8 @@ inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulo
         const long gr = row0 + r;
         const int ok = gr < limit;
         __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + ch * 8;
-        mma_cp16(mma_smem_addr(tile + r * MMA_LD + ch * 8), src, ok ? 16u : 0u);
+        const int pch = MMA_SWZ ? (ch ^ (r & 7)) : ch;
+        mma_cp16(mma_smem_addr(tile + r * MMA_LD + pch * 8), src, ok ? 16u : 0u);
     }
     mma_cp_commit();
 }
@@ -132,8 +155,12 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
                    float scale_log2, int causal)
 {
     __local ushort smem[MMA_SMEM_ELEMS] __attribute__((aligned(16)));
-    __local ushort *ks = smem;
-    __local ushort *vs = smem + MMA_KV_ELEMS;
+#if MMA_QLOCAL
+    __local ushort *ks = smem + MMA_Q_ELEMS;
+#else
+    __local ushort *ks = smem; /* reuses Q's space once Q is in registers */
+#endif
+    __local ushort *vs = ks + MMA_KV_ELEMS;
 
     const int lid = (int)get_local_id(0);
     const int warp = lid >> 5, lane = lid & 31;
@@ -154,20 +181,29 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     if (causal) kv_end = clamp(last_row + shift + 1, 0L, (long)seqlen_k);
     const int n_tiles = (int)((kv_end + MMA_BC - 1) / MMA_BC);
 
-    /* Q: global -> __local -> registers (A fragments, one per 16 dims). */
-    uint qf[MMA_MT][HEAD_DIM / 16][4];
+    /* Per-lane ldmatrix addresses: the lane's row start (bytes) and its chunk bit y (MMA_COLB). */
+    const uint sw = MMA_SWZ ? (uint)(lane & 7) : 0u;
+    const uint q_row = mma_smem_addr(smem) + (uint)((warp * MMA_MT * 16 + (lane & 15)) * MMA_LD * 2);
+    const uint q_y = (uint)(lane >> 4) ^ sw;
+    /* Q: global -> __local (A fragments, one per 16 dims). */
     mma_load_tile(smem, Qb, q_sr, q0, MMA_BR, seqlen_q, lid);
+#if MMA_QLOCAL
+    /* Q stays in __local: its fragments are read again for every key tile, which
+       frees 32 registers per 16-row tile for the accumulators (no spills at d = 128). */
+    if (n_tiles > 0) mma_load_tile(ks, Kb, k_sr, 0, MMA_BC, seqlen_k, lid);
+#else
+    uint qf[MMA_MT][HEAD_DIM / 16][4];
     mma_cp_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
-    for (int mt = 0; mt < MMA_MT; ++mt) {
-        const uint a = mma_smem_addr(smem + ((warp * MMA_MT + mt) * 16 + (lane & 15)) * MMA_LD + (lane >> 4) * 8);
+    for (int mt = 0; mt < MMA_MT; ++mt)
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
-            mma_ldsm_x4(a + kk * 32, &qf[mt][kk][0], &qf[mt][kk][1], &qf[mt][kk][2], &qf[mt][kk][3]);
-    }
+            mma_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LD * 2) + MMA_COLB(kk, q_y), &qf[mt][kk][0], &qf[mt][kk][1],
+                        &qf[mt][kk][2], &qf[mt][kk][3]);
     barrier(CLK_LOCAL_MEM_FENCE); /* the K tile reuses Q's __local */
     if (n_tiles > 0) mma_load_tile(ks, Kb, k_sr, 0, MMA_BC, seqlen_k, lid);
+#endif
 
     float acc[MMA_MT][HEAD_DIM / 8][4];
     float m[MMA_MT][2], l[MMA_MT][2]; /* running max (log2 domain) of rows r, r+8; this thread's part of the sums */
@@ -180,10 +216,10 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     }
     const long r0 = q0 + warp * MMA_MT * 16 + (lane >> 2); /* row of c0/c1 in m-tile 0 */
 
-    /* Per-lane ldmatrix offsets (bytes) inside a K or V tile. */
-    const uint k_lane = (uint)((((lane & 7) + ((lane >> 4) << 3)) * MMA_LD + (((lane >> 3) & 1) << 3)) * 2);
-    const uint v_lane = (uint)((((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LD + ((lane >> 4) << 3)) * 2);
-    const uint ks_addr = mma_smem_addr(ks) + k_lane, vs_addr = mma_smem_addr(vs) + v_lane;
+    /* Per-lane ldmatrix row starts (bytes) inside a K or V tile, and chunk bits. */
+    const uint ks_addr = mma_smem_addr(ks) + (uint)(((lane & 7) + ((lane >> 4) << 3)) * MMA_LD * 2);
+    const uint vs_addr = mma_smem_addr(vs) + (uint)(((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LD * 2);
+    const uint k_y = (uint)((lane >> 3) & 1) ^ sw, v_y = (uint)(lane >> 4) ^ sw;
 
     for (int t = 0; t < n_tiles; ++t) {
         const long kv0 = (long)t * MMA_BC;
@@ -199,16 +235,27 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
             for (int n = 0; n < MMA_BC / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+#if MMA_QLOCAL
+            uint qf[MMA_MT][1][4]; /* this 16-dim slice of Q only */
+#pragma unroll
+            for (int mt = 0; mt < MMA_MT; ++mt)
+                mma_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LD * 2) + MMA_COLB(kk, q_y), &qf[mt][0][0], &qf[mt][0][1],
+                            &qf[mt][0][2], &qf[mt][0][3]);
+#define MMA_QF(mt, kk) qf[mt][0]
+#else
+#define MMA_QF(mt, kk) qf[mt][kk]
+#endif
 #pragma unroll
             for (int np = 0; np < MMA_BC / 16; ++np) {
                 uint b0, b1, b2, b3;
-                mma_ldsm_x4(ks_addr + (uint)(np * 16 * MMA_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                mma_ldsm_x4(ks_addr + (uint)(np * 16 * MMA_LD * 2) + MMA_COLB(kk, k_y), &b0, &b1, &b2, &b3);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
-                    MMA(s[mt][2 * np], qf[mt][kk], b0, b1);
-                    MMA(s[mt][2 * np + 1], qf[mt][kk], b2, b3);
+                    MMA(s[mt][2 * np], MMA_QF(mt, kk), b0, b1);
+                    MMA(s[mt][2 * np + 1], MMA_QF(mt, kk), b2, b3);
                 }
             }
+#undef MMA_QF
         }
 
         /* Mask keys past the end and above the diagonal (raw scores; the scale
@@ -282,7 +329,7 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
 #pragma unroll
             for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
                 uint b0, b1, b2, b3;
-                mma_ldsm_x4_trans(vs_addr + (uint)(kk * 16 * MMA_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                mma_ldsm_x4_trans(vs_addr + (uint)(kk * 16 * MMA_LD * 2) + MMA_COLB(dp, v_y), &b0, &b1, &b2, &b3);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
                     MMA(acc[mt][2 * dp], pf[mt][kk], b0, b1);

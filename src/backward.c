@@ -208,11 +208,19 @@ flashcl_status flashcl_backward_plan_query(flashcl_context *ctx, const flashcl_a
     if (st != FLASHCL_SUCCESS) return st;
     const size_t rows = row_count(&d);
     if (path == FLASHCL_PATH_FLASH) {
+        /* Same order as flashcl__enqueue_flash_backward: the tensor-core kernels first. */
+        char why[256] = "";
+        if (flashcl__mma_backward_plan_query(ctx, &d, out, &st, why, sizeof why)) {
+            if (st == FLASHCL_SUCCESS) out->scratch_bytes = rows * sizeof(float);
+            return st;
+        }
         const flashcl__backward_plan *p = NULL;
         st = flashcl__plan_backward(ctx, &d, &p);
         if (st != FLASHCL_SUCCESS) return st;
         *out = p->pub;
         out->scratch_bytes = rows * sizeof(float);
+        if (d.dtype == FLASHCL_DTYPE_F16 || d.dtype == FLASHCL_DTYPE_BF16)
+            flashcl__appendf(out->reason, sizeof out->reason, "; %s", why);
         return FLASHCL_SUCCESS;
     }
     if (path == FLASHCL_PATH_STANDARD) {

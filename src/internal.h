@@ -265,6 +265,9 @@ int flashcl__mma_covers(flashcl_context *ctx, const flashcl_attention_desc *d, c
 int flashcl__mma_views_aligned(const flashcl_tensor *views, int n);
 /* flash_bwd_mma_dot, _dkdv, _dq for the descriptor's storage and head dim (built once). */
 flashcl_status flashcl__mma_backward_kernels(flashcl_context *ctx, const flashcl_attention_desc *d, cl_kernel out[3]);
+/* Like flashcl__mma_plan_query, for the backward (builds its kernels). */
+int flashcl__mma_backward_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
+                                     flashcl_status *st, char *why, size_t cap);
 /* ---- NVIDIA tensor-core backward (mma_backward.c): like flashcl__mma_try_forward, on the
    backward's eight views (q, k, v, o, dout, dq, dk, dv). */
 int flashcl__mma_try_backward(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,

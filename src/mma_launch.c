@@ -12,14 +12,64 @@
 #include <string.h>
 
 #define LOG2E 1.4426950408889634
-#define MMA_WARPS 4
-#define MMA_MT 2  /* 32 query rows per warp: each K/V fragment read from __local feeds 4 mma */
-#define MMA_BC 64 /* measured on the H200, d=128 bf16: Bc=64 265 TF/s, Bc=32 256 */
+#define MMA_WARPS 4 /* the backward's warps per work-group */
+
+/* Forward shape: warps per work-group, keys per tile, 16-row tiles per warp,
+   Q resident in __local (1) or in registers (0). */
+typedef struct mma_shape {
+    int warps, bc, mt, qlocal;
+} mma_shape;
+
+/* The built-in choice per head dim, measured on the H200 (bf16, tools/mma_harness.c
+   and flashcl bench). 32 query rows per warp everywhere: each K/V fragment read
+   from __local feeds 4 mma. At d = 128, Q in registers spilled (255 registers,
+   284 B of spills) at Bc = 64 and still at Bc = 32; Q resident in swizzled
+   __local with Bc = 32 (exactly 48 KiB) does not, and ran 5% faster (256 -> 269
+   TF/s non-causal, 220 -> 232 causal). At d = 64 the registers fit and
+   reloading Q per tile only costs (230 -> 206 TF/s), so Q stays in registers. */
+static mma_shape mma_table_shape(size_t head_dim) {
+    mma_shape s = {4, 64, 2, 0};
+    if (head_dim == 128) {
+        s.bc = 32;
+        s.qlocal = 1;
+    }
+    return s;
+}
+
+/* FLASHCL_MMA_FWD=W:BC:MT:QL overrides the table for every head dim (kernel
+   tuning on NVIDIA hardware); QL = 1 applies at d = 64 and 128 only (the
+   swizzle needs rows of 8 chunks), other dims keep Q in registers. 0 when
+   unset, 1 when valid, -1 (with why) when not. */
+static int mma_env_shape(const flashcl_context *ctx, size_t head_dim, mma_shape *out, char *why, size_t cap) {
+    const char *e = getenv("FLASHCL_MMA_FWD");
+    if (!e || !*e) return 0;
+    mma_shape s;
+    char tail;
+    if (sscanf(e, "%d:%d:%d:%d%c", &s.warps, &s.bc, &s.mt, &s.qlocal, &tail) != 4 ||
+        (s.warps != 1 && s.warps != 2 && s.warps != 4 && s.warps != 8) || (s.bc != 16 && s.bc != 32 && s.bc != 64) ||
+        (s.mt != 1 && s.mt != 2) || (s.qlocal != 0 && s.qlocal != 1)) {
+        snprintf(why, cap, "FLASHCL_MMA_FWD: expected W:BC:MT:QL with W in {1,2,4,8}, BC in {16,32,64}, MT in {1,2}, "
+                 "QL in {0,1}, got '%s'", e);
+        return -1;
+    }
+    if (head_dim % 64 != 0) s.qlocal = 0;
+    /* __local elements as the kernel lays them out (16-byte row padding unless QL). */
+    const size_t ld = s.qlocal ? head_dim : head_dim + 8, q = (size_t)16 * s.mt * s.warps * ld, kv = 2 * (size_t)s.bc * ld;
+    const size_t bytes = 2 * (s.qlocal ? q + kv : (q > kv ? q : kv));
+    if (bytes > ctx->info.local_mem_bytes) {
+        snprintf(why, cap, "FLASHCL_MMA_FWD=%s needs %zu B of __local, the device has %llu", e, bytes,
+                 (unsigned long long)ctx->info.local_mem_bytes);
+        return -1;
+    }
+    *out = s;
+    return 1;
+}
 
 struct flashcl__mma_plan {
     flashcl_plan pub;
     cl_kernel kernel;
     cl_kernel bwd[3]; /* flash_bwd_mma_dot, _dkdv, _dq: built on the first backward */
+    flashcl_plan bwd_pub; /* what flashcl_backward_plan_query reports, filled with bwd[] */
 };
 
 static int dtype_slot(flashcl_dtype t) { return t == FLASHCL_DTYPE_F16 ? 1 : t == FLASHCL_DTYPE_BF16 ? 0 : -1; }
@@ -66,11 +116,15 @@ static flashcl_status get_plan(flashcl_context *ctx, const flashcl_attention_des
     const int slot = dtype_slot(d->dtype);
     flashcl__mma_plan **cell = &ctx->mma_plans[slot][d->head_dim / 16];
     if (!*cell) {
+        char env_why[256];
+        mma_shape sh = mma_table_shape(d->head_dim);
+        const int from_env = mma_env_shape(ctx, d->head_dim, &sh, env_why, sizeof env_why);
+        if (from_env < 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "%s", env_why);
         flashcl__mma_plan *p = calloc(1, sizeof *p);
         if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
         snprintf(p->pub.build_options, sizeof p->pub.build_options,
-                 "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d -DMMA_F16=%d", d->head_dim,
-                 MMA_WARPS, MMA_MT, MMA_BC, slot);
+                 "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d -DMMA_QLOCAL=%d -DMMA_F16=%d",
+                 d->head_dim, sh.warps, sh.mt, sh.bc, sh.qlocal, slot);
         cl_program program = NULL;
         flashcl_status st = flashcl__get_program(ctx, "flash_fwd_mma.cl", p->pub.build_options, &program);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_fwd_mma", &p->kernel);
@@ -82,18 +136,20 @@ static flashcl_status get_plan(flashcl_context *ctx, const flashcl_attention_des
         clGetKernelWorkGroupInfo(p->kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
         clGetKernelWorkGroupInfo(p->kernel, ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof pm, &pm, NULL);
         snprintf(p->pub.kernel, sizeof p->pub.kernel, "flash_fwd_mma");
-        p->pub.block_rows = 16 * MMA_MT * MMA_WARPS;
-        p->pub.block_cols = MMA_BC;
+        p->pub.block_rows = 16 * sh.mt * sh.warps;
+        p->pub.block_cols = sh.bc;
         p->pub.threads_per_row = 1;
         p->pub.staging = FLASHCL_STAGING_LOCAL;
-        p->pub.work_group_size = 32 * MMA_WARPS;
+        p->pub.work_group_size = 32 * (size_t)sh.warps;
         p->pub.local_mem_bytes = (size_t)lm;
         p->pub.private_mem_bytes = (size_t)pm;
         snprintf(p->pub.origin, sizeof p->pub.origin, "vendor");
         snprintf(p->pub.reason, sizeof p->pub.reason,
-                 "NVIDIA tensor cores (%s): mma.sync %s, %d warps x 32 query rows, Br=%d, Bc=%d, Q in registers, "
-                 "K/V via cp.async in __local; needs views 16-byte aligned (offsets and strides multiples of 8)",
-                 ctx->mma_why, slot ? "f16" : "bf16", MMA_WARPS, p->pub.block_rows, MMA_BC);
+                 "NVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
+                 "K/V via cp.async in __local; needs views 16-byte aligned (offsets and strides multiples of 8)%s",
+                 ctx->mma_why, slot ? "f16" : "bf16", sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
+                 sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
+                 from_env ? "; shape from FLASHCL_MMA_FWD" : "");
         *cell = p;
     }
     *out = *cell;
@@ -129,6 +185,27 @@ flashcl_status flashcl__mma_backward_kernels(flashcl_context *ctx, const flashcl
             return st;
         }
         memcpy(p->bwd, k, sizeof k);
+        /* The plan reports the dK/dV kernel: it does most of the work and needs the most __local/registers. */
+        flashcl_plan *bp = &p->bwd_pub;
+        cl_ulong lm = 0, pm = 0;
+        clGetKernelWorkGroupInfo(k[1], ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
+        clGetKernelWorkGroupInfo(k[1], ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof pm, &pm, NULL);
+        snprintf(bp->kernel, sizeof bp->kernel, "flash_bwd_mma");
+        bp->block_rows = step;
+        bp->block_cols = 16 * MMA_WARPS;
+        bp->threads_per_row = 1;
+        bp->staging = FLASHCL_STAGING_LOCAL;
+        bp->work_group_size = 32 * MMA_WARPS;
+        bp->local_mem_bytes = (size_t)lm;
+        bp->private_mem_bytes = (size_t)pm;
+        snprintf(bp->origin, sizeof bp->origin, "vendor");
+        snprintf(bp->build_options, sizeof bp->build_options, "%s", options);
+        snprintf(bp->reason, sizeof bp->reason,
+                 "NVIDIA tensor cores (%s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
+                 "flash_bwd_mma_dkdv (%d keys per work-group, query tiles of %d) and flash_bwd_mma_dq (%d rows per "
+                 "work-group, key tiles of %d), no atomics; needs all eight views 16-byte aligned (offsets and "
+                 "strides multiples of 8)",
+                 ctx->mma_why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step, 16 * MMA_WARPS, step);
     }
     memcpy(out, p->bwd, sizeof p->bwd);
     return FLASHCL_SUCCESS;
@@ -140,6 +217,15 @@ int flashcl__mma_plan_query(flashcl_context *ctx, const flashcl_attention_desc *
     const flashcl__mma_plan *p = NULL;
     *st = get_plan(ctx, d, &p);
     if (*st == FLASHCL_SUCCESS) *out = p->pub;
+    return 1;
+}
+
+int flashcl__mma_backward_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
+                                     flashcl_status *st, char *why, size_t cap) {
+    if (!desc_applies(ctx, d, why, cap)) return 0;
+    cl_kernel k[3];
+    *st = flashcl__mma_backward_kernels(ctx, d, k);
+    if (*st == FLASHCL_SUCCESS) *out = ctx->mma_plans[dtype_slot(d->dtype)][d->head_dim / 16]->bwd_pub;
     return 1;
 }
 

@@ -3,19 +3,24 @@
 
 Times torch.nn.functional.scaled_dot_product_attention with the FLASH
 (FlashAttention-2), CUDNN and EFFICIENT backends, forward and forward+backward,
-on the issue's shapes, then runs `flashcl bench --json` (or, while the CLI
-has no 16-bit storage, the kernel harness tools/mma_harness.c) on the same
-shapes and prints FlashCL TF/s / torch FLASH TF/s.
+on the issue's shapes, then runs `flashcl bench --json --dtype bf16
+--backward` (the library's own path: the tensor-core kernels where the plan
+picks them) on the same shapes and prints FlashCL TF/s / torch FLASH TF/s,
+and plain float32 `flashcl bench` next to torch EFFICIENT fp32.
 
-    python3 tools/bench_torch_gpu.py --flashcl build/tools/flashcl [--harness /tmp/mh --cl cl]
+    python3 tools/bench_torch_gpu.py --flashcl build/tools/flashcl [--mma-fwd 4:32:2:1 ...]
 
-FLOPs as FlashAttention counts them: forward 4*b*h*sq*sk*d (half when causal),
-forward+backward 3.5x the forward (backward = 2.5x). Timing: CUDA events,
-median of --iters runs after warm-up.
+FLOPs as FlashAttention counts them (flashcl bench counts the same way):
+forward 4*b*h*sq*sk*d (half when causal), forward+backward 3.5x the forward
+(backward = 2.5x). Timing: torch, CUDA events, median of --iters runs after
+warm-up; flashcl bench, wall clock over --iters calls enqueued back to back
+(mean per call), fwd+bwd timed as pairs like torch's f().backward(g).
+--mma-fwd runs the bf16 shapes again with FLASHCL_MMA_FWD set (forward
+kernel shapes to compare; the library's table is the default run).
 """
 import argparse
 import json
-import re
+import os
 import subprocess
 import sys
 
@@ -78,83 +83,74 @@ def torch_times(iters):
     return out
 
 
-def flashcl_cli(path, dtype, b, h, n, d, causal, backward):
+def flashcl_cli(path, dtype, b, h, n, d, causal, backward, iters, env=None):
     cmd = [path, "bench", "--batch", str(b), "--heads", str(h), "--seqlen", str(n), "--head-dim", str(d),
-           "--json", "--path", "flash"]
+           "--json", "--path", "flash", "--iters", str(iters)]
     if dtype != "fp32":
-        cmd += ["--dtype", dtype]
+        cmd += ["--dtype", dtype, "--no-plain"]
     if causal:
         cmd.append("--causal")
     if backward:
         cmd.append("--backward")
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+    want = "flash" if dtype == "fp32" else "flash+variants"  # variants mode names the 16-bit run so
     res = {}
     for line in r.stdout.splitlines():
         try:
             o = json.loads(line)
         except ValueError:
             continue
-        if o.get("path") == "flash" and "tflops" in o:
+        if o.get("path") == want and "tflops" in o:
             res[o.get("pass", "fwd")] = (o["tflops"], o.get("kernel", "?"))
     return res, None
 
 
-def harness_fwd(harness, cl_dir):
-    """Forward TF/s per shape from the kernel harness (bf16, the plan's variant 4:64:2)."""
-    r = subprocess.run([harness, cl_dir, "4:64:2"], capture_output=True, text=True)
-    print(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr)
-    res = {}
-    for line in r.stdout.splitlines():
-        m = re.match(r"BENCH \S+ \S+ \S+ \S+ b(\d+) h(\d+) N(\d+) d(\d+) causal(\d): .* ([\d.]+) TF/s", line)
-        if m:
-            b, h, n, d, c, tf = m.groups()
-            res[(int(b), int(h), int(n), int(d), c == "1")] = float(tf)
-    return res
+def report_bf16(a, torch_res, tag, env):
+    for label, b, h, n, d, causal in SHAPES:
+        ref = torch_res.get(("FLASH", "bf16", label))
+        got, err = flashcl_cli(a.flashcl, "bf16", b, h, n, d, causal, not a.no_backward, a.iters, env)
+        if not got or "fwd" not in got:
+            print(f"bf16 {label:28s} {tag} flashcl: {err}")
+            continue
+        fwd, kern = got["fwd"]
+        line = f"bf16 {label:28s} {tag} fwd {fwd:6.1f} TF/s [{kern}]"
+        if ref:
+            line += f" ratio {fwd / ref[0]:.2f}"
+        if "bwd" in got:
+            line += f" | bwd {got['bwd'][0]:6.1f} [{got['bwd'][1]}]"
+        fb = got.get("fwd+bwd")
+        if fb:
+            line += f" | fwd+bwd {fb[0]:6.1f} TF/s"
+            if ref:
+                line += f" ratio {fb[0] / ref[1]:.2f}"
+        print(line, flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--flashcl", help="path of the flashcl CLI")
-    ap.add_argument("--harness", help="path of the built tools/mma_harness.c (fallback for bf16)")
-    ap.add_argument("--cl", default="cl", help="kernel directory for the harness")
+    ap.add_argument("--flashcl", required=True, help="path of the flashcl CLI")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--no-torch", action="store_true", help="FlashCL figures only (no ratios)")
+    ap.add_argument("--mma-fwd", nargs="*", default=[], help="FLASHCL_MMA_FWD shapes W:BC:MT:QL to compare")
     a = ap.parse_args()
-    torch_res = torch_times(a.iters)
-    hres = harness_fwd(a.harness, a.cl) if a.harness else {}
-    print("\nratio = FlashCL TF/s / torch FLASH (FlashAttention-2) TF/s, same GPU, same run")
-    for label, b, h, n, d, causal in SHAPES:
-        ref = torch_res.get(("FLASH", "bf16", label))
-        got, err = (flashcl_cli(a.flashcl, "bf16", b, h, n, d, causal, not a.no_backward) if a.flashcl else (None, "no --flashcl"))
-        if got and "fwd" in got:
-            fwd, kern = got["fwd"]
-            line = f"bf16 {label:28s} flashcl fwd {fwd:7.1f} TF/s [{kern}]"
-            if ref:
-                line += f"  ratio {fwd / ref[0]:.2f}"
-            fb = got.get("fwd+bwd") or got.get("total")
-            if fb and ref:
-                line += f"  fwd+bwd {fb[0]:7.1f} TF/s ratio {fb[0] / ref[1]:.2f}"
-            print(line)
-        else:
-            key = (b, h, n, d, causal)
-            if key in hres:
-                line = f"bf16 {label:28s} harness fwd {hres[key]:7.1f} TF/s [flash_fwd_mma]"
-                if ref:
-                    line += f"  ratio {hres[key] / ref[0]:.2f}"
-                print(line + f"  (flashcl CLI: {err})")
-            else:
-                print(f"bf16 {label:28s} flashcl: {err}")
+    torch_res = {} if a.no_torch else torch_times(a.iters)
+    print("\nratio = FlashCL TF/s / torch FLASH (FlashAttention-2) TF/s, same GPU, same run", flush=True)
+    report_bf16(a, torch_res, "table", None)
+    for shape in a.mma_fwd:
+        report_bf16(a, torch_res, shape, dict(os.environ, FLASHCL_MMA_FWD=shape))
     ref32 = torch_res.get(("EFFICIENT", "fp32", SHAPES[0][0]))
-    if a.flashcl:
-        _, b, h, n, d, causal = SHAPES[0]
-        got, err = flashcl_cli(a.flashcl, "fp32", b, h, n, d, causal, False)
-        if got and "fwd" in got and ref32:
-            print(f"fp32 {SHAPES[0][0]:28s} flashcl fwd {got['fwd'][0]:7.1f} TF/s [{got['fwd'][1]}]  "
-                  f"ratio vs torch EFFICIENT fp32 {got['fwd'][0] / ref32[0]:.2f}")
-        else:
-            print(f"fp32: {err}")
+    _, b, h, n, d, causal = SHAPES[0]
+    got, err = flashcl_cli(a.flashcl, "fp32", b, h, n, d, causal, False, a.iters)
+    if got and "fwd" in got:
+        line = f"fp32 {SHAPES[0][0]:28s} flashcl fwd {got['fwd'][0]:7.1f} TF/s [{got['fwd'][1]}]"
+        if ref32:
+            line += f"  ratio vs torch EFFICIENT fp32 {got['fwd'][0] / ref32[0]:.2f}"
+        print(line)
+    else:
+        print(f"fp32: {err}")
     return 0
 
 

@@ -89,6 +89,7 @@ int bench_variant_parse_option(option_cursor *c, bench_variant_args *v)
     if (options_is(c, "--head-dim-v"))
         return options_size(c, 1, FLASHCL_MAX_HEAD_DIM, &v->head_dim_v) ? 1 : -1;
     bool *flag = options_is(c, "--alibi") ? &v->alibi
+                 : options_is(c, "--no-plain") ? &v->no_plain
                  : options_is(c, "--sinks") ? &v->sinks
                  : options_is(c, "--bias")  ? &v->bias
                  : options_is(c, "--mask")  ? &v->mask
@@ -114,6 +115,8 @@ int bench_variant_check(const bench_variant_args *v, size_t head_dim)
         return tool_usage_error("--block-sparse: needs --block-size B");
     if (v->block_size && v->block_sparsity < 0.0f)
         return tool_usage_error("--block-size: only applies with --block-sparse");
+    if (v->no_plain && !bench_variant_any(v))
+        return tool_usage_error("--no-plain: only applies with variant options");
     return 0;
 }
 
@@ -160,11 +163,15 @@ void bench_variant_describe(const bench_variant_args *v, char *buf, size_t size)
 /* ------------------------------------------------------------- timing */
 
 enum { BV_WITH = 0, BV_PLAIN = 1, BV_PATHS = 2 };
-enum { BV_FWD = 0, BV_BWD = 1, BV_PASSES = 2 };
+enum { BV_FWD = 0, BV_BWD = 1, BV_FWD_BWD = 2, BV_PASSES = 3 };
+
+static const char *const pass_names[BV_PASSES] = {"fwd", "bwd", "fwd+bwd"};
 
 typedef struct bv_path {
     const char *name;
-    flashcl_plan plan;
+    bool run;            /* false: skipped (--no-plain) */
+    flashcl_plan plan;   /* the forward's */
+    flashcl_plan bwd_plan;
     bench_result result[BV_PASSES];
     double flops;
     bool ran[BV_PASSES];
@@ -190,6 +197,18 @@ static flashcl_status enqueue_backward(void *user)
                             &p->dq, &p->dk, &p->dv, 0, NULL, NULL);
 }
 
+/* Forward then backward, as a training step runs them (torch times fwd+bwd so). */
+static flashcl_status enqueue_pair(void *user)
+{
+    flashcl_status st = enqueue_forward(user);
+    return st == FLASHCL_SUCCESS ? enqueue_backward(user) : st;
+}
+
+static int pass_count(const bench_variant_run *run)
+{
+    return run->backward ? BV_PASSES : 1;
+}
+
 /* Creates one path's problem, plans it, times it, releases it. */
 static int run_path(flashcl_context *ctx, const bench_variant_run *run,
                     const bench_variant_args *v, bv_path *out)
@@ -200,11 +219,15 @@ static int run_path(flashcl_context *ctx, const bench_variant_run *run,
         return rc;
     out->flops = p.flops;
     flashcl_status st = flashcl_plan_query(ctx, &p.desc, FLASHCL_PATH_FLASH, &out->plan);
+    if (st == FLASHCL_SUCCESS && run->backward)
+        st = flashcl_backward_plan_query(ctx, &p.desc, FLASHCL_PATH_FLASH, &out->bwd_plan);
     bv_call call = {ctx, &p};
-    for (int pass = 0; st == FLASHCL_SUCCESS && pass < (run->backward ? 2 : 1); ++pass) {
+    static flashcl_status (*const enqueue[BV_PASSES])(void *) = {enqueue_forward, enqueue_backward,
+                                                                 enqueue_pair};
+    for (int pass = 0; st == FLASHCL_SUCCESS && pass < pass_count(run); ++pass) {
         char label[48];
-        snprintf(label, sizeof label, "%s %s", out->name, pass == BV_FWD ? "fwd" : "bwd");
-        bench_work work = {ctx, label, pass == BV_FWD ? enqueue_forward : enqueue_backward, &call};
+        snprintf(label, sizeof label, "%s %s", out->name, pass_names[pass]);
+        bench_work work = {ctx, label, enqueue[pass], &call};
         st = bench_run_work(&work, &run->settings, &out->result[pass]);
         out->ran[pass] = st == FLASHCL_SUCCESS;
     }
@@ -222,10 +245,10 @@ static double rate(double flops, double ms)
     return ms > 0.0 ? flops / (ms * 1e-3) : NAN;
 }
 
-/* The backward counts 2.5 times the forward's flops, as FlashAttention does. */
+/* The backward counts 2.5 times the forward's flops, as FlashAttention does; fwd+bwd 3.5. */
 static double pass_flops(const bv_path *p, int pass)
 {
-    return pass == BV_FWD ? p->flops : 2.5 * p->flops;
+    return pass == BV_FWD ? p->flops : pass == BV_BWD ? 2.5 * p->flops : 3.5 * p->flops;
 }
 
 static void print_table(FILE *out, const char *device, const bench_variant_run *run,
@@ -237,25 +260,32 @@ static void print_table(FILE *out, const char *device, const bench_variant_run *
             d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
             d->causal ? "causal" : "non-causal");
     fprintf(out, "features %s\n", features);
-    fprintf(out, "\n%-15s %-4s %7s %11s %9s %10s\n", "path", "pass", "iters", "ms", "TFLOP/s",
+    fprintf(out, "\n%-15s %-7s %7s %11s %9s %10s\n", "path", "pass", "iters", "ms", "TFLOP/s",
             "GFLOP/s");
-    for (int pass = 0; pass < (run->backward ? 2 : 1); ++pass)
+    for (int pass = 0; pass < pass_count(run); ++pass)
         for (int i = 0; i < BV_PATHS; ++i) {
             const bv_path *p = &paths[i];
+            if (!p->run)
+                continue;
             double ms = p->result[pass].ms, f = pass_flops(p, pass);
-            fprintf(out, "%-15s %-4s %7zu %11.4f %9.4f %10.2f\n", p->name,
-                    pass == BV_FWD ? "fwd" : "bwd", p->result[pass].iters, ms,
-                    rate(f, ms) * 1e-12, rate(f, ms) * 1e-9);
+            fprintf(out, "%-15s %-7s %7zu %11.4f %9.4f %10.2f\n", p->name, pass_names[pass],
+                    p->result[pass].iters, ms, rate(f, ms) * 1e-12, rate(f, ms) * 1e-9);
         }
     fputc('\n', out);
     for (int i = 0; i < BV_PATHS; ++i) {
+        if (!paths[i].run)
+            continue;
         fprintf(out, "plan %-15s ", paths[i].name);
         plan_print_summary(out, &paths[i].plan);
         fputc('\n', out);
+        if (run->backward) {
+            fprintf(out, "bwd  %-15s ", paths[i].name);
+            plan_print_summary(out, &paths[i].bwd_plan);
+            fputc('\n', out);
+        }
     }
-    for (int pass = 0; pass < (run->backward ? 2 : 1); ++pass)
-        fprintf(out, "cost     %s %.2fx (flash+variants ms / flash ms)\n",
-                pass == BV_FWD ? "fwd" : "bwd",
+    for (int pass = 0; paths[BV_PLAIN].run && pass < pass_count(run); ++pass)
+        fprintf(out, "cost     %s %.2fx (flash+variants ms / flash ms)\n", pass_names[pass],
                 paths[BV_WITH].result[pass].ms / paths[BV_PLAIN].result[pass].ms);
     fputs("TFLOP/s counts the dense-equivalent flops of each path's own shape (2*(d + d_v) per\n"
           "query-key pair, causal halved): masked or skipped pairs still count. The standard\n"
@@ -266,15 +296,17 @@ static void print_table(FILE *out, const char *device, const bench_variant_run *
 static void print_json(FILE *out, const char *device, const bench_variant_run *run,
                        const char *features, const bv_path paths[BV_PATHS])
 {
-    for (int pass = 0; pass < (run->backward ? 2 : 1); ++pass)
+    for (int pass = 0; pass < pass_count(run); ++pass)
         for (int i = 0; i < BV_PATHS; ++i) {
             const bv_path *p = &paths[i];
+            if (!p->run)
+                continue;
             double ms = p->result[pass].ms, f = pass_flops(p, pass);
             fputc('{', out);
             json_key(out, "path", true);
             json_string(out, p->name);
             json_key(out, "pass", false);
-            json_string(out, pass == BV_FWD ? "fwd" : "bwd");
+            json_string(out, pass_names[pass]);
             flashcl_attention_desc shown = run->base;
             if (i == BV_WITH) {
                 shown.dtype = run->var.dtype;
@@ -291,7 +323,17 @@ static void print_json(FILE *out, const char *device, const bench_variant_run *r
             json_number(out, rate(f, ms) * 1e-12);
             json_key(out, "flops", false);
             json_number(out, f);
-            bench_json_plan_fields(out, &p->plan);
+            /* fwd+bwd names the backward's kernel; "fwd_kernel" keeps the forward's. */
+            bench_json_plan_fields(out, pass == BV_FWD ? &p->plan : &p->bwd_plan);
+            if (pass != BV_FWD) {
+                char kernel[sizeof p->plan.kernel + 1];
+                snprintf(kernel, sizeof kernel, "%.*s", (int)sizeof p->plan.kernel, p->plan.kernel);
+                json_key(out, "fwd_kernel", false);
+                json_string(out, kernel);
+            }
+            const flashcl_plan *shown_plan = pass == BV_FWD ? &p->plan : &p->bwd_plan;
+            json_key(out, "origin", false);
+            json_string(out, shown_plan->origin);
             fputs("}\n", out);
         }
     fputc('{', out);
@@ -300,8 +342,9 @@ static void print_json(FILE *out, const char *device, const bench_variant_run *r
     json_key(out, "features", false);
     json_string(out, features);
     json_key(out, "cost_fwd", false);
-    json_number(out, paths[BV_WITH].result[BV_FWD].ms / paths[BV_PLAIN].result[BV_FWD].ms);
-    if (run->backward) {
+    json_number(out, paths[BV_PLAIN].run ? paths[BV_WITH].result[BV_FWD].ms / paths[BV_PLAIN].result[BV_FWD].ms
+                                         : NAN);
+    if (run->backward && paths[BV_PLAIN].run) {
         json_key(out, "cost_bwd", false);
         json_number(out, paths[BV_WITH].result[BV_BWD].ms / paths[BV_PLAIN].result[BV_BWD].ms);
     }
@@ -323,10 +366,12 @@ int bench_variants(const bench_variant_run *run)
     memset(paths, 0, sizeof paths);
     paths[BV_WITH].name = "flash+variants";
     paths[BV_PLAIN].name = "flash";
+    paths[BV_WITH].run = true;
+    paths[BV_PLAIN].run = !run->var.no_plain;
     bench_variant_args plain;
     bench_variant_defaults(&plain);
     int rc = run_path(ctx, run, &run->var, &paths[BV_WITH]);
-    if (rc == 0)
+    if (rc == 0 && paths[BV_PLAIN].run)
         rc = run_path(ctx, run, &plain, &paths[BV_PLAIN]);
     if (rc == 0) {
         if (run->json)
@@ -354,6 +399,9 @@ void bench_variant_help(FILE *out)
           "  --mask                  a random boolean mask [b, h, sq, sk], 90% attend\n"
           "  --block-sparse F        a random block mask with fraction F of blocks skipped,\n"
           "  --block-size B          at B x B blocks\n"
-          "  --varlen N              the batch's rows cut into N sequences of unequal length\n",
+          "  --varlen N              the batch's rows cut into N sequences of unequal length\n"
+          "  --no-plain              skip the plain float32 run (no cost ratio)\n"
+          "With --backward the passes are fwd, bwd and fwd+bwd (one forward and one backward\n"
+          "back to back per call, as a training step; TFLOP/s counts 3.5x the forward).\n",
           out);
 }

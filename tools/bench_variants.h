@@ -29,6 +29,7 @@ typedef struct bench_variant_args {
     size_t block_size;    /* block_q = block_k */
     size_t varlen_seqs;   /* 0 = not varlen */
     size_t head_dim_v;    /* 0 = head_dim */
+    bool no_plain;        /* --no-plain: skip the plain float32 run (no cost ratio) */
 } bench_variant_args;
 
 /* Defaults: every feature off. */

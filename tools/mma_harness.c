@@ -5,7 +5,7 @@
  * double-precision reference, then times the issue's shapes.
  *
  *   cc -O2 -std=c11 tools/mma_harness.c -lOpenCL -lm -o mma_harness
- *   ./mma_harness cl [warps:bc:mt[:maxrregcount] ...]   (kernel variants to check and time; default 4:64:1)
+ *   ./mma_harness cl [warps:bc:mt[:maxrregcount[:qlocal]] ...]   (kernel variants to check and time; default 4:64:2)
  *
  * Not built by CMake and not part of CI: it needs an NVIDIA sm_80+ device.
  */
@@ -178,9 +178,9 @@ typedef struct {
     int b, hq, hkv, sq, sk, d, causal, f16;
 } shape;
 
-/* A kernel variant: "warps:bc:mt[:maxrregcount]" on the command line. */
+/* A kernel variant: "warps:bc:mt[:maxrregcount[:qlocal]]" on the command line. */
 typedef struct {
-    int warps, bc, mt, maxrreg;
+    int warps, bc, mt, maxrreg, qlocal;
 } variant;
 
 static double now_ms(cl_event e0, cl_event e1) {
@@ -193,8 +193,10 @@ static double now_ms(cl_event e0, cl_event e1) {
 static cl_kernel get_kernel(const char *src, int d, const variant *va, int f16, int verbose) {
     char opts[256], rr[64] = "";
     if (va->maxrreg) snprintf(rr, sizeof rr, " -cl-nv-maxrregcount=%d", va->maxrreg);
-    snprintf(opts, sizeof opts, "-cl-mad-enable -cl-nv-verbose -DHEAD_DIM=%d -DMMA_WARPS=%d -DMMA_BC=%d -DMMA_MT=%d -DMMA_F16=%d%s",
-             d, va->warps, va->bc, va->mt, f16, rr);
+    /* Q resident in __local needs d = 64 or 128 (swizzle); other dims take the register form. */
+    snprintf(opts, sizeof opts,
+             "-cl-mad-enable -cl-nv-verbose -DHEAD_DIM=%d -DMMA_WARPS=%d -DMMA_BC=%d -DMMA_MT=%d -DMMA_QLOCAL=%d -DMMA_F16=%d%s",
+             d, va->warps, va->bc, va->mt, va->qlocal && d % 64 == 0, f16, rr);
     if (verbose) printf("build %s\n", opts);
     cl_program p = build(src, opts, verbose);
     cl_int err;
@@ -318,8 +320,8 @@ static int check_shape(const char *src, const shape *s, const variant *va) {
                 }
             }
     double rel = sqrt(num / (den > 0 ? den : 1));
-    printf("check w%d bc%d mt%d b%d hq%d hkv%d sq%d sk%d d%d causal%d %s: rel_l2 %.2e max_abs %.2e lse_max %.2e -> %s\n",
-           va->warps, va->bc, va->mt, s->b, s->hq, s->hkv, s->sq, s->sk, s->d, s->causal, s->f16 ? "f16" : "bf16", rel, maxerr,
+    printf("check w%d bc%d mt%d ql%d b%d hq%d hkv%d sq%d sk%d d%d causal%d %s: rel_l2 %.2e max_abs %.2e lse_max %.2e -> %s\n",
+           va->warps, va->bc, va->mt, va->qlocal, s->b, s->hq, s->hkv, s->sq, s->sk, s->d, s->causal, s->f16 ? "f16" : "bf16", rel, maxerr,
            lse_err, bad || !(rel < 1e-2) ? "FAIL" : "ok");
     clReleaseKernel(k);
     clReleaseMemObject(bq);
@@ -364,8 +366,8 @@ static void bench_shape(const char *src, const shape *s, const variant *va) {
                 t[i] = t[j], t[j] = x;
             }
     double flops = 4.0 * s->b * s->hq * (double)s->sq * s->sk * s->d * (s->causal ? 0.5 : 1.0);
-    printf("BENCH w%d bc%d mt%d rr%d b%d h%d N%d d%d causal%d: %.3f ms  %.1f TF/s\n", va->warps, va->bc, va->mt,
-           va->maxrreg, s->b, s->hq, s->sq, s->d,
+    printf("BENCH w%d bc%d mt%d rr%d ql%d b%d h%d N%d d%d causal%d: %.3f ms  %.1f TF/s\n", va->warps, va->bc, va->mt,
+           va->maxrreg, va->qlocal, s->b, s->hq, s->sq, s->d,
            s->causal, t[7], flops / (t[7] * 1e-3) / 1e12);
     clReleaseKernel(k);
     clReleaseMemObject(bq);
@@ -396,13 +398,13 @@ int main(int argc, char **argv) {
     if (!run_probe(dir)) return 1;
     char *src = read_text(dir, "flash_fwd_mma.cl");
     int fails = 0;
-    variant vars[16] = {{4, 64, 1, 0}};
+    variant vars[16] = {{4, 64, 2, 0, 0}};
     int nw = 1;
     if (argc > 2) {
         nw = 0;
         for (int i = 2; i < argc && nw < 16; ++i) {
-            variant x = {4, 64, 1, 0};
-            sscanf(argv[i], "%d:%d:%d:%d", &x.warps, &x.bc, &x.mt, &x.maxrreg);
+            variant x = {4, 64, 2, 0, 0};
+            sscanf(argv[i], "%d:%d:%d:%d:%d", &x.warps, &x.bc, &x.mt, &x.maxrreg, &x.qlocal);
             vars[nw++] = x;
         }
     }
