@@ -1,6 +1,7 @@
 /* flashcl_backward: checks, then D = rowsum(dO*O), dK/dV, dQ — three launches chained by events,
    dK/dV and dQ from whichever kernel family the plan chose (src/plan_backward.c). */
 #include "internal.h"
+#include "cpu_family.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +42,8 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
     const flashcl__backward_plan *plan = NULL;
     flashcl_status st = flashcl__plan_backward(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
+    if (flashcl__is_cpu_backward_plan(plan))
+        return flashcl__enqueue_backward_cpu(ctx, plan, d, views, lse, lse_offset, num_wait, wait_list, event);
     const size_t rows = d->batch * d->heads_q * d->seqlen_q;
     cl_mem dsum = NULL;
     st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, rows * sizeof(float), "backward: D = rowsum(dO*O)", &dsum);

@@ -137,6 +137,7 @@ typedef struct flashcl__flash_plan {
     flashcl_plan pub;
     cl_program program;
     cl_kernel kernel;
+    cl_kernel pack; /* the CPU family's flash_cpu_pack (src/plan_cpu.c); NULL otherwise */
 } flashcl__flash_plan;
 
 typedef struct flashcl__standard_plan {
@@ -162,6 +163,7 @@ typedef struct flashcl__backward_plan {
     size_t keys_per_group; /* keys one dK/dV work-group owns */
     size_t rows_per_group; /* query rows one dQ work-group owns */
     cl_kernel dot, dkdv, dq;
+    cl_kernel pack; /* the CPU family's flash_cpu_pack (src/plan_cpu.c); NULL otherwise */
 } flashcl__backward_plan;
 flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
                                       const flashcl__backward_plan **out);

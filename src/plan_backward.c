@@ -31,6 +31,7 @@
  */
 #include "internal.h"
 #include "tile_override.h"
+#include "cpu_family.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ static void release(flashcl__backward_plan *p) {
     release_kernel(&p->dot);
     release_kernel(&p->dkdv);
     release_kernel(&p->dq);
+    release_kernel(&p->pack);
 }
 
 /* ------------------------------------------------------------------ rows */
@@ -285,10 +287,12 @@ static int valid_block(int v) { return v >= TILES_GRID && v <= TILES_MAX_BLOCK &
 
 /* ------------------------------------------------------------ the chain */
 
-static flashcl_status compute(flashcl_context *ctx, int d, flashcl__backward_plan *out) {
+static flashcl_status compute(flashcl_context *ctx, const flashcl_attention_desc *desc, int d,
+                              flashcl__backward_plan *out) {
     flashcl__bwd_override ov;
     flashcl_status st = flashcl__read_bwd_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
+    if (flashcl__cpu_backward_wanted(ctx, desc, &ov)) return flashcl__plan_backward_cpu(ctx, desc, &ov, out);
     st = plan_rows(ctx, d, out);
     if (st != FLASHCL_SUCCESS) return st;
 
@@ -369,7 +373,7 @@ flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attent
     if (!ctx->backward_plans[dim]) {
         flashcl__backward_plan *p = calloc(1, sizeof *p);
         if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
-        flashcl_status st = compute(ctx, (int)dim, p);
+        flashcl_status st = compute(ctx, d, (int)dim, p);
         if (st != FLASHCL_SUCCESS) {
             release(p);
             free(p);

@@ -122,6 +122,7 @@ void flashcl__release_plans(flashcl_context *ctx) {
     for (size_t d = 0; d <= FLASHCL_MAX_HEAD_DIM; ++d) {
         if (!ctx->flash_plans[d]) continue;
         clReleaseKernel(ctx->flash_plans[d]->kernel);
+        if (ctx->flash_plans[d]->pack) clReleaseKernel(ctx->flash_plans[d]->pack);
         free(ctx->flash_plans[d]);
         ctx->flash_plans[d] = NULL;
     }
