@@ -170,6 +170,7 @@ flashcl_status flashcl_backward_plan_query(flashcl_context *ctx, const flashcl_a
         if (st != FLASHCL_SUCCESS) return st;
         *out = p->pub;
         out->scratch_bytes = rows * sizeof(float);
+        if (flashcl__is_cpu_backward_plan(p)) out->scratch_bytes += flashcl__cpu_backward_scratch_bytes(p, &d);
         return FLASHCL_SUCCESS;
     }
     if (path == FLASHCL_PATH_STANDARD) {

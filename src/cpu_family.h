@@ -27,6 +27,10 @@ flashcl_status flashcl__plan_flash_cpu(flashcl_context *ctx, const flashcl_atten
 flashcl_status flashcl__plan_backward_cpu(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                           const flashcl__bwd_override *ov, flashcl__backward_plan *out);
 
+/* Device scratch a call needs: the packed copies (K, V; for the backward also Q, dO, and not counting D). */
+size_t flashcl__cpu_forward_scratch_bytes(const flashcl__flash_plan *plan, const flashcl_attention_desc *d);
+size_t flashcl__cpu_backward_scratch_bytes(const flashcl__backward_plan *plan, const flashcl_attention_desc *d);
+
 int flashcl__is_cpu_flash_plan(const flashcl__flash_plan *plan);
 int flashcl__is_cpu_backward_plan(const flashcl__backward_plan *plan);
 

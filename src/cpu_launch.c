@@ -17,6 +17,15 @@ static size_t packed_bytes(const flashcl_attention_desc *d, size_t heads, size_t
     return d->batch * heads * padded * dim_pad * sizeof(float);
 }
 
+size_t flashcl__cpu_forward_scratch_bytes(const flashcl__flash_plan *plan, const flashcl_attention_desc *d) {
+    return 2 * packed_bytes(d, d->heads_kv, d->seqlen_k, plan->pub.block_cols);
+}
+
+size_t flashcl__cpu_backward_scratch_bytes(const flashcl__backward_plan *plan, const flashcl_attention_desc *d) {
+    return 2 * packed_bytes(d, d->heads_kv, d->seqlen_k, plan->pub.block_cols) +
+           2 * packed_bytes(d, d->heads_q, d->seqlen_q, plan->pub.block_cols);
+}
+
 /* One packed copy: scratch slot `slot` gets view t (heads x rows), after the events in waits. */
 typedef struct {
     const flashcl_tensor *view;
