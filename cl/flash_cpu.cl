@@ -2,18 +2,19 @@
  * FlashAttention forward and backward for CPUs (POCL).
  *
  * POCL runs a work-group as a loop over its work-items and leaves wide code
- * to LLVM's loop vectoriser, which gives up on these kernels (private arrays,
- * data-dependent loops). So here a work-group is one work-item, and the
- * vectors are explicit: a work-item owns 16 rows (query rows, or keys in
- * the dK/dV kernel), the 16 lanes of a float16 (two AVX2 registers, one
- * AVX-512 register), and streams the other side straight from global memory:
- * K/V of a head stay in the CPU's caches, so staging them in __local (plain
- * RAM on POCL) would only add a copy.
+ * to LLVM's loop vectoriser, which does little with kernels that keep private
+ * arrays and data-dependent loops. So here a work-group is one work-item and
+ * the vectors are explicit: a work-item owns GROUPS groups of 16 rows (query
+ * rows, or keys in the dK/dV kernel), each group the 16 lanes of a float16
+ * (two AVX2 registers, one AVX-512 register), and streams the other side in
+ * chunks of CHUNK rows from a dense copy that flash_cpu_pack made once per
+ * call (K and V; Q and dO for dK/dV). Each chunk serves every group of the
+ * work-item from L1 before the next is read.
  *
  * Every product is one micro-kernel (cpu_rank_update): C^T[n][16 lanes] +=
  * sum_i A^T[i][16 lanes] * B(n, i), STEP columns n at a time, with A^T in a
- * private array (one vector load feeds STEP FMAs) and B broadcast from global
- * memory (one scalar load feeds 16 FMAs), as the inner loop of a GEMM:
+ * private array (one vector load feeds STEP FMAs) and B broadcast from the
+ * packed chunk (one scalar load feeds 16 FMAs), as the inner loop of a GEMM:
  *
  *   forward  S^T[key][row]  = q^T . K        (A = q^T,  B(key, c) = K[key][c])
  *            O^T[c][row]   += P^T . V        (A = P^T,  B(c, key) = V[key][c])
@@ -28,9 +29,9 @@
  * 128 FMAs and the library exp2 would take a third of the time.
  *
  * Any head dim, any sequence lengths (rows past the end are computed on a
- * clamped row and never stored, keys past the end are clamped and masked),
+ * clamped row and never stored, keys past the end are padding and masked),
  * GQA, bottom-right causal masks with the loops cut at the last visible
- * block. A row that sees no key gets O = 0, LSE = -inf and zero gradients.
+ * chunk. A row that sees no key gets O = 0, LSE = -inf and zero gradients.
  */
 
 #ifndef HEAD_DIM
@@ -179,13 +180,19 @@ inline int16 cpu_key_limit(int first, int seqlen_q, int seqlen_k, int causal) {
 
 /* The online softmax of one chunk of keys for one 16-row group: s holds the
    group's S^T and leaves with P^T; m and l are the running max and sum.
+   Keys past a row's limit are masked, but only in chunks that reach past the
+   group's smallest limit (masked = 1): the rest skip the compare and select.
    Returns the rescale factor of the group's output so far. */
-inline float16 cpu_softmax_chunk(float *s, int j0, int16 limit, float16 *m, float16 *l) {
+inline float16 cpu_softmax_chunk(float *s, int j0, int16 limit, int masked, float16 *m, float16 *l) {
     float16 mx = *m;
-    for (int j = 0; j < CHUNK; ++j) {
-        const float16 x = select(vload16(j, s), (float16)(-INFINITY), (int16)(j0 + j) > limit);
-        vstore16(x, j, s);
-        mx = fmax(mx, x);
+    if (masked) {
+        for (int j = 0; j < CHUNK; ++j) {
+            const float16 x = select(vload16(j, s), (float16)(-INFINITY), (int16)(j0 + j) > limit);
+            vstore16(x, j, s);
+            mx = fmax(mx, x);
+        }
+    } else {
+        for (int j = 0; j < CHUNK; ++j) mx = fmax(mx, vload16(j, s));
     }
     /* A row with no visible key so far keeps m = -inf; against base 0 its exponentials are 0. */
     const float16 base = select(mx, (float16)(0.0f), mx == (float16)(-INFINITY));
@@ -199,6 +206,12 @@ inline float16 cpu_softmax_chunk(float *s, int j0, int16 limit, float16 *m, floa
     *l = *l * alpha + sum;
     *m = mx;
     return alpha;
+}
+
+/* Whether a chunk of keys from j0 reaches past a limit of one of 16 rows (first is the group's first row). */
+inline int cpu_chunk_masked(int j0, int first, int seqlen_q, int seqlen_k, int causal) {
+    const int smallest = causal ? min(seqlen_k - 1, first + seqlen_k - seqlen_q) : seqlen_k - 1;
+    return j0 + CHUNK - 1 > smallest;
 }
 
 /* Grid: (ceil(seqlen_q / BLOCK), heads_q, batch), BLOCK = GROUPS * 16 rows;
@@ -237,7 +250,8 @@ void flash_fwd_cpu(__global const float *Q, CPU_VIEW_ARGS(q),
     for (int j0 = 0; j0 < key_end; j0 += CHUNK) {
         for (int g = 0; g < groups; ++g) {
             cpu_product_rows(qt[g], kb + (ulong)j0 * DIM_PAD, s[g]);
-            alpha[g] = cpu_softmax_chunk(s[g], j0, limit[g], &m[g], &l[g]);
+            const int masked = cpu_chunk_masked(j0, row0 + g * LANES, seqlen_q, seqlen_k, causal);
+            alpha[g] = cpu_softmax_chunk(s[g], j0, limit[g], masked, &m[g], &l[g]);
         }
         for (int g = 0; g < groups; ++g)
             cpu_accumulate_cols(s[g], vb + (ulong)j0 * DIM_PAD, min(CHUNK, key_end - j0), alpha[g], ot[g]);
@@ -331,11 +345,13 @@ void flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp,
                 const int16 key = (int16)(key0 + g * LANES) + lane;
                 cpu_product_rows(kt[g], qc, s);
                 cpu_product_rows(vt[g], gc, dp);
+                /* Unmasked when every key of the group is visible to the chunk's first row. */
+                const int masked = causal && key0 + g * LANES + LANES - 1 > i0 + offset;
                 for (int i = 0; i < rows; ++i) {
                     const float l2 = lse[i0 + i] * LOG2E_F;
-                    int16 hidden = (int16)(-(int)(l2 == -INFINITY)); /* all bits: select tests the sign */
-                    if (causal) hidden |= key > (int16)(i0 + i + offset);
-                    const float16 p = select(cpu_exp2(vload16(i, s) - l2), (float16)(0.0f), hidden);
+                    float16 p = cpu_exp2(vload16(i, s) - l2);
+                    if (masked) p = select(p, (float16)(0.0f), key > (int16)(i0 + i + offset));
+                    if (l2 == -INFINITY) p = (float16)(0.0f); /* the row saw no key in the forward */
                     vstore16(p, i, s);
                     vstore16(p * (vload16(i, dp) - dsum[i0 + i]), i, dp);
                 }
@@ -397,10 +413,17 @@ void flash_bwd_cpu_dq(__global const float *Q, CPU_VIEW_ARGS(q),
             cpu_product_rows(qt[g], kc, s);
             cpu_product_rows(gt[g], vc, dp);
             const int16 empty = l2[g] == (float16)(-INFINITY);
-            for (int j = 0; j < CHUNK; ++j) {
-                const int16 hidden = empty | ((int16)(j0 + j) > limit[g]);
-                const float16 p = select(cpu_exp2(vload16(j, s) - l2[g]), (float16)(0.0f), hidden);
-                vstore16(p * (vload16(j, dp) - dsum[g]), j, s);
+            if (cpu_chunk_masked(j0, row0 + g * LANES, seqlen_q, seqlen_k, causal) || any(empty)) {
+                for (int j = 0; j < CHUNK; ++j) {
+                    const int16 hidden = empty | ((int16)(j0 + j) > limit[g]);
+                    const float16 p = select(cpu_exp2(vload16(j, s) - l2[g]), (float16)(0.0f), hidden);
+                    vstore16(p * (vload16(j, dp) - dsum[g]), j, s);
+                }
+            } else {
+                for (int j = 0; j < CHUNK; ++j) {
+                    const float16 p = cpu_exp2(vload16(j, s) - l2[g]);
+                    vstore16(p * (vload16(j, dp) - dsum[g]), j, s);
+                }
             }
             cpu_accumulate_cols(s, kc, min(CHUNK, key_end - j0), (float16)(1.0f), dqt[g]);
         }

@@ -1,12 +1,14 @@
 /*
  * Plans for the CPU kernel family (cl/flash_cpu.cl).
  *
- * The shape is fixed by the kernels: 16 rows per work-item (a float16),
- * work-groups of one, K/V read straight from global memory. What is left to
- * choose is the chunk (keys scored before their exponentials and P V, query
- * rows per dK/dV pass) and the micro-tile width STEP. STEP = 6 gives 12 ymm
- * accumulators on AVX2, the most that leave room for the operands; CHUNK = 48
- * keeps a chunk's scores (3 KiB) and V rows in L1.
+ * The shape is fixed by the kernels: groups of 16 rows (a float16) per
+ * work-item, work-groups of one, the streamed side packed into dense scratch
+ * first (flash_cpu_pack). What is left to choose: the groups per work-item
+ * (4: each packed chunk is read from L2 once per 64 rows; 1 group left the
+ * forward waiting on memory), the chunk (keys scored before their
+ * exponentials and P V, query rows per dK/dV pass; 48 keeps a chunk's K or V
+ * rows, 12 KiB at d = 64, in L1), and the micro-tile width STEP (6: 12 ymm
+ * accumulators on AVX2, the most that leave registers for the operands).
  */
 #include "cpu_family.h"
 
@@ -102,7 +104,8 @@ static flashcl_status sizes_from(flashcl_context *ctx, int rows, int cols, int *
 
 static const char *const family_reason =
     "16-row groups per work-item in float16 lanes, GEMM micro-kernels of 16x6 on explicit vectors, "
-    "K/V read from global memory (cached), work-groups of one";
+    "K/V (Q/dO for dK/dV) packed once per call into dense scratch and streamed from there in chunks "
+    "that serve all of a work-item's row groups, work-groups of one";
 
 flashcl_status flashcl__plan_flash_cpu(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                        const flashcl__tile_override *ov, flashcl__flash_plan *out) {
