@@ -53,7 +53,7 @@
 #define LANES 16
 /* 16-row groups per work-item: each packed chunk of the other side feeds GROUPS groups. */
 #ifndef GROUPS
-#define GROUPS 4
+#define GROUPS 1
 #endif
 #define BLOCK (GROUPS * LANES)
 /* Head dim rounded up to whole micro-tiles; pad columns read a clamped column and are never stored. */

@@ -87,7 +87,7 @@ flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_ove
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: bad value in \"%.*s\"", (int)len, p);
         p += len;
     }
-    if (out->tiles == FLASHCL__BWD_KERNEL_CPU && (out->block_rows > 0 || out->slice > 0))
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: the cpu kernels take only bc (\"%s\")", env);
+    if (out->tiles == FLASHCL__BWD_KERNEL_CPU && out->slice > 0)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: the cpu kernels take br and bc only (\"%s\")", env);
     return FLASHCL_SUCCESS;
 }

@@ -23,8 +23,9 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
  *   "tiles[,br=64][,bc=64][,slice=16]"       the GPU tiles (cl/flash_bwd_tiles.cl);
  *       br query rows and bc keys per block (16, 32, 48 or 64), slice rows per
  *       phase-B __local slice (1, 2, 4, 8 or 16). Sizes not given are fitted to the device.
- *   "cpu[,bc=48]"                            the CPU family (cl/flash_cpu.cl); bc keys or
- *       query rows per pass, a multiple of 6.
+ *   "cpu[,br=16][,bc=48]"                    the CPU family (cl/flash_cpu.cl); br rows (dQ) or
+ *       keys (dK/dV) per work-item (16, 32, 64 or 128), bc keys or query rows per pass
+ *       (a multiple of 6).
  */
 typedef struct flashcl__bwd_override {
     int present;
