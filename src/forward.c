@@ -97,7 +97,8 @@ flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashcl_attention_
         const flashcl__flash_plan *p = NULL;
         st = flashcl__plan_flash(ctx, &d, &p);
         if (st == FLASHCL_SUCCESS) *out = p->pub;
-        if (st == FLASHCL_SUCCESS && flashcl__is_cpu_flash_plan(p)) out->scratch_bytes = flashcl__cpu_forward_scratch_bytes(p, &d);
+        if (st == FLASHCL_SUCCESS && flashcl__is_cpu_flash_plan(p))
+            out->scratch_bytes = flashcl__cpu_forward_scratch_bytes(p, &d);
         return st;
     }
     if (path == FLASHCL_PATH_STANDARD) {
