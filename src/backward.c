@@ -2,6 +2,7 @@
    events, dK/dV and dQ from whichever kernel family the plan chose (src/plan_backward.c). Every
    kernel takes the variant arguments (cl/variants.cl) last. */
 #include "internal.h"
+#include "cpu_family.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -59,6 +60,8 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
     const flashcl__backward_plan *plan = NULL;
     st = flashcl__plan_backward(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
+    if (flashcl__is_cpu_backward_plan(plan))
+        return flashcl__enqueue_backward_cpu(ctx, plan, d, views, lse, lse_offset, num_wait, wait_list, event);
     cl_mem dsum = NULL;
     st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, row_count(d) * sizeof(float), "backward: D = rowsum(dO*O)", &dsum);
     if (st != FLASHCL_SUCCESS) return st;
@@ -221,6 +224,7 @@ flashcl_status flashcl_backward_plan_query(flashcl_context *ctx, const flashcl_a
         out->scratch_bytes = rows * sizeof(float);
         if (d.dtype == FLASHCL_DTYPE_F16 || d.dtype == FLASHCL_DTYPE_BF16)
             flashcl__appendf(out->reason, sizeof out->reason, "; %s", why);
+        if (flashcl__is_cpu_backward_plan(p)) out->scratch_bytes += flashcl__cpu_backward_scratch_bytes(p, &d);
         return FLASHCL_SUCCESS;
     }
     if (path == FLASHCL_PATH_STANDARD) {

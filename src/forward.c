@@ -1,5 +1,6 @@
 /* flashcl_forward: checks, plan, one launch of the flash kernel. */
 #include "internal.h"
+#include "cpu_family.h"
 
 #include <math.h>
 #include <string.h>
@@ -25,6 +26,8 @@ flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attent
     const flashcl__flash_plan *plan = NULL;
     st = flashcl__plan_flash(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
+    if (flashcl__is_cpu_flash_plan(plan))
+        return flashcl__enqueue_flash_cpu(ctx, plan, d, views, lse, lse_offset, num_wait, wait_list, event);
     cl_kernel kernel = plan->kernel;
     cl_int write_lse = lse != NULL;
     /* A valid buffer must be bound even when LSE is not wanted; Q is never written. */
@@ -103,6 +106,7 @@ flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashcl_attention_
             *out = p->pub;
             if (d.dtype == FLASHCL_DTYPE_F16 || d.dtype == FLASHCL_DTYPE_BF16)
                 flashcl__appendf(out->reason, sizeof out->reason, "; %s", why);
+            if (flashcl__is_cpu_flash_plan(p)) out->scratch_bytes = flashcl__cpu_forward_scratch_bytes(p, &d);
         }
         return st;
     }

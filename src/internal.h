@@ -179,6 +179,7 @@ typedef struct flashcl__flash_plan {
     flashcl_plan pub;
     cl_program program;
     cl_kernel kernel;
+    cl_kernel pack; /* the CPU family's flash_cpu_pack (src/plan_cpu.c); NULL otherwise */
     char key[320]; /* head dims + variant switches: one plan per distinct build */
     struct flashcl__flash_plan *next;
 } flashcl__flash_plan;
@@ -206,6 +207,7 @@ typedef struct flashcl__backward_plan {
     size_t keys_per_group; /* keys one dK/dV work-group owns */
     size_t rows_per_group; /* query rows one dQ work-group owns */
     cl_kernel dot, dkdv, dq;
+    cl_kernel pack; /* the CPU family's flash_cpu_pack (src/plan_cpu.c); NULL otherwise */
     cl_kernel dsinks;      /* flash_bwd_dsinks (rows build, dot_wg work-items), only with sinks */
     char key[320];         /* head dims + variant switches: one plan per distinct build */
     struct flashcl__backward_plan *next;

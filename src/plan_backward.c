@@ -37,6 +37,7 @@
  */
 #include "internal.h"
 #include "tile_override.h"
+#include "cpu_family.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,7 @@ typedef struct {
     int d, dv;                   /* head dims of Q/K and of V/O */
     const char *variant_options; /* -D switches (HEAD_DIM_V included) */
     int sinks;                   /* build and check flash_bwd_dsinks too */
+    const flashcl_attention_desc *desc; /* the call (the CPU family checks what it covers) */
 } problem;
 
 static int dim_max(const problem *pr) { return pr->d > pr->dv ? pr->d : pr->dv; }
@@ -84,6 +86,7 @@ static void release(flashcl__backward_plan *p) {
     release_kernel(&p->dkdv);
     release_kernel(&p->dq);
     release_kernel(&p->dsinks);
+    release_kernel(&p->pack);
 }
 
 /* ------------------------------------------------------------------ rows */
@@ -323,6 +326,7 @@ static flashcl_status compute(flashcl_context *ctx, const problem *pr, flashcl__
     flashcl__bwd_override ov;
     flashcl_status st = flashcl__read_bwd_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
+    if (flashcl__cpu_backward_wanted(ctx, pr->desc, &ov)) return flashcl__plan_backward_cpu(ctx, pr->desc, &ov, out);
     st = plan_rows(ctx, pr, out);
     if (st != FLASHCL_SUCCESS) return st;
 
@@ -409,7 +413,7 @@ flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attent
         }
     flashcl__backward_plan *p = calloc(1, sizeof *p);
     if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
-    const problem pr = {(int)d->head_dim, (int)d->head_dim_v, options, d->sinks != NULL};
+    const problem pr = {(int)d->head_dim, (int)d->head_dim_v, options, d->sinks != NULL, d};
     flashcl_status st = compute(ctx, &pr, p);
     if (st != FLASHCL_SUCCESS) {
         release(p);

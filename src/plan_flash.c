@@ -21,6 +21,7 @@
  */
 #include "internal.h"
 #include "tile_override.h"
+#include "cpu_family.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,6 +343,7 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
     flashcl__tile_override ov;
     flashcl_status st = flashcl__read_tile_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
+    if (flashcl__cpu_forward_wanted(ctx, desc, &ov)) return flashcl__plan_flash_cpu(ctx, desc, &ov, out);
     if (ov.present) return plan_from_env(ctx, &ov, d, &proto, out);
 
     char why[sizeof out->pub.reason];
@@ -378,6 +380,7 @@ flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention
     flashcl_status st = compute_plan(ctx, desc, options, p);
     if (st != FLASHCL_SUCCESS) {
         if (p->kernel) clReleaseKernel(p->kernel);
+        if (p->pack) clReleaseKernel(p->pack);
         free(p);
         return st;
     }

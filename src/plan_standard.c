@@ -123,6 +123,7 @@ void flashcl__release_plans(flashcl_context *ctx) {
         flashcl__flash_plan *p = ctx->flash_plans;
         ctx->flash_plans = p->next;
         clReleaseKernel(p->kernel);
+        if (p->pack) clReleaseKernel(p->pack);
         free(p);
     }
     if (ctx->standard_plan) {

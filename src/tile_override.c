@@ -38,8 +38,8 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
             else if (vlen == 6 && strncmp(val, "direct", 6) == 0) out->staging = FLASHCL_STAGING_DIRECT;
             else ok = 0;
         } else if (klen == 6 && strncmp(p, "kernel", 6) == 0) {
-            static const char *const names[] = {"rows", "split", "tiles"};
-            for (int i = 0; i < 3; ++i)
+            static const char *const names[] = {"rows", "split", "tiles", "cpu"};
+            for (int i = 0; i < 4; ++i)
                 if (vlen == strlen(names[i]) && strncmp(val, names[i], vlen) == 0) out->kernel = i;
             ok = out->kernel >= 0;
         } else
@@ -62,8 +62,9 @@ flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_ove
     size_t flen = strcspn(env, ",");
     if (flen == 4 && strncmp(env, "rows", 4) == 0) out->tiles = 0;
     else if (flen == 5 && strncmp(env, "tiles", 5) == 0) out->tiles = 1;
+    else if (flen == 3 && strncmp(env, "cpu", 3) == 0) out->tiles = FLASHCL__BWD_KERNEL_CPU;
     else
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: \"%.*s\" is not rows or tiles",
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: \"%.*s\" is not rows, tiles or cpu",
                              (int)flen, env);
     const char *p = env + flen;
     if (*p && !out->tiles)
@@ -86,5 +87,7 @@ flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_ove
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: bad value in \"%.*s\"", (int)len, p);
         p += len;
     }
+    if (out->tiles == FLASHCL__BWD_KERNEL_CPU && out->slice > 0)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: the cpu kernels take br and bc only (\"%s\")", env);
     return FLASHCL_SUCCESS;
 }

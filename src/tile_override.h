@@ -8,10 +8,11 @@
 typedef struct flashcl__tile_override {
     int present;
     int block_rows, block_cols, threads_per_row, staging;
-    int kernel; /* 0 rows, 1 split, 2 tiles */
+    int kernel; /* 0 rows, 1 split, 2 tiles, 3 cpu (FLASHCL__TILE_KERNEL_CPU) */
 } flashcl__tile_override;
+#define FLASHCL__TILE_KERNEL_CPU 3
 
-/* Parses "kernel=rows|split|tiles,br=32,bc=64,tpr=4,staging=local|direct" (any subset, any order). */
+/* Parses "kernel=rows|split|tiles|cpu,br=32,bc=64,tpr=4,staging=local|direct" (any subset, any order). */
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out);
 
 /*
@@ -22,12 +23,17 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
  *   "tiles[,br=64][,bc=64][,slice=16]"       the GPU tiles (cl/flash_bwd_tiles.cl);
  *       br query rows and bc keys per block (16, 32, 48 or 64), slice rows per
  *       phase-B __local slice (1, 2, 4, 8 or 16). Sizes not given are fitted to the device.
+ *   "cpu[,br=16][,bc=48]"                    the CPU family (cl/flash_cpu.cl); br rows (dQ) or
+ *       keys (dK/dV) per work-item (16, 32, 64 or 128), bc keys or query rows per pass
+ *       (a multiple of 6).
  */
 typedef struct flashcl__bwd_override {
     int present;
-    int tiles;                          /* 0 rows, 1 tiles */
+    int tiles;                          /* 0 rows, 1 tiles, 2 cpu (FLASHCL__BWD_KERNEL_CPU) */
     int block_rows, block_cols, slice;  /* -1: not given */
 } flashcl__bwd_override;
+
+#define FLASHCL__BWD_KERNEL_CPU 2
 
 flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_override *out);
 

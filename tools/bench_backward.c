@@ -257,6 +257,7 @@ int bench_backward(flashcl_context *ctx, const bench_backward_options *o)
         return tool_failure("bench: out of host memory");
     r->desc = *d;
     r->warmup = o->settings.warmup;
+    r->roof = o->roof;
     fill_counts(r);
     r->paths[BENCH_FLASH].name = "flash";
     r->paths[BENCH_STANDARD].name = "standard";

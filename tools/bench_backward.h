@@ -11,12 +11,14 @@
 #include <flashcl.h>
 
 #include "bench_run.h"
+#include "roof.h"
 
 typedef struct bench_backward_options {
     flashcl_attention_desc desc; /* every size set, heads_kv and seqlen_k included */
     bench_settings settings;
     bool run_flash, run_standard;
     bool json;
+    bench_roof roof;
 } bench_backward_options;
 
 /*

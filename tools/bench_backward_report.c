@@ -77,9 +77,11 @@ static void print_pass_row(FILE *out, const bench_backward_report *r, const benc
         return;
     }
     double ms = s->result.ms;
-    fprintf(out, "%-9s %-8s %6zu %11.4f %9.4f %10.2f %9.2f %14zu\n", p->name,
+    char pct[16];
+    roof_format_percent(pct, sizeof pct, &r->roof, per_second(r->flops[pass], ms) * 1e-9);
+    fprintf(out, "%-9s %-8s %6zu %11.4f %9.4f %10.2f %7s %9.2f %14zu\n", p->name,
             bench_pass_name(pass), s->result.iters, ms, per_second(r->flops[pass], ms) * 1e-12,
-            per_second(r->flops[pass], ms) * 1e-9, per_second(r->bytes[pass], ms) * 1e-9,
+            per_second(r->flops[pass], ms) * 1e-9, pct, per_second(r->bytes[pass], ms) * 1e-9,
             s->bytes_extra);
 }
 
@@ -114,8 +116,9 @@ void bench_backward_print_table(FILE *out, const bench_backward_report *r)
             d->causal ? "causal" : "non-causal");
     fprintf(out, "passes   fwd: forward writing O and LSE; bwd: backward from a random dO to dQ, "
                  "dK, dV; fwd+bwd: both, back to back\n");
-    fprintf(out, "\n%-9s %-8s %6s %11s %9s %10s %9s %14s\n", "path", "pass", "iters", "ms",
-            "TFLOP/s", "GFLOP/s", "GB/s", "bytes_extra");
+    roof_print_line(out, &r->roof);
+    fprintf(out, "\n%-9s %-8s %6s %11s %9s %10s %7s %9s %14s\n", "path", "pass", "iters", "ms",
+            "TFLOP/s", "GFLOP/s", "%roof", "GB/s", "bytes_extra");
     for (int i = 0; i < BENCH_PATH_COUNT; ++i) {
         const bench_backward_path *p = &r->paths[i];
         for (int pass = 0; p->selected && pass < BENCH_PASS_COUNT; ++pass)
@@ -189,6 +192,7 @@ static void print_pass_json(FILE *out, const bench_backward_report *r, const ben
     json_number(out, per_second(r->flops[pass], ms) * 1e-12);
     json_key(out, "gflops", false);
     json_number(out, per_second(r->flops[pass], ms) * 1e-9);
+    roof_json_fields(out, &r->roof, per_second(r->flops[pass], ms) * 1e-9);
     json_key(out, "gbps", false);
     json_number(out, per_second(r->bytes[pass], ms) * 1e-9);
     json_key(out, "flops", false);
@@ -221,6 +225,7 @@ void bench_backward_print_json(FILE *out, const bench_backward_report *r)
     fputc('{', out);
     json_key(out, "path", true);
     json_string(out, "summary");
+    roof_json_summary(out, &r->roof);
     json_key(out, "speedup", false);
     fputc('{', out);
     for (int pass = 0; pass < BENCH_PASS_COUNT; ++pass) {

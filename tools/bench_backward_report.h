@@ -52,6 +52,7 @@ typedef struct bench_backward_report {
     bench_backward_path paths[BENCH_PATH_COUNT];
     bool compared;                  /* both paths produced gradients */
     compare_result grads[BENCH_GRAD_COUNT];
+    bench_roof roof;                /* the %roof column's divisor */
 } bench_backward_report;
 
 /* Whether every gradient agrees (true when nothing was compared). */

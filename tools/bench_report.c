@@ -39,8 +39,9 @@ void bench_print_table(FILE *out, const bench_report *r)
     fprintf(out, "problem  batch %zu, heads %zu (kv %zu), seqlen %zu (k %zu), head dim %zu, float32, %s\n",
             d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
             d->causal ? "causal" : "non-causal");
-    fprintf(out, "\n%-9s %7s %11s %9s %10s %9s %14s\n", "path", "iters", "ms", "TFLOP/s", "GFLOP/s",
-            "GB/s", "bytes_extra");
+    roof_print_line(out, &r->roof);
+    fprintf(out, "\n%-9s %7s %11s %9s %10s %7s %9s %14s\n", "path", "iters", "ms", "TFLOP/s", "GFLOP/s",
+            "%roof", "GB/s", "bytes_extra");
     for (int i = 0; i < BENCH_PATH_COUNT; ++i) {
         const bench_path_report *p = &r->paths[i];
         if (!p->selected)
@@ -52,8 +53,10 @@ void bench_print_table(FILE *out, const bench_report *r)
             continue;
         }
         double ms = p->result.ms;
-        fprintf(out, "%-9s %7zu %11.4f %9.4f %10.2f %9.2f %14zu\n", p->name, p->result.iters, ms,
-                per_second(r->flops, ms) * 1e-12, per_second(r->flops, ms) * 1e-9,
+        char pct[16];
+        roof_format_percent(pct, sizeof pct, &r->roof, per_second(r->flops, ms) * 1e-9);
+        fprintf(out, "%-9s %7zu %11.4f %9.4f %10.2f %7s %9.2f %14zu\n", p->name, p->result.iters, ms,
+                per_second(r->flops, ms) * 1e-12, per_second(r->flops, ms) * 1e-9, pct,
                 per_second(r->bytes, ms) * 1e-9, p->bytes_extra);
     }
     fputc('\n', out);
@@ -160,6 +163,7 @@ void bench_print_json(FILE *out, const bench_report *r)
         json_number(out, per_second(r->flops, ms) * 1e-12);
         json_key(out, "gflops", false);
         json_number(out, per_second(r->flops, ms) * 1e-9);
+        roof_json_fields(out, &r->roof, per_second(r->flops, ms) * 1e-9);
         json_key(out, "gbps", false);
         json_number(out, per_second(r->bytes, ms) * 1e-9);
         json_key(out, "flops", false);
@@ -175,6 +179,7 @@ void bench_print_json(FILE *out, const bench_report *r)
     fputc('{', out);
     json_key(out, "path", true);
     json_string(out, "summary");
+    roof_json_summary(out, &r->roof);
     json_key(out, "speedup", false);
     json_number(out, speedup(r));
     json_key(out, "max_abs_diff", false);

@@ -9,6 +9,7 @@
 
 #include "bench_run.h"
 #include "compare.h"
+#include "roof.h"
 
 enum { BENCH_FLASH = 0, BENCH_STANDARD = 1, BENCH_PATH_COUNT = 2 };
 
@@ -32,6 +33,7 @@ typedef struct bench_report {
     bench_path_report paths[BENCH_PATH_COUNT];
     bool compared;
     compare_result comparison;
+    bench_roof roof;             /* the %roof column's divisor */
 } bench_report;
 
 /* Tolerance of the flash-versus-standard check: |flash - std| <= ATOL + RTOL * |std|. */

@@ -19,6 +19,7 @@
 #include "compare.h"
 #include "device_info.h"
 #include "options.h"
+#include "roof.h"
 #include "tool_errors.h"
 
 void cmd_bench_help(FILE *out)
@@ -26,7 +27,7 @@ void cmd_bench_help(FILE *out)
     fputs("usage: flashcl bench [--batch B] [--heads H] [--kv-heads HKV] [--seqlen N]\n"
           "                     [--seqlen-k NK] [--head-dim D] [--causal] [--iters I]\n"
           "                     [--warmup W] [--path flash|standard|both] [--device SPEC]\n"
-          "                     [--backward] [--json] [variant options, below]\n"
+          "                     [--backward] [--roof GFLOPS] [--json] [variant options, below]\n"
           "\n"
           "Times FlashCL's flash kernel and the standard attention (S and P through\n"
           "global memory) on the same random float32 inputs (uniform in [-1, 1],\n"
@@ -46,6 +47,8 @@ void cmd_bench_help(FILE *out)
           "  --path P         flash, standard or both (default)\n"
           "  --device SPEC    \"P:D\" from `flashcl info`, or part of a device name\n"
           "  --backward       time the backward pass as well; see below\n"
+          "  --roof GFLOPS    the rate %roof divides by; default on a CPU device: OpenBLAS\n"
+          "                   SGEMM 2048^3 measured at the start (when built with it)\n"
           "  --json           one JSON object per line: one per path, then a summary\n"
           "\n"
           "ms is the mean wall-clock time per call, calls enqueued back to back.\n"
@@ -76,6 +79,7 @@ typedef struct bench_args {
     size_t batch, heads, kv_heads, seqlen, seqlen_k, head_dim, iters, warmup;
     size_t path; /* index in path_choices */
     bool causal, json, backward;
+    float roof_gflops; /* --roof; 0: measure on a CPU device */
     const char *device;
     bench_variant_args var;
 } bench_args;
@@ -120,6 +124,8 @@ static int parse_args(int argc, char **argv, bench_args *a, bool *help)
             ok = options_size(&c, 1, BENCH_MAX_SEQLEN, &a->seqlen_k);
         } else if (options_is(&c, "--head-dim")) {
             ok = options_size(&c, 1, FLASHCL_MAX_HEAD_DIM, &a->head_dim);
+        } else if (options_is(&c, "--roof")) {
+            ok = options_float(&c, 0.0f, &a->roof_gflops);
         } else if (options_is(&c, "--iters")) {
             ok = options_size(&c, 0, BENCH_MAX_ITERS, &a->iters);
         } else if (options_is(&c, "--warmup")) {
@@ -310,6 +316,13 @@ static int run_and_report(flashcl_context *ctx, const bench_args *a, bench_repor
     return rc;
 }
 
+static bool device_is_cpu(cl_device_id device)
+{
+    cl_device_type type = 0;
+    return clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
+           (type & CL_DEVICE_TYPE_CPU);
+}
+
 /* `bench --backward`: the same problem and settings, handed to bench_backward.c. */
 static int run_backward(const bench_args *a)
 {
@@ -333,6 +346,7 @@ static int run_backward(const bench_args *a)
     flashcl_status status = flashcl_context_create(&ctx, a->device, err, sizeof err);
     if (status != FLASHCL_SUCCESS)
         return tool_status_error(NULL, status, err);
+    roof_init(&o.roof, device_is_cpu(flashcl_context_device(ctx)), a->roof_gflops);
     int rc = bench_backward(ctx, &o);
     flashcl_context_destroy(ctx);
     return rc;
@@ -393,6 +407,7 @@ int cmd_bench(int argc, char **argv)
     }
     device_string_into(flashcl_context_device(ctx), CL_DEVICE_NAME, report->device,
                        sizeof report->device);
+    roof_init(&report->roof, device_is_cpu(flashcl_context_device(ctx)), a.roof_gflops);
 
     bench_buffers buffers = {NULL, NULL, NULL, NULL};
     rc = create_buffers(ctx, q_bytes, kv_bytes, &buffers);
