@@ -488,19 +488,30 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
         }
 
         /* Score terms and masks, then the row max across the 16 work-items sharing each row. */
+        /* Every loop over s[i][j] is unrolled explicitly: with the (large, inlined)
+           score code inside, NVIDIA's compiler stopped unrolling on its own, s
+           became a dynamically indexed array in local memory, and the plain
+           forward lost a third of its speed. */
         const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_last, key0, key_last, win_left, win_right);
-        for (int i = 0; i < TILE_M; ++i) {
-            const long row = row0 + ty * TILE_M + i;
-            float mx = FLASHCL_NEG_INF;
-            for (int j = 0; j < TILE_N; ++j) {
-                if (!plain)
+        if (!plain) {
+#pragma unroll
+            for (int i = 0; i < TILE_M; ++i) {
+                const long row = row0 + ty * TILE_M + i;
+#pragma unroll
+                for (int j = 0; j < TILE_N; ++j)
                     s[i][j] = row < hd.sq ? flashcl_score(s[i][j], hd, row, key0 + tx * TILE_N + j, VARIANT_PASS)
                                           : FLASHCL_NEG_INF;
-                mx = fmax(mx, s[i][j]);
             }
+        }
+#pragma unroll
+        for (int i = 0; i < TILE_M; ++i) {
+            float mx = FLASHCL_NEG_INF;
+#pragma unroll
+            for (int j = 0; j < TILE_N; ++j) mx = fmax(mx, s[i][j]);
             red[(ty * TILE_M + i) * GRID + tx] = mx;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
         for (int i = 0; i < TILE_M; ++i) {
             float mx = m[i];
             for (int u = 0; u < GRID; ++u) mx = fmax(mx, red[(ty * TILE_M + i) * GRID + u]);
@@ -509,6 +520,7 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
             m[i] = mx;
             l_part[i] *= alpha;
             for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] *= alpha;
+#pragma unroll
             for (int j = 0; j < TILE_N; ++j) {
                 float p = exp2(s[i][j] - base);
                 l_part[i] += p;
