@@ -38,27 +38,37 @@ typedef struct {
 static flashcl_status enqueue_packs(flashcl_context *ctx, cl_kernel pack, const flashcl_attention_desc *d,
                                     size_t block, int chunk, const pack_job *jobs, int count,
                                     const flashcl__waits *waits, cl_mem *out, cl_event *events) {
-    for (int i = 0; i < count; ++i) {
+    flashcl_status st = FLASHCL_SUCCESS;
+    int i = 0;
+    for (; i < count && st == FLASHCL_SUCCESS; ++i) {
         const pack_job *j = &jobs[i];
-        flashcl_status st = flashcl__scratch(ctx, j->slot, packed_bytes(d, j->heads, j->rows, chunk), j->what, &out[i]);
-        if (st != FLASHCL_SUCCESS) return st;
+        st = flashcl__scratch(ctx, j->slot, packed_bytes(d, j->heads, j->rows, chunk), j->what, &out[i]);
+        if (st != FLASHCL_SUCCESS) break;
         cl_int rows = (cl_int)j->rows, heads = (cl_int)j->heads;
         cl_uint arg = 0;
         cl_int err = flashcl__set_view_args(pack, &arg, j->view);
         if (err == CL_SUCCESS) err = clSetKernelArg(pack, arg++, sizeof out[i], &out[i]);
         if (err == CL_SUCCESS) err = clSetKernelArg(pack, arg++, sizeof rows, &rows);
         if (err == CL_SUCCESS) err = clSetKernelArg(pack, arg++, sizeof heads, &heads);
-        if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clSetKernelArg(flash_cpu_pack)");
+        if (err != CL_SUCCESS) {
+            st = flashcl__fail_cl(ctx, err, "clSetKernelArg(flash_cpu_pack)");
+            break;
+        }
         const size_t padded = (j->rows + (size_t)chunk - 1) / (size_t)chunk * (size_t)chunk;
         size_t global[3] = {blocks_of(padded, block), j->heads, d->batch}, local[3] = {1, 1, 1};
         err = clEnqueueNDRangeKernel(ctx->queue, pack, 3, NULL, global, local, waits->count,
                                      waits->count ? waits->events : NULL, &events[i]);
-        if (err != CL_SUCCESS) {
-            for (int k = 0; k < i; ++k) clReleaseEvent(events[k]);
-            return flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(flash_cpu_pack)");
-        }
+        if (err != CL_SUCCESS) st = flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(flash_cpu_pack)");
     }
-    return FLASHCL_SUCCESS;
+    /* A failure after some packs were enqueued: their events are ours to release
+       (the commands still run; nothing reads their output). */
+    if (st != FLASHCL_SUCCESS)
+        for (int k = 0; k < i && k < count; ++k)
+            if (events[k]) {
+                clReleaseEvent(events[k]);
+                events[k] = NULL;
+            }
+    return st;
 }
 
 static void release_events(cl_event *events, int count) {
