@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define LOG2E 1.4426950408889634
 
 /* The eight tensor views of a backward call, in the order below. */
 enum { BQ, BK, BV, BO, BDO, BDQ, BDK, BDV, BACKWARD_VIEWS };
@@ -69,7 +68,7 @@ flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flash
     /* Totals (packed rows with varlen): the kernels find each sequence through cu_seqlens. */
     cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q, batch = (cl_int)d->batch;
     cl_int group = (cl_int)(d->heads_q / d->heads_kv);
-    cl_float scale = d->scale, scale_log2 = (cl_float)(d->scale * LOG2E);
+    cl_float scale = d->scale, scale_log2 = (cl_float)(d->scale * FLASHCL__LOG2E);
     cl_ulong lse_off = lse_offset, dsinks_off = d->dsinks_offset;
     cl_mem dsinks = d->dsinks;
     /* Bound for the buffers of variants that are off (never read); Q is never written. */

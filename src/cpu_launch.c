@@ -6,7 +6,6 @@
  */
 #include "cpu_family.h"
 
-#define LOG2E 1.4426950408889634
 
 static size_t blocks_of(size_t rows, size_t block) { return (rows + block - 1) / block; }
 
@@ -100,22 +99,14 @@ flashcl_status flashcl__enqueue_flash_cpu(flashcl_context *ctx, const flashcl__f
     if (st != FLASHCL_SUCCESS) return st;
 
     cl_kernel kernel = plan->kernel;
-    cl_int write_lse = lse != NULL;
-    cl_mem lse_buf = lse ? lse : views[0].buffer; /* a valid buffer, never written when write_lse = 0 */
-    cl_ulong lse_off = lse_offset;
-    cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q;
-    cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0;
-    cl_float scale_log2 = (cl_float)(d->scale * LOG2E);
+    cl_int causal = d->causal != 0;
     cl_uint arg = 0;
     cl_int err = flashcl__set_view_args(kernel, &arg, &views[0]);
     if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof packed[0], &packed[0]);
     if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof packed[1], &packed[1]);
     if (err == CL_SUCCESS) err = flashcl__set_view_args(kernel, &arg, &views[3]);
-    const size_t sz[] = {sizeof lse_buf, sizeof lse_off, sizeof write_lse, sizeof sq, sizeof sk,
-                         sizeof hq,      sizeof group,   sizeof scale_log2, sizeof causal};
-    const void *val[] = {&lse_buf, &lse_off, &write_lse, &sq, &sk, &hq, &group, &scale_log2, &causal};
-    for (size_t i = 0; i < sizeof sz / sizeof sz[0] && err == CL_SUCCESS; ++i)
-        err = clSetKernelArg(kernel, arg++, sz[i], val[i]);
+    if (err == CL_SUCCESS) err = flashcl__set_forward_args(kernel, &arg, d, lse, lse_offset, views[0].buffer);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof causal, &causal);
     if (err != CL_SUCCESS) {
         release_events(packs, 2);
         return flashcl__fail_cl(ctx, err, "clSetKernelArg(flash_fwd_cpu)");
@@ -135,7 +126,7 @@ enum { BQ, BK, BV, BO, BDO, BDQ, BDK, BDV };
 static cl_int set_scalars(cl_kernel k, cl_uint *arg, const flashcl_attention_desc *d) {
     cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q;
     cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0;
-    cl_float scale = d->scale, scale_log2 = (cl_float)(d->scale * LOG2E);
+    cl_float scale = d->scale, scale_log2 = (cl_float)(d->scale * FLASHCL__LOG2E);
     const size_t sz[] = {sizeof sq, sizeof sk, sizeof hq, sizeof group, sizeof scale_log2, sizeof scale, sizeof causal};
     const void *val[] = {&sq, &sk, &hq, &group, &scale_log2, &scale, &causal};
     cl_int err = CL_SUCCESS;

@@ -5,7 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-#define LOG2E 1.4426950408889634
 
 /* Common entry checks; fills the resolved descriptor and tensor views. */
 static flashcl_status prepare(flashcl_context *ctx, const flashcl_attention_desc *desc, const flashcl_tensor *q,
@@ -29,25 +28,11 @@ flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attent
     if (flashcl__is_cpu_flash_plan(plan))
         return flashcl__enqueue_flash_cpu(ctx, plan, d, views, lse, lse_offset, num_wait, wait_list, event);
     cl_kernel kernel = plan->kernel;
-    cl_int write_lse = lse != NULL;
-    /* A valid buffer must be bound even when LSE is not wanted; Q is never written. */
-    cl_mem lse_buf = lse ? lse : views[0].buffer;
-    cl_ulong lse_off = lse_offset;
-    cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q;
-    cl_int group = (cl_int)(d->heads_q / d->heads_kv);
-    cl_float scale_log2 = (cl_float)(d->scale * LOG2E);
-
+    /* Q's buffer stands in for absent buffers (LSE, variant inputs): never written. */
     cl_uint arg = 0;
     cl_int err = CL_SUCCESS;
     for (int i = 0; i < 4 && err == CL_SUCCESS; ++i) err = flashcl__set_view_args(kernel, &arg, &views[i]);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof lse_buf, &lse_buf);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof lse_off, &lse_off);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof write_lse, &write_lse);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sq, &sq);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sk, &sk);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof hq, &hq);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof group, &group);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof scale_log2, &scale_log2);
+    if (err == CL_SUCCESS) err = flashcl__set_forward_args(kernel, &arg, d, lse, lse_offset, views[0].buffer);
     if (err == CL_SUCCESS) err = flashcl__set_variant_args(kernel, &arg, d, views[0].buffer);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clSetKernelArg(flash forward)");
 

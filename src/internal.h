@@ -279,6 +279,14 @@ int flashcl__mma_try_backward(flashcl_context *ctx, const flashcl_attention_desc
 /* ---- kernel arguments (launch.c) */
 /* Sets a tensor view's 5 arguments (buffer, offset, 3 strides) from index *arg on. */
 cl_int flashcl__set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t);
+/* The arguments every forward kernel (portable, CPU family, tensor-core) takes after its
+   tensors: LSE buffer, offset and whether to write it, seqlen_q, seqlen_k, heads_q, the
+   GQA group and scale*log2(e). `dummy` is bound when lse is NULL (never written then). */
+cl_int flashcl__set_forward_args(cl_kernel kernel, cl_uint *arg, const flashcl_attention_desc *d, cl_mem lse,
+                                 size_t lse_offset, cl_mem dummy);
+
+/* log2(e): the kernels work in the exp2 domain, the host folds it into the scale. */
+#define FLASHCL__LOG2E 1.4426950408889634
 
 /* printf-style append to a fixed buffer, truncating safely. */
 void flashcl__appendf(char *dst, size_t cap, const char *fmt, ...)

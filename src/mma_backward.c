@@ -6,7 +6,6 @@
  */
 #include "internal.h"
 
-#define LOG2E 1.4426950408889634
 #define MMA_BWD_BLOCK 64 /* 16 * MMA_WARPS: keys per dK/dV work-group, rows per dQ work-group */
 
 enum { MQ, MK, MV, MO, MDO, MDQ, MDK, MDV };
@@ -32,7 +31,7 @@ int flashcl__mma_try_backward(flashcl_context *ctx, const flashcl_attention_desc
 
     cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q;
     cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0;
-    cl_float scale = d->scale, scale_log2 = (cl_float)(d->scale * LOG2E);
+    cl_float scale = d->scale, scale_log2 = (cl_float)(d->scale * FLASHCL__LOG2E);
     cl_ulong lse_off = lse_offset;
     cl_uint arg = 0;
     const int dot_views[] = {MDO, MO};

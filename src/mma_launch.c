@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LOG2E 1.4426950408889634
 #define MMA_WARPS 4 /* the backward's warps per work-group */
 
 /* Forward shape: warps per work-group, keys per tile, 16-row tiles per warp,
@@ -238,23 +237,11 @@ int flashcl__mma_try_forward(flashcl_context *ctx, const flashcl_attention_desc 
     *st = get_plan(ctx, d, &plan);
     if (*st != FLASHCL_SUCCESS) return 1;
     cl_kernel kernel = plan->kernel;
-    cl_int write_lse = lse != NULL;
-    cl_mem lse_buf = lse ? lse : views[0].buffer; /* bound but never written */
-    cl_ulong lse_off = lse_offset;
-    cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, hq = (cl_int)d->heads_q;
-    cl_int group = (cl_int)(d->heads_q / d->heads_kv), causal = d->causal != 0;
-    cl_float scale_log2 = (cl_float)(d->scale * LOG2E);
+    cl_int causal = d->causal != 0;
     cl_uint arg = 0;
     cl_int err = CL_SUCCESS;
     for (int i = 0; i < 4 && err == CL_SUCCESS; ++i) err = flashcl__set_view_args(kernel, &arg, &views[i]);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof lse_buf, &lse_buf);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof lse_off, &lse_off);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof write_lse, &write_lse);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sq, &sq);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sk, &sk);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof hq, &hq);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof group, &group);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof scale_log2, &scale_log2);
+    if (err == CL_SUCCESS) err = flashcl__set_forward_args(kernel, &arg, d, lse, lse_offset, views[0].buffer);
     if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof causal, &causal);
     if (err != CL_SUCCESS) {
         *st = flashcl__fail_cl(ctx, err, "clSetKernelArg(flash_fwd_mma)");

@@ -160,7 +160,7 @@ static cl_int set_matrix(cl_kernel k, cl_uint *arg, const flashcl_attention_desc
 
 cl_int flashcl__set_variant_args(cl_kernel k, cl_uint *arg, const flashcl_attention_desc *d, cl_mem dummy) {
     cl_int win_left = d->window_left, win_right = d->window_right;
-    cl_float softcap2 = (cl_float)(d->softcap * 1.4426950408889634);
+    cl_float softcap2 = (cl_float)(d->softcap * FLASHCL__LOG2E);
     cl_ulong alibi[2] = {d->alibi_offset, d->alibi_stride_batch};
     cl_ulong sinks_off = d->sinks_offset;
     size_t bq = d->block_mask.buffer ? flashcl__block_rows(d) : 1, bk = d->block_mask.buffer ? flashcl__block_cols(d) : 1;
