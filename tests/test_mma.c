@@ -29,36 +29,8 @@
 #include <string.h>
 
 #include "reference.h"
+#include "storage_types.h"
 #include "testutil.h"
-
-static uint16_t to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-/* Normal-range f16, round to nearest even; test data stays within +-4. */
-static uint16_t to_f16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    if ((u & 0x7fffffffu) < 0x38800000u) return (uint16_t)sign; /* below f16's normal range: 0 */
-    uint32_t e = ((u >> 23) & 0xffu) - 127u + 15u, m = u & 0x7fffffu;
-    uint32_t r = sign | (e << 10) | (m >> 13), rem = m & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
-    return (uint16_t)r;
-}
-static float from_f16(uint16_t h) {
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    float x = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
-    return (h & 0x8000u) ? -x : x;
-}
 
 typedef struct mma_case {
     size_t b, hq, hkv, sq, sk, d;
@@ -103,8 +75,9 @@ static flashcl_tensor make_view(cl_mem buf, const mma_case *c, size_t rows, size
     return t;
 }
 
-static uint16_t to16(const mma_case *c, float x) { return c->f16 ? to_f16(x) : to_bf16(x); }
-static float from16(const mma_case *c, uint16_t h) { return c->f16 ? from_f16(h) : from_bf16(h); }
+/* 16-bit storage through tests/storage_types.c (round to nearest even). */
+static uint16_t to16(const mma_case *c, float x) { return c->f16 ? st_f16_bits(x) : st_bf16_bits(x); }
+static float from16(const mma_case *c, uint16_t h) { return c->f16 ? st_f16_value(h) : st_bf16_value(h); }
 
 /* The backward from the forward's O and LSE (the tensor-core kernels, or the
    portable ones off the fast path); 1 when it matches the reference. */
@@ -171,15 +144,15 @@ static int run_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const 
     REQUIRE(hq && hk && hv && ho && fq && fk && fv && lse && ro && rl);
     for (size_t i = (size_t)c->offset; i < nq; ++i) {
         float x = tu_rng_float(rng, -2.0f, 2.0f);
-        hq[i] = c->f16 ? to_f16(x) : to_bf16(x);
-        fq[i] = c->f16 ? from_f16(hq[i]) : from_bf16(hq[i]);
+        hq[i] = to16(c, x);
+        fq[i] = from16(c, hq[i]);
     }
     for (size_t i = (size_t)c->offset; i < nk; ++i) {
         float x = tu_rng_float(rng, -2.0f, 2.0f), y = tu_rng_float(rng, -1.0f, 1.0f);
-        hk[i] = c->f16 ? to_f16(x) : to_bf16(x);
-        fk[i] = c->f16 ? from_f16(hk[i]) : from_bf16(hk[i]);
-        hv[i] = c->f16 ? to_f16(y) : to_bf16(y);
-        fv[i] = c->f16 ? from_f16(hv[i]) : from_bf16(hv[i]);
+        hk[i] = to16(c, x);
+        fk[i] = from16(c, hk[i]);
+        hv[i] = to16(c, y);
+        fv[i] = from16(c, hv[i]);
     }
     memset(ho, 0xff, nq * 2); /* NaN in both formats: an unwritten element fails */
     cl_mem bq = upload16(clc, hq, nq), bk = upload16(clc, hk, nk), bv = upload16(clc, hv, nk), bo = upload16(clc, ho, nq);
@@ -218,7 +191,7 @@ static int run_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const 
                     for (size_t col = 0; col < c->d; ++col) {
                         const double ref = ro[row * c->d + col];
                         const uint16_t g = ho[ref_index(&o, bb, h, r, col)];
-                        const double got = c->f16 ? from_f16(g) : from_bf16(g);
+                        const double got = from16(c, g);
                         const double e = fabs(got - ref);
                         if (!(e <= 4 * eps * (fabs(ref) + 1))) bad++;
                         if (!(e <= worst)) worst = e;

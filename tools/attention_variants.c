@@ -150,16 +150,8 @@ int variant_parse_option(option_cursor *c, variant_args *a)
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; ++i)
         if (options_is(c, paths[i].name))
             return options_value(c, paths[i].value) ? 1 : -1;
-    if (options_is(c, "--dtype")) {
-        static const char *const names[] = {"f32", "f16", "bf16"};
-        static const flashcl_dtype types[] = {FLASHCL_DTYPE_F32, FLASHCL_DTYPE_F16,
-                                              FLASHCL_DTYPE_BF16};
-        size_t index;
-        if (!options_choice(c, names, 3, &index))
-            return -1;
-        a->dtype = types[index];
-        return 1;
-    }
+    if (options_is(c, "--dtype"))
+        return options_dtype(c, &a->dtype) ? 1 : -1;
     if (options_is(c, "--window"))
         return parse_window(c, a);
     if (options_is(c, "--softcap"))

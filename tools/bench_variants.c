@@ -39,16 +39,8 @@ static bool parse_window_text(const char *text, int *left, int *right)
 int bench_variant_parse_option(option_cursor *c, bench_variant_args *v)
 {
     const char *text;
-    if (options_is(c, "--dtype")) {
-        static const char *const names[] = {"f32", "f16", "bf16"};
-        static const flashcl_dtype types[] = {FLASHCL_DTYPE_F32, FLASHCL_DTYPE_F16,
-                                              FLASHCL_DTYPE_BF16};
-        size_t index;
-        if (!options_choice(c, names, 3, &index))
-            return -1;
-        v->dtype = types[index];
-        return 1;
-    }
+    if (options_is(c, "--dtype"))
+        return options_dtype(c, &v->dtype) ? 1 : -1;
     if (options_is(c, "--window")) {
         if (!options_value(c, &text))
             return -1;

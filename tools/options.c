@@ -143,6 +143,17 @@ bool options_choice(option_cursor *c, const char *const *choices, size_t count, 
     return false;
 }
 
+bool options_dtype(option_cursor *c, flashcl_dtype *out)
+{
+    static const char *const names[] = {"f32", "f16", "bf16"};
+    static const flashcl_dtype types[] = {FLASHCL_DTYPE_F32, FLASHCL_DTYPE_F16, FLASHCL_DTYPE_BF16};
+    size_t index;
+    if (!options_choice(c, names, sizeof names / sizeof names[0], &index))
+        return false;
+    *out = types[index];
+    return true;
+}
+
 int options_unknown(const option_cursor *c)
 {
     return tool_usage_error("%s: unknown option '%s' (try 'flashcl help %s')", c->command, c->name,

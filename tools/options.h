@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "flashcl.h"
+
 typedef struct option_cursor {
     int argc;
     char **argv;
@@ -49,6 +51,9 @@ bool options_float(option_cursor *c, float min, float *out);
 
 /* Takes one of `count` words; *index is the position of the one given. */
 bool options_choice(option_cursor *c, const char *const *choices, size_t count, size_t *index);
+
+/* Takes a storage type: f32, f16 or bf16. */
+bool options_dtype(option_cursor *c, flashcl_dtype *out);
 
 /* Prints "unknown option" for the current option; returns TOOL_EXIT_USAGE. */
 int options_unknown(const option_cursor *c);
