@@ -155,6 +155,8 @@ int flashcl__dtype_code(flashcl_dtype dtype);
 const char *flashcl__dtype_name(flashcl_dtype dtype);
 /* "bf16, window (128, 0), ALiBi": the features in use, for plan reasons and messages. */
 void flashcl__describe_variants(const flashcl_attention_desc *d, char *out, size_t cap);
+/* Appends "; variants: ..." to a plan's reason unless the call is plain. */
+void flashcl__append_variants(const flashcl_attention_desc *d, char *reason, size_t cap);
 /* The -D switches of cl/variants.cl this descriptor needs (plus HEAD_DIM_V). */
 void flashcl__variant_options(const flashcl_attention_desc *d, char *out, size_t cap);
 /* offset, batch, head, row strides of a bias/mask matrix with the packed default applied. */

@@ -420,11 +420,7 @@ flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attent
         free(p);
         return st;
     }
-    if (!flashcl__desc_is_plain(d)) {
-        char features[160];
-        flashcl__describe_variants(d, features, sizeof features);
-        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; variants: %s", features);
-    }
+    flashcl__append_variants(d, p->pub.reason, sizeof p->pub.reason);
     flashcl__copy_str(p->key, sizeof p->key, key);
     p->next = ctx->backward_plans;
     ctx->backward_plans = p;

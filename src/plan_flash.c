@@ -384,11 +384,7 @@ flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention
         free(p);
         return st;
     }
-    if (!flashcl__desc_is_plain(desc)) {
-        char features[160];
-        flashcl__describe_variants(desc, features, sizeof features);
-        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; variants: %s", features);
-    }
+    flashcl__append_variants(desc, p->pub.reason, sizeof p->pub.reason);
     flashcl__copy_str(p->key, sizeof p->key, key);
     p->next = ctx->flash_plans;
     ctx->flash_plans = p;

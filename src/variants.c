@@ -103,6 +103,13 @@ void flashcl__describe_variants(const flashcl_attention_desc *d, char *out, size
     if (flashcl__is_varlen(d)) flashcl__appendf(out, cap, ", varlen");
 }
 
+void flashcl__append_variants(const flashcl_attention_desc *d, char *reason, size_t cap) {
+    if (flashcl__desc_is_plain(d)) return;
+    char features[160];
+    flashcl__describe_variants(d, features, sizeof features);
+    flashcl__appendf(reason, cap, "; variants: %s", features);
+}
+
 void flashcl__variant_options(const flashcl_attention_desc *d, char *out, size_t cap) {
     out[0] = '\0';
     flashcl__appendf(out, cap, "-D HEAD_DIM_V=%zu", d->head_dim_v);
