@@ -52,4 +52,23 @@ inline void flashcl_store_row4(__global float *row, int c4, float4 x) {
 
 inline float flashcl_sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
 
+/*
+ * A loop the work-items of a group share: item `lid` of `wg` takes v = lid,
+ * lid + wg, ... below n. Use it instead of `for (v = lid; v < n; v += wg)`
+ * and follow it with the body:
+ *     FLASHCL_SHARED_FOR(int, e, BLOCK_M * D4, lid, WG_SIZE) { ... }
+ * The loop counts v_base, which is the same on every work-item, and tests v
+ * in an `if` (folded away when n is a multiple of wg known at compile time:
+ * then every item runs every iteration). The plain form is miscompiled by POCL 3.1 (LLVM 15, the default
+ * `loopvec` work-group method, seen on AVX-512 hosts): inside a loop that
+ * holds barriers, it evaluated the entry test `lid < n` once, with work-item
+ * 0's lid, for the whole group, so when n < wg items n .. wg-1 still ran the
+ * first iteration and wrote past the end of the __local array they filled
+ * (test_shared_loop, tests/pocl_shared_loop.c, reproduces it; tests/check_kernel_idioms.cmake
+ * keeps the plain form out of the portable kernels).
+ */
+#define FLASHCL_SHARED_FOR(type, v, n, lid, wg)                                                  \
+    for (type v##_base = 0, v = (lid); v##_base < (n); v##_base += (wg), v = v##_base + (lid))  \
+        if ((n) % (wg) == 0 || v < (n))
+
 #endif

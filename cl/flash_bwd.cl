@@ -83,7 +83,7 @@ void flash_bwd_dsinks(__global const float *LSE, ulong lse_off, __global const f
     float acc = 0.0f;
     for (int b = 0; b < batch; ++b) {
         const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
-        for (long i = lid; i < hd.sq; i += BLOCK_M) {
+        FLASHCL_SHARED_FOR(long, i, hd.sq, lid, BLOCK_M) {
             const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, i);
             const float lse = LSE[lse_off + at];
             if (lse != FLASHCL_NEG_INF) acc += exp(sink - lse) * Dsum[at];
@@ -153,17 +153,17 @@ void flash_bwd_dkdv(__global const store_t *Q, VIEW_ARGS(q),
         __global const store_t *Gb = dO + VIEW_BASE(dout, b, h) + hd.q0 * dout_sr;
         for (long row0 = q_begin; row0 < q_end; row0 += BLOCK_M) {
             if (flashcl_tile_skipped(hd, row0, row0 + BLOCK_M - 1, key0, key0 + BLOCK_N - 1, VARIANT_PASS)) continue;
-            for (int e = lid; e < BLOCK_M * D4; e += BLOCK_N) {
+            FLASHCL_SHARED_FOR(int, e, BLOCK_M * D4, lid, BLOCK_N) {
                 int r = e / D4, c4 = e - r * D4;
                 long i = row0 + r;
                 Qt[e] = i < hd.sq ? flashcl_ld4(Qb + i * q_sr, c4, HEAD_DIM) : (float4)(0.0f);
             }
-            for (int e = lid; e < BLOCK_M * DV4; e += BLOCK_N) {
+            FLASHCL_SHARED_FOR(int, e, BLOCK_M * DV4, lid, BLOCK_N) {
                 int r = e / DV4, c4 = e - r * DV4;
                 long i = row0 + r;
                 Gt[e] = i < hd.sq ? flashcl_ld4(Gb + i * dout_sr, c4, HEAD_DIM_V) : (float4)(0.0f);
             }
-            for (int r = lid; r < BLOCK_M; r += BLOCK_N) {
+            FLASHCL_SHARED_FOR(int, r, BLOCK_M, lid, BLOCK_N) {
                 long i = row0 + r;
                 ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, i < hd.sq ? i : 0);
                 Lt[r] = i < hd.sq ? LSE[lse_off + at] * FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
@@ -244,12 +244,12 @@ void flash_bwd_dq(__global const store_t *Q, VIEW_ARGS(q),
 
     for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
         if (flashcl_tile_skipped(hd, row0, row_last, key0, key0 + BLOCK_N - 1, VARIANT_PASS)) continue;
-        for (int e = lid; e < BLOCK_N * D4; e += BLOCK_M) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N * D4, lid, BLOCK_M) {
             int r = e / D4, c4 = e - r * D4;
             long jj = key0 + r;
             Kt[e] = jj < hd.sk ? flashcl_ld4(Kb + jj * k_sr, c4, HEAD_DIM) : (float4)(0.0f);
         }
-        for (int e = lid; e < BLOCK_N * DV4; e += BLOCK_M) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N * DV4, lid, BLOCK_M) {
             int r = e / DV4, c4 = e - r * DV4;
             long jj = key0 + r;
             Vt[e] = jj < hd.sk ? flashcl_ld4(Vb + jj * v_sr, c4, HEAD_DIM_V) : (float4)(0.0f);

@@ -103,7 +103,7 @@
  */
 inline void bwdt_stage_slice(__local float *dst, int ld, __global const store_t *base, ulong stride, long first,
                              long end, int nrows, int c0, int dim, float mul, int lid) {
-    for (int e = lid; e < SLICE * nrows; e += WG_ITEMS) {
+    FLASHCL_SHARED_FOR(int, e, SLICE * nrows, lid, WG_ITEMS) {
         int r = e / SLICE, c = e - r * SLICE;
         long row = first + r;
         dst[c * ld + r] = (row < end && c0 + c < dim) ? FLASHCL_LOAD(base, row * stride + c0 + c) * mul : 0.0f;
@@ -113,7 +113,7 @@ inline void bwdt_stage_slice(__local float *dst, int ld, __global const store_t 
 /* Stages ROW_SLICE whole rows [first, first + ROW_SLICE) of `dim` elements into dst[row * dim + c]; zero at or past `end`. */
 inline void bwdt_stage_rows(__local float *dst, __global const store_t *base, ulong stride, long first, long end,
                             int dim, int lid) {
-    for (int e = lid; e < ROW_SLICE * dim; e += WG_ITEMS) {
+    FLASHCL_SHARED_FOR(int, e, ROW_SLICE * dim, lid, WG_ITEMS) {
         int r = e / dim, c = e - r * dim;
         long row = first + r;
         dst[e] = row < end ? FLASHCL_LOAD(base, row * stride + c) : 0.0f;
@@ -245,20 +245,20 @@ void flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q),
             const long row_end = row0 + BLOCK_M - 1, key_end = key0 + BLOCK_N - 1;
             /* Uniform across the group: a dropped tile is neither loaded nor computed. */
             if (flashcl_tile_skipped(hd, row0, row_end, key0, key_end, VARIANT_PASS)) continue;
-            /* Published by the first slice's barrier below; the previous block's readers are past its last barrier. */
-            for (int r = lid; r < BLOCK_M; r += WG_ITEMS) {
+            /* The previous block's readers are past its last barrier. */
+            FLASHCL_SHARED_FOR(int, r, BLOCK_M, lid, WG_ITEMS) {
                 long i = row0 + r;
                 ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, i < hd.sq ? i : 0);
                 Ls[r] = i < hd.sq ? LSE[lse_off + at] * FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
                 Ds[r] = i < hd.sq ? Dsum[at] : 0.0f;
             }
-#if HAS_BLOCK_MASK
-            /* Not needed by the memory model (phase A's first barrier publishes Ls and Ds), but
-               where a skipped tile's `continue` bypasses every barrier of an iteration, POCL 3.1
-               was seen to lose these writes (NaN dK in the block-sparse cases); a barrier of their
-               own keeps them. Block-sparse builds only, so plain builds keep their barrier count. */
+            /* Phase A's first barrier would publish Ls and Ds too, but only items lid < BLOCK_M write
+               them, and with no barrier between this write and phase A's loop POCL 3.1 (loopvec,
+               AVX-512 host) compiled that test as one branch for the whole group, taken with
+               work-item 0's lid (seen in its parallel.bc): items BLOCK_M.. wrote -inf past Ls into
+               Ds and the block-sparse cases gave NaN dK. A barrier right after the write keeps the
+               divergent test in a region of its own (see FLASHCL_SHARED_FOR, cl/common.cl). */
             barrier(CLK_LOCAL_MEM_FENCE);
-#endif
 
             /* Phase A: S (log2 domain) and dP, 16 dims at a time. */
             float s[TILE_M][TILE_N], dp[TILE_M][TILE_N];

@@ -149,12 +149,12 @@ void flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q),
 #endif
 #if STAGE_LOCAL
         /* Cooperative, coalesced copy of the K and V tiles; rows past the sequence are zero. */
-        for (int e = lid; e < BLOCK_N * D4; e += WG_SIZE) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N * D4, lid, WG_SIZE) {
             int j = e / D4, c4 = e - j * D4;
             long key = key0 + j;
             Kt[e] = key < hd.sk ? flashcl_ld4(Kb + key * k_sr, c4, HEAD_DIM) : (float4)(0.0f);
         }
-        for (int e = lid; e < BLOCK_N * DV4; e += WG_SIZE) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N * DV4, lid, WG_SIZE) {
             int j = e / DV4, c4 = e - j * DV4;
             long key = key0 + j;
             Vt[e] = key < hd.sk ? flashcl_ld4(Vb + key * v_sr, c4, HEAD_DIM_V) : (float4)(0.0f);
@@ -277,7 +277,7 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
     __local float Pt[BLOCK_M * BLOCK_N];
     __local float red[BLOCK_M * THREADS_PER_ROW];
 
-    for (int e = lid; e < BLOCK_M * HEAD_DIM; e += WG_SIZE) {
+    FLASHCL_SHARED_FOR(int, e, BLOCK_M * HEAD_DIM, lid, WG_SIZE) {
         int i = e / HEAD_DIM, c = e - i * HEAD_DIM;
         long qi = row0 + i;
         Qt[i * LDS + c] = qi < seqlen_q ? Qb[qi * q_sr + c] * scale_log2 : 0.0f;
@@ -292,7 +292,7 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
     const long limit = flashcl_key_hi(hd, row, win_right);
 
     for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
-        for (int e = lid; e < BLOCK_N * HEAD_DIM; e += WG_SIZE) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N * HEAD_DIM, lid, WG_SIZE) {
             int j = e / HEAD_DIM, c = e - j * HEAD_DIM;
             long key = key0 + j;
             int ok = key < seqlen_k;
@@ -465,13 +465,13 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
 
         /* S = (scale*log2e*Q) K^T, 16 dims at a time. */
         for (int c0 = 0; c0 < HEAD_DIM; c0 += SLICE) {
-            for (int e = lid; e < SLICE * BLOCK_M; e += GRID * GRID) {
+            FLASHCL_SHARED_FOR(int, e, SLICE * BLOCK_M, lid, GRID * GRID) {
                 int r = e / SLICE, c = e - r * SLICE;
                 long qi = row0 + r;
                 Qs[c * QS_STRIDE + r] =
                     (qi < hd.sq && c0 + c < HEAD_DIM) ? FLASHCL_LOAD(Qb, qi * q_sr + c0 + c) * scale_log2 : 0.0f;
             }
-            for (int e = lid; e < SLICE * BLOCK_N; e += GRID * GRID) {
+            FLASHCL_SHARED_FOR(int, e, SLICE * BLOCK_N, lid, GRID * GRID) {
                 int r = e / SLICE, c = e - r * SLICE;
                 long kj = key0 + r;
                 Ks[c * KS_STRIDE + r] = (kj < hd.sk && c0 + c < HEAD_DIM) ? FLASHCL_LOAD(Kb, kj * k_sr + c0 + c) : 0.0f;
@@ -536,7 +536,7 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
         /* O += P V, 16 keys at a time. */
         for (int j0 = 0; j0 < BLOCK_N; j0 += SLICE) {
             barrier(CLK_LOCAL_MEM_FENCE); /* Pt complete; the previous slice's readers are done */
-            for (int e = lid; e < SLICE * V_STRIDE; e += GRID * GRID) {
+            FLASHCL_SHARED_FOR(int, e, SLICE * V_STRIDE, lid, GRID * GRID) {
                 int r = e / V_STRIDE, c = e - r * V_STRIDE;
                 long kj = key0 + j0 + r;
                 Vs[e] = (kj < hd.sk && c < HEAD_DIM_V) ? FLASHCL_LOAD(Vb, kj * v_sr + c) : 0.0f;

@@ -68,7 +68,7 @@ void std_scores(__global const float *Q, VIEW_ARGS(q),
     const int lid = tm * RTS + tn;
     for (int c0 = 0; c0 < head_dim; c0 += TILE_K) {
         /* Both operands are row-major over head_dim: read along c for coalescing. */
-        for (int e = lid; e < TILE * TILE_K; e += GEMM_WG) {
+        FLASHCL_SHARED_FOR(int, e, TILE * TILE_K, lid, GEMM_WG) {
             int row = e / TILE_K, kk = e - row * TILE_K;
             int c = c0 + kk;
             int qi = m0 + row, kj = n0 + row;
@@ -102,7 +102,7 @@ void std_softmax(__global float *S, int seqlen_k, __global float *LSE, ulong lse
     __local float red[SOFTMAX_WG];
 
     float mx = FLASHCL_NEG_INF;
-    for (int j = lid; j < seqlen_k; j += SOFTMAX_WG) mx = fmax(mx, Sr[j]);
+    FLASHCL_SHARED_FOR(int, j, seqlen_k, lid, SOFTMAX_WG) mx = fmax(mx, Sr[j]);
     red[lid] = mx;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int width = SOFTMAX_WG / 2; width > 0; width >>= 1) {
@@ -114,7 +114,7 @@ void std_softmax(__global float *S, int seqlen_k, __global float *LSE, ulong lse
     const float base = flashcl_safe_base(mx);
 
     float sum = 0.0f;
-    for (int j = lid; j < seqlen_k; j += SOFTMAX_WG) {
+    FLASHCL_SHARED_FOR(int, j, seqlen_k, lid, SOFTMAX_WG) {
         float p = exp(Sr[j] - base);
         Sr[j] = p;
         sum += p;
@@ -127,7 +127,7 @@ void std_softmax(__global float *S, int seqlen_k, __global float *LSE, ulong lse
     }
     sum = red[0];
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    for (int j = lid; j < seqlen_k; j += SOFTMAX_WG) Sr[j] *= inv;
+    FLASHCL_SHARED_FOR(int, j, seqlen_k, lid, SOFTMAX_WG) Sr[j] *= inv;
     if (write_lse && lid == 0) {
         /* Rows are numbered z * seqlen_q + i, exactly the [b, h, sq] LSE order. */
         LSE[lse_off + row] = sum > 0.0f ? mx + log(sum) : FLASHCL_NEG_INF;
@@ -156,7 +156,7 @@ void std_pv(__global const float *P,
 
     const int lid = tm * RTS + tn;
     for (int j0 = 0; j0 < seqlen_k; j0 += TILE_K) {
-        for (int e = lid; e < TILE * TILE_K; e += GEMM_WG) {
+        FLASHCL_SHARED_FOR(int, e, TILE * TILE_K, lid, GEMM_WG) {
             /* P rows are contiguous over keys; V rows are contiguous over dims. */
             int prow = e / TILE_K, pk = e - prow * TILE_K;
             int i = m0 + prow, jp = j0 + pk;
@@ -235,7 +235,7 @@ void std_tn(__global const float *A,
 
     const int lid = tm * RTS + tn;
     for (int i0 = 0; i0 < seqlen_q; i0 += TILE_K) {
-        for (int e = lid; e < TILE * TILE_K; e += GEMM_WG) {
+        FLASHCL_SHARED_FOR(int, e, TILE * TILE_K, lid, GEMM_WG) {
             /* Both operands are read along their rows (over keys, over dims). */
             int kk = e / TILE, mm = e - kk * TILE;
             int i = i0 + kk;

@@ -47,86 +47,125 @@ static int parse_index_pair(const char *spec, unsigned *p, unsigned *d) {
     return 1;
 }
 
-/* Finds the device the spec names; with no spec the first GPU, else the first device. */
+#ifndef CL_PLATFORM_NOT_FOUND_KHR
+#define CL_PLATFORM_NOT_FOUND_KHR -1001 /* cl_khr_icd: the loader found no platform */
+#endif
+
+/* An OpenCL failure while looking for the device comes back as itself, naming the call:
+   a driver that fails to answer is not the same as a spec that matches nothing. */
+static flashcl_status listing_failed(char *err_buf, size_t err_cap, const char *call, cl_int err) {
+    err_text(err_buf, err_cap, "%s failed while looking for the OpenCL device: %s (%d)", call,
+             flashcl__cl_error_name(err), (int)err);
+    return (flashcl_status)err;
+}
+
+/* The devices of one platform; a platform with none (CL_DEVICE_NOT_FOUND) gives *nd = 0. */
+static cl_int platform_devices(cl_platform_id platform, cl_device_id devs[MAX_DEVICES], cl_uint *nd) {
+    *nd = 0;
+    cl_int err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, MAX_DEVICES, devs, nd);
+    if (err == CL_DEVICE_NOT_FOUND) {
+        *nd = 0;
+        return CL_SUCCESS;
+    }
+    if (*nd > MAX_DEVICES) *nd = MAX_DEVICES;
+    return err;
+}
+
+/* "P:D": device D of platform P. Only platform P is asked, so a broken driver elsewhere does not matter. */
+static flashcl_status pick_by_index(const char *spec, unsigned want_p, unsigned want_d, const cl_platform_id *platforms,
+                                    cl_uint np, cl_platform_id *out_p, cl_device_id *out_d, char *err_buf,
+                                    size_t err_cap) {
+    if (want_p >= np) {
+        err_text(err_buf, err_cap, "device spec \"%s\": there are %u OpenCL platforms (see `flashcl info`)", spec,
+                 (unsigned)np);
+        return FLASHCL_ERR_INVALID_DEVICE_SPEC;
+    }
+    cl_device_id devs[MAX_DEVICES];
+    cl_uint nd = 0;
+    cl_int err = platform_devices(platforms[want_p], devs, &nd);
+    if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetDeviceIDs", err);
+    if (want_d >= nd) {
+        err_text(err_buf, err_cap, "device spec \"%s\": platform %u has %u devices (see `flashcl info`)", spec, want_p,
+                 (unsigned)nd);
+        return FLASHCL_ERR_INVALID_DEVICE_SPEC;
+    }
+    *out_p = platforms[want_p];
+    *out_d = devs[want_d];
+    return FLASHCL_SUCCESS;
+}
+
+/* Whether a name spec matches the device: part of its name, its vendor or its platform's name. */
+static cl_int name_matches(cl_device_id dev, const char *platform_name, const char *spec, int *match) {
+    char name[256] = "", vendor[256] = "";
+    cl_int err = clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    if (err == CL_SUCCESS) err = clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
+    *match = err == CL_SUCCESS &&
+             (contains_ci(name, spec) || contains_ci(vendor, spec) || contains_ci(platform_name, spec));
+    return err;
+}
+
+/* Finds the device the spec names ("P:D" or part of a name); with no spec the first GPU, else the first device. */
 static flashcl_status pick_device(const char *spec, cl_platform_id *out_p, cl_device_id *out_d,
                                   char *err_buf, size_t err_cap) {
     cl_platform_id platforms[MAX_PLATFORMS];
     cl_uint np = 0;
     cl_int err = clGetPlatformIDs(MAX_PLATFORMS, platforms, &np);
-    if (err != CL_SUCCESS || np == 0) {
-        err_text(err_buf, err_cap, "no OpenCL platform found (clGetPlatformIDs returned %s); install an OpenCL driver such as POCL",
-                 flashcl__cl_error_name(err));
+    if (err == CL_PLATFORM_NOT_FOUND_KHR || (err == CL_SUCCESS && np == 0)) {
+        err_text(err_buf, err_cap, "no OpenCL platform found; install an OpenCL driver such as POCL");
         return FLASHCL_ERR_NO_DEVICE;
     }
+    if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetPlatformIDs", err);
     if (np > MAX_PLATFORMS) np = MAX_PLATFORMS;
+    const int named = spec && *spec;
     unsigned want_p = 0, want_d = 0;
-    int by_index = spec && *spec && parse_index_pair(spec, &want_p, &want_d);
-    cl_platform_id first_any_p = NULL, first_gpu_p = NULL;
-    cl_device_id first_any = NULL, first_gpu = NULL;
-    cl_int device_err = CL_SUCCESS; /* the last clGetDeviceIDs failure, for the message */
+    if (named && parse_index_pair(spec, &want_p, &want_d))
+        return pick_by_index(spec, want_p, want_d, platforms, np, out_p, out_d, err_buf, err_cap);
+
+    cl_platform_id first_any_p = NULL;
+    cl_device_id first_any = NULL;
     for (cl_uint p = 0; p < np; ++p) {
         cl_device_id devs[MAX_DEVICES];
         cl_uint nd = 0;
-        cl_int derr = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devs, &nd);
-        if (derr != CL_SUCCESS) {
-            if (derr != CL_DEVICE_NOT_FOUND) device_err = derr;
-            continue;
-        }
-        if (nd > MAX_DEVICES) nd = MAX_DEVICES;
+        err = platform_devices(platforms[p], devs, &nd);
+        if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetDeviceIDs", err);
         char pname[256] = "";
-        clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+        if (named && nd > 0) {
+            err = clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+            if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetPlatformInfo(CL_PLATFORM_NAME)", err);
+        }
         for (cl_uint d = 0; d < nd; ++d) {
-            if (by_index) {
-                if (p == want_p && d == want_d) {
-                    *out_p = platforms[p];
-                    *out_d = devs[d];
-                    return FLASHCL_SUCCESS;
+            int pick = 0;
+            if (named) {
+                err = name_matches(devs[d], pname, spec, &pick);
+                if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetDeviceInfo(CL_DEVICE_NAME)", err);
+            } else {
+                cl_device_type type = 0;
+                err = clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof type, &type, NULL);
+                if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetDeviceInfo(CL_DEVICE_TYPE)", err);
+                pick = (type & CL_DEVICE_TYPE_GPU) != 0;
+                if (!first_any) {
+                    first_any = devs[d];
+                    first_any_p = platforms[p];
                 }
-                continue;
             }
-            if (spec && *spec) {
-                char name[256] = "", vendor[256] = "";
-                clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof name - 1, name, NULL);
-                clGetDeviceInfo(devs[d], CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
-                if (contains_ci(name, spec) || contains_ci(vendor, spec) || contains_ci(pname, spec)) {
-                    *out_p = platforms[p];
-                    *out_d = devs[d];
-                    return FLASHCL_SUCCESS;
-                }
-                continue;
-            }
-            cl_device_type type = 0;
-            clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof type, &type, NULL);
-            if (!first_any) {
-                first_any = devs[d];
-                first_any_p = platforms[p];
-            }
-            if ((type & CL_DEVICE_TYPE_GPU) && !first_gpu) {
-                first_gpu = devs[d];
-                first_gpu_p = platforms[p];
+            if (pick) {
+                *out_p = platforms[p];
+                *out_d = devs[d];
+                return FLASHCL_SUCCESS;
             }
         }
     }
-    if (spec && *spec) {
+    if (named) {
         err_text(err_buf, err_cap, "device spec \"%s\" matches no OpenCL device (use P:D from `flashcl info`, or part of a name)",
                  spec);
         return FLASHCL_ERR_INVALID_DEVICE_SPEC;
     }
-    if (first_gpu) {
-        *out_p = first_gpu_p;
-        *out_d = first_gpu;
-        return FLASHCL_SUCCESS;
-    }
-    if (first_any) {
+    if (first_any) { /* no GPU: the first device */
         *out_p = first_any_p;
         *out_d = first_any;
         return FLASHCL_SUCCESS;
     }
-    if (device_err != CL_SUCCESS)
-        err_text(err_buf, err_cap, "OpenCL platforms exist but none has a device (clGetDeviceIDs failed: %s)",
-                 flashcl__cl_error_name(device_err));
-    else
-        err_text(err_buf, err_cap, "OpenCL platforms exist but none has a device");
+    err_text(err_buf, err_cap, "OpenCL platforms exist but none has a device");
     return FLASHCL_ERR_NO_DEVICE;
 }
 

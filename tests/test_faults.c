@@ -12,6 +12,10 @@
  *     runs a forward pass that verifies.
  * Entry points the scenario never calls are reported, so a new call in src/
  * that the shim does not wrap shows up here.
+ * The calls that find the device (platforms, devices, their names and types)
+ * are failed once for each way of naming it: FLASHCL_DEVICE unset (the
+ * default device), "P:D" and part of the device's name. A failure there must
+ * come back as the OpenCL error, never as "no device" or "no such device".
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 
@@ -47,7 +51,7 @@ static void round_prepare(void) {
 /* FlashCL statuses a failed OpenCL call may become (documented in flashcl.h). */
 static int acceptable_status(flashcl_status st) {
     return st == (flashcl_status)CL_OUT_OF_RESOURCES || st == FLASHCL_ERR_OUT_OF_DEVICE_MEMORY ||
-           st == FLASHCL_ERR_BUILD_FAILED || st == FLASHCL_ERR_NO_DEVICE ||
+           st == FLASHCL_ERR_BUILD_FAILED ||
            st == FLASHCL_ERR_INVALID_BUFFER || /* a cl_mem whose size cannot be read cannot be checked */
            st == FLASHCL_ERR_INVALID_QUEUE;    /* likewise a queue whose context cannot be read */
 }
@@ -100,6 +104,36 @@ static void check_one(const char *name, long index, tally *t) {
     }
 }
 
+/* Calls made while picking the device: each is failed under every device-spec form. */
+static int finds_device(const char *name) {
+    static const char *const calls[] = {"clGetPlatformIDs", "clGetDeviceIDs", "clGetPlatformInfo", "clGetDeviceInfo"};
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; ++i)
+        if (strcmp(calls[i], name) == 0) return 1;
+    return 0;
+}
+
+/* The default device as "P:D" and as its name, for the spec forms (the shim is paused). */
+static void default_device_specs(char *index_spec, size_t index_cap, char *name_spec, size_t name_cap) {
+    shim.pause_faults(1);
+    flashcl_context *ctx = tu_context_create();
+    cl_device_id dev = flashcl_context_device(ctx);
+    cl_platform_id plat = NULL, platforms[32];
+    cl_uint np = 0;
+    REQUIRE(clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL) == CL_SUCCESS);
+    REQUIRE(clGetDeviceInfo(dev, CL_DEVICE_NAME, name_cap, name_spec, NULL) == CL_SUCCESS);
+    REQUIRE(clGetPlatformIDs(32, platforms, &np) == CL_SUCCESS);
+    for (cl_uint p = 0; p < np && p < 32; ++p) {
+        cl_device_id devs[64];
+        cl_uint nd = 0;
+        if (platforms[p] != plat || clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 64, devs, &nd) != CL_SUCCESS) continue;
+        for (cl_uint d = 0; d < nd && d < 64; ++d)
+            if (devs[d] == dev) snprintf(index_spec, index_cap, "%u:%u", (unsigned)p, (unsigned)d);
+    }
+    REQUIRE(index_spec[0] != '\0');
+    flashcl_context_destroy(ctx);
+    shim.pause_faults(0);
+}
+
 int main(int argc, char **argv) {
     if (!cl_shim_load(&shim)) {
         fprintf(stderr, "FAIL the OpenCL shim is not loaded: run with LD_PRELOAD=libflashcl_cl_shim.so\n");
@@ -123,6 +157,11 @@ int main(int argc, char **argv) {
         return TU_EXIT_SKIP;
     }
     REQUIRE(clean.status == FLASHCL_SUCCESS && clean.results_ok);
+    char index_spec[32] = "", name_spec[256] = "";
+    default_device_specs(index_spec, sizeof index_spec, name_spec, sizeof name_spec);
+    const char *const env_spec = getenv("FLASHCL_DEVICE");
+    char *const saved_spec = env_spec ? strdup(env_spec) : NULL;
+    const char *const spec_forms[] = {NULL, index_spec, name_spec}; /* default, P:D, name */
     long total_calls = 0;
     tally all = {0, 0, 0};
     for (size_t e = 0; e < ENTRY_COUNT; ++e) {
@@ -130,19 +169,27 @@ int main(int argc, char **argv) {
         int selected = argc <= first_name;
         for (int a = first_name; a < argc; ++a) selected |= strcmp(argv[a], name) == 0;
         if (!selected) continue;
-        /* A round with nothing armed counts this entry point's calls. */
-        round_prepare();
-        shim.set_fault("", 0, 0);
-        scenario_run(&shim, &clean);
-        long calls = shim.calls(name);
-        total_calls += calls;
-        tally t = {0, 0, 0};
-        /* Each occurrence in turn, until the index runs past the last call (the fault never fires). */
-        for (long i = 1; i <= calls; ++i) check_one(name, i, &t);
-        printf("%-28s %4ld calls: %ld failed on purpose, %ld reported, %ld absorbed\n", name, calls, t.injected,
-               t.reported, t.absorbed);
-        all.injected += t.injected, all.reported += t.reported, all.absorbed += t.absorbed;
+        const int forms = finds_device(name) ? 3 : 1;
+        for (int f = 0; f < forms; ++f) {
+            const char *spec = forms == 1 ? saved_spec : spec_forms[f];
+            if (spec) REQUIRE(setenv("FLASHCL_DEVICE", spec, 1) == 0);
+            else REQUIRE(unsetenv("FLASHCL_DEVICE") == 0);
+            /* A round with nothing armed counts this entry point's calls. */
+            round_prepare();
+            shim.set_fault("", 0, 0);
+            scenario_run(&shim, &clean);
+            long calls = shim.calls(name);
+            total_calls += calls;
+            tally t = {0, 0, 0};
+            /* Each occurrence in turn, until the index runs past the last call (the fault never fires). */
+            for (long i = 1; i <= calls; ++i) check_one(name, i, &t);
+            printf("%-28s %4ld calls: %ld failed on purpose, %ld reported, %ld absorbed (FLASHCL_DEVICE %s)\n", name,
+                   calls, t.injected, t.reported, t.absorbed, spec ? spec : "unset");
+            all.injected += t.injected, all.reported += t.reported, all.absorbed += t.absorbed;
+        }
     }
+    if (saved_spec) REQUIRE(setenv("FLASHCL_DEVICE", saved_spec, 1) == 0);
+    free(saved_spec);
     printf("faults: %ld injected over %ld calls, %ld reported, %ld absorbed\n", all.injected, total_calls,
            all.reported, all.absorbed);
     CHECK(all.injected > 0);

@@ -17,10 +17,11 @@
  * be refused with FLASHCL_ERR_INVALID_HEAD_DIM while the header says so, and
  * pass once the maximum covers it.
  *
- *   test_variants [--quick] [--case N] [--list] [--no-family-check] [--forward-only]
+ *   test_variants [--quick] [--case N] [--skip N] [--list] [--no-family-check] [--forward-only]
  *                 [--fresh-context]
  *
  * --quick runs a few tiny cases with every feature on (the Oclgrind runs);
+ * --case N runs only case N, --skip N all but case N;
  * --forward-only skips the backward; --fresh-context gives every case its
  * own context (Oclgrind 21.10 reports false "uninitialized" reads of a
  * scratch buffer that was released and re-created larger).
@@ -195,11 +196,13 @@ static int check_families(const vc_case *c)
 
 int main(int argc, char **argv)
 {
-    long only = -1;
+    long only = -1, skip = -1;
     int list_only = 0, family_check = 1, quick = 0, fresh = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
             only = strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc)
+            skip = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--list") == 0)
             list_only = 1;
         else if (strcmp(argv[i], "--no-family-check") == 0)
@@ -211,7 +214,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--fresh-context") == 0)
             fresh = 1;
         else {
-            fprintf(stderr, "usage: test_variants [--quick] [--case N] [--list] "
+            fprintf(stderr, "usage: test_variants [--quick] [--case N] [--skip N] [--list] "
                             "[--no-family-check] [--forward-only] [--fresh-context]\n");
             return 2;
         }
@@ -244,7 +247,7 @@ int main(int argc, char **argv)
         const vc_case *c = &cases.items[i];
         if (c->desc.dropout_p > 0.0f && c->desc.causal && !c->nseq && !family_case)
             family_case = c;
-        if (only >= 0 && (size_t)only != i)
+        if ((only >= 0 && (size_t)only != i) || (skip >= 0 && (size_t)skip == i))
             continue;
         vc_describe(c, desc, sizeof desc);
         char label[480];

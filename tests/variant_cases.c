@@ -231,6 +231,17 @@ void variant_cases_quick(vc_list *l)
         c->mask_density = 0.9;
         block_mask(c, VC_SHARED, 4, 4, 0.8);
     }
+    /* Block masks whose blocks are whole tiles of the Oclgrind runs (16x16, and 64x64 in
+       test_oclgrind_variants_tiles64), so whole tiles are skipped, with sinks, a window, GQA and
+       partial last tiles: the shape of the block-sparse backward that once gave NaN dK on POCL. */
+    c = push(l, "quick block-sparse skips 16x16 tiles", FLASHCL_DTYPE_F32, 1, 2, 1, 37, 45, 8, 8, 0);
+    block_mask(c, VC_FULL, 16, 16, 0.5);
+    window(c, 20, 4);
+    c->sinks = 1;
+    c = push(l, "quick block-sparse skips 64x64 tiles", FLASHCL_DTYPE_F32, 1, 1, 1, 66, 130, 8, 8, 0);
+    block_mask(c, VC_SHARED, 64, 64, 0.5);
+    window(c, 100, 10);
+    c->sinks = 1;
     c = push(l, "quick f16 dv!=d", FLASHCL_DTYPE_F16, 1, 2, 2, 11, 6, 8, 16, 0);
     window(c, -1, 2);
     c = push(l, "quick bf16 softcap", FLASHCL_DTYPE_BF16, 1, 2, 1, 5, 12, 16, 16, 1);

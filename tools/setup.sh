@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake make gcc libc6-dev ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers
           pocl-opencl-icd clinfo oclgrind
-          clang libclang-rt-dev)  # clang + compiler-rt: the sanitizer and libFuzzer build in .ci/run
+          clang libclang-rt-dev  # clang + compiler-rt: the sanitizer and libFuzzer build in .ci/run
+          clang-15)              # the offline AMD/SPIR compile checks (POCL depends on it already)
 if command -v dpkg >/dev/null 2>&1; then
   missing=()
   for p in "${packages[@]}"; do
