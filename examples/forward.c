@@ -37,7 +37,7 @@ int main(void) {
     cl_mem lb = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, nl * 4, NULL, &e);
 
     /* One descriptor; zero fields are defaults (scale 1/sqrt(d), seqlen_k = seqlen_q ...). */
-    flashcl_attention_desc desc = {0};
+    flashcl_attention_desc desc = FLASHCL_ATTENTION_DESC_INIT;
     desc.batch = B;
     desc.heads_q = HQ;
     desc.heads_kv = HKV; /* 4 query heads share each K/V head */
@@ -62,7 +62,7 @@ int main(void) {
     clReleaseEvent(done);
 
     flashcl_plan plan;
-    flashcl_plan_query(ctx, &desc, FLASHCL_PATH_FLASH, &plan);
+    flashcl_plan_query(ctx, &desc, &plan);
     printf("ran %s (Br=%d, Bc=%d, %zu work-items): O[0,0,0,0]=%.6f LSE[0,0,0]=%.6f\n", plan.kernel, plan.block_rows,
            plan.block_cols, plan.work_group_size, o[0], lse[0]);
 

@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     fuzz_reader r = {data, size};
-    flashcl_attention_desc d = {0};
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
     d.batch = fuzz_next(&r) % 3; /* 0 is invalid on purpose */
     d.heads_q = fuzz_next(&r) % 4;
     d.heads_kv = fuzz_next(&r) % 4;

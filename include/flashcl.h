@@ -3,7 +3,7 @@
  *
  * One header. Every call returns a flashcl_status; the library never prints,
  * exits or aborts. OpenCL errors are passed through unchanged (negative values
- * above -1000); FlashCL's own codes are pinned below.
+ * above -10000); FlashCL's own codes are pinned below.
  *
  * Thread safety: a flashcl_context is used by one thread at a time. Separate
  * contexts are independent and may be used from separate threads at once
@@ -51,7 +51,7 @@
 #endif
 
 #define FLASHCL_VERSION_MAJOR 0
-#define FLASHCL_VERSION_MINOR 1
+#define FLASHCL_VERSION_MINOR 2
 #define FLASHCL_VERSION_PATCH 0
 #define FLASHCL_VERSION_NUMBER \
     (FLASHCL_VERSION_MAJOR * 10000 + FLASHCL_VERSION_MINOR * 100 + FLASHCL_VERSION_PATCH)
@@ -73,38 +73,43 @@ extern "C" {
 
 /*
  * FlashCL's own status codes. The numbers are pinned: they never change.
- * Groups: -1000s invalid argument (named after the field), -1100s
- * unsupported, -1200s build / plan, -1300s cache and I/O, -1400s memory.
- * Values from -1 to -999 are OpenCL error codes passed through unchanged.
+ * Groups: -10000s invalid argument (named after the field), -10100s
+ * unsupported, -10200s build / plan, -10300s cache and I/O, -10400s memory.
+ * Values from -1 to -9999 are OpenCL's, passed through unchanged: the core
+ * codes (-1 to -72) and the extensions' (-1000 and below, e.g. cl_khr_icd's
+ * CL_PLATFORM_NOT_FOUND_KHR = -1001), which FlashCL's own codes never reuse.
+ * (Before 0.2 FlashCL used -1000 to -1401, which collided with them.)
  */
 #define FLASHCL_STATUS_MAP(XX)                                                                     \
     XX(SUCCESS, 0, "success")                                                                      \
-    XX(ERR_INVALID_ARGUMENT, -1000, "a required pointer argument is NULL")                         \
-    XX(ERR_INVALID_CONTEXT, -1001, "the FlashCL context is NULL or unusable")                      \
-    XX(ERR_INVALID_DTYPE, -1002, "unknown data type")                                              \
-    XX(ERR_INVALID_SHAPE, -1003, "batch, heads or sequence length is zero or too large")          \
-    XX(ERR_INVALID_HEADS, -1004, "heads_q is not a multiple of heads_kv")                          \
-    XX(ERR_INVALID_HEAD_DIM, -1005, "head_dim is zero or larger than FLASHCL_MAX_HEAD_DIM")        \
-    XX(ERR_INVALID_SCALE, -1006, "scale is negative, infinite or NaN")                             \
-    XX(ERR_INVALID_BUFFER, -1007, "a tensor buffer is NULL or belongs to another OpenCL context") \
-    XX(ERR_INVALID_STRIDE, -1008, "a tensor stride lets rows or heads overlap")                    \
-    XX(ERR_OUT_OF_BOUNDS, -1009, "a tensor view reaches past the end of its buffer")               \
-    XX(ERR_INVALID_QUEUE, -1010, "the command queue belongs to another context or device")        \
-    XX(ERR_INVALID_DEVICE_SPEC, -1011, "the device specification matches no OpenCL device")        \
-    XX(ERR_INVALID_TILE, -1012, "the FLASHCL_TILE override cannot be parsed or does not fit")      \
-    XX(ERR_INVALID_PATH, -1013, "unknown attention path")                                          \
-    XX(ERR_ALIASED_OUTPUT, -1014, "an output tensor overlaps an input or another output")          \
-    XX(ERR_INVALID_VARIANT, -1015, "a variant field (window, softcap, dropout, bias, mask, varlen) is invalid") \
-    XX(ERR_UNSUPPORTED_DTYPE, -1100, "the data type is not supported by this path yet")            \
-    XX(ERR_UNSUPPORTED_VARIANT, -1103, "this path does not support a requested attention variant")  \
-    XX(ERR_NO_DEVICE, -1101, "no OpenCL platform or device is available")                          \
-    XX(ERR_UNSUPPORTED_DEVICE, -1102, "the device lacks a capability FlashCL needs")               \
-    XX(ERR_BUILD_FAILED, -1200, "an OpenCL program failed to build (see the build log)")           \
-    XX(ERR_NO_PLAN, -1201, "no tile plan fits this device")                                        \
-    XX(ERR_KERNEL_SOURCE, -1202, "a kernel source file could not be read")                         \
-    XX(ERR_CACHE_IO, -1300, "the program binary cache could not be read or written")              \
-    XX(ERR_OUT_OF_HOST_MEMORY, -1400, "host memory allocation failed")                             \
-    XX(ERR_OUT_OF_DEVICE_MEMORY, -1401, "the device cannot hold the buffers this call needs")
+    XX(ERR_INVALID_ARGUMENT, -10000, "a required pointer argument is NULL")                        \
+    XX(ERR_INVALID_CONTEXT, -10001, "the FlashCL context is NULL or unusable")                     \
+    XX(ERR_INVALID_DTYPE, -10002, "unknown data type")                                             \
+    XX(ERR_INVALID_SHAPE, -10003, "batch, heads or sequence length is zero or too large")         \
+    XX(ERR_INVALID_HEADS, -10004, "heads_q is not a multiple of heads_kv")                         \
+    XX(ERR_INVALID_HEAD_DIM, -10005, "head_dim is zero or larger than FLASHCL_MAX_HEAD_DIM")       \
+    XX(ERR_INVALID_SCALE, -10006, "scale is negative, infinite or NaN")                            \
+    XX(ERR_INVALID_BUFFER, -10007, "a tensor buffer is NULL or belongs to another OpenCL context") \
+    XX(ERR_INVALID_STRIDE, -10008, "a tensor stride lets rows or heads overlap")                   \
+    XX(ERR_OUT_OF_BOUNDS, -10009, "a tensor view reaches past the end of its buffer")              \
+    XX(ERR_INVALID_QUEUE, -10010, "the command queue belongs to another context or device")       \
+    XX(ERR_INVALID_DEVICE_SPEC, -10011, "the device specification matches no OpenCL device")       \
+    XX(ERR_INVALID_TILE, -10012, "the FLASHCL_TILE override cannot be parsed or does not fit")     \
+    XX(ERR_INVALID_PATH, -10013, "unknown attention path")                                         \
+    XX(ERR_ALIASED_OUTPUT, -10014, "an output tensor overlaps an input or another output")         \
+    XX(ERR_INVALID_VARIANT, -10015, "a variant field (window, softcap, dropout, bias, mask, varlen) is invalid") \
+    XX(ERR_INVALID_STRUCT_SIZE, -10016, "the descriptor's struct_size is 0 or smaller than any FlashCL descriptor") \
+    XX(ERR_UNSUPPORTED_DTYPE, -10100, "the data type is not supported by this path yet")           \
+    XX(ERR_NO_DEVICE, -10101, "no OpenCL platform or device is available")                         \
+    XX(ERR_UNSUPPORTED_DEVICE, -10102, "the device lacks a capability FlashCL needs")              \
+    XX(ERR_UNSUPPORTED_VARIANT, -10103, "this path does not support a requested attention variant") \
+    XX(ERR_UNSUPPORTED_FIELD, -10104, "the descriptor sets a field this version of FlashCL does not know") \
+    XX(ERR_BUILD_FAILED, -10200, "an OpenCL program failed to build (see the build log)")          \
+    XX(ERR_NO_PLAN, -10201, "no tile plan fits this device")                                       \
+    XX(ERR_KERNEL_SOURCE, -10202, "a kernel source file could not be read")                        \
+    XX(ERR_CACHE_IO, -10300, "the program binary cache could not be read or written")             \
+    XX(ERR_OUT_OF_HOST_MEMORY, -10400, "host memory allocation failed")                            \
+    XX(ERR_OUT_OF_DEVICE_MEMORY, -10401, "the device cannot hold the buffers this call needs")
 
 typedef enum flashcl_status {
 #define FLASHCL_STATUS_ENUM_(name, value, text) FLASHCL_##name = value,
@@ -238,14 +243,29 @@ typedef struct flashcl_matrix {
     size_t stride_row;
 } flashcl_matrix;
 
+/* Which implementation a call or plan query runs (the descriptor's `path`). */
+typedef enum flashcl_path {
+    FLASHCL_PATH_FLASH = 0,   /* the fastest kernel family that covers the call; O(N) extra memory */
+    FLASHCL_PATH_STANDARD = 1 /* S = QK^T, softmax, O = PV through global memory: the baseline */
+} flashcl_path;
+
 /*
- * One attention problem. Zero-initialise, then set the sizes: zero fields mean
- * defaults, and a zeroed variant field means the feature is off. Order of the
- * score terms (all in float32): s = scale * q.k; softcap; + ALiBi + bias;
- * masks (causal/window, mask, block mask) give -inf; softmax with the sinks in
- * the denominator; dropout on the probabilities; O = P V.
+ * One attention problem. Start from FLASHCL_ATTENTION_DESC_INIT, then set the
+ * sizes: zero fields mean defaults, and a zeroed variant field means the
+ * feature is off. Order of the score terms (all in float32): s = scale * q.k;
+ * softcap; + ALiBi + bias; masks (causal/window, mask, block mask) give -inf;
+ * softmax with the sinks in the denominator; dropout on the probabilities;
+ * O = P V.
+ *
+ * The descriptor grows at its end from one version to the next. struct_size
+ * (set by FLASHCL_ATTENTION_DESC_INIT) tells the library which fields the
+ * caller's header had: fields past it read as zero (off), so a program built
+ * against an older header keeps working; fields a newer header added that
+ * this library does not know must be zero (else FLASHCL_ERR_UNSUPPORTED_FIELD).
+ * struct_size 0 (a descriptor only zeroed) is FLASHCL_ERR_INVALID_STRUCT_SIZE.
  */
 typedef struct flashcl_attention_desc {
+    size_t struct_size;  /* sizeof(flashcl_attention_desc) where the caller was compiled */
     flashcl_dtype dtype; /* storage of q, k, v, o (and dout, dq, dk, dv); 0 = float32. LSE, bias, slopes, sinks are float32. */
     size_t batch;        /* >= 1 (with varlen: the number of sequences) */
     size_t heads_q;      /* >= 1 */
@@ -300,13 +320,26 @@ typedef struct flashcl_attention_desc {
        max_seqlen_q/k bound the per-sequence lengths (0 = the totals). */
     cl_mem cu_seqlens_q, cu_seqlens_k;
     size_t max_seqlen_q, max_seqlen_k;
+
+    /* The implementation (flashcl_path): the flash kernels (default) or the
+       standard baseline, which runs plain float32 attention only (causal at
+       most; else FLASHCL_ERR_UNSUPPORTED_DTYPE / _VARIANT). */
+    flashcl_path path;
 } flashcl_attention_desc;
 
-/* Which implementation a call or plan query refers to. */
-typedef enum flashcl_path {
-    FLASHCL_PATH_FLASH = 0,   /* tiled online-softmax kernel, O(N) extra memory */
-    FLASHCL_PATH_STANDARD = 1 /* S = QK^T, softmax, O = PV through global memory */
-} flashcl_path;
+/* A descriptor with every field zero (defaults, features off) and struct_size set:
+     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;     (C99, C++20)
+     flashcl_attention_desc d = flashcl_attention_desc_init();   (any C or C++) */
+#define FLASHCL_ATTENTION_DESC_INIT {.struct_size = sizeof(flashcl_attention_desc)}
+static inline flashcl_attention_desc flashcl_attention_desc_init(void) {
+#ifdef __cplusplus
+    flashcl_attention_desc d = {};
+#else
+    flashcl_attention_desc d = {0};
+#endif
+    d.struct_size = sizeof d;
+    return d;
+}
 
 /* ----------------------------------------------------------------- plans */
 
@@ -331,20 +364,22 @@ typedef struct flashcl_plan {
     char reason[512];        /* why this plan was chosen, in words */
 } flashcl_plan;
 
-/* Plans (and builds, so the fit is checked) what `path` would run for `desc`. */
+/* Plans (and builds, so the fit is checked) what flashcl_forward would run for `desc` (desc->path included). */
 FLASHCL_API flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                              flashcl_path path, flashcl_plan *out);
+                                              flashcl_plan *out);
 
 /* ------------------------------------------------------------------ calls */
 
 /*
- * Forward attention, FlashAttention algorithm.
+ * Forward attention on the path desc->path names (default: the flash kernels).
  *   q:   [batch, heads_q,  seqlen_q, head_dim] view
  *   k,v: [batch, heads_kv, seqlen_k, head_dim] views
  *   o:   [batch, heads_q,  seqlen_q, head_dim] view (written)
  *   lse: NULL, or a float32 buffer of at least batch*heads_q*seqlen_q elements
  *        starting at lse_offset elements, written as [batch, heads_q, seqlen_q].
  * Arguments are checked before anything is enqueued; on error nothing is written.
+ * FLASHCL_PATH_STANDARD (Algorithm 0) keeps S = scale*QK^T and P = softmax(S)
+ * in batch*heads_q*seqlen_q*seqlen_k floats of context scratch, then O = PV.
  */
 FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                            const flashcl_tensor *q, const flashcl_tensor *k,
@@ -352,22 +387,6 @@ FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_a
                                            cl_mem lse, size_t lse_offset,
                                            cl_uint num_wait, const cl_event *wait_list,
                                            cl_event *event);
-
-/*
- * The standard attention (Algorithm 0): S = scale*QK^T and P = softmax(S)
- * through global memory (batch*heads_q*seqlen_q*seqlen_k floats of scratch
- * owned by the context), O = PV. Same arguments and outputs as flashcl_forward.
- * It is the plain baseline: float32 (else FLASHCL_ERR_UNSUPPORTED_DTYPE) and
- * causal at most (any other variant: FLASHCL_ERR_UNSUPPORTED_VARIANT).
- */
-FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
-                                                    const flashcl_attention_desc *desc,
-                                                    const flashcl_tensor *q,
-                                                    const flashcl_tensor *k,
-                                                    const flashcl_tensor *v,
-                                                    const flashcl_tensor *o, cl_mem lse,
-                                                    size_t lse_offset, cl_uint num_wait,
-                                                    const cl_event *wait_list, cl_event *event);
 
 /*
  * Host-array convenience: float32 arrays in the packed [b, s, h, d] layout
@@ -378,11 +397,11 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
  * They are converted to desc->dtype on the way in and back to float32 on the
  * way out. Variant buffers (bias, masks, slopes, sinks, dsinks, cu_seqlens)
  * are the descriptor's cl_mem fields, as for flashcl_forward.
- * Copies in, runs `path`, copies out, and returns when the results are on the host.
+ * Copies in, runs desc->path, copies out, and returns when the results are on the host.
  */
 FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                                flashcl_path path, const float *q, const float *k,
-                                                const float *v, float *o, float *lse);
+                                                const float *q, const float *k, const float *v, float *o,
+                                                float *lse);
 
 /*
  * The dropout keep mask a flash call with this descriptor applies (for tests
@@ -417,6 +436,8 @@ FLASHCL_API flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flas
  * GQA/MQA, dK and dV are already summed over the query heads of each group.
  * No atomics: results are bitwise identical from run to run. Scratch memory
  * (D = rowsum(dO * O)) belongs to the context and grows as needed.
+ * FLASHCL_PATH_STANDARD (the baseline) materialises P = exp(S - lse) and dS
+ * in context scratch instead, from the same arguments.
  */
 FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                             const flashcl_tensor *q, const flashcl_tensor *k,
@@ -426,17 +447,6 @@ FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const flashcl_
                                             const flashcl_tensor *dv, cl_uint num_wait,
                                             const cl_event *wait_list, cl_event *event);
 
-/* The standard backward (materialises P = exp(S - lse) and dS in context
-   scratch), the baseline. Same arguments; it also uses the given LSE. */
-FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                                     const flashcl_tensor *q, const flashcl_tensor *k,
-                                                     const flashcl_tensor *v, const flashcl_tensor *o,
-                                                     const flashcl_tensor *dout, cl_mem lse,
-                                                     size_t lse_offset, const flashcl_tensor *dq,
-                                                     const flashcl_tensor *dk, const flashcl_tensor *dv,
-                                                     cl_uint num_wait, const cl_event *wait_list,
-                                                     cl_event *event);
-
 /*
  * Host-array backward, packed [b, s, h, d] like flashcl_forward_host (same
  * dtype conversion, varlen layout and variant buffers): q, dq [batch, seqlen_q,
@@ -445,14 +455,14 @@ FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const
  * flashcl_forward_host returned it). dsinks, when set, is written on the device.
  */
 FLASHCL_API flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                                 flashcl_path path, const float *q, const float *k,
-                                                 const float *v, const float *o, const float *dout,
-                                                 const float *lse, float *dq, float *dk, float *dv);
+                                                 const float *q, const float *k, const float *v,
+                                                 const float *o, const float *dout, const float *lse,
+                                                 float *dq, float *dk, float *dv);
 
-/* What the backward of `path` runs for `desc` (kernel of the dK/dV pass, its tiles, scratch bytes). */
+/* What flashcl_backward runs for `desc` (kernel of the dK/dV pass, its tiles, scratch bytes). */
 FLASHCL_API flashcl_status flashcl_backward_plan_query(flashcl_context *ctx,
                                                        const flashcl_attention_desc *desc,
-                                                       flashcl_path path, flashcl_plan *out);
+                                                       flashcl_plan *out);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /* Context life cycle: picking a device, or joining the application's queue. */
 #define _POSIX_C_SOURCE 200809L
-#include "internal.h"
+#include "backend.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -283,9 +283,7 @@ flashcl_status flashcl_context_set_queue(flashcl_context *ctx, cl_command_queue 
 
 void flashcl_context_destroy(flashcl_context *ctx) {
     if (!ctx) return;
-    flashcl__release_plans(ctx);
-    flashcl__release_mma_plans(ctx);
-    flashcl__release_backward_plans(ctx);
+    flashcl__release_backends(ctx);
     flashcl__release_programs(ctx);
     flashcl__release_scratch(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);

@@ -1,5 +1,5 @@
 /* flashcl_dropout_mask: the keep mask flash calls apply, as bytes (cl/dropout_mask.cl). */
-#include "internal.h"
+#include "launch.h"
 
 #include <stdio.h>
 
@@ -46,22 +46,23 @@ flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attentio
     cl_kernel kernel = NULL;
     if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_dropout_mask", &kernel);
     if (st != FLASHCL_SUCCESS) return st;
-    cl_ulong off = out_offset;
-    cl_int r = (cl_int)rows, c = (cl_int)cols, hq = (cl_int)d.heads_q, sq = (cl_int)d.seqlen_q, sk = (cl_int)d.seqlen_k;
-    cl_uint arg = 0;
-    err = clSetKernelArg(kernel, arg++, sizeof out, &out);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof off, &off);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof r, &r);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof c, &c);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof hq, &hq);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sq, &sq);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof sk, &sk);
-    if (err == CL_SUCCESS) err = flashcl__set_variant_args(kernel, &arg, &d, out);
-    if (err == CL_SUCCESS) {
-        size_t global[3] = {(cols + 63) / 64 * 64, rows, planes};
-        err = clEnqueueNDRangeKernel(ctx->queue, kernel, 3, NULL, global, NULL, num_wait, wait_list, event);
+    flashcl__args a = flashcl__args_for(kernel, "flash_dropout_mask");
+    flashcl__arg_mem(&a, out);
+    flashcl__arg_ulong(&a, out_offset);
+    flashcl__arg_int(&a, (cl_int)rows);
+    flashcl__arg_int(&a, (cl_int)cols);
+    flashcl__arg_int(&a, (cl_int)d.heads_q);
+    flashcl__arg_int(&a, (cl_int)d.seqlen_q);
+    flashcl__arg_int(&a, (cl_int)d.seqlen_k);
+    flashcl__arg_variants(&a, &d, out);
+    st = flashcl__args_check(ctx, &a);
+    flashcl__chain chain;
+    if (st == FLASHCL_SUCCESS) st = flashcl__chain_begin(&chain, ctx, num_wait, wait_list, 0);
+    if (st == FLASHCL_SUCCESS) {
+        const size_t global[3] = {(cols + 63) / 64 * 64, rows, planes};
+        const int done = flashcl__chain_launch(&chain, kernel, "flash_dropout_mask", 3, global, NULL, FLASHCL__AFTER_START);
+        st = flashcl__chain_end(&chain, 1, &done, event);
     }
     clReleaseKernel(kernel);
-    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "flashcl_dropout_mask (clSetKernelArg/clEnqueueNDRangeKernel)");
-    return FLASHCL_SUCCESS;
+    return st;
 }

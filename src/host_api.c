@@ -5,7 +5,7 @@
  * in and back to float32 on the way out. Variant buffers (bias, masks, slopes,
  * sinks, cu_seqlens) are the descriptor's cl_mem fields, as for the device calls.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <stdlib.h>
 
@@ -79,10 +79,8 @@ static flashcl_tensor packed_view(const flashcl_attention_desc *d, const host_ar
     return t;
 }
 
-static flashcl_status run_host(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_path path, int backward,
+static flashcl_status run_host(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
                                const host_array *arrays, int n, int lse_index) {
-    if (path != FLASHCL_PATH_FLASH && path != FLASHCL_PATH_STANDARD)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_PATH, "path: unknown value %d", (int)path);
     flashcl_status st = flashcl__validate_variant_buffers(ctx, d, backward);
     if (st != FLASHCL_SUCCESS) return st;
     cl_mem bufs[9] = {NULL};
@@ -93,11 +91,8 @@ static flashcl_status run_host(flashcl_context *ctx, const flashcl_attention_des
         for (int i = 0; i < n && i < 8; ++i)
             if (i != lse_index) views[i < lse_index || lse_index < 0 ? i : i - 1] = packed_view(d, &arrays[i], bufs[i]);
         cl_mem lse = lse_index >= 0 ? bufs[lse_index] : NULL;
-        flashcl__enqueue_fn enqueue = backward ? (path == FLASHCL_PATH_FLASH ? flashcl__enqueue_flash_backward
-                                                                            : flashcl__enqueue_standard_backward)
-                                               : (path == FLASHCL_PATH_FLASH ? flashcl__enqueue_flash
-                                                                            : flashcl__enqueue_standard);
-        st = enqueue(ctx, d, views, lse, 0, 0, NULL, &done_event);
+        const flashcl__call call = {d, views, lse, 0, 0, NULL, &done_event};
+        st = flashcl__dispatch(ctx, backward ? FLASHCL__BACKWARD : FLASHCL__FORWARD, &call);
     }
     if (st == FLASHCL_SUCCESS) st = read_outputs(ctx, d, arrays, n, bufs, done_event);
     if (done_event) clReleaseEvent(done_event);
@@ -106,8 +101,8 @@ static flashcl_status run_host(flashcl_context *ctx, const flashcl_attention_des
     return st;
 }
 
-flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_path path,
-                                    const float *q, const float *k, const float *v, float *o, float *lse) {
+flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc, const float *q,
+                                    const float *k, const float *v, float *o, float *lse) {
     if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
     flashcl__clear_error(ctx);
     flashcl_attention_desc d;
@@ -123,11 +118,11 @@ flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attentio
         {"v", v, NULL, d.heads_kv, d.seqlen_k, d.head_dim_v, 0}, {"o", NULL, o, d.heads_q, d.seqlen_q, d.head_dim_v, 0},
         {"lse", NULL, lse, d.heads_q, d.seqlen_q, 1, 1},
     };
-    return run_host(ctx, &d, path, 0, arrays, lse ? 5 : 4, lse ? 4 : -1);
+    return run_host(ctx, &d, 0, arrays, lse ? 5 : 4, lse ? 4 : -1);
 }
 
-flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_path path,
-                                     const float *q, const float *k, const float *v, const float *o, const float *dout,
+flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attention_desc *desc, const float *q,
+                                     const float *k, const float *v, const float *o, const float *dout,
                                      const float *lse, float *dq, float *dk, float *dv) {
     if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
     flashcl__clear_error(ctx);
@@ -145,5 +140,5 @@ flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attenti
         {"o", o, NULL, hq, sq, dv_, 0},     {"dout", dout, NULL, hq, sq, dv_, 0}, {"dq", NULL, dq, hq, sq, dqk, 0},
         {"dk", NULL, dk, hk, sk, dqk, 0},   {"dv", NULL, dv, hk, sk, dv_, 0},   {"lse", lse, NULL, hq, sq, 1, 1},
     };
-    return run_host(ctx, &d, path, 1, arrays, 9, 8);
+    return run_host(ctx, &d, 1, arrays, 9, 8);
 }

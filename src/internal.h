@@ -27,11 +27,8 @@ typedef struct flashcl__device_info {
 enum { FLASHCL__SCRATCH_SCORES, FLASHCL__SCRATCH_SCORES2, FLASHCL__SCRATCH_GRADS, FLASHCL__SCRATCH_GRADS2,
        FLASHCL__SCRATCH_ROWS, FLASHCL__SCRATCH_SLOTS };
 
-typedef struct flashcl__flash_plan flashcl__flash_plan_slot;
-typedef struct flashcl__backward_plan flashcl__backward_plan_slot;
-typedef struct flashcl__standard_plan flashcl__standard_plan_slot;
-typedef struct flashcl__mma_plan flashcl__mma_plan; /* mma_launch.c */
-#define FLASHCL__MMA_DIM_SLOTS 9                    /* head dims 16..128 in steps of 16, by d/16 */
+/* Slots for the kernel families' plans and state (src/backend.h numbers them). */
+#define FLASHCL__FAMILY_SLOTS 8
 
 /* A built program, cached per context by (source name, options). */
 typedef struct flashcl__program {
@@ -55,14 +52,9 @@ struct flashcl_context {
     cl_mem scratch[FLASHCL__SCRATCH_SLOTS];
     size_t scratch_bytes[FLASHCL__SCRATCH_SLOTS];
     cl_event scratch_last_use;
-    flashcl__flash_plan_slot *flash_plans; /* list, by head dims and variant switches */
-    flashcl__standard_plan_slot *standard_plan;
-    flashcl__backward_plan_slot *backward_plans; /* list, by head dims and variant switches */
-    /* NVIDIA tensor-core path (vendor_nvidia.c, mma_launch.c): 0 not yet
-       probed, 1 usable, -1 not; mma_why says why. Plans by [bf16, f16][d/16]. */
-    int mma_state;
-    char mma_why[160];
-    flashcl__mma_plan *mma_plans[2][FLASHCL__MMA_DIM_SLOTS];
+    /* Each kernel family's plans (and the NVIDIA probe's verdict), owned and released by
+       the family (src/backends/<family>/); NULL until the family first plans. */
+    void *family[FLASHCL__FAMILY_SLOTS];
     char *error;               /* last detailed error message */
     size_t error_cap;
 };
@@ -164,8 +156,6 @@ void flashcl__matrix_strides(const flashcl_attention_desc *d, const flashcl_matr
                              cl_ulong out[4]);
 size_t flashcl__block_rows(const flashcl_attention_desc *d);
 size_t flashcl__block_cols(const flashcl_attention_desc *d);
-/* Sets the VARIANT_ARGS group from index *arg on; `dummy` is bound for buffers of features that are off. */
-cl_int flashcl__set_variant_args(cl_kernel kernel, cl_uint *arg, const flashcl_attention_desc *d, cl_mem dummy);
 
 /* ---- storage conversions for host arrays (half.c), round to nearest even */
 uint16_t flashcl__float_to_f16(float f);
@@ -175,48 +165,6 @@ float flashcl__bf16_to_float(uint16_t h);
 /* n elements float32 -> storage type (dst holds n * flashcl_dtype_size bytes) and back. */
 void flashcl__to_storage(flashcl_dtype dtype, const float *src, void *dst, size_t n);
 void flashcl__from_storage(flashcl_dtype dtype, const void *src, float *dst, size_t n);
-
-/* ---- plans (plan_flash.c, plan_standard.c) */
-typedef struct flashcl__flash_plan {
-    flashcl_plan pub;
-    cl_program program;
-    cl_kernel kernel;
-    cl_kernel pack; /* the CPU family's flash_cpu_pack (src/plan_cpu.c); NULL otherwise */
-    char key[320]; /* head dims + variant switches: one plan per distinct build */
-    struct flashcl__flash_plan *next;
-} flashcl__flash_plan;
-
-typedef struct flashcl__standard_plan {
-    flashcl_plan pub; /* scratch_bytes is filled per call */
-    int tile, wpt, softmax_wg;
-    cl_kernel scores, softmax, pv;            /* forward */
-    cl_kernel rowdot, probs, ds, tn, group_sum; /* backward */
-} flashcl__standard_plan;
-
-/* Plans are computed once per context (per head dim for flash) and owned by it. */
-flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                   const flashcl__flash_plan **out);
-flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__standard_plan **out);
-void flashcl__release_plans(flashcl_context *ctx);
-
-/* The flash backward: flash_bwd_dot, then the dK/dV and dQ kernels of one family
-   (the row kernels of cl/flash_bwd.cl, or the GPU tiles of cl/flash_bwd_tiles.cl). */
-typedef struct flashcl__backward_plan {
-    flashcl_plan pub;
-    int tiles;             /* 1: flash_bwd_dkdv_tiles + flash_bwd_dq_tiles; 0: the row kernels */
-    size_t dot_wg;         /* flash_bwd_dot: one work-item per query row, dot_wg per group */
-    size_t main_wg;        /* work-items per group of the dK/dV and dQ kernels */
-    size_t keys_per_group; /* keys one dK/dV work-group owns */
-    size_t rows_per_group; /* query rows one dQ work-group owns */
-    cl_kernel dot, dkdv, dq;
-    cl_kernel pack; /* the CPU family's flash_cpu_pack (src/plan_cpu.c); NULL otherwise */
-    cl_kernel dsinks;      /* flash_bwd_dsinks (rows build, dot_wg work-items), only with sinks */
-    char key[320];         /* head dims + variant switches: one plan per distinct build */
-    struct flashcl__backward_plan *next;
-} flashcl__backward_plan;
-flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                      const flashcl__backward_plan **out);
-void flashcl__release_backward_plans(flashcl_context *ctx);
 
 /* ---- scratch (scratch.c) */
 /* Makes scratch slot `slot` hold at least `bytes`; `what` names the use in messages. */
@@ -232,60 +180,16 @@ flashcl_status flashcl__scratch_waits(flashcl_context *ctx, cl_uint num_wait, co
 void flashcl__scratch_used_by(flashcl_context *ctx, cl_event last);
 void flashcl__release_scratch(flashcl_context *ctx);
 
-/* ---- launches, after the checks (forward.c, standard.c, backward.c, standard_backward.c) */
-/* One enqueue signature for all four: views are the resolved tensor views
-   (forward: q k v o; backward: q k v o dout dq dk dv). */
-typedef flashcl_status (*flashcl__enqueue_fn)(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                              const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
-                                              cl_uint num_wait, const cl_event *wait_list, cl_event *event);
-flashcl_status flashcl__enqueue_flash(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,
-                                      cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
-                                      cl_event *event);
-flashcl_status flashcl__enqueue_standard(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                         const flashcl_tensor *views, cl_mem lse, size_t lse_offset, cl_uint num_wait,
-                                         const cl_event *wait_list, cl_event *event);
-flashcl_status flashcl__enqueue_flash_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                               const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
-                                               cl_uint num_wait, const cl_event *wait_list, cl_event *event);
-flashcl_status flashcl__enqueue_standard_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                                  const flashcl_tensor *views, cl_mem lse, size_t lse_offset,
-                                                  cl_uint num_wait, const cl_event *wait_list, cl_event *event);
-
-/* ---- NVIDIA tensor-core forward (vendor_nvidia.c, mma_launch.c) */
-/* 1 when the probe passed on this context's device; *why says what was found. */
-int flashcl__mma_supported(flashcl_context *ctx, const char **why);
-/* Returns 0 when the fast path does not apply (the caller runs the portable
-   kernel); else 1 with *st the outcome of its launch. */
-int flashcl__mma_try_forward(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,
-                             cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
-                             cl_event *event, flashcl_status *st);
-/* Plan query: 1 with *out (and *st) when the fast path applies to the
-   descriptor; 0 with why (the portable plan's note) when not. */
-int flashcl__mma_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
-                            flashcl_status *st, char *why, size_t cap);
-void flashcl__release_mma_plans(flashcl_context *ctx);
-/* The descriptor-level test (storage, head dim, no variant but causal, probe); why when not. */
-int flashcl__mma_covers(flashcl_context *ctx, const flashcl_attention_desc *d, char *why, size_t cap);
-int flashcl__mma_views_aligned(const flashcl_tensor *views, int n);
-/* flash_bwd_mma_dot, _dkdv, _dq for the descriptor's storage and head dim (built once). */
-flashcl_status flashcl__mma_backward_kernels(flashcl_context *ctx, const flashcl_attention_desc *d, cl_kernel out[3]);
-/* Like flashcl__mma_plan_query, for the backward (builds its kernels). */
-int flashcl__mma_backward_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
-                                     flashcl_status *st, char *why, size_t cap);
-/* ---- NVIDIA tensor-core backward (mma_backward.c): like flashcl__mma_try_forward, on the
-   backward's eight views (q, k, v, o, dout, dq, dk, dv). */
-int flashcl__mma_try_backward(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,
-                              cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
-                              cl_event *event, flashcl_status *st);
-
-/* ---- kernel arguments (launch.c) */
-/* Sets a tensor view's 5 arguments (buffer, offset, 3 strides) from index *arg on. */
-cl_int flashcl__set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t);
-/* The arguments every forward kernel (portable, CPU family, tensor-core) takes after its
-   tensors: LSE buffer, offset and whether to write it, seqlen_q, seqlen_k, heads_q, the
-   GQA group and scale*log2(e). `dummy` is bound when lse is NULL (never written then). */
-cl_int flashcl__set_forward_args(cl_kernel kernel, cl_uint *arg, const flashcl_attention_desc *d, cl_mem lse,
-                                 size_t lse_offset, cl_mem dummy);
+/* ---- the public calls' checks (forward.c, backward.c): resolve the descriptor, check the views */
+flashcl_status flashcl__prepare_forward(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                        const flashcl_tensor *q, const flashcl_tensor *k, const flashcl_tensor *v,
+                                        const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                        const cl_event *wait_list, flashcl_attention_desc *d, flashcl_tensor views[4]);
+/* in[]: q, k, v, o, dout, dq, dk, dv; the LSE is required. */
+flashcl_status flashcl__prepare_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                         const flashcl_tensor *const in[8], cl_mem lse, size_t lse_offset,
+                                         cl_uint num_wait, const cl_event *wait_list, flashcl_attention_desc *d,
+                                         flashcl_tensor views[8]);
 
 /* log2(e): the kernels work in the exp2 domain, the host folds it into the scale. */
 #define FLASHCL__LOG2E 1.4426950408889634

@@ -77,9 +77,7 @@ const char *flashcl_status_name(int status) {
     default:
         break;
     }
-    /* -1001 is both FLASHCL_ERR_INVALID_CONTEXT and the ICD loader's code;
-       FlashCL's own meaning wins above, the loader's is reported as OpenCL's
-       only when it arrives through flashcl__fail_cl. */
+    /* OpenCL's codes (FlashCL's own start at -10000, so the two never overlap). */
     switch (status) {
 #define FLASHCL__CL_NAME_CASE(name, value, text) \
     case value:                                  \
@@ -108,7 +106,7 @@ const char *flashcl_status_string(int status) {
         FLASHCL__CL_ERROR_MAP(FLASHCL__CL_TEXT_CASE)
 #undef FLASHCL__CL_TEXT_CASE
     default:
-        return status < 0 && status > -1000 ? "OpenCL error" : "unknown status";
+        return status < 0 && status > -10000 ? "OpenCL error" : "unknown status";
     }
 }
 

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <math.h>
 #include <string.h>
@@ -10,10 +11,41 @@
 /* Largest size the kernels index with 32-bit ints (sequence lengths, heads, batch). */
 #define MAX_DIM ((size_t)INT_MAX)
 
+/* The first descriptor with a struct_size (FlashCL 0.2) ends with `path`: no caller's is shorter. */
+#define DESC_MIN_SIZE (offsetof(flashcl_attention_desc, path) + sizeof(flashcl_path))
+
+/* Copies the caller's descriptor, whatever header it was built with: fields it lacks read as
+   zero (off); fields this library lacks must be zero. */
+static flashcl_status copy_desc(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_attention_desc *d) {
+    const size_t n = desc->struct_size;
+    if (n == 0)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRUCT_SIZE,
+                             "desc->struct_size is 0: start the descriptor from FLASHCL_ATTENTION_DESC_INIT");
+    if (n < DESC_MIN_SIZE)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRUCT_SIZE,
+                             "desc->struct_size (%zu) is smaller than the smallest FlashCL descriptor (%zu bytes)", n,
+                             (size_t)DESC_MIN_SIZE);
+    memset(d, 0, sizeof *d);
+    memcpy(d, desc, n < sizeof *d ? n : sizeof *d);
+    const unsigned char *extra = (const unsigned char *)desc;
+    for (size_t i = sizeof *d; i < n; ++i)
+        if (extra[i] != 0)
+            return flashcl__fail(ctx, FLASHCL_ERR_UNSUPPORTED_FIELD,
+                                 "desc sets a field at byte %zu, past the %zu bytes of FlashCL %s's descriptor (built "
+                                 "against a newer flashcl.h?)",
+                                 i, sizeof *d, FLASHCL_VERSION_STRING);
+    d->struct_size = sizeof *d;
+    return FLASHCL_SUCCESS;
+}
+
 flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                      flashcl_attention_desc *out) {
     if (!desc) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "desc is NULL");
-    flashcl_attention_desc d = *desc;
+    flashcl_attention_desc d;
+    flashcl_status st = copy_desc(ctx, desc, &d);
+    if (st != FLASHCL_SUCCESS) return st;
+    if (d.path != FLASHCL_PATH_FLASH && d.path != FLASHCL_PATH_STANDARD)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_PATH, "path: unknown value %d", (int)d.path);
     switch (d.dtype) {
     case FLASHCL_DTYPE_DEFAULT:
     case FLASHCL_DTYPE_F32:
@@ -51,7 +83,7 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SCALE, "scale (%g) must be a finite number >= 0 (0 = 1/sqrt(head_dim))",
                              (double)d.scale);
     if (d.scale == 0.0f) d.scale = (float)(1.0 / sqrt((double)d.head_dim));
-    flashcl_status st = flashcl__resolve_variants(ctx, &d);
+    st = flashcl__resolve_variants(ctx, &d);
     if (st != FLASHCL_SUCCESS) return st;
     *out = d;
     return FLASHCL_SUCCESS;

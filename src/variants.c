@@ -4,7 +4,7 @@
  * checks, the build switches they turn on in cl/variants.cl, and the kernel
  * arguments (VARIANT_ARGS) every flash kernel takes.
  */
-#include "internal.h"
+#include "launch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -144,61 +144,40 @@ size_t flashcl__block_cols(const flashcl_attention_desc *d) { return (d->max_seq
 
 /* A buffer argument; a feature that is off binds `dummy` (never read), since
    some drivers mishandle NULL buffer arguments. */
-static cl_int set_mem(cl_kernel k, cl_uint *arg, cl_mem m, cl_mem dummy) {
-    cl_mem v = m ? m : dummy;
-    return clSetKernelArg(k, (*arg)++, sizeof v, &v);
-}
+static void arg_buffer(flashcl__args *a, cl_mem m, cl_mem dummy) { flashcl__arg_mem(a, m ? m : dummy); }
 
-static cl_int set_ulongs(cl_kernel k, cl_uint *arg, const cl_ulong *v, int n) {
-    cl_int err = CL_SUCCESS;
-    for (int i = 0; i < n && err == CL_SUCCESS; ++i) err = clSetKernelArg(k, (*arg)++, sizeof(cl_ulong), &v[i]);
-    return err;
-}
-
-static cl_int set_matrix(cl_kernel k, cl_uint *arg, const flashcl_attention_desc *d, const flashcl_matrix *m,
-                         size_t rows, size_t cols, cl_mem dummy) {
+static void arg_matrix(flashcl__args *a, const flashcl_attention_desc *d, const flashcl_matrix *m, size_t rows,
+                       size_t cols, cl_mem dummy) {
     cl_ulong v[4] = {0, 0, 0, 0};
     if (m->buffer) flashcl__matrix_strides(d, m, rows, cols, v);
-    cl_int err = set_mem(k, arg, m->buffer, dummy);
-    return err == CL_SUCCESS ? set_ulongs(k, arg, v, 4) : err;
+    arg_buffer(a, m->buffer, dummy);
+    for (int i = 0; i < 4; ++i) flashcl__arg_ulong(a, v[i]);
 }
 
-#define SET_SCALAR(k, arg, x) clSetKernelArg((k), (*(arg))++, sizeof(x), &(x))
-
-cl_int flashcl__set_variant_args(cl_kernel k, cl_uint *arg, const flashcl_attention_desc *d, cl_mem dummy) {
-    cl_int win_left = d->window_left, win_right = d->window_right;
-    cl_float softcap2 = (cl_float)(d->softcap * FLASHCL__LOG2E);
-    cl_ulong alibi[2] = {d->alibi_offset, d->alibi_stride_batch};
-    cl_ulong sinks_off = d->sinks_offset;
+void flashcl__arg_variants(flashcl__args *a, const flashcl_attention_desc *d, cl_mem dummy) {
     size_t bq = d->block_mask.buffer ? flashcl__block_rows(d) : 1, bk = d->block_mask.buffer ? flashcl__block_cols(d) : 1;
-    cl_int bmask_bq = (cl_int)d->block_q, bmask_bk = (cl_int)d->block_k;
+    flashcl__arg_int(a, d->window_left);
+    flashcl__arg_int(a, d->window_right);
+    flashcl__arg_float(a, (cl_float)(d->softcap * FLASHCL__LOG2E));
+    arg_buffer(a, d->alibi_slopes, dummy);
+    flashcl__arg_ulong(a, d->alibi_offset);
+    flashcl__arg_ulong(a, d->alibi_stride_batch);
+    arg_buffer(a, d->sinks, dummy);
+    flashcl__arg_ulong(a, d->sinks_offset);
+    arg_matrix(a, d, &d->bias, d->max_seqlen_q, d->max_seqlen_k, dummy);
+    arg_matrix(a, d, &d->mask, d->max_seqlen_q, d->max_seqlen_k, dummy);
+    arg_matrix(a, d, &d->block_mask, bq, bk, dummy);
+    flashcl__arg_int(a, (cl_int)d->block_q);
+    flashcl__arg_int(a, (cl_int)d->block_k);
+    arg_buffer(a, d->cu_seqlens_q, dummy);
+    arg_buffer(a, d->cu_seqlens_k, dummy);
     /* Keep iff word >= floor(p * 2^32); p < 1 keeps the threshold below 2^32. */
-    cl_uint threshold = (cl_uint)floor((double)d->dropout_p * 4294967296.0);
-    cl_float drop_scale = (cl_float)(1.0 / (1.0 - (double)d->dropout_p));
-    cl_uint seed_lo = (cl_uint)d->dropout_seed, seed_hi = (cl_uint)(d->dropout_seed >> 32);
-    cl_uint off_lo = (cl_uint)d->dropout_offset, off_hi = (cl_uint)(d->dropout_offset >> 32);
-
-    cl_int err = SET_SCALAR(k, arg, win_left);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, win_right);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, softcap2);
-    if (err == CL_SUCCESS) err = set_mem(k, arg, d->alibi_slopes, dummy);
-    if (err == CL_SUCCESS) err = set_ulongs(k, arg, alibi, 2);
-    if (err == CL_SUCCESS) err = set_mem(k, arg, d->sinks, dummy);
-    if (err == CL_SUCCESS) err = set_ulongs(k, arg, &sinks_off, 1);
-    if (err == CL_SUCCESS) err = set_matrix(k, arg, d, &d->bias, d->max_seqlen_q, d->max_seqlen_k, dummy);
-    if (err == CL_SUCCESS) err = set_matrix(k, arg, d, &d->mask, d->max_seqlen_q, d->max_seqlen_k, dummy);
-    if (err == CL_SUCCESS) err = set_matrix(k, arg, d, &d->block_mask, bq, bk, dummy);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, bmask_bq);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, bmask_bk);
-    if (err == CL_SUCCESS) err = set_mem(k, arg, d->cu_seqlens_q, dummy);
-    if (err == CL_SUCCESS) err = set_mem(k, arg, d->cu_seqlens_k, dummy);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, threshold);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, drop_scale);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, seed_lo);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, seed_hi);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, off_lo);
-    if (err == CL_SUCCESS) err = SET_SCALAR(k, arg, off_hi);
-    return err;
+    flashcl__arg_uint(a, (cl_uint)floor((double)d->dropout_p * 4294967296.0));
+    flashcl__arg_float(a, (cl_float)(1.0 / (1.0 - (double)d->dropout_p)));
+    flashcl__arg_uint(a, (cl_uint)d->dropout_seed);
+    flashcl__arg_uint(a, (cl_uint)(d->dropout_seed >> 32));
+    flashcl__arg_uint(a, (cl_uint)d->dropout_offset);
+    flashcl__arg_uint(a, (cl_uint)(d->dropout_offset >> 32));
 }
 
 flashcl_status flashcl__require_plain(flashcl_context *ctx, const flashcl_attention_desc *d, const char *path) {

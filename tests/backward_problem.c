@@ -102,12 +102,9 @@ flashcl_status bw_problem_backward(flashcl_context *ctx, const bw_problem *p, fl
                                    cl_event *event)
 {
     const tu_problem *f = &p->fwd;
-    if (path == FLASHCL_PATH_STANDARD)
-        return flashcl_standard_backward(ctx, &f->shape.desc, &f->q.view, &f->k.view, &f->v.view,
-                                         &f->o.view, &p->dout.view, f->lse, f->shape.lse_offset,
-                                         &out->dq.view, &out->dk.view, &out->dv.view, num_wait,
-                                         wait, event);
-    return flashcl_backward(ctx, &f->shape.desc, &f->q.view, &f->k.view, &f->v.view, &f->o.view,
+    flashcl_attention_desc d = f->shape.desc;
+    d.path = path;
+    return flashcl_backward(ctx, &d, &f->q.view, &f->k.view, &f->v.view, &f->o.view,
                             &p->dout.view, f->lse, f->shape.lse_offset, &out->dq.view,
                             &out->dk.view, &out->dv.view, num_wait, wait, event);
 }

@@ -47,7 +47,7 @@ void bw_grads_release(bw_grads *g);
 /* flashcl_forward into the problem's O and LSE (what the backward consumes). */
 flashcl_status bw_problem_forward(flashcl_context *ctx, bw_problem *p, cl_event *event);
 
-/* flashcl_backward or flashcl_standard_backward with the problem's views, writing `out`. */
+/* flashcl_backward on `path` with the problem's views, writing `out`. */
 flashcl_status bw_problem_backward(flashcl_context *ctx, const bw_problem *p, flashcl_path path,
                                    const bw_grads *out, cl_uint num_wait, const cl_event *wait,
                                    cl_event *event);

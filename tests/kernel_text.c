@@ -57,7 +57,7 @@ static void all_variant_options(flashcl_dtype dtype, char *out, size_t cap) {
     static char placeholder;
     cl_mem some = (cl_mem)(void *)&placeholder;
     flashcl_attention_desc d;
-    memset(&d, 0, sizeof d);
+    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.dtype = dtype;
     d.head_dim = 72;
     d.head_dim_v = 40;

@@ -24,6 +24,7 @@ tu_shape tu_shape_make(size_t batch, size_t heads_q, size_t heads_kv, size_t seq
 {
     tu_shape s;
     memset(&s, 0, sizeof s);
+    s.desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     s.desc.batch = batch;
     s.desc.heads_q = heads_q;
     s.desc.heads_kv = heads_kv;
@@ -154,12 +155,10 @@ void tu_problem_reset_outputs(tu_problem *p, cl_command_queue queue)
 flashcl_status tu_problem_run(flashcl_context *ctx, tu_problem *p, flashcl_path path,
                               cl_uint num_wait, const cl_event *wait, cl_event *event)
 {
-    if (path == FLASHCL_PATH_STANDARD)
-        return flashcl_standard_forward(ctx, &p->shape.desc, &p->q.view, &p->k.view, &p->v.view,
-                                        &p->o.view, p->lse, p->shape.lse_offset, num_wait, wait,
-                                        event);
-    return flashcl_forward(ctx, &p->shape.desc, &p->q.view, &p->k.view, &p->v.view, &p->o.view,
-                           p->lse, p->shape.lse_offset, num_wait, wait, event);
+    flashcl_attention_desc d = p->shape.desc;
+    d.path = path;
+    return flashcl_forward(ctx, &d, &p->q.view, &p->k.view, &p->v.view, &p->o.view, p->lse,
+                           p->shape.lse_offset, num_wait, wait, event);
 }
 
 void tu_problem_read(tu_problem *p, cl_command_queue queue, cl_event after, float **o, float **lse)

@@ -72,7 +72,7 @@ void tu_problem_free(tu_problem *p);
 /* Rewrites the O and LSE buffers with their sentinels (before a rerun). */
 void tu_problem_reset_outputs(tu_problem *p, cl_command_queue queue);
 
-/* flashcl_forward or flashcl_standard_forward with the problem's views. */
+/* flashcl_forward on `path` (the descriptor's path set to it) with the problem's views. */
 flashcl_status tu_problem_run(flashcl_context *ctx, tu_problem *p, flashcl_path path,
                               cl_uint num_wait, const cl_event *wait, cl_event *event);
 

@@ -242,9 +242,9 @@ static void check_forward_host(flashcl_context *ctx)
                      with_lse ? "" : " without lse");
             memcpy(o, o_init, (o_count + TU_GUARD) * sizeof(float));
             memcpy(lse, lse_init, (rows + TU_GUARD) * sizeof(float));
-            flashcl_status st = flashcl_forward_host(ctx, &shape.desc, (flashcl_path)path,
-                                                     p.q.host, p.k.host, p.v.host, o,
-                                                     with_lse ? lse : NULL);
+            flashcl_attention_desc d = shape.desc;
+            d.path = (flashcl_path)path;
+            flashcl_status st = flashcl_forward_host(ctx, &d, p.q.host, p.k.host, p.v.host, o, with_lse ? lse : NULL);
             if (!CHECK_STATUS(st, FLASHCL_SUCCESS)) {
                 fprintf(stderr, "  %s: %s\n", label, flashcl_last_error(ctx));
                 continue;
@@ -276,17 +276,18 @@ static void check_plan(flashcl_context *ctx, flashcl_path path, size_t head_dim)
     REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL));
 
     flashcl_attention_desc d;
-    memset(&d, 0, sizeof d);
+    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.batch = 2;
     d.heads_q = 4;
     d.seqlen_q = 100;
     d.seqlen_k = 300;
     d.head_dim = head_dim;
+    d.path = path;
     flashcl_plan plan;
     memset(&plan, 0x55, sizeof plan); /* garbage the query must overwrite */
     char label[64];
     snprintf(label, sizeof label, "plan [%s] d=%zu", path_name(path), head_dim);
-    if (!CHECK_STATUS(flashcl_plan_query(ctx, &d, path, &plan), FLASHCL_SUCCESS)) {
+    if (!CHECK_STATUS(flashcl_plan_query(ctx, &d, &plan), FLASHCL_SUCCESS)) {
         fprintf(stderr, "  %s: %s\n", label, flashcl_last_error(ctx));
         return;
     }

@@ -36,7 +36,7 @@ static void check_backward_host(flashcl_context *ctx)
     size_t rows = r->batch * r->heads_q * r->seqlen_q;
     size_t nq = rows * r->head_dim, nk = r->batch * r->heads_kv * r->seqlen_k * r->head_dim;
     float *o = guarded(nq), *lse = guarded(rows);
-    CHECK_STATUS(flashcl_forward_host(ctx, &shape.fwd.desc, FLASHCL_PATH_FLASH, p.fwd.q.host,
+    CHECK_STATUS(flashcl_forward_host(ctx, &shape.fwd.desc, p.fwd.q.host,
                                       p.fwd.k.host, p.fwd.v.host, o, lse),
                  FLASHCL_SUCCESS);
 
@@ -49,9 +49,10 @@ static void check_backward_host(flashcl_context *ctx)
         char label[64];
         snprintf(label, sizeof label, "backward_host [%s]", path_name((flashcl_path)path));
         float *dq = guarded(nq), *dk = guarded(nk), *dv = guarded(nk);
-        flashcl_status st = flashcl_backward_host(ctx, &shape.fwd.desc, (flashcl_path)path,
-                                                  p.fwd.q.host, p.fwd.k.host, p.fwd.v.host, o,
-                                                  p.dout.host, lse, dq, dk, dv);
+        flashcl_attention_desc d = shape.fwd.desc;
+        d.path = (flashcl_path)path;
+        flashcl_status st = flashcl_backward_host(ctx, &d, p.fwd.q.host, p.fwd.k.host, p.fwd.v.host, o, p.dout.host,
+                                                  lse, dq, dk, dv);
         if (CHECK_STATUS(st, FLASHCL_SUCCESS)) {
             CHECK(flashcl_last_error(ctx)[0] == '\0');
             grad_compare(label, "dq", dq, &qv, qd, p.ref_dq, GRAD_ABS_TOL, GRAD_REL_TOL);
@@ -84,18 +85,19 @@ static void check_backward_plan(flashcl_context *ctx, flashcl_path path, size_t 
     REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL));
 
     flashcl_attention_desc d;
-    memset(&d, 0, sizeof d);
+    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.batch = 2;
     d.heads_q = 4;
     d.heads_kv = 2;
     d.seqlen_q = 100;
     d.seqlen_k = 300;
     d.head_dim = head_dim;
+    d.path = path;
     flashcl_plan plan;
     memset(&plan, 0x55, sizeof plan); /* garbage the query must overwrite */
     char label[64];
     snprintf(label, sizeof label, "backward plan [%s] d=%zu", path_name(path), head_dim);
-    if (!CHECK_STATUS(flashcl_backward_plan_query(ctx, &d, path, &plan), FLASHCL_SUCCESS)) {
+    if (!CHECK_STATUS(flashcl_backward_plan_query(ctx, &d, &plan), FLASHCL_SUCCESS)) {
         fprintf(stderr, "  %s: %s\n", label, flashcl_last_error(ctx));
         return;
     }
@@ -124,7 +126,7 @@ static void check_backward_plan(flashcl_context *ctx, flashcl_path path, size_t 
     /* Asking again gives the same plan. */
     flashcl_plan again;
     memset(&again, 0, sizeof again);
-    CHECK_STATUS(flashcl_backward_plan_query(ctx, &d, path, &again), FLASHCL_SUCCESS);
+    CHECK_STATUS(flashcl_backward_plan_query(ctx, &d, &again), FLASHCL_SUCCESS);
     CHECK(!strcmp(plan.kernel, again.kernel) && plan.block_rows == again.block_rows &&
           plan.work_group_size == again.work_group_size && plan.scratch_bytes == again.scratch_bytes);
     printf("%s: kernel=%s Br=%d Bc=%d tpr=%d wg=%zu local=%zu private=%zu scratch=%zu origin=%s\n"

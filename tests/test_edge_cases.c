@@ -31,6 +31,7 @@ typedef struct host_problem {
 static void hp_init(host_problem *p, size_t b, size_t hq, size_t hkv, size_t sq, size_t sk, size_t d, int causal,
                     float scale, float range, uint64_t seed) {
     memset(p, 0, sizeof *p);
+    p->desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     p->desc.batch = b, p->desc.heads_q = hq, p->desc.heads_kv = hkv;
     p->desc.seqlen_q = sq, p->desc.seqlen_k = sk, p->desc.head_dim = d;
     p->desc.causal = causal, p->desc.scale = scale;
@@ -77,10 +78,11 @@ static int close_to(double got, double ref, double abs_tol, double rel_tol) {
 }
 
 static flashcl_status hp_run(flashcl_context *ctx, host_problem *p, int path, int backward) {
-    flashcl_status st = flashcl_forward_host(ctx, &p->desc, (flashcl_path)path, p->q, p->k, p->v, p->o, p->lse);
+    flashcl_attention_desc d = p->desc;
+    d.path = (flashcl_path)path;
+    flashcl_status st = flashcl_forward_host(ctx, &d, p->q, p->k, p->v, p->o, p->lse);
     if (st == FLASHCL_SUCCESS && backward)
-        st = flashcl_backward_host(ctx, &p->desc, (flashcl_path)path, p->q, p->k, p->v, p->o, p->dout, p->lse, p->dq,
-                                   p->dk, p->dv);
+        st = flashcl_backward_host(ctx, &d, p->q, p->k, p->v, p->o, p->dout, p->lse, p->dq, p->dk, p->dv);
     if (st != FLASHCL_SUCCESS) fprintf(stderr, "  %s: %s\n", k_path_names[path], flashcl_last_error(ctx));
     return st;
 }

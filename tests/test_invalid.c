@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv/unsetenv for FLASHCL_DEVICE */
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ typedef struct views {
 static flashcl_attention_desc base_desc(void)
 {
     flashcl_attention_desc d;
-    memset(&d, 0, sizeof d);
+    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.batch = 1;
     d.heads_q = 2;
     d.heads_kv = 1;
@@ -95,11 +96,13 @@ static void expect(bad_call c, int status, const char *field, const char *tensor
         char label[256];
         snprintf(label, sizeof label, "%s [%s]", c.what, path ? "standard" : "flash");
         cl_event ev = NULL;
-        flashcl_status st =
-            path ? flashcl_standard_forward(c.ctx, c.desc, c.q, c.k, c.v, c.o, c.lse, c.lse_offset,
-                                            c.num_wait, c.wait, &ev)
-                 : flashcl_forward(c.ctx, c.desc, c.q, c.k, c.v, c.o, c.lse, c.lse_offset,
-                                   c.num_wait, c.wait, &ev);
+        flashcl_attention_desc d;
+        if (c.desc) {
+            d = *c.desc;
+            d.path = (flashcl_path)path;
+        }
+        flashcl_status st = flashcl_forward(c.ctx, c.desc ? &d : NULL, c.q, c.k, c.v, c.o, c.lse,
+                                            c.lse_offset, c.num_wait, c.wait, &ev);
         if (!CHECK_STATUS(st, status))
             fprintf(stderr, "  in: %s\n", label);
         if (ev) {
@@ -205,6 +208,46 @@ static void check_desc_fields(void)
     expect_desc(d, "dtype 99", FLASHCL_ERR_INVALID_DTYPE, "dtype");
     /* f16/bf16 are valid storage types now (tests/test_variants.c; the standard
        path's FLASHCL_ERR_UNSUPPORTED_DTYPE is in tests/test_invalid_variants.c). */
+
+    /* struct_size: a descriptor only zeroed, or smaller than FlashCL 0.2's, is refused. */
+    d = base_desc();
+    d.struct_size = 0;
+    expect_desc(d, "struct_size 0", FLASHCL_ERR_INVALID_STRUCT_SIZE, "struct_size");
+    d.struct_size = offsetof(flashcl_attention_desc, path);
+    expect_desc(d, "struct_size too small", FLASHCL_ERR_INVALID_STRUCT_SIZE, "struct_size");
+}
+
+/*
+ * A caller built against a newer header passes a longer descriptor: fields the
+ * library does not know are accepted when zero (the call runs) and refused with
+ * FLASHCL_ERR_UNSUPPORTED_FIELD when set.
+ */
+static void check_newer_descriptor(void)
+{
+    struct {
+        flashcl_attention_desc d;
+        uint64_t later_fields[4];
+    } newer;
+    memset(&newer, 0, sizeof newer);
+    newer.d = base_desc();
+    newer.d.struct_size = sizeof newer;
+    views w = make_views(&newer.d);
+    newer.later_fields[2] = 1;
+    for (int path = 0; path < 2; path++) {
+        newer.d.path = (flashcl_path)path;
+        CHECK_STATUS(flashcl_forward(F.ctx, &newer.d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL, NULL),
+                     FLASHCL_ERR_UNSUPPORTED_FIELD);
+        CHECK(strstr(flashcl_last_error(F.ctx), "desc") != NULL);
+    }
+    check_nothing_written("a descriptor field this version does not know");
+    newer.later_fields[2] = 0;
+    newer.d.path = FLASHCL_PATH_FLASH;
+    CHECK_STATUS(flashcl_forward(F.ctx, &newer.d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL, NULL),
+                 FLASHCL_SUCCESS);
+    /* That call wrote O and LSE: put the sentinels back for the checks that follow. */
+    REQUIRE_CL(clFinish(F.queue));
+    tu_buffer_write(F.queue, F.buf[BUF_O], CAP, F.host[BUF_O]);
+    tu_buffer_write(F.queue, F.buf[BUF_LSE], CAP, F.host[BUF_LSE]);
 }
 
 static void check_views(void)
@@ -322,24 +365,26 @@ static void check_other_entry_points(void)
 {
     flashcl_attention_desc d = base_desc();
     flashcl_plan plan;
-    CHECK_STATUS(flashcl_plan_query(F.ctx, &d, (flashcl_path)7, &plan), FLASHCL_ERR_INVALID_PATH);
-    CHECK_STATUS(flashcl_plan_query(F.ctx, NULL, FLASHCL_PATH_FLASH, &plan),
+    flashcl_attention_desc bad_path = d;
+    bad_path.path = (flashcl_path)7;
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &bad_path, &plan), FLASHCL_ERR_INVALID_PATH);
+    CHECK(strstr(flashcl_last_error(F.ctx), "path") != NULL);
+    CHECK_STATUS(flashcl_plan_query(F.ctx, NULL, &plan),
                  FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_plan_query(F.ctx, &d, FLASHCL_PATH_FLASH, NULL),
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &d, NULL),
                  FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_plan_query(NULL, &d, FLASHCL_PATH_FLASH, &plan),
+    CHECK_STATUS(flashcl_plan_query(NULL, &d, &plan),
                  FLASHCL_ERR_INVALID_CONTEXT);
     flashcl_attention_desc bad = d;
     bad.head_dim = 0;
-    CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, FLASHCL_PATH_FLASH, &plan),
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, &plan),
                  FLASHCL_ERR_INVALID_HEAD_DIM);
     CHECK(strstr(flashcl_last_error(F.ctx), "head_dim") != NULL);
 
     float host[256] = {0};
-    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, FLASHCL_PATH_FLASH, NULL, host, host, host, NULL),
+    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, NULL, host, host, host, NULL),
                  FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, (flashcl_path)7, host, host, host, host, NULL),
-                 FLASHCL_ERR_INVALID_PATH);
+    CHECK_STATUS(flashcl_forward_host(F.ctx, &bad_path, host, host, host, host, NULL), FLASHCL_ERR_INVALID_PATH);
 }
 
 static void check_context_create(void)
@@ -389,11 +434,8 @@ static void check_still_usable(void)
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d);
     for (int path = 0; path < 2; path++) {
-        flashcl_status st =
-            path ? flashcl_standard_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0,
-                                            NULL, NULL)
-                 : flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL,
-                                   NULL);
+        d.path = (flashcl_path)path;
+        flashcl_status st = flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL, NULL);
         CHECK_STATUS(st, FLASHCL_SUCCESS);
         CHECK(flashcl_last_error(F.ctx)[0] == '\0');
     }
@@ -425,6 +467,7 @@ int main(void)
 
     check_null_arguments();
     check_desc_fields();
+    check_newer_descriptor();
     check_views();
     check_lse();
     check_aliasing();

@@ -32,7 +32,7 @@ typedef struct views {
 static flashcl_attention_desc base_desc(void)
 {
     flashcl_attention_desc d;
-    memset(&d, 0, sizeof d);
+    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.batch = 1;
     d.heads_q = 2;
     d.heads_kv = 1;
@@ -89,14 +89,16 @@ static void check_nothing_written(const char *label)
     }
 }
 
+/* The call on `path` (the descriptor's path set to it; a NULL descriptor stays NULL). */
 static flashcl_status call(const bad_call *c, flashcl_path path, cl_event *ev)
 {
-    if (path == FLASHCL_PATH_STANDARD)
-        return flashcl_standard_backward(c->ctx, c->desc, c->q, c->k, c->v, c->o, c->dout, c->lse,
-                                         c->lse_offset, c->dq, c->dk, c->dv, c->num_wait, c->wait,
-                                         ev);
-    return flashcl_backward(c->ctx, c->desc, c->q, c->k, c->v, c->o, c->dout, c->lse, c->lse_offset,
-                            c->dq, c->dk, c->dv, c->num_wait, c->wait, ev);
+    flashcl_attention_desc d;
+    if (c->desc) {
+        d = *c->desc;
+        d.path = path;
+    }
+    return flashcl_backward(c->ctx, c->desc ? &d : NULL, c->q, c->k, c->v, c->o, c->dout, c->lse,
+                            c->lse_offset, c->dq, c->dk, c->dv, c->num_wait, c->wait, ev);
 }
 
 /*
@@ -260,7 +262,7 @@ static void check_host_and_plan(void)
             a[n] = NULL;
         else
             g[n - 6] = NULL;
-        flashcl_status st = flashcl_backward_host(F.ctx, &d, FLASHCL_PATH_FLASH, a[0], a[1], a[2],
+        flashcl_status st = flashcl_backward_host(F.ctx, &d, a[0], a[1], a[2],
                                                   a[3], a[4], a[5], g[0], g[1], g[2]);
         CHECK_STATUS(st, FLASHCL_ERR_INVALID_ARGUMENT);
         if (!tu_names_tensor(flashcl_last_error(F.ctx), names[n])) {
@@ -269,11 +271,12 @@ static void check_host_and_plan(void)
             tu_fail_count();
         }
     }
-    CHECK_STATUS(flashcl_backward_host(F.ctx, &d, (flashcl_path)7, in, in, in, in, in, in, out[0],
-                                       out[1], out[2]),
+    flashcl_attention_desc bad_path = d;
+    bad_path.path = (flashcl_path)7;
+    CHECK_STATUS(flashcl_backward_host(F.ctx, &bad_path, in, in, in, in, in, in, out[0], out[1], out[2]),
                  FLASHCL_ERR_INVALID_PATH);
     CHECK(strstr(flashcl_last_error(F.ctx), "path") != NULL);
-    CHECK_STATUS(flashcl_backward_host(NULL, &d, FLASHCL_PATH_FLASH, in, in, in, in, in, in, out[0],
+    CHECK_STATUS(flashcl_backward_host(NULL, &d, in, in, in, in, in, in, out[0],
                                        out[1], out[2]),
                  FLASHCL_ERR_INVALID_CONTEXT);
     for (int i = 0; i < 3; i++) {
@@ -284,17 +287,16 @@ static void check_host_and_plan(void)
     free(before);
 
     flashcl_plan plan;
-    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &d, (flashcl_path)7, &plan),
-                 FLASHCL_ERR_INVALID_PATH);
-    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &d, FLASHCL_PATH_FLASH, NULL),
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &bad_path, &plan), FLASHCL_ERR_INVALID_PATH);
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &d, NULL),
                  FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, NULL, FLASHCL_PATH_FLASH, &plan),
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, NULL, &plan),
                  FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_backward_plan_query(NULL, &d, FLASHCL_PATH_FLASH, &plan),
+    CHECK_STATUS(flashcl_backward_plan_query(NULL, &d, &plan),
                  FLASHCL_ERR_INVALID_CONTEXT);
     flashcl_attention_desc bad = d;
     bad.head_dim = FLASHCL_MAX_HEAD_DIM + 1;
-    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &bad, FLASHCL_PATH_FLASH, &plan),
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &bad, &plan),
                  FLASHCL_ERR_INVALID_HEAD_DIM);
     CHECK(strstr(flashcl_last_error(F.ctx), "head_dim") != NULL);
 }

@@ -32,7 +32,7 @@ static struct {
 static flashcl_attention_desc base_desc(void)
 {
     flashcl_attention_desc d;
-    memset(&d, 0, sizeof d);
+    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.batch = 2;
     d.heads_q = 2;
     d.heads_kv = 1;
@@ -279,23 +279,24 @@ static void dropout_mask_buffers(void)
 static void standard_refuses(void)
 {
     flashcl_attention_desc d = base_desc();
+    d.path = FLASHCL_PATH_STANDARD;
     d.softcap = 2.0f;
     views w = make_views(&d);
     cl_event ev = NULL;
-    CHECK_STATUS(flashcl_standard_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0,
-                                          NULL, &ev),
+    CHECK_STATUS(flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL, &ev),
                  FLASHCL_ERR_UNSUPPORTED_VARIANT);
     CHECK(ev == NULL && strstr(flashcl_last_error(F.ctx), "softcap") != NULL);
     d = base_desc();
+    d.path = FLASHCL_PATH_STANDARD;
     d.window = 1, d.window_left = 2, d.window_right = 0;
-    CHECK_STATUS(flashcl_standard_backward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, &w.dout,
-                                           F.buf[BUF_LSE], 0, &w.dq, &w.dk, &w.dv, 0, NULL, &ev),
+    CHECK_STATUS(flashcl_backward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, &w.dout, F.buf[BUF_LSE], 0, &w.dq, &w.dk,
+                                  &w.dv, 0, NULL, &ev),
                  FLASHCL_ERR_UNSUPPORTED_VARIANT);
     CHECK(ev == NULL && strstr(flashcl_last_error(F.ctx), "window") != NULL);
     d = base_desc();
+    d.path = FLASHCL_PATH_STANDARD;
     d.dtype = FLASHCL_DTYPE_BF16;
-    CHECK_STATUS(flashcl_standard_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0,
-                                          NULL, &ev),
+    CHECK_STATUS(flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL, &ev),
                  FLASHCL_ERR_UNSUPPORTED_DTYPE);
     check_nothing_written("standard path refusals");
 }

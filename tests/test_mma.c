@@ -130,7 +130,7 @@ static int run_backward_case(flashcl_context *ctx, const mma_case *c, tu_rng *rn
 static int run_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const char *expect_kernel) {
     cl_context clc = flashcl_context_cl_context(ctx);
     cl_command_queue queue = flashcl_context_queue(ctx);
-    flashcl_attention_desc desc = {0};
+    flashcl_attention_desc desc = FLASHCL_ATTENTION_DESC_INIT;
     desc.dtype = c->f16 ? FLASHCL_DTYPE_F16 : FLASHCL_DTYPE_BF16;
     desc.batch = c->b, desc.heads_q = c->hq, desc.heads_kv = c->hkv, desc.seqlen_q = c->sq, desc.seqlen_k = c->sk;
     desc.head_dim = c->d, desc.causal = c->causal;
@@ -167,7 +167,7 @@ static int run_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const 
              c->hq, c->hkv, c->sq, c->sk, c->d, c->causal ? " causal" : "", c->bhsd ? " bhsd" : "", c->offset);
     int ok = 1;
     flashcl_plan plan;
-    CHECK_STATUS(flashcl_plan_query(ctx, &desc, FLASHCL_PATH_FLASH, &plan), FLASHCL_SUCCESS);
+    CHECK_STATUS(flashcl_plan_query(ctx, &desc, &plan), FLASHCL_SUCCESS);
     if (expect_kernel && strcmp(plan.kernel, expect_kernel) != 0) {
         printf("FAIL %s: plan is %s (%s), expected %s\n", label, plan.kernel, plan.reason, expect_kernel);
         ok = 0;
@@ -220,13 +220,13 @@ static int run_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const 
 int main(void) {
     flashcl_context *ctx = tu_context_create();
     tu_rng rng = tu_rng_seed(5);
-    flashcl_attention_desc probe = {0};
+    flashcl_attention_desc probe = FLASHCL_ATTENTION_DESC_INIT;
     probe.dtype = FLASHCL_DTYPE_BF16;
     probe.batch = probe.heads_q = 1;
     probe.seqlen_q = 64;
     probe.head_dim = 128;
     flashcl_plan plan;
-    flashcl_status st = flashcl_plan_query(ctx, &probe, FLASHCL_PATH_FLASH, &plan);
+    flashcl_status st = flashcl_plan_query(ctx, &probe, &plan);
     if (st == FLASHCL_ERR_UNSUPPORTED_DTYPE) {
         printf("skip: this build does not accept 16-bit storage yet\n");
         flashcl_context_destroy(ctx);
@@ -262,7 +262,7 @@ int main(void) {
     /* FLASHCL_VENDOR_PATH=off: the portable plan on any device, saying why. */
     setenv("FLASHCL_VENDOR_PATH", "off", 1);
     ctx = tu_context_create();
-    CHECK_STATUS(flashcl_plan_query(ctx, &probe, FLASHCL_PATH_FLASH, &plan), FLASHCL_SUCCESS);
+    CHECK_STATUS(flashcl_plan_query(ctx, &probe, &plan), FLASHCL_SUCCESS);
     CHECK(strcmp(plan.kernel, "flash_fwd_mma") != 0);
     CHECK(strstr(plan.reason, "FLASHCL_VENDOR_PATH=off") != NULL);
     printf("FLASHCL_VENDOR_PATH=off: %s\n", plan.kernel);

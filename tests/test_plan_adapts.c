@@ -52,13 +52,14 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < 2; i++) {
         for (int path = 0; path < 2; path++) {
             flashcl_attention_desc d;
-            memset(&d, 0, sizeof d);
+            d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
             d.batch = 1;
             d.heads_q = 8;
             d.seqlen_q = 1024;
             d.head_dim = dims[i];
+            d.path = (flashcl_path)path;
             flashcl_plan plan;
-            if (!CHECK_STATUS(flashcl_plan_query(ctx, &d, (flashcl_path)path, &plan),
+            if (!CHECK_STATUS(flashcl_plan_query(ctx, &d, &plan),
                               FLASHCL_SUCCESS)) {
                 fprintf(stderr, "  d=%zu: %s\n", dims[i], flashcl_last_error(ctx));
                 continue;

@@ -58,7 +58,7 @@ static void check_out_of_memory(void) {
     const size_t n = 65536;
     const double per_batch = (double)n * (double)n * sizeof(float);
     size_t batch = (size_t)(2.0 * (double)global / per_batch) + 1;
-    flashcl_attention_desc d = {0};
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
     d.batch = batch;
     d.heads_q = 1;
     d.seqlen_q = n;
@@ -76,12 +76,12 @@ static void check_out_of_memory(void) {
     printf("out of memory: batch=%zu seqlen=%zu needs %.1f GiB of scores, device has %.1f GiB\n", batch, n,
            per_batch * (double)batch / 1073741824.0, (double)global / 1073741824.0);
 
-    flashcl_status st = flashcl_standard_forward(ctx, &d, &t[0], &t[1], &t[2], &t[3], lse, 0, 0, NULL, NULL);
+    d.path = FLASHCL_PATH_STANDARD;
+    flashcl_status st = flashcl_forward(ctx, &d, &t[0], &t[1], &t[2], &t[3], lse, 0, 0, NULL, NULL);
     CHECK_STATUS(st, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY);
     printf("  standard forward: %s: %s\n", flashcl_status_name(st), flashcl_last_error(ctx));
     CHECK(strstr(flashcl_last_error(ctx), "bytes") != NULL);
-    st = flashcl_standard_backward(ctx, &d, &t[0], &t[1], &t[2], &t[3], &t[4], lse, 0, &t[5], &t[6], &t[7], 0, NULL,
-                                   NULL);
+    st = flashcl_backward(ctx, &d, &t[0], &t[1], &t[2], &t[3], &t[4], lse, 0, &t[5], &t[6], &t[7], 0, NULL, NULL);
     CHECK_STATUS(st, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY);
     printf("  standard backward: %s: %s\n", flashcl_status_name(st), flashcl_last_error(ctx));
     CHECK(strstr(flashcl_last_error(ctx), "bytes") != NULL);

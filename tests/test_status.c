@@ -49,10 +49,17 @@ static void check_own_codes(void)
     }
     /* The pinned numbers callers may have compiled in. */
     CHECK(FLASHCL_SUCCESS == 0);
-    CHECK(FLASHCL_ERR_INVALID_ARGUMENT == -1000);
-    CHECK(FLASHCL_ERR_ALIASED_OUTPUT == -1014);
-    CHECK(FLASHCL_ERR_NO_DEVICE == -1101);
-    CHECK(FLASHCL_ERR_OUT_OF_DEVICE_MEMORY == -1401);
+    CHECK(FLASHCL_ERR_INVALID_ARGUMENT == -10000);
+    CHECK(FLASHCL_ERR_ALIASED_OUTPUT == -10014);
+    CHECK(FLASHCL_ERR_NO_DEVICE == -10101);
+    CHECK(FLASHCL_ERR_OUT_OF_DEVICE_MEMORY == -10401);
+    /* -1 .. -9999 belong to OpenCL (core and extension codes, e.g. CL_PLATFORM_NOT_FOUND_KHR = -1001). */
+    for (size_t i = 0; i < STATUS_COUNT; i++) {
+        if (k_statuses[i].value < 0 && k_statuses[i].value > -10000) {
+            fprintf(stderr, "%s = %d lies in OpenCL's range\n", k_statuses[i].name, k_statuses[i].value);
+            tu_fail_count();
+        }
+    }
 }
 
 static void check_opencl_codes(void)
@@ -73,6 +80,8 @@ static void check_opencl_codes(void)
         {CL_INVALID_BUFFER_SIZE, "CL_INVALID_BUFFER_SIZE"},
     };
     CHECK(CL_OUT_OF_RESOURCES == -5);
+    /* The ICD loader's "no platform" is OpenCL's, not a FlashCL code (they collided before 0.2). */
+    CHECK(strcmp(flashcl_status_name(-1001), "CL_PLATFORM_NOT_FOUND_KHR") == 0);
     for (size_t i = 0; i < sizeof cl_codes / sizeof cl_codes[0]; i++) {
         const char *name = flashcl_status_name(cl_codes[i].value);
         const char *text = flashcl_status_string(cl_codes[i].value);
@@ -88,7 +97,7 @@ static void check_opencl_codes(void)
 static void check_unknown_codes(void)
 {
     /* Unassigned values in every range, and the extremes: must not crash. */
-    static const int unknown[] = {1, 7, -999, -1099, -1199, -1299, -1500, 123456, INT_MIN, INT_MAX};
+    static const int unknown[] = {1, 7, -999, -1000, -1401, -10099, -10199, -10299, -10500, 123456, INT_MIN, INT_MAX};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         const char *name = flashcl_status_name(unknown[i]);
         const char *text = flashcl_status_string(unknown[i]);

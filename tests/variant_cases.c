@@ -17,6 +17,7 @@ static vc_case *push(vc_list *l, const char *name, flashcl_dtype dtype, size_t b
     }
     vc_case *c = &l->items[l->count++];
     memset(c, 0, sizeof *c);
+    c->desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->desc.dtype = dtype;
     c->desc.batch = b;

@@ -71,9 +71,11 @@ static int create_buffers(flashcl_context *ctx, const train_sizes *s, cl_mem mem
 static int plan_path(flashcl_context *pctx, const flashcl_attention_desc *desc, flashcl_path path,
                      bench_backward_path *p)
 {
-    flashcl_status status = flashcl_plan_query(pctx, desc, path, &p->fwd_plan);
+    flashcl_attention_desc d = *desc;
+    d.path = path;
+    flashcl_status status = flashcl_plan_query(pctx, &d, &p->fwd_plan);
     if (status == FLASHCL_SUCCESS)
-        status = flashcl_backward_plan_query(pctx, desc, path, &p->bwd_plan);
+        status = flashcl_backward_plan_query(pctx, &d, &p->bwd_plan);
     if (status == FLASHCL_SUCCESS) {
         p->planned = true;
         return 0;

@@ -6,20 +6,18 @@
 static flashcl_status enqueue_forward(void *user)
 {
     const bench_train_problem *p = user;
-    if (p->path == FLASHCL_PATH_STANDARD)
-        return flashcl_standard_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, p->lse, 0, 0,
-                                        NULL, NULL);
-    return flashcl_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, p->lse, 0, 0, NULL, NULL);
+    flashcl_attention_desc d = *p->desc;
+    d.path = p->path;
+    return flashcl_forward(p->ctx, &d, &p->q, &p->k, &p->v, &p->o, p->lse, 0, 0, NULL, NULL);
 }
 
 static flashcl_status enqueue_backward(void *user)
 {
     const bench_train_problem *p = user;
-    if (p->path == FLASHCL_PATH_STANDARD)
-        return flashcl_standard_backward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, &p->dout,
-                                         p->lse, 0, &p->dq, &p->dk, &p->dv, 0, NULL, NULL);
-    return flashcl_backward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, &p->dout, p->lse, 0,
-                            &p->dq, &p->dk, &p->dv, 0, NULL, NULL);
+    flashcl_attention_desc d = *p->desc;
+    d.path = p->path;
+    return flashcl_backward(p->ctx, &d, &p->q, &p->k, &p->v, &p->o, &p->dout, p->lse, 0, &p->dq, &p->dk, &p->dv, 0,
+                            NULL, NULL);
 }
 
 /*

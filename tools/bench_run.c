@@ -81,7 +81,7 @@ flashcl_status bench_run_work(const bench_work *w, const bench_settings *setting
     return FLASHCL_SUCCESS;
 }
 
-/* The forward-only bench: one flashcl_forward or flashcl_standard_forward call. */
+/* The forward-only bench: one flashcl_forward call on the path. */
 typedef struct forward_call {
     const bench_problem *problem;
     flashcl_path path;
@@ -91,10 +91,9 @@ static flashcl_status enqueue_forward(void *user)
 {
     const forward_call *call = user;
     const bench_problem *p = call->problem;
-    if (call->path == FLASHCL_PATH_STANDARD)
-        return flashcl_standard_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0,
-                                        NULL, NULL);
-    return flashcl_forward(p->ctx, p->desc, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0, NULL, NULL);
+    flashcl_attention_desc d = *p->desc;
+    d.path = call->path;
+    return flashcl_forward(p->ctx, &d, &p->q, &p->k, &p->v, &p->o, NULL, 0, 0, NULL, NULL);
 }
 
 flashcl_status bench_run_path(const bench_problem *p, flashcl_path path,

@@ -210,9 +210,9 @@ static int run_path(flashcl_context *ctx, const bench_variant_run *run,
     if (rc != 0)
         return rc;
     out->flops = p.flops;
-    flashcl_status st = flashcl_plan_query(ctx, &p.desc, FLASHCL_PATH_FLASH, &out->plan);
+    flashcl_status st = flashcl_plan_query(ctx, &p.desc, &out->plan);
     if (st == FLASHCL_SUCCESS && run->backward)
-        st = flashcl_backward_plan_query(ctx, &p.desc, FLASHCL_PATH_FLASH, &out->bwd_plan);
+        st = flashcl_backward_plan_query(ctx, &p.desc, &out->bwd_plan);
     bv_call call = {ctx, &p};
     static flashcl_status (*const enqueue[BV_PASSES])(void *) = {enqueue_forward, enqueue_backward,
                                                                  enqueue_pair};

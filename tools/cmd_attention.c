@@ -333,16 +333,16 @@ static int compute_and_write(const attention_args *a, const flashcl_attention_de
         free_results(&r);
         return rc;
     }
+    run_desc.path = a->standard ? FLASHCL_PATH_STANDARD : FLASHCL_PATH_FLASH;
     desc = &run_desc;
-    flashcl_path path = a->standard ? FLASHCL_PATH_STANDARD : FLASHCL_PATH_FLASH;
     double start = wall_seconds();
-    status = flashcl_forward_host(ctx, desc, path, in->q.data, in->k.data, in->v.data, r.o, r.lse);
+    status = flashcl_forward_host(ctx, desc, in->q.data, in->k.data, in->v.data, r.o, r.lse);
     double forward_s = wall_seconds() - start, backward_s = 0.0;
     if (status != FLASHCL_SUCCESS) {
         rc = tool_status_error(NULL, status, flashcl_last_error(ctx));
     } else if (wants_backward(a)) {
         start = wall_seconds();
-        status = flashcl_backward_host(ctx, desc, path, in->q.data, in->k.data, in->v.data, r.o,
+        status = flashcl_backward_host(ctx, desc, in->q.data, in->k.data, in->v.data, r.o,
                                        in->dout.data, r.lse, r.dq, r.dk, r.dv);
         backward_s = wall_seconds() - start;
         if (status != FLASHCL_SUCCESS)
@@ -413,7 +413,7 @@ int cmd_attention(int argc, char **argv)
     attention_inputs in;
     memset(&in, 0, sizeof in);
     flashcl_attention_desc desc;
-    memset(&desc, 0, sizeof desc);
+    desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     if ((rc = load_inputs(&a, &in, &desc)) == 0) {
         desc.scale = a.scale;
         desc.causal = a.causal;

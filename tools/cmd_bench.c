@@ -246,7 +246,9 @@ static int run_one(flashcl_context *ctx, const bench_problem *problem, flashcl_p
                    const bench_settings *settings, bench_path_report *p, float *host_out,
                    size_t out_bytes)
 {
-    flashcl_status status = flashcl_plan_query(ctx, problem->desc, path, &p->plan);
+    flashcl_attention_desc d = *problem->desc;
+    d.path = path;
+    flashcl_status status = flashcl_plan_query(ctx, &d, &p->plan);
     if (status == FLASHCL_SUCCESS)
         status = bench_run_path(problem, path, settings, &p->result);
     if (status != FLASHCL_SUCCESS) {

@@ -129,16 +129,17 @@ static int print_device_plans(const char *spec)
     for (size_t i = 0; i < sizeof info_head_dims / sizeof info_head_dims[0]; ++i) {
         for (int path = FLASHCL_PATH_FLASH; path <= FLASHCL_PATH_STANDARD; ++path) {
             flashcl_attention_desc desc;
-            memset(&desc, 0, sizeof desc);
+            desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
             desc.batch = INFO_BATCH;
             desc.heads_q = INFO_HEADS;
             desc.seqlen_q = INFO_SEQLEN;
             desc.head_dim = info_head_dims[i];
+            desc.path = (flashcl_path)path;
             flashcl_plan plan;
             memset(&plan, 0, sizeof plan);
             printf("      d=%zu %s:\n", info_head_dims[i],
                    path == FLASHCL_PATH_FLASH ? "flash" : "standard");
-            status = flashcl_plan_query(ctx, &desc, (flashcl_path)path, &plan);
+            status = flashcl_plan_query(ctx, &desc, &plan);
             if (status != FLASHCL_SUCCESS) {
                 printf("        failed: %s: ", flashcl_status_name(status));
                 tool_print_one_line(stdout, flashcl_last_error(ctx)[0] ? flashcl_last_error(ctx)

@@ -13,15 +13,15 @@
  * 3. Fit: Bc to the private score array (<= 64) and to multiples of 4 and of
  *    the threads per row; Br*threads to CL_DEVICE_MAX_WORK_GROUP_SIZE; the
  *    kernel's local bytes to CL_DEVICE_LOCAL_MEM_SIZE (shrinking Bc, then Br).
- * 4. FLASHCL_TILE overrides any of the above.
+ * 4. FLASHCL_TILE overrides any of the above (kernel=cpu hands the call to
+ *    the CPU family, src/backends/cpu).
  * 5. Build, then check CL_KERNEL_WORK_GROUP_SIZE and CL_KERNEL_LOCAL_MEM_SIZE;
  *    a plan that does not fit is halved and rebuilt ("fallback") rather than
  *    failing. The work-group is rounded to the kernel's preferred multiple
  *    when that still fits.
  */
-#include "internal.h"
-#include "tile_override.h"
-#include "cpu_family.h"
+#include "portable.h"
+#include "../../tile_override.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,7 +343,6 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
     flashcl__tile_override ov;
     flashcl_status st = flashcl__read_tile_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
-    if (flashcl__cpu_forward_wanted(ctx, desc, &ov)) return flashcl__plan_flash_cpu(ctx, desc, &ov, out);
     if (ov.present) return plan_from_env(ctx, &ov, d, &proto, out);
 
     char why[sizeof out->pub.reason];
@@ -365,12 +364,23 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
     return plan_from_formula(ctx, d, &proto, out);
 }
 
+flashcl__portable_state *flashcl__portable_state_of(flashcl_context *ctx) {
+    if (!ctx->family[FLASHCL__FAMILY_PORTABLE]) {
+        ctx->family[FLASHCL__FAMILY_PORTABLE] = calloc(1, sizeof(flashcl__portable_state));
+        if (!ctx->family[FLASHCL__FAMILY_PORTABLE])
+            flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the portable family's plans");
+    }
+    return ctx->family[FLASHCL__FAMILY_PORTABLE];
+}
+
 flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                    const flashcl__flash_plan **out) {
-    char options[256], key[sizeof ctx->flash_plans->key];
+    flashcl__portable_state *state = flashcl__portable_state_of(ctx);
+    if (!state) return FLASHCL_ERR_OUT_OF_HOST_MEMORY;
+    char options[256], key[sizeof state->forward->key];
     flashcl__variant_options(desc, options, sizeof options);
     snprintf(key, sizeof key, "d=%zu %s", desc->head_dim, options);
-    for (flashcl__flash_plan *p = ctx->flash_plans; p; p = p->next)
+    for (flashcl__flash_plan *p = state->forward; p; p = p->next)
         if (strcmp(p->key, key) == 0) {
             *out = p;
             return FLASHCL_SUCCESS;
@@ -380,14 +390,22 @@ flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention
     flashcl_status st = compute_plan(ctx, desc, options, p);
     if (st != FLASHCL_SUCCESS) {
         if (p->kernel) clReleaseKernel(p->kernel);
-        if (p->pack) clReleaseKernel(p->pack);
         free(p);
         return st;
     }
     flashcl__append_variants(desc, p->pub.reason, sizeof p->pub.reason);
     flashcl__copy_str(p->key, sizeof p->key, key);
-    p->next = ctx->flash_plans;
-    ctx->flash_plans = p;
+    p->next = state->forward;
+    state->forward = p;
     *out = p;
     return FLASHCL_SUCCESS;
+}
+
+void flashcl__release_flash_plans(flashcl__portable_state *state) {
+    while (state->forward) {
+        flashcl__flash_plan *p = state->forward;
+        state->forward = p->next;
+        clReleaseKernel(p->kernel);
+        free(p);
+    }
 }

@@ -4,7 +4,7 @@
  * kernels accept. The scratch it needs (S, then P in place) is
  * batch*heads_q*seqlen_q*seqlen_k floats.
  */
-#include "internal.h"
+#include "standard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +104,7 @@ static flashcl_status compute_plan(flashcl_context *ctx, flashcl__standard_plan 
 }
 
 flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__standard_plan **out) {
-    if (!ctx->standard_plan) {
+    if (!ctx->family[FLASHCL__FAMILY_STANDARD]) {
         flashcl__standard_plan *p = calloc(1, sizeof *p);
         if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
         flashcl_status st = compute_plan(ctx, p);
@@ -112,23 +112,16 @@ flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__stand
             free(p);
             return st;
         }
-        ctx->standard_plan = p;
+        ctx->family[FLASHCL__FAMILY_STANDARD] = p;
     }
-    *out = ctx->standard_plan;
+    *out = ctx->family[FLASHCL__FAMILY_STANDARD];
     return FLASHCL_SUCCESS;
 }
 
-void flashcl__release_plans(flashcl_context *ctx) {
-    while (ctx->flash_plans) {
-        flashcl__flash_plan *p = ctx->flash_plans;
-        ctx->flash_plans = p->next;
-        clReleaseKernel(p->kernel);
-        if (p->pack) clReleaseKernel(p->pack);
-        free(p);
-    }
-    if (ctx->standard_plan) {
-        release_kernels(ctx->standard_plan);
-        free(ctx->standard_plan);
-        ctx->standard_plan = NULL;
-    }
+void flashcl__release_standard_plan(flashcl_context *ctx) {
+    flashcl__standard_plan *p = ctx->family[FLASHCL__FAMILY_STANDARD];
+    if (!p) return;
+    release_kernels(p);
+    free(p);
+    ctx->family[FLASHCL__FAMILY_STANDARD] = NULL;
 }

@@ -35,9 +35,8 @@
  * distinct build is its own plan); variants change the kernels' build
  * options, not the choice of family or tiles.
  */
-#include "internal.h"
-#include "tile_override.h"
-#include "cpu_family.h"
+#include "portable.h"
+#include "../../tile_override.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +58,6 @@ typedef struct {
     int d, dv;                   /* head dims of Q/K and of V/O */
     const char *variant_options; /* -D switches (HEAD_DIM_V included) */
     int sinks;                   /* build and check flash_bwd_dsinks too */
-    const flashcl_attention_desc *desc; /* the call (the CPU family checks what it covers) */
 } problem;
 
 static int dim_max(const problem *pr) { return pr->d > pr->dv ? pr->d : pr->dv; }
@@ -86,7 +84,6 @@ static void release(flashcl__backward_plan *p) {
     release_kernel(&p->dkdv);
     release_kernel(&p->dq);
     release_kernel(&p->dsinks);
-    release_kernel(&p->pack);
 }
 
 /* ------------------------------------------------------------------ rows */
@@ -326,7 +323,6 @@ static flashcl_status compute(flashcl_context *ctx, const problem *pr, flashcl__
     flashcl__bwd_override ov;
     flashcl_status st = flashcl__read_bwd_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
-    if (flashcl__cpu_backward_wanted(ctx, pr->desc, &ov)) return flashcl__plan_backward_cpu(ctx, pr->desc, &ov, out);
     st = plan_rows(ctx, pr, out);
     if (st != FLASHCL_SUCCESS) return st;
 
@@ -403,17 +399,19 @@ static flashcl_status compute(flashcl_context *ctx, const problem *pr, flashcl__
 
 flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
                                       const flashcl__backward_plan **out) {
-    char options[256], key[sizeof ctx->backward_plans->key];
+    flashcl__portable_state *state = flashcl__portable_state_of(ctx);
+    if (!state) return FLASHCL_ERR_OUT_OF_HOST_MEMORY;
+    char options[256], key[sizeof state->backward->key];
     flashcl__variant_options(d, options, sizeof options);
     snprintf(key, sizeof key, "d=%zu %s", d->head_dim, options);
-    for (flashcl__backward_plan *p = ctx->backward_plans; p; p = p->next)
+    for (flashcl__backward_plan *p = state->backward; p; p = p->next)
         if (strcmp(p->key, key) == 0) {
             *out = p;
             return FLASHCL_SUCCESS;
         }
     flashcl__backward_plan *p = calloc(1, sizeof *p);
     if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
-    const problem pr = {(int)d->head_dim, (int)d->head_dim_v, options, d->sinks != NULL, d};
+    const problem pr = {(int)d->head_dim, (int)d->head_dim_v, options, d->sinks != NULL};
     flashcl_status st = compute(ctx, &pr, p);
     if (st != FLASHCL_SUCCESS) {
         release(p);
@@ -422,16 +420,16 @@ flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attent
     }
     flashcl__append_variants(d, p->pub.reason, sizeof p->pub.reason);
     flashcl__copy_str(p->key, sizeof p->key, key);
-    p->next = ctx->backward_plans;
-    ctx->backward_plans = p;
+    p->next = state->backward;
+    state->backward = p;
     *out = p;
     return FLASHCL_SUCCESS;
 }
 
-void flashcl__release_backward_plans(flashcl_context *ctx) {
-    while (ctx->backward_plans) {
-        flashcl__backward_plan *p = ctx->backward_plans;
-        ctx->backward_plans = p->next;
+void flashcl__release_backward_plans(flashcl__portable_state *state) {
+    while (state->backward) {
+        flashcl__backward_plan *p = state->backward;
+        state->backward = p->next;
         release(p);
         free(p);
     }

@@ -11,7 +11,7 @@
  * Any failure only records why and leaves the portable path in charge; it is
  * never an error of the call.
  */
-#include "internal.h"
+#include "nvidia.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,13 +118,23 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
     return ok;
 }
 
+flashcl__nvidia_state *flashcl__nvidia_state_of(flashcl_context *ctx) {
+    if (!ctx->family[FLASHCL__FAMILY_NVIDIA]) ctx->family[FLASHCL__FAMILY_NVIDIA] = calloc(1, sizeof(flashcl__nvidia_state));
+    return ctx->family[FLASHCL__FAMILY_NVIDIA];
+}
+
 int flashcl__mma_supported(flashcl_context *ctx, const char **why) {
-    if (ctx->mma_state == 0) {
-        char *w = ctx->mma_why;
-        size_t cap = sizeof ctx->mma_why;
+    flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
+    if (!state) {
+        if (why) *why = "out of host memory";
+        return 0;
+    }
+    if (state->probe == 0) {
+        char *w = state->why;
+        size_t cap = sizeof state->why;
         const char *env = getenv("FLASHCL_VENDOR_PATH");
         cl_uint major = 0, minor = 0;
-        ctx->mma_state = -1;
+        state->probe = -1;
         if (env && strcmp(env, "off") == 0) {
             snprintf(w, cap, "FLASHCL_VENDOR_PATH=off");
         } else if (ctx->info.is_cpu || !has_extension(ctx->device, "cl_nv_device_attribute_query")) {
@@ -137,13 +147,13 @@ int flashcl__mma_supported(flashcl_context *ctx, const char **why) {
         } else if (major < 8) {
             snprintf(w, cap, "compute capability %u.%u < 8.0 (no bf16 mma.sync)", major, minor);
         } else if (run_probe(ctx, w, cap)) {
-            ctx->mma_state = 1;
+            state->probe = 1;
             snprintf(w, cap, "sm_%u%u, mma.sync/ldmatrix/cp.async probe passed", major, minor);
         }
         /* A failed probe build leaves its log as the context's last error;
            it is not this call's error. */
         flashcl__clear_error(ctx);
     }
-    if (why) *why = ctx->mma_why;
-    return ctx->mma_state == 1;
+    if (why) *why = state->why;
+    return state->probe == 1;
 }

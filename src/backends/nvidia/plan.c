@@ -1,11 +1,12 @@
 /*
- * The NVIDIA tensor-core forward (cl/flash_fwd_mma.cl): when it applies, its
- * plan, and its launch. flashcl__enqueue_flash asks here first; whatever this
- * path does not cover (float32, head dims other than 32/64/96/128, scale <= 0,
- * views not 16-byte aligned, a device without the probe's blessing) goes to
- * the portable kernels, and the plan query says which ran and why.
+ * The NVIDIA tensor-core plans: when the family applies, the forward's shape
+ * (table or FLASHCL_MMA_FWD) and build, the backward's build, and the forward's
+ * launch. Whatever it does not cover (float32, head dims other than
+ * 32/64/96/128, scale <= 0, views not 16-byte aligned, a device without the
+ * probe's blessing) goes to the next family, and the plan query says why.
  */
-#include "internal.h"
+#include "nvidia.h"
+#include "../../launch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,13 +65,6 @@ static int mma_env_shape(const flashcl_context *ctx, size_t head_dim, mma_shape 
     return 1;
 }
 
-struct flashcl__mma_plan {
-    flashcl_plan pub;
-    cl_kernel kernel;
-    cl_kernel bwd[3]; /* flash_bwd_mma_dot, _dkdv, _dq: built on the first backward */
-    flashcl_plan bwd_pub; /* what flashcl_backward_plan_query reports, filled with bwd[] */
-};
-
 static int dtype_slot(flashcl_dtype t) { return t == FLASHCL_DTYPE_F16 ? 1 : t == FLASHCL_DTYPE_BF16 ? 0 : -1; }
 
 /* The descriptor-level conditions (the views' alignment is checked per call). */
@@ -104,16 +98,17 @@ static int desc_applies(flashcl_context *ctx, const flashcl_attention_desc *d, c
     return 1;
 }
 
-/* cp.async moves 16 bytes: every row start must be a multiple of 8 elements. */
-static int views_aligned(const flashcl_tensor *views, int n) {
+int flashcl__mma_views_aligned(const flashcl_tensor *views, int n) {
     for (int i = 0; i < n; ++i)
         if ((views[i].offset | views[i].stride_batch | views[i].stride_head | views[i].stride_row) % 8 != 0) return 0;
     return 1;
 }
 
-static flashcl_status get_plan(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_plan **out) {
+flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_plan **out) {
     const int slot = dtype_slot(d->dtype);
-    flashcl__mma_plan **cell = &ctx->mma_plans[slot][d->head_dim / 16];
+    flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
+    if (!state) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
+    flashcl__mma_plan **cell = &state->plans[slot][d->head_dim / 16];
     if (!*cell) {
         char env_why[256];
         mma_shape sh = mma_table_shape(d->head_dim);
@@ -146,7 +141,7 @@ static flashcl_status get_plan(flashcl_context *ctx, const flashcl_attention_des
         snprintf(p->pub.reason, sizeof p->pub.reason,
                  "NVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
                  "K/V via cp.async in __local; needs views 16-byte aligned (offsets and strides multiples of 8)%s",
-                 ctx->mma_why, slot ? "f16" : "bf16", sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
+                 state->why, slot ? "f16" : "bf16", sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
                  sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
                  from_env ? "; shape from FLASHCL_MMA_FWD" : "");
         *cell = p;
@@ -159,12 +154,10 @@ int flashcl__mma_covers(flashcl_context *ctx, const flashcl_attention_desc *d, c
     return desc_applies(ctx, d, why, cap);
 }
 
-int flashcl__mma_views_aligned(const flashcl_tensor *views, int n) { return views_aligned(views, n); }
-
-flashcl_status flashcl__mma_backward_kernels(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                             cl_kernel out[3]) {
+flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                              const flashcl__mma_plan **out) {
     const flashcl__mma_plan *cp = NULL;
-    flashcl_status st = get_plan(ctx, d, &cp);
+    flashcl_status st = flashcl__mma_plan_for(ctx, d, &cp);
     if (st != FLASHCL_SUCCESS) return st;
     flashcl__mma_plan *p = (flashcl__mma_plan *)cp;
     if (!p->bwd[0]) {
@@ -204,66 +197,43 @@ flashcl_status flashcl__mma_backward_kernels(flashcl_context *ctx, const flashcl
                  "flash_bwd_mma_dkdv (%d keys per work-group, query tiles of %d) and flash_bwd_mma_dq (%d rows per "
                  "work-group, key tiles of %d), no atomics; needs all eight views 16-byte aligned (offsets and "
                  "strides multiples of 8)",
-                 ctx->mma_why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step, 16 * MMA_WARPS, step);
+                 flashcl__nvidia_state_of(ctx)->why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step,
+                 16 * MMA_WARPS, step);
     }
-    memcpy(out, p->bwd, sizeof p->bwd);
+    *out = p;
     return FLASHCL_SUCCESS;
 }
 
-int flashcl__mma_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
-                            flashcl_status *st, char *why, size_t cap) {
-    if (!desc_applies(ctx, d, why, cap)) return 0;
-    const flashcl__mma_plan *p = NULL;
-    *st = get_plan(ctx, d, &p);
-    if (*st == FLASHCL_SUCCESS) *out = p->pub;
-    return 1;
-}
-
-int flashcl__mma_backward_plan_query(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_plan *out,
-                                     flashcl_status *st, char *why, size_t cap) {
-    if (!desc_applies(ctx, d, why, cap)) return 0;
-    cl_kernel k[3];
-    *st = flashcl__mma_backward_kernels(ctx, d, k);
-    if (*st == FLASHCL_SUCCESS) *out = ctx->mma_plans[dtype_slot(d->dtype)][d->head_dim / 16]->bwd_pub;
-    return 1;
-}
-
-int flashcl__mma_try_forward(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *views,
-                             cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
-                             cl_event *event, flashcl_status *st) {
-    char why[256];
-    if (!desc_applies(ctx, d, why, sizeof why) || !views_aligned(views, 4)) return 0;
+flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *call) {
+    const flashcl_attention_desc *d = call->d;
     const flashcl__mma_plan *plan = NULL;
-    *st = get_plan(ctx, d, &plan);
-    if (*st != FLASHCL_SUCCESS) return 1;
-    cl_kernel kernel = plan->kernel;
-    cl_int causal = d->causal != 0;
-    cl_uint arg = 0;
-    cl_int err = CL_SUCCESS;
-    for (int i = 0; i < 4 && err == CL_SUCCESS; ++i) err = flashcl__set_view_args(kernel, &arg, &views[i]);
-    if (err == CL_SUCCESS) err = flashcl__set_forward_args(kernel, &arg, d, lse, lse_offset, views[0].buffer);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, arg++, sizeof causal, &causal);
-    if (err != CL_SUCCESS) {
-        *st = flashcl__fail_cl(ctx, err, "clSetKernelArg(flash_fwd_mma)");
-        return 1;
-    }
+    flashcl_status st = flashcl__mma_plan_for(ctx, d, &plan);
+    if (st != FLASHCL_SUCCESS) return st;
+    static const int in_out[] = {FLASHCL__VQ, FLASHCL__VK, FLASHCL__VV, FLASHCL__VO};
+    flashcl__args a = flashcl__args_for(plan->kernel, "flash_fwd_mma");
+    flashcl__arg_views(&a, call->views, in_out, 4);
+    flashcl__arg_forward(&a, d, call->lse, call->lse_offset, call->views[FLASHCL__VQ].buffer);
+    flashcl__arg_int(&a, d->causal != 0);
+    st = flashcl__args_check(ctx, &a);
+    if (st != FLASHCL_SUCCESS) return st;
     const size_t wg = plan->pub.work_group_size, br = (size_t)plan->pub.block_rows;
-    size_t global[3] = {(d->seqlen_q + br - 1) / br * wg, d->heads_q, d->batch};
-    size_t local[3] = {wg, 1, 1};
-    err = clEnqueueNDRangeKernel(ctx->queue, kernel, 3, NULL, global, local, num_wait, wait_list, event);
-    *st = err == CL_SUCCESS ? FLASHCL_SUCCESS : flashcl__fail_cl(ctx, err, "clEnqueueNDRangeKernel(flash_fwd_mma)");
-    return 1;
+    const size_t global[3] = {(d->seqlen_q + br - 1) / br * wg, d->heads_q, d->batch}, local[3] = {wg, 1, 1};
+    flashcl__chain chain;
+    st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 0);
+    if (st != FLASHCL_SUCCESS) return st;
+    const int done = flashcl__chain_launch(&chain, plan->kernel, "flash_fwd_mma", 3, global, local, FLASHCL__AFTER_START);
+    return flashcl__chain_end(&chain, 1, &done, call->event);
 }
 
-void flashcl__release_mma_plans(flashcl_context *ctx) {
+void flashcl__mma_release_plans(flashcl__nvidia_state *state) {
     for (int t = 0; t < 2; ++t)
         for (int i = 0; i < FLASHCL__MMA_DIM_SLOTS; ++i) {
-            flashcl__mma_plan *p = ctx->mma_plans[t][i];
+            flashcl__mma_plan *p = state->plans[t][i];
             if (!p) continue;
             if (p->kernel) clReleaseKernel(p->kernel);
             for (int k = 0; k < 3; ++k)
                 if (p->bwd[k]) clReleaseKernel(p->bwd[k]);
             free(p);
-            ctx->mma_plans[t][i] = NULL;
+            state->plans[t][i] = NULL;
         }
 }

@@ -1,0 +1,46 @@
+/*
+ * The CPU kernel family (cl/flash_cpu.cl): forward, and the backward's
+ * D / dK,dV / dQ kernels, each work-item owning 16 rows in the lanes of a
+ * float16 (see the kernel file); the side a kernel streams is packed into
+ * dense scratch first. It covers plain float32 attention (causal or not, GQA,
+ * any lengths and strides, d <= 256) on CPU devices; FLASHCL_TILE=kernel=cpu
+ * and FLASHCL_BWD_KERNEL=cpu force it anywhere (and make an uncovered call an
+ * error that says why), FLASHCL_TILE=kernel=rows / FLASHCL_BWD_KERNEL=rows
+ * hand the call to the portable row kernels instead.
+ */
+#ifndef FLASHCL_BACKENDS_CPU_H
+#define FLASHCL_BACKENDS_CPU_H
+
+#include "../../backend.h"
+#include "../../tile_override.h"
+
+#define FLASHCL__CPU_FWD_KERNEL "flash_fwd_cpu"
+#define FLASHCL__CPU_DKDV_KERNEL "flash_bwd_cpu_dkdv"
+
+typedef struct flashcl__cpu_plan {
+    flashcl_plan pub;     /* block_rows: rows per work-item; block_cols: the chunk */
+    cl_kernel main[3];    /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ */
+    cl_kernel pack;       /* flash_cpu_pack */
+    int head_dim;
+    struct flashcl__cpu_plan *next;
+} flashcl__cpu_plan;
+
+/* The family's plans, by pass and head dim, in ctx->family[FLASHCL__FAMILY_CPU]. */
+typedef struct flashcl__cpu_state {
+    flashcl__cpu_plan *plans[2]; /* [flashcl__pass] */
+} flashcl__cpu_state;
+
+/* Whether the family takes the pass: forced by the override, or a CPU device and a call it supports. */
+int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why, size_t cap);
+/* The pass's plan (built once per head dim); a forced call the family does not support is an error. */
+flashcl_status flashcl__cpu_plan_for(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
+                                     const flashcl__cpu_plan **out);
+void flashcl__cpu_release_plans(flashcl__cpu_state *state);
+
+/* Device scratch a call needs: the packed copies (K, V; for the backward also Q, dO), D excluded. */
+size_t flashcl__cpu_packed_scratch(const flashcl__cpu_plan *plan, flashcl__pass pass, const flashcl_attention_desc *d);
+
+flashcl_status flashcl__cpu_forward(flashcl_context *ctx, const flashcl__call *call);
+flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *call);
+
+#endif

@@ -1,0 +1,164 @@
+/*
+ * Launches of the CPU kernel family (cl/flash_cpu.cl): the side a kernel
+ * streams (K and V; for dK/dV, Q and dO) is first packed into dense
+ * context scratch by flash_cpu_pack, then the main kernels run over blocks
+ * of plan rows with work-groups of one. All commands are chained by events.
+ */
+#include "cpu.h"
+#include "../../launch.h"
+
+static size_t blocks_of(size_t rows, size_t block) { return (rows + block - 1) / block; }
+
+/* Bytes of a packed copy: rows padded to whole chunks, head dim to whole micro-tiles (mirrors the kernel). */
+static size_t packed_bytes(const flashcl_attention_desc *d, size_t heads, size_t rows, int chunk) {
+    const size_t step = 6, dim_pad = (d->head_dim + step - 1) / step * step;
+    const size_t padded = (rows + (size_t)chunk - 1) / (size_t)chunk * (size_t)chunk;
+    return d->batch * heads * padded * dim_pad * sizeof(float);
+}
+
+size_t flashcl__cpu_packed_scratch(const flashcl__cpu_plan *plan, flashcl__pass pass, const flashcl_attention_desc *d) {
+    const int chunk = plan->pub.block_cols;
+    size_t bytes = 2 * packed_bytes(d, d->heads_kv, d->seqlen_k, chunk);
+    if (pass == FLASHCL__BACKWARD) bytes += 2 * packed_bytes(d, d->heads_q, d->seqlen_q, chunk);
+    return bytes;
+}
+
+/* One packed copy: scratch slot `slot` gets view t (heads x rows). */
+typedef struct {
+    const flashcl_tensor *view;
+    size_t heads, rows;
+    int slot;
+    const char *what;
+} pack_job;
+
+/* Enqueues the packs on the chain (each after its start); out[i] is the packed buffer, launch[i] its index. */
+static flashcl_status enqueue_packs(flashcl_context *ctx, flashcl__chain *chain, cl_kernel pack,
+                                    const flashcl_attention_desc *d, size_t block, int chunk, const pack_job *jobs,
+                                    int count, cl_mem *out, int *launch) {
+    for (int i = 0; i < count; ++i) {
+        const pack_job *j = &jobs[i];
+        flashcl_status st = flashcl__scratch(ctx, j->slot, packed_bytes(d, j->heads, j->rows, chunk), j->what, &out[i]);
+        if (st != FLASHCL_SUCCESS) return st;
+        flashcl__args a = flashcl__args_for(pack, "flash_cpu_pack");
+        flashcl__arg_view(&a, j->view);
+        flashcl__arg_mem(&a, out[i]);
+        flashcl__arg_int(&a, (cl_int)j->rows);
+        flashcl__arg_int(&a, (cl_int)j->heads);
+        st = flashcl__args_check(ctx, &a);
+        if (st != FLASHCL_SUCCESS) return st;
+        const size_t padded = (j->rows + (size_t)chunk - 1) / (size_t)chunk * (size_t)chunk;
+        const size_t global[3] = {blocks_of(padded, block), j->heads, d->batch}, local[3] = {1, 1, 1};
+        launch[i] = flashcl__chain_launch(chain, pack, "flash_cpu_pack", 3, global, local, FLASHCL__AFTER_START);
+        if (chain->status != FLASHCL_SUCCESS) return chain->status;
+    }
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__cpu_forward(flashcl_context *ctx, const flashcl__call *call) {
+    const flashcl_attention_desc *d = call->d;
+    const flashcl_tensor *views = call->views;
+    const flashcl__cpu_plan *plan = NULL;
+    flashcl_status st = flashcl__cpu_plan_for(ctx, FLASHCL__FORWARD, d, &plan);
+    if (st != FLASHCL_SUCCESS) return st;
+    const size_t block = (size_t)plan->pub.block_rows;
+    flashcl__chain chain;
+    st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
+    if (st != FLASHCL_SUCCESS) return st;
+    const pack_job jobs[2] = {{&views[FLASHCL__VK], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES, "forward: packed K"},
+                              {&views[FLASHCL__VV], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES2, "forward: packed V"}};
+    cl_mem packed[2];
+    int packs[2];
+    st = enqueue_packs(ctx, &chain, plan->pack, d, block, plan->pub.block_cols, jobs, 2, packed, packs);
+    if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
+
+    cl_kernel kernel = plan->main[0];
+    flashcl__args a = flashcl__args_for(kernel, FLASHCL__CPU_FWD_KERNEL);
+    flashcl__arg_view(&a, &views[FLASHCL__VQ]);
+    flashcl__arg_mem(&a, packed[0]);
+    flashcl__arg_mem(&a, packed[1]);
+    flashcl__arg_view(&a, &views[FLASHCL__VO]);
+    flashcl__arg_forward(&a, d, call->lse, call->lse_offset, views[FLASHCL__VQ].buffer);
+    flashcl__arg_int(&a, d->causal != 0);
+    st = flashcl__args_check(ctx, &a);
+    if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
+    const size_t global[3] = {blocks_of(d->seqlen_q, block), d->heads_q, d->batch}, local[3] = {1, 1, 1};
+    const int done = flashcl__chain_launch_after(&chain, kernel, FLASHCL__CPU_FWD_KERNEL, 3, global, local, 2, packs);
+    return flashcl__chain_end(&chain, 1, &done, call->event);
+}
+
+/* The scalars both backward kernels end with. */
+static void arg_scalars(flashcl__args *a, const flashcl_attention_desc *d) {
+    flashcl__arg_backward_sizes(a, d);
+    flashcl__arg_int(a, d->causal != 0);
+}
+
+flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *call) {
+    const flashcl_attention_desc *d = call->d;
+    const flashcl_tensor *views = call->views;
+    const flashcl__cpu_plan *plan = NULL;
+    flashcl_status st = flashcl__cpu_plan_for(ctx, FLASHCL__BACKWARD, d, &plan);
+    if (st != FLASHCL_SUCCESS) return st;
+    const size_t block = (size_t)plan->pub.block_rows;
+    cl_mem dsum = NULL;
+    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, flashcl__row_count(d) * sizeof(float), "backward: D = rowsum(dO*O)",
+                          &dsum);
+    if (st != FLASHCL_SUCCESS) return st;
+    flashcl__chain chain;
+    st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
+    if (st != FLASHCL_SUCCESS) return st;
+    const pack_job jobs[4] = {
+        {&views[FLASHCL__VQ], d->heads_q, d->seqlen_q, FLASHCL__SCRATCH_GRADS, "backward: packed Q"},
+        {&views[FLASHCL__VDO], d->heads_q, d->seqlen_q, FLASHCL__SCRATCH_GRADS2, "backward: packed dO"},
+        {&views[FLASHCL__VK], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES, "backward: packed K"},
+        {&views[FLASHCL__VV], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES2, "backward: packed V"},
+    };
+    cl_mem packed[4]; /* Qp, dOp, Kp, Vp */
+    int packs[4];
+    st = enqueue_packs(ctx, &chain, plan->pack, d, block, plan->pub.block_cols, jobs, 4, packed, packs);
+    if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
+
+    /* flash_bwd_cpu_dot(dO, O, Dsum, sq, hq); flash_bwd_cpu_dkdv(Qp, dOp, K, V, LSE, lse_off, Dsum, dK, dV,
+       scalars); flash_bwd_cpu_dq(Q, dO, Kp, Vp, LSE, lse_off, Dsum, dQ, scalars). */
+    flashcl__args dot = flashcl__args_for(plan->main[0], "flash_bwd_cpu_dot");
+    flashcl__arg_view(&dot, &views[FLASHCL__VDO]);
+    flashcl__arg_view(&dot, &views[FLASHCL__VO]);
+    flashcl__arg_mem(&dot, dsum);
+    flashcl__arg_int(&dot, (cl_int)d->seqlen_q);
+    flashcl__arg_int(&dot, (cl_int)d->heads_q);
+    flashcl__args dkdv = flashcl__args_for(plan->main[1], FLASHCL__CPU_DKDV_KERNEL);
+    flashcl__arg_mem(&dkdv, packed[0]);
+    flashcl__arg_mem(&dkdv, packed[1]);
+    flashcl__arg_view(&dkdv, &views[FLASHCL__VK]);
+    flashcl__arg_view(&dkdv, &views[FLASHCL__VV]);
+    flashcl__arg_mem(&dkdv, call->lse);
+    flashcl__arg_ulong(&dkdv, call->lse_offset);
+    flashcl__arg_mem(&dkdv, dsum);
+    flashcl__arg_view(&dkdv, &views[FLASHCL__VDK]);
+    flashcl__arg_view(&dkdv, &views[FLASHCL__VDV]);
+    arg_scalars(&dkdv, d);
+    flashcl__args dq = flashcl__args_for(plan->main[2], "flash_bwd_cpu_dq");
+    flashcl__arg_view(&dq, &views[FLASHCL__VQ]);
+    flashcl__arg_view(&dq, &views[FLASHCL__VDO]);
+    flashcl__arg_mem(&dq, packed[2]);
+    flashcl__arg_mem(&dq, packed[3]);
+    flashcl__arg_mem(&dq, call->lse);
+    flashcl__arg_ulong(&dq, call->lse_offset);
+    flashcl__arg_mem(&dq, dsum);
+    flashcl__arg_view(&dq, &views[FLASHCL__VDQ]);
+    arg_scalars(&dq, d);
+    st = flashcl__args_check(ctx, &dot);
+    if (st == FLASHCL_SUCCESS) st = flashcl__args_check(ctx, &dkdv);
+    if (st == FLASHCL_SUCCESS) st = flashcl__args_check(ctx, &dq);
+    if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
+
+    const size_t one[3] = {1, 1, 1};
+    const size_t g_rows[3] = {blocks_of(d->seqlen_q, block), d->heads_q, d->batch};
+    const size_t g_keys[3] = {blocks_of(d->seqlen_k, block), d->heads_kv, d->batch};
+    const int e_dot = flashcl__chain_launch(&chain, plan->main[0], "flash_bwd_cpu_dot", 3, g_rows, one, FLASHCL__AFTER_START);
+    const int dkdv_after[3] = {packs[0], packs[1], e_dot}; /* dK/dV reads packed Q, dO and D */
+    const int dq_after[3] = {packs[2], packs[3], e_dot};   /* dQ reads packed K, V and D */
+    int last[2];
+    last[0] = flashcl__chain_launch_after(&chain, plan->main[1], FLASHCL__CPU_DKDV_KERNEL, 3, g_keys, one, 3, dkdv_after);
+    last[1] = flashcl__chain_launch_after(&chain, plan->main[2], "flash_bwd_cpu_dq", 3, g_rows, one, 3, dq_after);
+    return flashcl__chain_end(&chain, 2, last, call->event);
+}

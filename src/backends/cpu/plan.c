@@ -1,0 +1,239 @@
+/*
+ * Plans for the CPU kernel family (cl/flash_cpu.cl).
+ *
+ * The shape is fixed by the kernels: groups of 16 rows (a float16) per
+ * work-item, work-groups of one, the streamed side packed into dense scratch
+ * first (flash_cpu_pack). What is left to choose: the groups per work-item
+ * (1: measured 10-20% faster than 2 or 4, whose private arrays, 11 KiB a
+ * group at d = 64, overflow L1; the packed chunks stream from L2/L3 with the
+ * prefetchers' help either way), the chunk (keys scored before their
+ * exponentials and P V, query rows per dK/dV pass; 48 keeps a chunk's K or V
+ * rows, 12 KiB at d = 64, in L1), and the micro-tile width STEP (6: 12 ymm
+ * accumulators on AVX2, the most that leave registers for the operands).
+ */
+#include "cpu.h"
+
+#include <stdlib.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#define CPU_LANES 16  /* rows in one float16 */
+#define CPU_GROUPS 1  /* float16 row groups per work-item (see above) */
+#define CPU_STEP 6
+#define CPU_CHUNK 48
+#define CPU_MAX_CHUNK 480
+
+/* What the family runs: float32, causal or not, GQA, any lengths and strides,
+   d <= 256 (d_v = d). Every other variant goes to the portable row kernels. */
+static int cpu_family_covers(const flashcl_attention_desc *desc) {
+    return flashcl__desc_is_plain(desc) && desc->head_dim <= 256;
+}
+
+/* Forced with FLASHCL_TILE=kernel=cpu (FLASHCL_BWD_KERNEL=cpu), the family takes the call even
+   where it does not apply, so that its plan can say why it refuses. An override that does not
+   parse leaves the call to the portable family, whose planner reports the error. */
+int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why, size_t cap) {
+    const char *var = pass == FLASHCL__FORWARD ? "FLASHCL_TILE" : "FLASHCL_BWD_KERNEL";
+    int present = 0, forced = 0;
+    if (pass == FLASHCL__FORWARD) {
+        flashcl__tile_override ov;
+        if (flashcl__read_tile_override(NULL, &ov) != FLASHCL_SUCCESS) {
+            snprintf(why, cap, "%s does not parse", var);
+            return 0;
+        }
+        present = ov.present, forced = ov.kernel == FLASHCL__TILE_KERNEL_CPU;
+    } else {
+        flashcl__bwd_override ov;
+        if (flashcl__read_bwd_override(NULL, &ov) != FLASHCL_SUCCESS) {
+            snprintf(why, cap, "%s does not parse", var);
+            return 0;
+        }
+        present = ov.present, forced = ov.tiles == FLASHCL__BWD_KERNEL_CPU;
+    }
+    if (present) {
+        if (!forced) snprintf(why, cap, "%s forces another family", var);
+        return forced;
+    }
+    if (!ctx->info.is_cpu) {
+        snprintf(why, cap, "not a CPU device");
+        return 0;
+    }
+    if (!cpu_family_covers(d)) {
+        char features[160];
+        flashcl__describe_variants(d, features, sizeof features);
+        snprintf(why, cap, "the CPU family runs plain float32 with d <= 256 (this call: d=%zu, %s)", d->head_dim, features);
+        return 0;
+    }
+    return 1;
+}
+
+static flashcl_status refuse_forced(flashcl_context *ctx, const flashcl_attention_desc *desc, const char *var) {
+    char features[160];
+    flashcl__describe_variants(desc, features, sizeof features);
+    return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                         "%s=...cpu: the CPU family runs plain float32 attention with d <= 256 (this call: d=%zu, %s)",
+                         var, desc->head_dim, features);
+}
+
+/* -w: POCL's clang warns that every float16 argument of the (always inlined)
+   helpers "changes the ABI" without AVX-512, and prints "N warnings
+   generated." to the application's stderr on each build; the warning is moot
+   for inlined code, and the library must not print. */
+static void options_for(int d, int groups, int chunk, char *out, size_t cap) {
+    snprintf(out, cap, "-w -D HEAD_DIM=%d -D GROUPS=%d -D CHUNK=%d -D STEP=%d", d, groups, chunk, CPU_STEP);
+}
+
+/* Creates `name` from the program and checks a work-group of one fits. */
+static flashcl_status make_kernel(flashcl_context *ctx, cl_program program, const char *name, cl_kernel *out,
+                                  cl_ulong *private_bytes) {
+    flashcl_status st = flashcl__create_kernel(ctx, program, name, out);
+    if (st != FLASHCL_SUCCESS) return st;
+    size_t wg = 0;
+    cl_ulong priv = 0;
+    cl_int err = clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof priv, &priv, NULL);
+    if (err != CL_SUCCESS) {
+        clReleaseKernel(*out);
+        *out = NULL;
+        return flashcl__fail_cl(ctx, err, "clGetKernelWorkGroupInfo(CPU family)");
+    }
+    if (private_bytes && priv > *private_bytes) *private_bytes = priv;
+    return FLASHCL_SUCCESS;
+}
+
+static void fill_public(flashcl_plan *p, const char *kernel, int rows, int chunk, cl_ulong priv, const char *options,
+                        const char *origin) {
+    flashcl__copy_str(p->kernel, sizeof p->kernel, kernel);
+    p->block_rows = rows;
+    p->block_cols = chunk;
+    p->threads_per_row = 1;
+    p->staging = FLASHCL_STAGING_DIRECT;
+    p->work_group_size = 1;
+    p->local_mem_bytes = 0;
+    p->private_mem_bytes = (size_t)priv;
+    p->scratch_bytes = 0;
+    flashcl__copy_str(p->build_options, sizeof p->build_options, options);
+    flashcl__copy_str(p->origin, sizeof p->origin, origin);
+}
+
+/* The overrides may give br (16, 32, 64 or 128 rows per work-item) and bc
+   (the chunk: a multiple of 6, at most 480). */
+static flashcl_status sizes_from(flashcl_context *ctx, int rows, int cols, int *groups, int *chunk) {
+    *chunk = CPU_CHUNK;
+    *groups = CPU_GROUPS;
+    if (rows > 0) {
+        if (rows != 16 && rows != 32 && rows != 64 && rows != 128)
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "the cpu kernels need br in {16, 32, 64, 128} (got %d)",
+                                 rows);
+        *groups = rows / CPU_LANES;
+    }
+    if (cols > 0) {
+        if (cols % CPU_STEP != 0 || cols > CPU_MAX_CHUNK)
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                                 "the cpu kernels need bc a multiple of %d, at most %d (got %d)", CPU_STEP, CPU_MAX_CHUNK,
+                                 cols);
+        *chunk = cols;
+    }
+    return FLASHCL_SUCCESS;
+}
+
+static const char *const family_reason =
+    "16-row groups per work-item in float16 lanes, GEMM micro-kernels of 16x6 on explicit vectors, "
+    "K/V (Q/dO for dK/dV) packed once per call into dense scratch and streamed from there in chunks "
+    "that serve all of a work-item's row groups, work-groups of one";
+
+/* Builds the pass's kernels (and the pack kernel) and fills the public plan. */
+static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *desc,
+                                 flashcl__cpu_plan *out) {
+    const int forward = pass == FLASHCL__FORWARD;
+    const char *var = forward ? "FLASHCL_TILE" : "FLASHCL_BWD_KERNEL";
+    int present = 0, rows = -1, cols = -1;
+    flashcl_status st = FLASHCL_SUCCESS;
+    if (forward) {
+        flashcl__tile_override ov;
+        st = flashcl__read_tile_override(ctx, &ov);
+        present = ov.present, rows = ov.block_rows, cols = ov.block_cols;
+    } else {
+        flashcl__bwd_override ov;
+        st = flashcl__read_bwd_override(ctx, &ov);
+        present = ov.present, rows = ov.block_rows, cols = ov.block_cols;
+    }
+    if (st != FLASHCL_SUCCESS) return st;
+    if (!cpu_family_covers(desc)) return refuse_forced(ctx, desc, var);
+    const int d = (int)desc->head_dim;
+    int chunk = CPU_CHUNK, groups = CPU_GROUPS;
+    st = present ? sizes_from(ctx, rows, cols, &groups, &chunk) : FLASHCL_SUCCESS;
+    if (st != FLASHCL_SUCCESS) return st;
+    char options[256];
+    options_for(d, groups, chunk, options, sizeof options);
+    cl_program program = NULL;
+    st = flashcl__get_program(ctx, "flash_cpu.cl", options, &program);
+    if (st != FLASHCL_SUCCESS) return st;
+    static const char *const names[2][3] = {{FLASHCL__CPU_FWD_KERNEL, NULL, NULL},
+                                            {"flash_bwd_cpu_dot", FLASHCL__CPU_DKDV_KERNEL, "flash_bwd_cpu_dq"}};
+    cl_ulong priv = 0;
+    for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i)
+        if (names[pass][i]) st = make_kernel(ctx, program, names[pass][i], &out->main[i], i == 0 && !forward ? NULL : &priv);
+    if (st == FLASHCL_SUCCESS) st = make_kernel(ctx, program, "flash_cpu_pack", &out->pack, NULL);
+    if (st != FLASHCL_SUCCESS) return st; /* the caller releases what was made */
+    const int lanes = groups * CPU_LANES;
+    fill_public(&out->pub, forward ? FLASHCL__CPU_FWD_KERNEL : FLASHCL__CPU_DKDV_KERNEL, lanes, chunk, priv, options,
+                present ? "env" : "table");
+    const char *origin = present ? (forward ? "FLASHCL_TILE=kernel=cpu" : "FLASHCL_BWD_KERNEL=cpu") : "table: CPU device";
+    if (forward)
+        snprintf(out->pub.reason, sizeof out->pub.reason,
+                 "%s: CPU kernel family (%s), %d rows per work-item, %d keys per pass%s", origin, family_reason, lanes,
+                 chunk, present ? "" : "; FLASHCL_TILE=kernel=rows forces the portable row kernel");
+    else
+        snprintf(out->pub.reason, sizeof out->pub.reason,
+                 "%s: CPU kernel family (%s); flash_bwd_cpu_dkdv owns %d keys and passes over %d query rows at a time, "
+                 "flash_bwd_cpu_dq %d rows and %d keys%s",
+                 origin, family_reason, lanes, chunk, lanes, chunk,
+                 present ? "" : "; FLASHCL_BWD_KERNEL=rows forces the portable row kernels");
+    out->head_dim = d;
+    return FLASHCL_SUCCESS;
+}
+
+static void release_plan(flashcl__cpu_plan *p) {
+    for (int i = 0; i < 3; ++i)
+        if (p->main[i]) clReleaseKernel(p->main[i]);
+    if (p->pack) clReleaseKernel(p->pack);
+    free(p);
+}
+
+flashcl_status flashcl__cpu_plan_for(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
+                                     const flashcl__cpu_plan **out) {
+    flashcl__cpu_state *state = ctx->family[FLASHCL__FAMILY_CPU];
+    if (!state) {
+        state = calloc(1, sizeof *state);
+        if (!state) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the CPU family");
+        ctx->family[FLASHCL__FAMILY_CPU] = state;
+    }
+    for (flashcl__cpu_plan *p = state->plans[pass]; p; p = p->next)
+        if (p->head_dim == (int)d->head_dim) {
+            *out = p;
+            return FLASHCL_SUCCESS;
+        }
+    flashcl__cpu_plan *p = calloc(1, sizeof *p);
+    if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a plan");
+    flashcl_status st = build_plan(ctx, pass, d, p);
+    if (st != FLASHCL_SUCCESS) {
+        release_plan(p);
+        return st;
+    }
+    p->next = state->plans[pass];
+    state->plans[pass] = p;
+    *out = p;
+    return FLASHCL_SUCCESS;
+}
+
+void flashcl__cpu_release_plans(flashcl__cpu_state *state) {
+    for (int pass = 0; pass < 2; ++pass)
+        while (state->plans[pass]) {
+            flashcl__cpu_plan *p = state->plans[pass];
+            state->plans[pass] = p->next;
+            release_plan(p);
+        }
+}

@@ -1,0 +1,43 @@
+/* The NVIDIA tensor-core family's table. */
+#include "nvidia.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
+                         const flashcl_tensor *views, char *why, size_t cap) {
+    if (!flashcl__mma_covers(ctx, d, why, cap)) return 0;
+    const int n = pass == FLASHCL__FORWARD ? FLASHCL__FORWARD_VIEWS : FLASHCL__BACKWARD_VIEWS;
+    if (views && !flashcl__mma_views_aligned(views, n)) {
+        snprintf(why, cap, "tensor-core path needs views 16-byte aligned (offsets and strides multiples of 8)");
+        return 0;
+    }
+    return 1;
+}
+
+static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
+                                  flashcl_plan *out) {
+    const flashcl__mma_plan *p = NULL;
+    flashcl_status st = pass == FLASHCL__FORWARD ? flashcl__mma_plan_for(ctx, d, &p) : flashcl__mma_backward_plan_for(ctx, d, &p);
+    if (st == FLASHCL_SUCCESS) *out = pass == FLASHCL__FORWARD ? p->pub : p->bwd_pub;
+    return st;
+}
+
+/* The backward's D = rowsum(dO * O); the forward needs none. */
+static size_t nvidia_scratch(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d) {
+    (void)ctx;
+    return pass == FLASHCL__FORWARD ? 0 : flashcl__row_count(d) * sizeof(float);
+}
+
+static void nvidia_release(flashcl_context *ctx) {
+    flashcl__nvidia_state *state = ctx->family[FLASHCL__FAMILY_NVIDIA];
+    if (!state) return;
+    flashcl__mma_release_plans(state);
+    free(state);
+    ctx->family[FLASHCL__FAMILY_NVIDIA] = NULL;
+}
+
+const flashcl__backend flashcl__backend_nvidia = {
+    "nvidia",       FLASHCL_PATH_FLASH,   nvidia_covers,          nvidia_plan,
+    nvidia_scratch, flashcl__mma_forward, flashcl__mma_backward,  nvidia_release,
+};

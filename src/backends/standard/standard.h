@@ -1,0 +1,25 @@
+/*
+ * The standard attention (Algorithm 0), FLASHCL_PATH_STANDARD: S = scale*QK^T,
+ * softmax and O = PV through global memory with tiled GEMMs; its backward
+ * materialises P and dS. The honest baseline: plain float32, causal at most.
+ */
+#ifndef FLASHCL_BACKENDS_STANDARD_H
+#define FLASHCL_BACKENDS_STANDARD_H
+
+#include "../../backend.h"
+
+typedef struct flashcl__standard_plan {
+    flashcl_plan pub;
+    int tile, wpt, softmax_wg;
+    cl_kernel scores, softmax, pv;              /* forward */
+    cl_kernel rowdot, probs, ds, tn, group_sum; /* backward */
+} flashcl__standard_plan;
+
+/* The one plan of a context (ctx->family[FLASHCL__FAMILY_STANDARD]), built on first use. */
+flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__standard_plan **out);
+void flashcl__release_standard_plan(flashcl_context *ctx);
+
+flashcl_status flashcl__standard_forward(flashcl_context *ctx, const flashcl__call *call);
+flashcl_status flashcl__standard_backward(flashcl_context *ctx, const flashcl__call *call);
+
+#endif

@@ -1,0 +1,51 @@
+/* The ordered list of kernel families and the walk that every call and plan query makes over it. */
+#include "backend.h"
+
+#include <string.h>
+
+/* Most specific first: a family earlier in the list covers less and runs faster where it does. */
+static const flashcl__backend *const k_backends[] = {
+    &flashcl__backend_nvidia,   /* NVIDIA tensor cores (f16/bf16) when the probe passes */
+    &flashcl__backend_cpu,      /* CPUs: float16-lane GEMM micro-kernels (plain float32) */
+    &flashcl__backend_portable, /* any device: rows / split / tiles kernels, every variant */
+    &flashcl__backend_standard, /* FLASHCL_PATH_STANDARD: the three-kernel baseline */
+};
+#define BACKEND_COUNT (sizeof k_backends / sizeof k_backends[0])
+
+size_t flashcl__row_count(const flashcl_attention_desc *d) {
+    return (flashcl__is_varlen(d) ? 1 : d->batch) * d->heads_q * d->seqlen_q;
+}
+
+const flashcl__backend *flashcl__backend_for(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
+                                            const flashcl_tensor *views, char *skipped, size_t cap) {
+    if (skipped && cap) skipped[0] = '\0';
+    for (size_t i = 0; i < BACKEND_COUNT; ++i) {
+        const flashcl__backend *b = k_backends[i];
+        if (b->path != d->path) continue;
+        char why[256] = "";
+        if (b->covers(ctx, pass, d, views, why, sizeof why)) return b;
+        if (skipped && why[0]) flashcl__appendf(skipped, cap, "; not %s: %s", b->name, why);
+    }
+    return &flashcl__backend_portable; /* unreachable: the last family of each path covers every call */
+}
+
+flashcl_status flashcl__dispatch(flashcl_context *ctx, flashcl__pass pass, const flashcl__call *call) {
+    const flashcl__backend *b = flashcl__backend_for(ctx, pass, call->d, call->views, NULL, 0);
+    return pass == FLASHCL__FORWARD ? b->forward(ctx, call) : b->backward(ctx, call);
+}
+
+flashcl_status flashcl__dispatch_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
+                                      flashcl_plan *out) {
+    char skipped[512];
+    const flashcl__backend *b = flashcl__backend_for(ctx, pass, d, NULL, skipped, sizeof skipped);
+    memset(out, 0, sizeof *out);
+    flashcl_status st = b->plan(ctx, pass, d, out);
+    if (st != FLASHCL_SUCCESS) return st;
+    out->scratch_bytes = b->scratch_bytes(ctx, pass, d);
+    flashcl__appendf(out->reason, sizeof out->reason, "%s", skipped);
+    return FLASHCL_SUCCESS;
+}
+
+void flashcl__release_backends(flashcl_context *ctx) {
+    for (size_t i = 0; i < BACKEND_COUNT; ++i) k_backends[i]->release(ctx);
+}
