@@ -59,13 +59,21 @@ inline float flashcl_sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
  *     FLASHCL_SHARED_FOR(int, e, BLOCK_M * D4, lid, WG_SIZE) { ... }
  * The loop counts v_base, which is the same on every work-item, and tests v
  * in an `if` (folded away when n is a multiple of wg known at compile time:
- * then every item runs every iteration). The plain form is miscompiled by POCL 3.1 (LLVM 15, the default
- * `loopvec` work-group method, seen on AVX-512 hosts): inside a loop that
- * holds barriers, it evaluated the entry test `lid < n` once, with work-item
- * 0's lid, for the whole group, so when n < wg items n .. wg-1 still ran the
- * first iteration and wrote past the end of the __local array they filled
- * (test_shared_loop, tests/pocl_shared_loop.c, reproduces it; tests/check_kernel_idioms.cmake
- * keeps the plain form out of the portable kernels).
+ * then every item runs every iteration).
+ *
+ * Why: POCL 3.1 (LLVM 15, the default `loopvec` work-group method, seen on
+ * AVX-512 hosts) miscompiles kernels with barriers in one pattern. Where a
+ * barrier region holds a branch it must treat as uniform (an early `return`
+ * or a tile-skipping `continue` ahead of barriers) it "peels" work-item 0 to
+ * decide it, and work-item-dependent tests in the same region were then
+ * decided with work-item 0's values for the whole group: a loop guard
+ * `lid < n` (items n .. wg-1 ran an iteration and wrote past a __local array:
+ * the tiled backward's NaN dK), or an epilogue's row test (stores past the
+ * output). Hence, in the portable kernels: no loop starts at the local id
+ * (tests/check_kernel_idioms.cmake), no early return ahead of barriers (an
+ * `active` flag empties the loops instead), and a divergent write that
+ * follows a skip decision gets a barrier of its own. test_shared_loop
+ * (tests/pocl_shared_loop.c) reproduces the loop-guard case on the device.
  */
 #define FLASHCL_SHARED_FOR(type, v, n, lid, wg)                                                  \
     for (type v##_base = 0, v = (lid); v##_base < (n); v##_base += (wg), v = v##_base + (lid))  \

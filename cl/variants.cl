@@ -91,6 +91,82 @@ inline float4 flashcl_bf16x4(ushort4 u) {
 #define FLASHCL_LOAD4(p, i) flashcl_bf16x4(vload4(0, (p) + (i)))
 #endif
 
+/* ------------------------------------------------------- 8-bit KV caches */
+
+/* OCP fp8 e4m3fn to float: bias 7, no infinities, S.1111.111 is NaN, subnormals m * 2^-9. */
+inline float flashcl_e4m3_to_float(uchar x) {
+    const uint e = (x >> 3) & 0xFu, m = x & 7u;
+    float mag = e ? as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0x1p-9f;
+    mag = (e == 15u && m == 7u) ? NAN : mag;
+    return (x & 0x80u) ? -mag : mag;
+}
+
+/* OCP fp8 e5m2 to float: bias 15, IEEE-like (e = 31 is inf or NaN), subnormals m * 2^-16. */
+inline float flashcl_e5m2_to_float(uchar x) {
+    const uint e = (x >> 2) & 0x1Fu, m = x & 3u;
+    float mag = e ? as_float(((e + 112u) << 23) | (m << 21)) : (float)m * 0x1p-16f;
+    mag = e == 31u ? (m ? NAN : INFINITY) : mag;
+    return (x & 0x80u) ? -mag : mag;
+}
+
+/* Float to fp8, round to nearest even. mant_bits 3 / exp bias 7 (e4m3fn, saturating to 448, NaN
+   to 0x7F) or mant_bits 2 / bias 15 (e5m2, overflow to inf). Subnormals round on the fixed grid. */
+inline uchar flashcl_float_to_fp8(float f, int e4m3) {
+    const uint u = as_uint(f), sign = (u >> 24) & 0x80u;
+    const uint mbits = e4m3 ? 3u : 2u, bias = e4m3 ? 7u : 15u;
+    const float a = fabs(f);
+    if (isnan(f)) return (uchar)(sign | (e4m3 ? 0x7Fu : 0x7Eu));
+    const float max_normal = e4m3 ? 448.0f : 57344.0f;
+    const float min_normal = e4m3 ? 0x1p-6f : 0x1p-14f;
+    if (a < min_normal) {
+        /* Subnormal grid: multiples of 2^(1 - bias - mbits); rint rounds half to even. */
+        const float q = rint(a * (e4m3 ? 0x1p9f : 0x1p16f));
+        return (uchar)(sign | (uint)q); /* q = 2^mbits becomes the smallest normal: same bits */
+    }
+    uint r = as_uint(a);
+    r += (1u << (22u - mbits)) - 1u + ((r >> (23u - mbits)) & 1u); /* round the dropped bits to even */
+    uint e = ((r >> 23) & 0xFFu) - 127u + bias, m = (r >> (23u - mbits)) & ((1u << mbits) - 1u);
+    if (as_float(r & 0xFFFFFFFFu) > max_normal || e >= (e4m3 ? 16u : 31u)) {
+        if (e4m3) return (uchar)(sign | 0x7Eu); /* 448: e4m3fn saturates */
+        return (uchar)(sign | 0x7Cu);           /* e5m2: inf */
+    }
+    return (uchar)(sign | (e << mbits) | m);
+}
+
+/* ------------------------------------------------ KV caches (decode family) */
+
+/* CACHE_DTYPE: 0 the cache is store_t, 1 fp8 e4m3, 2 fp8 e5m2. PAGED: keys through a page table. */
+#ifndef CACHE_DTYPE
+#define CACHE_DTYPE 0
+#endif
+#ifndef PAGED
+#define PAGED 0
+#endif
+#if CACHE_DTYPE == 0
+#define cache_t store_t
+#define CACHE_LOAD(p, i) FLASHCL_LOAD(p, i)
+#elif CACHE_DTYPE == 1
+#define cache_t uchar
+#define CACHE_LOAD(p, i) flashcl_e4m3_to_float((p)[i])
+#else
+#define cache_t uchar
+#define CACHE_LOAD(p, i) flashcl_e5m2_to_float((p)[i])
+#endif
+
+/* Where K/V row j (counted within the sequence's keys) of sequence b starts, in elements, for
+   KV head hk: through the page table (PAGED: page table[b][(kv_start + j) / page_size]; a
+   contiguous cache is one page per sequence), else in a flashcl_forward K/V view (k0: varlen). */
+inline ulong flashcl_kv_row(int b, long j, int hk, __global const int *table, int max_pages, long page_size,
+                            long kv_start, ulong off, ulong sp, ulong sh, ulong sr, long k0) {
+#if PAGED
+    const long at = kv_start + j;
+    const long page = table[(long)b * max_pages + at / page_size];
+    return off + (ulong)page * sp + (ulong)hk * sh + (ulong)(at % page_size) * sr;
+#else
+    return off + (ulong)b * sp + (ulong)hk * sh + (ulong)(k0 + j) * sr;
+#endif
+}
+
 /* Elements 4*c4 .. 4*c4+3 of a row of `dim` elements, zero past dim. */
 inline float4 flashcl_ld4(__global const store_t *row, int c4, int dim) {
     int c = c4 * 4;
@@ -100,6 +176,17 @@ inline float4 flashcl_ld4(__global const store_t *row, int c4, int dim) {
     if (c + 1 < dim) r.y = FLASHCL_LOAD(row, c + 1);
     if (c + 2 < dim) r.z = FLASHCL_LOAD(row, c + 2);
     return r;
+}
+
+/* The same for a KV-cache row (cache_t, dequantised when fp8). */
+inline float4 flashcl_cache_ld4(__global const cache_t *row, int c4, int dim) {
+#if CACHE_DTYPE == 0
+    return flashcl_ld4(row, c4, dim);
+#else
+    const int c = c4 * 4;
+    return (float4)(c < dim ? CACHE_LOAD(row, c) : 0.0f, c + 1 < dim ? CACHE_LOAD(row, c + 1) : 0.0f,
+                    c + 2 < dim ? CACHE_LOAD(row, c + 2) : 0.0f, c + 3 < dim ? CACHE_LOAD(row, c + 3) : 0.0f);
+#endif
 }
 
 /* Stores the elements of x that fall inside dim. */

@@ -325,6 +325,12 @@ typedef struct flashcl_attention_desc {
        standard baseline, which runs plain float32 attention only (causal at
        most; else FLASHCL_ERR_UNSUPPORTED_DTYPE / _VARIANT). */
     flashcl_path path;
+
+    /* Split-KV (the decode family, src/backends/decode): how many work-groups share one
+       (sequence, KV head)'s keys, their partial results merged by LSE. 0 = automatic (enough
+       work-groups to fill the device); N = exactly N, so that a row's result does not depend on
+       the batch size or the other sequences (bitwise). */
+    size_t num_splits;
 } flashcl_attention_desc;
 
 /* A descriptor with every field zero (defaults, features off) and struct_size set:
@@ -417,6 +423,131 @@ FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flas
 FLASHCL_API flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                                 cl_mem out, size_t out_offset, cl_uint num_wait,
                                                 const cl_event *wait_list, cl_event *event);
+
+/* -------------------------------------------------------------- KV cache */
+
+/* Storage of a KV cache: the descriptor's dtype, or 8-bit floats dequantised where they are loaded. */
+typedef enum flashcl_cache_dtype {
+    FLASHCL_CACHE_DTYPE_SAME = 0,     /* the descriptor's dtype (f32, f16 or bf16) */
+    FLASHCL_CACHE_DTYPE_FP8_E4M3 = 1, /* OCP fp8 e4m3fn: 4 exponent bits (bias 7), no inf, max 448 */
+    FLASHCL_CACHE_DTYPE_FP8_E5M2 = 2  /* OCP fp8 e5m2: 5 exponent bits (bias 15), inf and NaN like IEEE */
+} flashcl_cache_dtype;
+
+/*
+ * A KV cache, for flashcl_forward_kvcache (FlashAttention-2's flash_attn_with_kvcache).
+ *   Contiguous (block_table NULL): k and v are [batch_cache, capacity, heads_kv, d] views
+ *     (flashcl_tensor: stride_batch between cache sequences, stride_row between rows);
+ *     cache_batch_idx picks a cache sequence for each batch entry (default: entry b uses b).
+ *   Paged (block_table set): k and v are page pools [num_pages, page_size, heads_kv, d]
+ *     (stride_batch = the page stride), any page size from 1; block_table[b * max_pages + j]
+ *     is the page holding rows j*page_size .. of sequence b. FlashInfer's CSR form converts
+ *     as: block_table[b][j] = indices[indptr[b] + j] for j < indptr[b+1] - indptr[b], and
+ *     cache_seqlens[b] = (indptr[b+1] - indptr[b] - 1) * page_size + last_page_len[b].
+ * The int32 tables are host arrays: FlashCL checks every page index and length against
+ * the pools before anything is enqueued, and copies them to the device with the call.
+ * cache_seqlens[b] rows are in the cache before the call (NULL: every sequence is full:
+ * capacity, or max_pages * page_size); the keys of sequence b are rows
+ * [cache_leftpad[b], cache_seqlens[b] + seqlen_new), positions counted from cache_leftpad[b].
+ * k_new / v_new ([batch, seqlen_new, heads_kv, d], buffer NULL = none) are written into the
+ * cache at rows cache_seqlens[b] .. in the same call (in place, as FlashAttention does; the
+ * caller advances its cache_seqlens), rotated first when rotary is set; q is rotated too
+ * (into scratch, never in place): at positions cache_seqlens[b] + i when causal or windowed,
+ * else all at cache_seqlens[b] (FlashAttention's rule).
+ */
+typedef struct flashcl_kv_cache {
+    size_t struct_size;            /* FLASHCL_KV_CACHE_INIT */
+    flashcl_tensor k, v;
+    size_t capacity;               /* contiguous: rows per cache sequence */
+    size_t batch_cache;            /* contiguous: sequences in the cache (0 = desc->batch) */
+    size_t num_pages, page_size;   /* paged: the pools' pages, rows per page */
+    const int32_t *block_table;    /* host [batch, max_pages]; NULL = contiguous */
+    size_t max_pages;
+    const int32_t *cache_seqlens;  /* host [batch]; NULL = full */
+    const int32_t *cache_batch_idx;/* host [batch]; NULL = identity (contiguous only) */
+    const int32_t *cache_leftpad;  /* host [batch]; NULL = 0 */
+    flashcl_tensor k_new, v_new;   /* rows to append; buffer NULL = none */
+    size_t seqlen_new;
+    /* Rotary embedding of k_new and q: float32 cos and sin [seqlen_ro, rotary_dim / 2]
+       (from rotary_offset elements), on the first rotary_dim dims (even, <= head_dim);
+       rotary_interleaved 1: GPT-J pairs (x0, x1), (x2, x3) ...; 0: GPT-NeoX halves. */
+    cl_mem rotary_cos, rotary_sin;
+    size_t rotary_offset, seqlen_ro, rotary_dim;
+    int rotary_interleaved;
+    /* 8-bit caches: the cache holds x / scale; k_scale and v_scale are float32 [1] (per
+       tensor) or [heads_kv] (scale_per_head); NULL = 1. k_new / v_new stay in desc->dtype
+       and are quantised (round to nearest even, saturating for e4m3) when appended. */
+    flashcl_cache_dtype dtype;
+    cl_mem k_scale, v_scale;
+    int scale_per_head;
+} flashcl_kv_cache;
+
+#define FLASHCL_KV_CACHE_INIT {.struct_size = sizeof(flashcl_kv_cache)}
+static inline flashcl_kv_cache flashcl_kv_cache_init(void) {
+#ifdef __cplusplus
+    flashcl_kv_cache c = {};
+#else
+    flashcl_kv_cache c = {0};
+#endif
+    c.struct_size = sizeof c;
+    return c;
+}
+
+/*
+ * Attention of q against a KV cache (after appending k_new / v_new), the decode call of
+ * every inference loop. q and o are [batch, heads_q, seqlen_q, head_dim(_v)] views as for
+ * flashcl_forward; desc->seqlen_k is ignored (the lengths come from the cache); causal is
+ * bottom-right against each sequence's length. Supported: GQA/MQA, causal, window, softcap,
+ * ALiBi, sinks, f32/f16/bf16 (and fp8 caches), head dims up to 256, any seqlen_q (short
+ * queries are what it is fast for), desc->num_splits. Not with a KV cache: varlen, bias,
+ * masks, block masks, dropout (FLASHCL_ERR_UNSUPPORTED_VARIANT).
+ * lse: NULL or float32 [batch, heads_q, seqlen_q].
+ */
+FLASHCL_API flashcl_status flashcl_forward_kvcache(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                                   const flashcl_tensor *q, const flashcl_kv_cache *cache,
+                                                   const flashcl_tensor *o, cl_mem lse, size_t lse_offset,
+                                                   cl_uint num_wait, const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------ merge states */
+
+/*
+ * num_states partial attention results over the same query rows (split-KV, cascade
+ * attention, context parallelism), each a float32 O_i and its natural-log LSE_i, merged:
+ *   lse = log sum_i exp(lse_i),  O = sum_i exp(lse_i - lse) O_i.
+ * A row whose every lse_i is -inf gets O = 0 and lse = -inf (never NaN).
+ */
+typedef struct flashcl_merge_desc {
+    size_t struct_size;      /* FLASHCL_MERGE_DESC_INIT */
+    size_t num_states;       /* >= 1 */
+    size_t batch, heads, seqlen, head_dim;
+    flashcl_dtype dtype;     /* of the merged o (0 = float32); the states are float32 */
+    size_t o_state_stride;   /* elements from state i to i+1 in o_states (0 = batch*seqlen*heads*head_dim) */
+    size_t lse_state_stride; /* elements from state i to i+1 in lse_states (0 = batch*heads*seqlen) */
+} flashcl_merge_desc;
+
+#define FLASHCL_MERGE_DESC_INIT {.struct_size = sizeof(flashcl_merge_desc)}
+static inline flashcl_merge_desc flashcl_merge_desc_init(void) {
+#ifdef __cplusplus
+    flashcl_merge_desc m = {};
+#else
+    flashcl_merge_desc m = {0};
+#endif
+    m.struct_size = sizeof m;
+    return m;
+}
+
+/* o_states: a float32 view of state 0 ([batch, heads, seqlen, head_dim] like a tensor view);
+   lse_states: float32 [num_states][batch, heads, seqlen] from lse_states_offset; o: the merged
+   view (m->dtype); lse: NULL or float32 [batch, heads, seqlen]. */
+FLASHCL_API flashcl_status flashcl_merge_states(flashcl_context *ctx, const flashcl_merge_desc *m,
+                                                const flashcl_tensor *o_states, cl_mem lse_states,
+                                                size_t lse_states_offset, const flashcl_tensor *o, cl_mem lse,
+                                                size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                                                cl_event *event);
+
+/* The same on host arrays (no device): o_states packed [num_states][batch, seqlen, heads, head_dim],
+   lse_states [num_states][batch, heads, seqlen], o [batch, seqlen, heads, head_dim] float32, lse may be NULL. */
+FLASHCL_API flashcl_status flashcl_merge_states_host(const flashcl_merge_desc *m, const float *o_states,
+                                                     const float *lse_states, float *o, float *lse);
 
 /* --------------------------------------------------------------- backward */
 

@@ -46,9 +46,10 @@ typedef struct flashcl__backend {
 } flashcl__backend;
 
 /* The families, in k_backends order; each keeps its plans in ctx->family[its slot]. */
-enum { FLASHCL__FAMILY_NVIDIA, FLASHCL__FAMILY_CPU, FLASHCL__FAMILY_PORTABLE, FLASHCL__FAMILY_STANDARD,
-       FLASHCL__FAMILY_COUNT };
+enum { FLASHCL__FAMILY_DECODE, FLASHCL__FAMILY_NVIDIA, FLASHCL__FAMILY_CPU, FLASHCL__FAMILY_PORTABLE,
+       FLASHCL__FAMILY_STANDARD, FLASHCL__FAMILY_COUNT };
 
+extern const flashcl__backend flashcl__backend_decode;
 extern const flashcl__backend flashcl__backend_nvidia;
 extern const flashcl__backend flashcl__backend_cpu;
 extern const flashcl__backend flashcl__backend_portable;

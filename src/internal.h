@@ -114,6 +114,8 @@ typedef struct flashcl__view_spec {
     const flashcl_tensor *t;
     size_t heads, rows, dim;   /* dim: head_dim or head_dim_v */
     int is_output;
+    size_t batch;              /* 0: the descriptor's batch (1 with varlen); a KV cache's pages or sequences */
+    size_t elem;               /* bytes per element; 0: the descriptor's dtype (an fp8 cache has 1) */
 } flashcl__view_spec;
 typedef struct flashcl__lse_spec {
     cl_mem buffer;
@@ -130,6 +132,10 @@ flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attent
                                       const flashcl_tensor *v, const flashcl_tensor *o,
                                       cl_mem lse, size_t lse_offset, cl_uint num_wait,
                                       const cl_event *wait_list, flashcl_tensor resolved[4]);
+
+/* A small buffer argument: a cl_mem of this context holding `count` elements of `elem` bytes from `offset`. */
+flashcl_status flashcl__validate_small(flashcl_context *ctx, const char *name, cl_mem buf, size_t elem, size_t offset,
+                                       size_t count);
 
 /* Bounds of the variant buffers (slopes, sinks, dsinks when backward, bias, masks, cu_seqlens). */
 flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward);

@@ -11,8 +11,8 @@
 /* Largest size the kernels index with 32-bit ints (sequence lengths, heads, batch). */
 #define MAX_DIM ((size_t)INT_MAX)
 
-/* The first descriptor with a struct_size (FlashCL 0.2) ends with `path`: no caller's is shorter. */
-#define DESC_MIN_SIZE (offsetof(flashcl_attention_desc, path) + sizeof(flashcl_path))
+/* The first descriptor with a struct_size (FlashCL 0.2) ends with `num_splits`: no caller's is shorter. */
+#define DESC_MIN_SIZE (offsetof(flashcl_attention_desc, num_splits) + sizeof(size_t))
 
 /* Copies the caller's descriptor, whatever header it was built with: fields it lacks read as
    zero (off); fields this library lacks must be zero. */
@@ -146,15 +146,23 @@ static int view_overlaps(const flashcl_tensor *t, size_t batch, size_t heads, si
     return 0;
 }
 
+/* A view's batch count and element size: its own, else the descriptor's. */
+static size_t spec_batch(const flashcl__view_spec *s, const flashcl_attention_desc *d) {
+    return s->batch ? s->batch : (flashcl__is_varlen(d) ? 1 : d->batch);
+}
+static size_t spec_elem(const flashcl__view_spec *s, const flashcl_attention_desc *d) {
+    return s->elem ? s->elem : flashcl_dtype_size(d->dtype);
+}
+
 static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec *s, const flashcl_attention_desc *d,
                                  flashcl_tensor *resolved, size_t *begin, size_t *end) {
     char field[32];
     snprintf(field, sizeof field, "%s.buffer", s->name);
     size_t floats = 0; /* elements of the storage type */
     const size_t dim = s->dim;
-    const int varlen = flashcl__is_varlen(d);
-    const size_t batch = varlen ? 1 : d->batch; /* varlen views are [total, heads, dim] */
-    flashcl_status st = check_buffer(ctx, field, s->t->buffer, flashcl_dtype_size(d->dtype), &floats);
+    const int varlen = flashcl__is_varlen(d) && !s->batch;
+    const size_t batch = spec_batch(s, d); /* varlen views are [total, heads, dim] */
+    flashcl_status st = check_buffer(ctx, field, s->t->buffer, spec_elem(s, d), &floats);
     if (st != FLASHCL_SUCCESS) return st;
     flashcl_tensor t = *s->t;
     if (t.stride_batch == 0 && t.stride_head == 0 && t.stride_row == 0) {
@@ -226,13 +234,13 @@ static int views_share_element(const flashcl__view_spec *sa, const flashcl_tenso
                                int ib) {
     size_t a0 = begin[ia] + shift_a, a1 = end[ia] + shift_a, b0 = begin[ib] + shift_b, b1 = end[ib] + shift_b;
     if (a1 <= b0 || b1 <= a0) return 0;
-    if (a->stride_batch != b->stride_batch || a->stride_head != b->stride_head || a->stride_row != b->stride_row)
+    if (a->stride_batch != b->stride_batch || a->stride_head != b->stride_head || a->stride_row != b->stride_row ||
+        spec_elem(sa, d) != spec_elem(sb, d))
         return 1;
     long long stride[3] = {(long long)a->stride_batch, (long long)a->stride_head, (long long)a->stride_row};
-    const long long batch = flashcl__is_varlen(d) ? 1 : (long long)d->batch;
     const long long dim = (long long)(sa->dim > sb->dim ? sa->dim : sb->dim);
-    long long na[3] = {batch, (long long)sa->heads, (long long)sa->rows};
-    long long nb[3] = {batch, (long long)sb->heads, (long long)sb->rows};
+    long long na[3] = {(long long)spec_batch(sa, d), (long long)sa->heads, (long long)sa->rows};
+    long long nb[3] = {(long long)spec_batch(sb, d), (long long)sb->heads, (long long)sb->rows};
     for (int i = 0; i < 3; ++i) /* sort by stride */
         for (int j = i + 1; j < 3; ++j)
             if (stride[j] < stride[i]) {
@@ -280,16 +288,16 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
     /* An output sharing memory with an input or another output would race.
        Sub-buffers are compared through their parent buffer; views among
        themselves in elements (one storage type), against LSE in bytes. */
-    const size_t elem = flashcl_dtype_size(d->dtype);
     cl_mem root[FLASHCL__MAX_VIEWS + 1];
     size_t shift[FLASHCL__MAX_VIEWS + 1], shift_elems[FLASHCL__MAX_VIEWS];
     for (int i = 0; i < count; ++i) {
         memory_root(views[i].t->buffer, &root[i], &shift[i]);
-        shift_elems[i] = shift[i] / elem;
+        shift_elems[i] = shift[i] / spec_elem(&views[i], d);
     }
     if (lse->buffer) memory_root(lse->buffer, &root[count], &shift[count]);
     const size_t lse_b0 = lse_begin * sizeof(float) + shift[count], lse_b1 = lse_end * sizeof(float) + shift[count];
     for (int o = 0; o < count; ++o) {
+        const size_t elem = spec_elem(&views[o], d);
         const size_t o_b0 = begin[o] * elem + shift[o], o_b1 = end[o] * elem + shift[o];
         if (!views[o].is_output) continue;
         for (int i = 0; i < count; ++i)
@@ -303,7 +311,8 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
     }
     if (lse->buffer && lse->is_output) {
         for (int i = 0; i < count; ++i)
-            if (root[count] == root[i] && lse_b0 < end[i] * elem + shift[i] && begin[i] * elem + shift[i] < lse_b1)
+            if (root[count] == root[i] && lse_b0 < end[i] * spec_elem(&views[i], d) + shift[i] &&
+                begin[i] * spec_elem(&views[i], d) + shift[i] < lse_b1)
                 return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "lse overlaps %s in the same buffer", views[i].name);
     }
     if ((num_wait > 0) != (wait_list != NULL))
@@ -317,19 +326,18 @@ flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attent
                                       const flashcl_tensor *v, const flashcl_tensor *o,
                                       cl_mem lse, size_t lse_offset, cl_uint num_wait,
                                       const cl_event *wait_list, flashcl_tensor resolved[4]) {
-    const flashcl__view_spec views[4] = {{"q", q, d->heads_q, d->seqlen_q, d->head_dim, 0},
-                                         {"k", k, d->heads_kv, d->seqlen_k, d->head_dim, 0},
-                                         {"v", v, d->heads_kv, d->seqlen_k, d->head_dim_v, 0},
-                                         {"o", o, d->heads_q, d->seqlen_q, d->head_dim_v, 1}};
+    const flashcl__view_spec views[4] = {{"q", q, d->heads_q, d->seqlen_q, d->head_dim, 0, 0, 0},
+                                         {"k", k, d->heads_kv, d->seqlen_k, d->head_dim, 0, 0, 0},
+                                         {"v", v, d->heads_kv, d->seqlen_k, d->head_dim_v, 0, 0, 0},
+                                         {"o", o, d->heads_q, d->seqlen_q, d->head_dim_v, 1, 0, 0}};
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
     flashcl_status st = flashcl__validate_views(ctx, d, views, 4, &lse_spec, num_wait, wait_list, resolved);
     if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0);
     return st;
 }
 
-/* A small float32/int32/byte buffer argument: `count` elements from `offset`. */
-static flashcl_status check_small(flashcl_context *ctx, const char *name, cl_mem buf, size_t elem, size_t offset,
-                                  size_t count) {
+flashcl_status flashcl__validate_small(flashcl_context *ctx, const char *name, cl_mem buf, size_t elem, size_t offset,
+                                       size_t count) {
     size_t have = 0;
     flashcl_status st = check_buffer(ctx, name, buf, elem, &have);
     if (st != FLASHCL_SUCCESS) return st;
@@ -373,12 +381,12 @@ flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const fla
         if (!mul_add(d->batch - 1, d->alibi_stride_batch, d->heads_q, &extent))
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "alibi_stride_batch (%zu) is too large",
                                  d->alibi_stride_batch);
-        st = check_small(ctx, "alibi_slopes", d->alibi_slopes, sizeof(float), d->alibi_offset, extent);
+        st = flashcl__validate_small(ctx, "alibi_slopes", d->alibi_slopes, sizeof(float), d->alibi_offset, extent);
     }
     if (st == FLASHCL_SUCCESS && d->sinks)
-        st = check_small(ctx, "sinks", d->sinks, sizeof(float), d->sinks_offset, d->heads_q);
+        st = flashcl__validate_small(ctx, "sinks", d->sinks, sizeof(float), d->sinks_offset, d->heads_q);
     if (st == FLASHCL_SUCCESS && backward && d->dsinks) {
-        st = check_small(ctx, "dsinks", d->dsinks, sizeof(float), d->dsinks_offset, d->heads_q);
+        st = flashcl__validate_small(ctx, "dsinks", d->dsinks, sizeof(float), d->dsinks_offset, d->heads_q);
         if (st == FLASHCL_SUCCESS && d->dsinks == d->sinks &&
             d->dsinks_offset < d->sinks_offset + d->heads_q && d->sinks_offset < d->dsinks_offset + d->heads_q)
             return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "dsinks overlaps sinks in the same buffer");
@@ -388,8 +396,8 @@ flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const fla
     if (st == FLASHCL_SUCCESS && d->block_mask.buffer)
         st = check_matrix(ctx, d, "block_mask", &d->block_mask, 1, flashcl__block_rows(d), flashcl__block_cols(d));
     if (st == FLASHCL_SUCCESS && flashcl__is_varlen(d)) {
-        st = check_small(ctx, "cu_seqlens_q", d->cu_seqlens_q, sizeof(cl_int), 0, d->batch + 1);
-        if (st == FLASHCL_SUCCESS) st = check_small(ctx, "cu_seqlens_k", d->cu_seqlens_k, sizeof(cl_int), 0, d->batch + 1);
+        st = flashcl__validate_small(ctx, "cu_seqlens_q", d->cu_seqlens_q, sizeof(cl_int), 0, d->batch + 1);
+        if (st == FLASHCL_SUCCESS) st = flashcl__validate_small(ctx, "cu_seqlens_k", d->cu_seqlens_k, sizeof(cl_int), 0, d->batch + 1);
     }
     return st;
 }

@@ -127,7 +127,7 @@ static void seed_shape(const flashcl_context *ctx, int d, shape *s, char *why, s
 static void apply_override(const flashcl__tile_override *ov, shape *s) {
     if (ov->threads_per_row > 0) s->tpr = ov->threads_per_row;
     if (ov->staging >= 0) s->staging = ov->staging;
-    if (ov->kernel >= 0) s->kernel = ov->kernel;
+    if (ov->kernel >= 0 && ov->kernel <= KERNEL_TILES) s->kernel = ov->kernel; /* cpu/decode: their families' */
     else if (ov->threads_per_row > 0) s->kernel = s->tpr > 1 ? KERNEL_SPLIT : KERNEL_ROWS;
     if (s->kernel == KERNEL_TILES) {
         s->tpr = TILES_GRID;
