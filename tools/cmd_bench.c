@@ -178,6 +178,7 @@ static int run_variants(const bench_args *a)
 {
     bench_variant_run run;
     memset(&run, 0, sizeof run);
+    run.base = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     run.base.batch = a->batch;
     run.base.heads_q = a->heads;
     run.base.heads_kv = a->kv_heads;
@@ -330,6 +331,7 @@ static int run_backward(const bench_args *a)
 {
     bench_backward_options o;
     memset(&o, 0, sizeof o);
+    o.desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     o.desc.batch = a->batch;
     o.desc.heads_q = a->heads;
     o.desc.heads_kv = a->kv_heads;
@@ -380,6 +382,7 @@ int cmd_bench(int argc, char **argv)
     bench_report *report = calloc(1, sizeof *report);
     if (report == NULL)
         return tool_failure("bench: out of host memory");
+    report->desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     report->desc.batch = a.batch;
     report->desc.heads_q = a.heads;
     report->desc.heads_kv = a.kv_heads;
