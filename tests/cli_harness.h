@@ -23,7 +23,8 @@ void cli_expect_usage_error_naming(const char *label, const char *args, const ch
 void cli_check_variants(void);
 /* Bad variant flags and files: exit 2, one line naming the option. */
 void cli_check_variant_errors(void);
-/* `bench` with variant flags: flash with the feature next to plain flash, --json. */
+/* `bench` with variant flags (files and the data-making words): flash with the features next to
+ * plain flash, --json; bad values refused. */
 void cli_check_bench_variants(void);
 
 #endif

@@ -290,11 +290,43 @@ static void check_bf16(void)
     case_free(&c);
 }
 
+/*
+ * The words that make data: --alibi standard against ALiBi's slopes written
+ * here (the geometric sequence 2^(-8/n) of the nearest power of two n, then
+ * every other slope of the sequence for 2n), and --varlen N against the
+ * offsets of its rule (alternately a quarter above and below the mean, the
+ * last sequence taking the rest).
+ */
+static void check_made_data(void)
+{
+    cli_case c;
+    memset(&c, 0, sizeof c);
+    rv_problem *r = &c.r;
+    static const int32_t cu_q[4] = {0, 7, 12, 18}, cu_k[4] = {0, 7, 12, 20};
+    memcpy(c.cu_q, cu_q, sizeof cu_q);
+    memcpy(c.cu_k, cu_k, sizeof cu_k);
+    const size_t hq = 6;
+    r->batch = 3, r->heads_q = hq, r->heads_kv = 3, r->seqlen_q = 18, r->seqlen_k = 20;
+    r->head_dim = r->head_dim_v = 16, r->scale = 0.25, r->causal = 1;
+    r->cu_q = c.cu_q, r->cu_k = c.cu_k, r->max_seqlen_q = 7, r->max_seqlen_k = 8;
+    c.slopes = xcalloc(hq, sizeof(float));
+    for (size_t h = 0; h < 4; h++) /* n = 4 */
+        c.slopes[h] = (float)pow(2.0, -8.0 / 4 * (double)(h + 1));
+    for (size_t h = 4; h < hq; h++) /* slopes 1, 3, ... of the sequence for 2n = 8 */
+        c.slopes[h] = (float)pow(2.0, -8.0 / 8 * (double)(2 * (h - 4) + 1));
+    r->alibi_slopes = c.slopes;
+    tu_rng rng = tu_rng_seed(24);
+    write_qkv(&c, &rng);
+    run_and_check(&c, "--causal --alibi standard --varlen 3", 1, 0, "attention --alibi standard --varlen 3");
+    case_free(&c);
+}
+
 void cli_check_variants(void)
 {
     check_all_features();
     check_varlen();
     check_bf16();
+    check_made_data();
 }
 
 /* ------------------------------------------------------------- errors */
@@ -404,8 +436,8 @@ void cli_check_bench_variants(void)
     char *out, *err;
     int status = cli_run_tool(
         "bench --seqlen 64 --heads 2 --head-dim 32 --iters 1 --json --window 16,0 --softcap 5 "
-        "--alibi --sinks --dropout 0.1 --bias --mask --block-sparse 0.5 --block-size 16 "
-        "--head-dim-v 16",
+        "--alibi standard --sinks random --dropout 0.1 --bias random --mask random --block-sparse 0.5 "
+        "--block-size 16 --head-dim-v 16",
         &out, &err);
     if (status != 0) {
         fprintf(stderr, "FAIL bench with variants: exit status %d, stderr: %s\n", status, err);
@@ -426,11 +458,43 @@ void cli_check_bench_variants(void)
     }
     free(out);
     free(err);
-    status = cli_run_tool("bench --block-sparse 1.5 --block-size 16", &out, &err);
-    if (status != 2 || !strstr(err, "--block-sparse")) {
-        fprintf(stderr, "FAIL bench --block-sparse 1.5: exit %d, stderr: %s\n", status, err);
+    /* The grammar attention takes: a slopes file, dropout with a seed, BQ,BK blocks. */
+    float slopes[2] = {0.5f, 0.25f};
+    size_t two[1] = {2};
+    REQUIRE(npy_write_f32(work("bench_slopes.npy"), two, 1, slopes));
+    char args[1024];
+    snprintf(args, sizeof args,
+             "bench --seqlen 48 --heads 2 --head-dim 16 --iters 1 --json --backward --alibi '%s' "
+             "--dropout 0.1,7,3 --block-sparse 0.25 --block-size 16,32",
+             work("bench_slopes.npy"));
+    status = cli_run_tool(args, &out, &err);
+    if (status != 0 || !strstr(out, "alibi(file)") || !strstr(out, "block-sparse=0.25/16x32") ||
+        !strstr(out, "\"cost\":{")) {
+        fprintf(stderr, "FAIL bench with a slopes file: exit status %d, stderr: %s, stdout:\n%s", status, err, out);
         tu_fail_count();
+    } else {
+        printf("bench with a slopes file, a dropout seed and 16x32 blocks\n");
     }
     free(out);
     free(err);
+    remove(work("bench_slopes.npy"));
+
+    static const struct {
+        const char *args, *want;
+    } refused[] = {{"bench --block-sparse 1.5 --block-size 16", "--block-sparse"},
+                   {"bench --alibi --sinks random", "--alibi"},
+                   {"bench --dropout 0.1,x", "--dropout"},
+                   {"bench --window 16,0 --path standard", "--path standard"},
+                   {"bench --no-plain", "--no-plain"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        status = cli_run_tool(refused[i].args, &out, &err);
+        if (status != 2 || !strstr(err, refused[i].want)) {
+            fprintf(stderr, "FAIL %s: exit %d, stderr: %s\n", refused[i].args, status, err);
+            tu_fail_count();
+        } else {
+            printf("%s: exit 2, %s", refused[i].args, err);
+        }
+        free(out);
+        free(err);
+    }
 }

@@ -1,6 +1,6 @@
 /*
  * The `flashcl` command line on .npy files this test writes itself:
- * attention results against the reference (flash and --standard, GQA,
+ * attention results against the reference (flash and --path standard, GQA,
  * causal, sq != sk, an explicit --scale), the gradients of --dout/--dq/--dk/
  * --dv against a double-precision backward written here, bad input rejected
  * with exit status 2, one line on stderr and no output file, and
@@ -218,6 +218,9 @@ static void check_bad_inputs(const tu_problem *p)
     expect_usage_error("unknown option", "Q.npy", "K.npy", "V.npy", "--bogus");
     expect_usage_error("--scale nan", "Q.npy", "K.npy", "V.npy", "--scale nan");
     expect_usage_error("--scale -1", "Q.npy", "K.npy", "V.npy", "--scale -1");
+    /* attention computes one path; --standard became --path standard. */
+    expect_usage_error("--path both", "Q.npy", "K.npy", "V.npy", "--path both");
+    expect_usage_error("--standard (retired)", "Q.npy", "K.npy", "V.npy", "--standard");
 }
 
 /* ------------------------------------------------------------ backward */
@@ -396,7 +399,7 @@ static void check_backward(const tu_problem *p, const char *extra, const char *w
     snprintf(label, sizeof label, "backward %s (flash)", what);
     expect_backward_success(p, &ref, "dO.npy", extra, label);
     snprintf(label, sizeof label, "backward %s (standard)", what);
-    snprintf(args, sizeof args, "%s --standard", extra);
+    snprintf(args, sizeof args, "%s --path standard", extra);
     expect_backward_success(p, &ref, "dO.npy", args, label);
     grads_free(&ref);
     free(dout);
@@ -429,9 +432,9 @@ static void check_backward_errors(const tu_problem *p)
              cli_path_in(cli_work, "dO.npy"), cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"),
              cli_path_in(cli_work, "dQ.npy"));
     expect_usage_error("--dv same file as --dq", "Q.npy", "K.npy", "V.npy", args);
-    snprintf(args, sizeof args, "--dout '%s' %s --standard", cli_path_in(cli_work, "dO_like_K.npy"),
+    snprintf(args, sizeof args, "--dout '%s' %s --path standard", cli_path_in(cli_work, "dO_like_K.npy"),
              grads_args);
-    expect_usage_error("dO shaped like K, --standard", "Q.npy", "K.npy", "V.npy", args);
+    expect_usage_error("dO shaped like K, --path standard", "Q.npy", "K.npy", "V.npy", args);
     remove(cli_path_in(cli_work, "dO.npy"));
 }
 
@@ -491,9 +494,12 @@ static void check_bench(void)
     }
     static const char *const keys[] = {"\"path\"", "\"ms\"", "\"tflops\"", "\"gbps\"",
                                        "\"bytes_extra\""};
+    static const char *const summary[] = {"\"summary\"", "\"speedup\":", "\"agree\":true"};
     size_t complete = lines_with(out, keys, sizeof keys / sizeof keys[0]);
-    if (complete == 0) {
-        fprintf(stderr, "FAIL bench --json: no line has all of path/ms/tflops/gbps/bytes_extra\n");
+    if (complete != 2 || lines_with(out, summary, 3) != 1) {
+        fprintf(stderr, "FAIL bench --json: %zu lines with all of path/ms/tflops/gbps/bytes_extra (expected 2), "
+                        "or no summary with a speedup that agrees:\n%s",
+                complete, out);
         tu_fail_count();
     } else {
         printf("bench --json: %zu result line(s)\n", complete);
@@ -564,7 +570,8 @@ int main(int argc, char **argv)
     tu_problem_init(&p, flashcl_context_cl_context(ctx), &shape);
     write_inputs(&p, "Q.npy", "K.npy", "V.npy");
     expect_success(&p, "--causal", "attention (flash)");
-    expect_success(&p, "--causal --standard", "attention --standard");
+    expect_success(&p, "--causal --path standard", "attention --path standard");
+    expect_success(&p, "--causal --path flash", "attention --path flash");
 
     /* Same data (same seed), other scale: only the reference changes. */
     tu_shape scaled = shape;

@@ -1,200 +1,324 @@
-/* Formatting of `bench` results. */
+/* Formatting of `bench` results; see bench_report.h. */
 #include "bench_report.h"
 
 #include <math.h>
+#include <string.h>
 
+#include "device_info.h"
 #include "json_print.h"
 #include "plan_print.h"
 #include "tool_errors.h"
 
-static double per_second(double amount, double ms)
-{
-    return ms > 0.0 ? amount / (ms * 1e-3) : NAN;
+static double per_second(double amount, double ms) { return ms > 0.0 ? amount / (ms * 1e-3) : NAN; }
+
+/* Several passes: rows, plans and ratios name their pass. */
+static bool several_passes(const bench_job *job) { return job->pass_count > 1; }
+
+/* How bytes_extra is obtained, printed with the results so nobody has to guess. */
+static void bytes_extra_source(const bench_job *job, char *buf, size_t size) {
+    char order[64] = "";
+    for (size_t pass = 0; pass < job->pass_count; ++pass)
+        snprintf(order + strlen(order), sizeof order - strlen(order), "%s%s", pass ? ", " : "",
+                 job->passes[pass]->name);
+    snprintf(buf, size,
+             "measured: flashcl_context_scratch_bytes of a fresh context per path, read after each pass%s%s%s",
+             several_passes(job) ? " (passes run in the order " : "", several_passes(job) ? order : "",
+             several_passes(job) ? ")" : "");
 }
 
-/* standard_ms / flash_ms, or NaN when either did not run. */
-static double speedup(const bench_report *r)
-{
-    const bench_path_report *f = &r->paths[BENCH_FLASH], *s = &r->paths[BENCH_STANDARD];
-    if (!f->ran || !s->ran || f->result.ms <= 0.0)
-        return NAN;
-    return s->result.ms / f->result.ms;
+/* The plan that describes a pass: the backward's for any pass with a backward call. */
+static const flashcl_plan *pass_plan(const bench_path_result *p, const bench_pass *pass) {
+    return pass->calls == BENCH_CALLS_FORWARD ? &p->fwd_plan : &p->bwd_plan;
 }
 
-/* Why flash and standard were not compared, or NULL when they were. */
-static const char *no_comparison_reason(const bench_report *r)
-{
-    const bench_path_report *s = &r->paths[BENCH_STANDARD];
-    if (r->compared)
-        return NULL;
-    if (s->skipped)
-        return "standard was skipped, so there is nothing to compare flash with";
-    return "only one path was run";
+/* The scratch the plan query predicts for a pass of one call. */
+static bool planned_bytes(const bench_path_result *p, const bench_pass *pass, size_t *out) {
+    if (!p->planned || pass->calls == BENCH_CALLS_BOTH) return false;
+    *out = pass_plan(p, pass)->scratch_bytes;
+    return true;
 }
 
-void bench_print_table(FILE *out, const bench_report *r)
-{
-    const flashcl_attention_desc *d = &r->desc;
-    fprintf(out, "device   %s\n", r->device);
-    fprintf(out, "problem  batch %zu, heads %zu (kv %zu), seqlen %zu (k %zu), head dim %zu, float32, %s\n",
-            d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
-            d->causal ? "causal" : "non-causal");
-    roof_print_line(out, &r->roof);
-    fprintf(out, "\n%-9s %7s %11s %9s %10s %7s %9s %14s\n", "path", "iters", "ms", "TFLOP/s", "GFLOP/s",
-            "%roof", "GB/s", "bytes_extra");
-    for (int i = 0; i < BENCH_PATH_COUNT; ++i) {
-        const bench_path_report *p = &r->paths[i];
-        if (!p->selected)
-            continue;
-        if (!p->ran) {
-            fprintf(out, "%-9s skipped: ", p->name);
-            tool_print_one_line(out, p->reason);
-            fputc('\n', out);
-            continue;
-        }
-        double ms = p->result.ms;
-        char pct[16];
-        roof_format_percent(pct, sizeof pct, &r->roof, per_second(r->flops, ms) * 1e-9);
-        fprintf(out, "%-9s %7zu %11.4f %9.4f %10.2f %7s %9.2f %14zu\n", p->name, p->result.iters, ms,
-                per_second(r->flops, ms) * 1e-12, per_second(r->flops, ms) * 1e-9, pct,
-                per_second(r->bytes, ms) * 1e-9, p->bytes_extra);
-    }
-    fputc('\n', out);
-    for (int i = 0; i < BENCH_PATH_COUNT; ++i) {
-        const bench_path_report *p = &r->paths[i];
-        if (!p->ran)
-            continue;
-        fprintf(out, "plan %-9s ", p->name);
-        plan_print_summary(out, &p->plan);
+/* The name column: wide enough for every path name and a space. */
+static int name_width(const bench_job *job) {
+    size_t width = strlen("standard");
+    for (size_t i = 0; i < job->path_count; ++i)
+        width = strlen(job->paths[i].name) > width ? strlen(job->paths[i].name) : width;
+    return (int)width + 1;
+}
+
+static const char *dtype_name(flashcl_dtype dtype) {
+    return dtype == FLASHCL_DTYPE_F16 ? "float16" : dtype == FLASHCL_DTYPE_BF16 ? "bfloat16" : "float32";
+}
+
+/* ------------------------------------------------------------- table */
+
+static void print_header(FILE *out, const bench_job *job, const bench_results *r) {
+    const flashcl_attention_desc *d = &job->base;
+    char device[256];
+    device_string_into(flashcl_context_device(job->ctx), CL_DEVICE_NAME, device, sizeof device);
+    fprintf(out, "device   %s\n", device);
+    fprintf(out, "problem  batch %zu, heads %zu (kv %zu), seqlen %zu (k %zu), head dim %zu, float32, %s\n", d->batch,
+            d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim, d->causal ? "causal" : "non-causal");
+    for (size_t i = 0; i < job->path_count; ++i)
+        if (r->paths[i].features[0]) fprintf(out, "features %s\n", r->paths[i].features);
+    if (several_passes(job)) {
+        fputs("passes  ", out);
+        for (size_t pass = 0; pass < job->pass_count; ++pass)
+            fprintf(out, "%s %s: %s", pass ? ";" : "", job->passes[pass]->name, job->passes[pass]->summary);
         fputc('\n', out);
     }
-    double ratio = speedup(r);
-    if (!isnan(ratio))
-        fprintf(out, "speedup  %.2fx (standard ms / flash ms)\n", ratio);
-    if (r->compared) {
-        const compare_result *c = &r->comparison;
-        fprintf(out, "check    max |flash - standard| = %.3g: %s (tolerance %g + %g*|standard|",
-                c->max_abs_diff, c->agree ? "agree" : "DISAGREE", BENCH_ATOL, BENCH_RTOL);
-        if (!c->agree)
-            fprintf(out, "; %zu elements differ, the first at index %zu", c->mismatches,
-                    c->first_mismatch);
-        fputs(")\n", out);
-    } else {
-        fprintf(out, "check    not done: %s\n", no_comparison_reason(r));
+    roof_print_line(out, &job->roof);
+}
+
+static void print_row(FILE *out, const bench_job *job, size_t path, size_t pass, const bench_pass_result *s) {
+    int width = name_width(job);
+    fprintf(out, "%-*s ", width, job->paths[path].name);
+    if (several_passes(job)) fprintf(out, "%-8s ", job->passes[pass]->name);
+    if (!s->ran) {
+        fputs("skipped: ", out);
+        tool_print_one_line(out, s->reason);
+        fputc('\n', out);
+        return;
     }
-    fprintf(out, "ms is the mean per call over the timed iterations, enqueued back to back after "
-                 "%zu warm-up call%s; GB/s counts only Q, K, V read and O written once.\n",
-            r->warmup, r->warmup == 1 ? "" : "s");
+    double ms = s->timing.ms;
+    char pct[16];
+    roof_format_percent(pct, sizeof pct, &job->roof, per_second(s->flops, ms) * 1e-9);
+    fprintf(out, "%*zu %11.4f %9.4f %10.2f %7s %9.2f %14zu\n", several_passes(job) ? 6 : 7, s->timing.iters, ms,
+            per_second(s->flops, ms) * 1e-12, per_second(s->flops, ms) * 1e-9, pct, per_second(s->bytes, ms) * 1e-9,
+            s->bytes_extra);
 }
 
-void bench_json_problem_fields(FILE *out, const char *device, const flashcl_attention_desc *d)
-{
-    json_key(out, "device", false);
-    json_string(out, device);
-    json_key(out, "batch", false);
-    fprintf(out, "%zu", d->batch);
-    json_key(out, "heads", false);
-    fprintf(out, "%zu", d->heads_q);
-    json_key(out, "kv_heads", false);
-    fprintf(out, "%zu", d->heads_kv);
-    json_key(out, "seqlen", false);
-    fprintf(out, "%zu", d->seqlen_q);
-    json_key(out, "seqlen_k", false);
-    fprintf(out, "%zu", d->seqlen_k);
-    json_key(out, "head_dim", false);
-    fprintf(out, "%zu", d->head_dim);
-    json_key(out, "causal", false);
-    fputs(d->causal ? "true" : "false", out);
-    json_key(out, "dtype", false);
-    json_string(out, d->dtype == FLASHCL_DTYPE_F16    ? "float16"
-                     : d->dtype == FLASHCL_DTYPE_BF16 ? "bfloat16"
-                                                      : "float32");
-    json_key(out, "head_dim_v", false);
-    fprintf(out, "%zu", d->head_dim_v ? d->head_dim_v : d->head_dim);
-}
-
-void bench_json_plan_fields(FILE *out, const flashcl_plan *plan)
-{
-    json_key(out, "kernel", false);
-    /* The library fills kernel[] as a string; the copy only guards against a missing NUL. */
-    char kernel[sizeof plan->kernel + 1];
-    snprintf(kernel, sizeof kernel, "%.*s", (int)sizeof plan->kernel, plan->kernel);
-    json_string(out, kernel);
-    json_key(out, "block_rows", false);
-    fprintf(out, "%d", plan->block_rows);
-    json_key(out, "block_cols", false);
-    fprintf(out, "%d", plan->block_cols);
-    json_key(out, "work_group_size", false);
-    fprintf(out, "%zu", plan->work_group_size);
-    json_key(out, "staging", false);
-    json_string(out, plan_staging_name(plan->staging));
-    json_key(out, "local_mem_bytes", false);
-    fprintf(out, "%zu", plan->local_mem_bytes);
-}
-
-void bench_print_json(FILE *out, const bench_report *r)
-{
-    for (int i = 0; i < BENCH_PATH_COUNT; ++i) {
-        const bench_path_report *p = &r->paths[i];
-        if (!p->selected)
-            continue;
-        fputc('{', out);
-        json_key(out, "path", true);
-        json_string(out, p->name);
-        bench_json_problem_fields(out, r->device, &r->desc);
-        if (!p->ran) {
-            json_key(out, "skipped", false);
-            fputs("true", out);
-            json_key(out, "reason", false);
-            json_string(out, p->reason);
-            fputs("}\n", out);
-            continue;
+static void print_plans(FILE *out, const bench_job *job, const bench_results *r) {
+    int width = name_width(job);
+    for (size_t i = 0; i < job->path_count; ++i) {
+        const bench_path_result *p = &r->paths[i];
+        if (!p->planned) continue;
+        fprintf(out, "plan %-*s %s", width, job->paths[i].name, r->training ? "fwd  " : "");
+        plan_print_summary(out, &p->fwd_plan);
+        fputc('\n', out);
+        if (r->training) {
+            fprintf(out, "plan %-*s bwd  ", width, job->paths[i].name);
+            plan_print_summary(out, &p->bwd_plan);
+            fputc('\n', out);
         }
-        double ms = p->result.ms;
-        json_key(out, "warmup", false);
-        fprintf(out, "%zu", r->warmup);
-        json_key(out, "iters", false);
-        fprintf(out, "%zu", p->result.iters);
-        json_key(out, "timing", false);
-        json_string(out, "mean");
-        json_key(out, "ms", false);
-        json_number(out, ms);
-        json_key(out, "tflops", false);
-        json_number(out, per_second(r->flops, ms) * 1e-12);
-        json_key(out, "gflops", false);
-        json_number(out, per_second(r->flops, ms) * 1e-9);
-        roof_json_fields(out, &r->roof, per_second(r->flops, ms) * 1e-9);
-        json_key(out, "gbps", false);
-        json_number(out, per_second(r->bytes, ms) * 1e-9);
-        json_key(out, "flops", false);
-        json_number(out, r->flops);
-        json_key(out, "bytes", false);
-        json_number(out, r->bytes);
-        json_key(out, "bytes_extra", false);
-        fprintf(out, "%zu", p->bytes_extra);
-        bench_json_plan_fields(out, &p->plan);
-        fputs("}\n", out);
     }
+}
 
+static void print_ratios(FILE *out, const bench_job *job, const bench_results *r) {
+    for (size_t pass = 0; pass < job->pass_count; ++pass) {
+        double ratio = bench_ratio_value(job, r, pass);
+        if (isnan(ratio)) continue;
+        fprintf(out, "%-8s ", job->ratio.name);
+        if (several_passes(job)) fprintf(out, "%-8s ", job->passes[pass]->name);
+        fprintf(out, "%.2fx (%s ms / %s ms)\n", ratio, job->paths[job->ratio.numerator].name,
+                job->paths[job->ratio.denominator].name);
+    }
+}
+
+static void print_check(FILE *out, const bench_job *job, const bench_results *r) {
+    const bench_check *c = &r->check;
+    if (!c->done) {
+        fprintf(out, "check    not done: %s\n", c->reason);
+        return;
+    }
+    const char *a = job->paths[0].name, *b = job->paths[1].name;
+    for (size_t t = 0; t < c->count; ++t) {
+        const compare_result *x = &c->results[t];
+        fputs("check    ", out);
+        if (c->count > 1) fprintf(out, "%s  ", c->names[t]);
+        fprintf(out, "max |%s - %s| = %.3g: %s", a, b, x->max_abs_diff, x->agree ? "agree" : "DISAGREE");
+        if (c->count == 1)
+            fprintf(out, " (tolerance %g + %g*|%s|%s", BENCH_ATOL, BENCH_RTOL, b, x->agree ? ")" : "; ");
+        else if (!x->agree)
+            fputs(" (", out);
+        if (!x->agree) fprintf(out, "%zu elements differ, the first at index %zu)", x->mismatches, x->first_mismatch);
+        fputc('\n', out);
+    }
+    if (c->count > 1)
+        fprintf(out, "         after the last pass, from the same random inputs; tolerance %g + %g*|%s|\n", BENCH_ATOL,
+                BENCH_RTOL, b);
+}
+
+static void print_footnotes(FILE *out, const bench_job *job, const bench_results *r) {
+    char source[256];
+    bytes_extra_source(job, source, sizeof source);
+    fprintf(out, "bytes_extra is %s", source);
+    const char *sep = ". The plan queries predict";
+    for (size_t i = 0; i < job->path_count; ++i) {
+        for (size_t pass = 0; pass < job->pass_count; ++pass) {
+            size_t planned;
+            if (planned_bytes(&r->paths[i], job->passes[pass], &planned)) {
+                fprintf(out, "%s %zu for %s %s", sep, planned, job->paths[i].name, job->passes[pass]->name);
+                sep = ",";
+            }
+        }
+    }
+    fputs(".\nms is the mean per call", out);
+    for (size_t pass = 0; pass < job->pass_count; ++pass)
+        if (job->passes[pass]->calls == BENCH_CALLS_BOTH)
+            fprintf(out, " (per forward+backward pair for %s)", job->passes[pass]->name);
+    fprintf(out, " over the timed iterations, enqueued back to back after %zu warm-up call%s. ", job->settings.warmup,
+            job->settings.warmup == 1 ? "" : "s");
+    fputs("TFLOP/s counts the forward as 4*b*hq*sq*sk*d (2*(d + d_v) per query-key pair of each sequence, halved "
+          "when causal; masked and skipped pairs count too)",
+          out);
+    if (r->training) fprintf(out, ", the backward as %g times that", BENCH_BWD_FLOP_RATIO);
+    fputs("; GB/s counts each tensor a pass reads or writes once (Q, K, V, O and, for the backward, LSE, dO and the "
+          "gradients; not the variants' inputs).\n",
+          out);
+}
+
+void bench_print_table(FILE *out, const bench_job *job, const bench_results *r) {
+    print_header(out, job, r);
+    int width = name_width(job);
+    fprintf(out, "\n%-*s ", width, "path");
+    if (several_passes(job))
+        fprintf(out, "%-8s %6s", "pass", "iters");
+    else
+        fprintf(out, "%7s", "iters");
+    fprintf(out, " %11s %9s %10s %7s %9s %14s\n", "ms", "TFLOP/s", "GFLOP/s", "%roof", "GB/s", "bytes_extra");
+    for (size_t i = 0; i < job->path_count; ++i)
+        for (size_t pass = 0; pass < job->pass_count; ++pass) print_row(out, job, i, pass, &r->paths[i].passes[pass]);
+    fputc('\n', out);
+    print_plans(out, job, r);
+    print_ratios(out, job, r);
+    print_check(out, job, r);
+    print_footnotes(out, job, r);
+}
+
+/* ------------------------------------------------------------- JSON */
+
+/* device, batch, heads, kv_heads, seqlen, seqlen_k, head_dim, causal, dtype, head_dim_v */
+static void json_problem_fields(FILE *out, const char *device, const flashcl_attention_desc *d,
+                                const bench_path_result *p) {
+    json_member_string(out, "device", device);
+    const struct {
+        const char *key;
+        size_t value;
+    } sizes[] = {{"batch", d->batch},     {"heads", d->heads_q},     {"kv_heads", d->heads_kv},
+                 {"seqlen", d->seqlen_q}, {"seqlen_k", d->seqlen_k}, {"head_dim", d->head_dim}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) json_member_size(out, sizes[i].key, sizes[i].value);
+    json_member_literal(out, "causal", d->causal ? "true" : "false");
+    json_member_string(out, "dtype", dtype_name(p->dtype));
+    json_member_size(out, "head_dim_v", p->head_dim_v ? p->head_dim_v : d->head_dim);
+}
+
+/* The library fills the plan's strings; the copy only guards against a missing NUL. */
+static void json_plan_string(FILE *out, const char *key, const char *field, size_t size) {
+    char text[256];
+    snprintf(text, sizeof text, "%.*s", (int)(size < sizeof text ? size : sizeof text - 1), field);
+    json_member_string(out, key, text);
+}
+
+/* kernel, block_rows, block_cols, work_group_size, staging, local_mem_bytes */
+static void json_plan_fields(FILE *out, const flashcl_plan *plan) {
+    json_plan_string(out, "kernel", plan->kernel, sizeof plan->kernel);
+    json_member_number(out, "block_rows", plan->block_rows);
+    json_member_number(out, "block_cols", plan->block_cols);
+    json_member_size(out, "work_group_size", plan->work_group_size);
+    json_member_string(out, "staging", plan_staging_name(plan->staging));
+    json_member_size(out, "local_mem_bytes", plan->local_mem_bytes);
+}
+
+static void print_pass_json(FILE *out, const bench_job *job, const char *device, size_t path, size_t pass,
+                            const bench_path_result *p) {
+    const bench_pass *kind = job->passes[pass];
+    const bench_pass_result *s = &p->passes[pass];
+    fputc('{', out);
+    json_key(out, "path", true);
+    json_string(out, job->paths[path].name);
+    json_member_string(out, "pass", kind->name);
+    json_problem_fields(out, device, &job->base, p);
+    json_member_string(out, "features", p->features);
+    if (!s->ran) {
+        json_member_literal(out, "skipped", "true");
+        json_member_string(out, "reason", s->reason);
+        fputs("}\n", out);
+        return;
+    }
+    double ms = s->timing.ms;
+    json_member_size(out, "warmup", job->settings.warmup);
+    json_member_size(out, "iters", s->timing.iters);
+    json_member_string(out, "timing", "mean");
+    json_member_number(out, "ms", ms);
+    json_member_number(out, "tflops", per_second(s->flops, ms) * 1e-12);
+    json_member_number(out, "gflops", per_second(s->flops, ms) * 1e-9);
+    roof_json_fields(out, &job->roof, per_second(s->flops, ms) * 1e-9);
+    json_member_number(out, "gbps", per_second(s->bytes, ms) * 1e-9);
+    json_member_number(out, "flops", s->flops);
+    json_member_number(out, "bytes", s->bytes);
+    json_member_size(out, "bytes_extra", s->bytes_extra);
+    json_member_string(out, "bytes_extra_source", "measured");
+    size_t planned;
+    if (planned_bytes(p, kind, &planned))
+        json_member_size(out, "planned_bytes_extra", planned);
+    else
+        json_member_literal(out, "planned_bytes_extra", "null");
+    const flashcl_plan *plan = pass_plan(p, kind);
+    json_plan_fields(out, plan);
+    /* A pass with a backward names the backward's kernel; "fwd_kernel" keeps the forward's. */
+    if (plan != &p->fwd_plan) json_plan_string(out, "fwd_kernel", p->fwd_plan.kernel, sizeof p->fwd_plan.kernel);
+    json_plan_string(out, "origin", plan->origin, sizeof plan->origin);
+    fputs("}\n", out);
+}
+
+/* One value per pass: a number with one pass, else {"fwd": ..., "bwd": ...}. */
+static void json_ratio(FILE *out, const bench_job *job, const bench_results *r) {
+    json_key(out, job->ratio.name, false);
+    if (!several_passes(job)) {
+        json_number(out, bench_ratio_value(job, r, 0));
+        return;
+    }
+    fputc('{', out);
+    for (size_t pass = 0; pass < job->pass_count; ++pass) {
+        json_key(out, job->passes[pass]->name, pass == 0);
+        json_number(out, bench_ratio_value(job, r, pass));
+    }
+    fputc('}', out);
+}
+
+/* One value per compared tensor: a number for one, else {"dq": ..., ...}; mismatches with count. */
+static void json_check_member(FILE *out, const bench_check *c, const char *key, bool mismatches) {
+    json_key(out, key, false);
+    if (c->count > 1) fputc('{', out);
+    for (size_t t = 0; t < c->count; ++t) {
+        if (c->count > 1) json_key(out, c->names[t], t == 0);
+        if (mismatches)
+            fprintf(out, "%zu", c->results[t].mismatches);
+        else
+            json_number(out, c->results[t].max_abs_diff);
+    }
+    if (c->count > 1) fputc('}', out);
+}
+
+void bench_print_json(FILE *out, const bench_job *job, const bench_results *r) {
+    char device[256];
+    device_string_into(flashcl_context_device(job->ctx), CL_DEVICE_NAME, device, sizeof device);
+    for (size_t i = 0; i < job->path_count; ++i)
+        for (size_t pass = 0; pass < job->pass_count; ++pass) print_pass_json(out, job, device, i, pass, &r->paths[i]);
+
+    const bench_check *c = &r->check;
     fputc('{', out);
     json_key(out, "path", true);
     json_string(out, "summary");
-    roof_json_summary(out, &r->roof);
-    json_key(out, "speedup", false);
-    json_number(out, speedup(r));
-    json_key(out, "max_abs_diff", false);
-    if (r->compared)
-        json_number(out, r->comparison.max_abs_diff);
-    else
-        fputs("null", out);
-    json_key(out, "agree", false);
-    fputs(!r->compared ? "null" : r->comparison.agree ? "true" : "false", out);
-    if (r->compared) {
-        json_key(out, "mismatches", false);
-        fprintf(out, "%zu", r->comparison.mismatches);
-    } else {
-        json_key(out, "reason", false);
-        json_string(out, no_comparison_reason(r));
+    roof_json_summary(out, &job->roof);
+    for (size_t i = 0; i < job->path_count; ++i) {
+        if (r->paths[i].features[0]) {
+            json_member_string(out, "features", r->paths[i].features);
+            break;
+        }
     }
+    if (job->ratio.name != NULL) json_ratio(out, job, r);
+    json_member_literal(out, "agree", !c->done ? "null" : bench_check_agrees(c) ? "true" : "false");
+    if (c->done) {
+        json_check_member(out, c, "max_abs_diff", false);
+        json_check_member(out, c, "mismatches", true);
+    } else {
+        json_member_literal(out, "max_abs_diff", "null");
+        json_member_string(out, "reason", c->reason);
+    }
+    char source[256];
+    bytes_extra_source(job, source, sizeof source);
+    json_member_string(out, "bytes_extra_source", source);
     fputs("}\n", out);
 }

@@ -14,25 +14,26 @@
 
 #include "atomic_file.h"
 #include "attention_inputs.h"
-#include "attention_variants.h"
 #include "commands.h"
 #include "device_info.h"
 #include "npy.h"
 #include "npy_outputs.h"
 #include "options.h"
+#include "timing.h"
 #include "tool_errors.h"
-#include "wall_clock.h"
+#include "variant_inputs.h"
+#include "variant_options.h"
 
 void cmd_attention_help(FILE *out)
 {
     fputs("usage: flashcl attention --q Q.npy --k K.npy --v V.npy --out O.npy\n"
-          "                         [--lse LSE.npy] [--causal] [--scale S] [--standard]\n"
+          "                         [--lse LSE.npy] [--causal] [--scale S] [--path flash|standard]\n"
           "                         [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
           "                         [--dtype f32|f16|bf16] [--window L,R] [--softcap C]\n"
-          "                         [--alibi SLOPES.npy] [--sinks SINKS.npy [--dsinks OUT.npy]]\n"
-          "                         [--dropout P[,SEED[,OFFSET]]] [--bias BIAS.npy]\n"
-          "                         [--mask MASK.npy] [--block-mask BM.npy --block-size BQ,BK]\n"
-          "                         [--cu-seqlens-q CU.npy --cu-seqlens-k CU.npy]\n"
+          "                         [--alibi SLOPES] [--sinks SINKS [--dsinks OUT.npy]]\n"
+          "                         [--dropout P[,SEED[,OFFSET]]] [--bias BIAS] [--mask MASK]\n"
+          "                         [--block-mask BM.npy | --block-sparse F] [--block-size BQ,BK]\n"
+          "                         [--cu-seqlens-q CU.npy --cu-seqlens-k CU.npy | --varlen N]\n"
           "                         [--device SPEC] [--verbose]\n"
           "\n"
           "Computes O = softmax(scale * Q K^T [+ causal mask]) V on float32 .npy files\n"
@@ -52,12 +53,17 @@ void cmd_attention_help(FILE *out)
           "  --causal       bottom-right aligned causal mask (FlashAttention 2.1+)\n"
           "  --scale S      softmax scale, a finite number >= 0; 0 (the default)\n"
           "                 means 1/sqrt(head_dim)\n"
-          "  --standard     use the standard attention (S and P through global memory)\n"
-          "                 instead of the flash kernels, forward and backward\n"
+          "  --path P       flash (the default: FlashCL's kernels) or standard (S and P\n"
+          "                 through global memory), forward and backward\n"
           "  --device SPEC  \"P:D\" from `flashcl info`, or text matching the device,\n"
           "                 vendor or platform name (default: $FLASHCL_DEVICE, else the\n"
           "                 first GPU, else the first device)\n"
           "  --verbose      print one line about what was computed\n"
+          "  --dsinks OUT.npy  with --sinks and --dout: the gradient of the sinks, [hq]\n"
+          "\n"
+          "The .npy files stay float32 whatever --dtype says (FlashCL converts); V may\n"
+          "have its own head dim d_v (V's last dimension): O, dO and dV then have d_v\n"
+          "columns. With varlen, Q, K, V (and dO) are [total, h, d] files.\n"
           "\n",
           out);
     variant_help(out);
@@ -72,9 +78,13 @@ typedef struct attention_args {
     const char *q_path, *k_path, *v_path, *out_path, *lse_path, *device;
     const char *dout_path, *dq_path, *dk_path, *dv_path;
     float scale;
-    bool causal, standard, verbose;
-    variant_args var;
+    size_t path; /* index in path_choices */
+    bool causal, verbose;
+    variant_options var;
 } attention_args;
+
+static const char *const path_choices[] = {"flash", "standard"};
+static const flashcl_path path_values[] = {FLASHCL_PATH_FLASH, FLASHCL_PATH_STANDARD};
 
 static bool wants_backward(const attention_args *a)
 {
@@ -128,7 +138,7 @@ static int check_outputs(const attention_args *a)
                    {"--dq", a->dq_path},
                    {"--dk", a->dk_path},
                    {"--dv", a->dv_path},
-                   {"--dsinks", a->var.dsinks_path}};
+                   {"--dsinks", a->var.dsinks}};
     enum { OUTPUTS = sizeof outputs / sizeof outputs[0] };
     for (size_t i = 0; i < OUTPUTS; ++i) {
         const char *path = outputs[i].path;
@@ -147,16 +157,17 @@ static int check_outputs(const attention_args *a)
     return 0;
 }
 
-/* Returns 0 to go on, or the exit status (also for --help). */
-static int parse_args(int argc, char **argv, attention_args *a, bool *help)
+/* Returns 0 to go on, the exit status, or TOOL_SHOW_HELP. */
+static int parse_args(int argc, char **argv, attention_args *a)
 {
     const path_option paths[] = {
         {"--q", &a->q_path},     {"--k", &a->k_path},   {"--v", &a->v_path},
         {"--out", &a->out_path}, {"--lse", &a->lse_path}, {"--dout", &a->dout_path},
         {"--dq", &a->dq_path},   {"--dk", &a->dk_path}, {"--dv", &a->dv_path},
-        {"--device", &a->device}};
+        {"--device", &a->device}, {"--dsinks", &a->var.dsinks}};
     enum { PATHS = sizeof paths / sizeof paths[0] };
 
+    variant_defaults(&a->var);
     option_cursor c;
     options_begin(&c, "attention", argc, argv);
     int more;
@@ -165,17 +176,17 @@ static int parse_args(int argc, char **argv, attention_args *a, bool *help)
         const path_option *path = find_path_option(&c, paths, PATHS);
         if (path != NULL) {
             ok = options_value(&c, path->value);
-        } else if (options_is(&c, "--help") || options_is(&c, "-h")) {
-            *help = true;
-            return 0;
+        } else if (options_is_help(&c)) {
+            return TOOL_SHOW_HELP;
         } else if (options_is(&c, "--scale")) {
             ok = options_float(&c, 0.0f, &a->scale);
         } else if (options_is(&c, "--causal")) {
             ok = options_flag(&c);
             a->causal = true;
+        } else if (options_is(&c, "--path")) {
+            ok = options_choice(&c, path_choices, sizeof path_choices / sizeof path_choices[0], &a->path);
         } else if (options_is(&c, "--standard")) {
-            ok = options_flag(&c);
-            a->standard = true;
+            return tool_usage_error("--standard: now --path standard");
         } else if (options_is(&c, "--verbose")) {
             ok = options_flag(&c);
             a->verbose = true;
@@ -200,14 +211,16 @@ static int parse_args(int argc, char **argv, attention_args *a, bool *help)
     }
     int rc = check_backward_set(a);
     if (rc == 0)
-        rc = variant_check_args(&a->var, wants_backward(a));
+        rc = variant_check(&a->var);
+    if (rc == 0 && a->var.dsinks && !wants_backward(a))
+        rc = tool_usage_error("--dsinks: needs --dout (the gradient is computed by the backward pass)");
     return rc != 0 ? rc : check_outputs(a);
 }
 
 /* The loaded inputs; dout.data is NULL without --dout. */
 typedef struct attention_inputs {
     npy_array q, k, v, dout;
-    variant_inputs var;
+    variant_arrays var;
     size_t o_shape[4];   /* Q's shape with d_v as the last dimension (also dO's) */
     size_t lse_shape[3]; /* [b, hq, sq], or [hq, total_q] with varlen */
     size_t lse_rank;
@@ -220,12 +233,11 @@ typedef struct attention_results {
 
 static void free_results(attention_results *r)
 {
-    free(r->o);
-    free(r->lse);
-    free(r->dq);
-    free(r->dk);
-    free(r->dv);
-    free(r->dsinks);
+    float **all[] = {&r->o, &r->lse, &r->dq, &r->dk, &r->dv, &r->dsinks};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
+        free(*all[i]);
+        *all[i] = NULL;
+    }
 }
 
 static size_t product(const size_t *shape, size_t rank)
@@ -254,7 +266,7 @@ static int alloc_results(const attention_args *a, const flashcl_attention_desc *
         r->dv = malloc(in->v.count * sizeof(float));
         ok = ok && r->dq != NULL && r->dk != NULL && r->dv != NULL;
     }
-    if (a->var.dsinks_path != NULL) {
+    if (a->var.dsinks != NULL) {
         r->dsinks = malloc(desc->heads_q * sizeof(float));
         ok = ok && r->dsinks != NULL;
     }
@@ -275,7 +287,7 @@ static int write_results(const attention_args *a, const flashcl_attention_desc *
         {"--dq", a->dq_path, in->q.shape, in->q.ndim, r->dq},
         {"--dk", a->dk_path, in->k.shape, in->k.ndim, r->dk},
         {"--dv", a->dv_path, in->v.shape, in->v.ndim, r->dv},
-        {"--dsinks", a->var.dsinks_path, dsinks_shape, 1, r->dsinks},
+        {"--dsinks", a->var.dsinks, dsinks_shape, 1, r->dsinks},
     };
     return npy_outputs_write(outputs, sizeof outputs / sizeof outputs[0]);
 }
@@ -294,7 +306,7 @@ static void print_verbose(const attention_args *a, const flashcl_attention_desc 
            desc->alibi_slopes ? " alibi" : "", desc->sinks ? " sinks" : "",
            desc->dropout_p > 0.0f ? " dropout" : "", desc->bias.buffer ? " bias" : "",
            desc->mask.buffer ? " mask" : "", desc->block_mask.buffer ? " block-mask" : "",
-           desc->cu_seqlens_q ? " varlen" : "", a->standard ? "standard" : "flash", device,
+           desc->cu_seqlens_q ? " varlen" : "", path_choices[a->path], device,
            forward_s * 1e3);
     if (wants_backward(a))
         printf(" + backward %.3f ms", backward_s * 1e3);
@@ -326,14 +338,14 @@ static int compute_and_write(const attention_args *a, const flashcl_attention_de
      * the buffers belong to this context). */
     flashcl_attention_desc run_desc = *desc;
     variant_buffers vbufs;
-    rc = variant_attach(ctx, &in->var, a->var.dsinks_path != NULL, &run_desc, &vbufs);
+    rc = variant_buffers_attach(ctx, &in->var, a->var.dsinks != NULL, &run_desc, &vbufs);
     if (rc != 0) {
         variant_buffers_release(&vbufs);
         flashcl_context_destroy(ctx);
         free_results(&r);
         return rc;
     }
-    run_desc.path = a->standard ? FLASHCL_PATH_STANDARD : FLASHCL_PATH_FLASH;
+    run_desc.path = path_values[a->path];
     desc = &run_desc;
     double start = wall_seconds();
     status = flashcl_forward_host(ctx, desc, in->q.data, in->k.data, in->v.data, r.o, r.lse);
@@ -369,9 +381,11 @@ static int load_inputs(const attention_args *a, attention_inputs *in,
     if ((rc = attention_load("--q", a->q_path, &in->q)) != 0 ||
         (rc = attention_load("--k", a->k_path, &in->k)) != 0 ||
         (rc = attention_load("--v", a->v_path, &in->v)) != 0 ||
-        (rc = attention_check_shapes(&in->q, &in->k, &in->v, varlen, desc)) != 0 ||
-        (rc = variant_load(&a->var, &in->var)) != 0 ||
-        (rc = variant_apply(&a->var, &in->var, desc)) != 0)
+        (rc = attention_check_shapes(&in->q, &in->k, &in->v, varlen, desc)) != 0)
+        return rc;
+    /* 'random' variant data starts from the same seed as bench's inputs. */
+    uint64_t state = VARIANT_RANDOM_SEED;
+    if ((rc = variant_arrays_prepare(&a->var, desc, &state, &in->var)) != 0)
         return rc;
     /* O (and dO) are Q's shape with V's head dim. */
     memcpy(in->o_shape, in->q.shape, in->q.ndim * sizeof in->o_shape[0]);
@@ -401,12 +415,7 @@ int cmd_attention(int argc, char **argv)
 {
     attention_args a;
     memset(&a, 0, sizeof a);
-    bool help = false;
-    int rc = parse_args(argc, argv, &a, &help);
-    if (help) {
-        cmd_attention_help(stdout);
-        return TOOL_EXIT_OK;
-    }
+    int rc = parse_args(argc, argv, &a);
     if (rc != 0)
         return rc;
 
@@ -423,6 +432,6 @@ int cmd_attention(int argc, char **argv)
     npy_array_free(&in.k);
     npy_array_free(&in.v);
     npy_array_free(&in.dout);
-    variant_inputs_free(&in.var);
+    variant_arrays_free(&in.var);
     return rc;
 }

@@ -1,29 +1,24 @@
 /*
- * `flashcl bench`: times the flash and the standard path on the same random
- * inputs in one process, and checks that they agree. With --backward the
- * work is handed to bench_backward.c; the forward-only mode lives here.
+ * `flashcl bench`: the options, and the modes they select. A mode turns the
+ * options into a job for the one runner (bench_runner.h): which paths, which
+ * passes, which ratio, whether outputs are checked. Adding a mode is adding
+ * an entry to `modes` and the function that fills its job.
  */
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <flashcl.h>
 
-#include "bench_backward.h"
-#include "bench_common.h"
 #include "bench_report.h"
-#include "bench_run.h"
-#include "bench_variants.h"
+#include "bench_runner.h"
 #include "commands.h"
-#include "compare.h"
-#include "device_info.h"
 #include "options.h"
 #include "roof.h"
 #include "tool_errors.h"
+#include "variant_options.h"
 
-void cmd_bench_help(FILE *out)
-{
+void cmd_bench_help(FILE *out) {
     fputs("usage: flashcl bench [--batch B] [--heads H] [--kv-heads HKV] [--seqlen N]\n"
           "                     [--seqlen-k NK] [--head-dim D] [--causal] [--iters I]\n"
           "                     [--warmup W] [--path flash|standard|both] [--device SPEC]\n"
@@ -41,47 +36,52 @@ void cmd_bench_help(FILE *out)
           "  --seqlen-k NK    key length, default N\n"
           "  --head-dim D     default 64, at most 576 (FLASHCL_MAX_HEAD_DIM)\n"
           "  --causal         bottom-right aligned causal mask\n"
-          "  --iters I        timed calls per path; 0 (default) picks enough for about\n"
-          "                   one second, from 1 to 1000\n"
+          "  --iters I        timed calls per path and pass; 0 (default) picks enough for\n"
+          "                   about one second, from 1 to 1000\n"
           "  --warmup W       untimed calls first, default 1 (the first builds kernels)\n"
           "  --path P         flash, standard or both (default)\n"
           "  --device SPEC    \"P:D\" from `flashcl info`, or part of a device name\n"
           "  --backward       time the backward pass as well; see below\n"
           "  --roof GFLOPS    the rate %roof divides by; default on a CPU device: OpenBLAS\n"
           "                   SGEMM 2048^3 measured at the start (when built with it)\n"
-          "  --json           one JSON object per line: one per path, then a summary\n"
+          "  --json           one JSON object per line: one per path and pass, then a\n"
+          "                   summary\n"
           "\n"
           "ms is the mean wall-clock time per call, calls enqueued back to back.\n"
           "TFLOP/s counts 4*b*hq*sq*sk*d flops (halved when causal); GB/s counts the\n"
-          "minimum traffic, Q, K, V read and O written once, for both paths alike;\n"
-          "bytes_extra is the device memory a path needs beyond inputs and outputs.\n"
-          "When the standard path cannot allocate its seqlen x seqlen buffers it is\n"
-          "skipped and flash still runs.\n"
+          "minimum traffic, each tensor a pass reads or writes once, for every path alike;\n"
+          "bytes_extra is the device memory a path holds beyond inputs and outputs,\n"
+          "measured: flashcl_context_scratch_bytes of a context of the path's own, read\n"
+          "after each pass (flash's grows with N, standard's with N^2). When the standard\n"
+          "path cannot allocate its seqlen x seqlen buffers it is skipped and flash still\n"
+          "runs.\n"
           "\n"
           "With --backward, each path is timed in three passes: fwd (the forward,\n"
           "writing O and LSE), bwd (the backward from a random dO, uniform in [-1, 1],\n"
           "to dQ, dK, dV) and fwd+bwd (both back to back; ms per pair). TFLOP/s counts\n"
           "the backward as 2.5 times the forward's flops and fwd+bwd as 3.5 times, as\n"
-          "FlashAttention does; GB/s counts each tensor a pass reads or writes once.\n"
-          "bytes_extra is measured: flashcl_context_scratch_bytes of a context of the\n"
-          "path's own, read after each pass (flash's grows with N, standard's with N^2).\n"
-          "The gradients of the last fwd+bwd are checked like the outputs above, and\n"
-          "the speedup (standard ms / flash ms) is given for each pass. --json prints\n"
-          "one object per (path, pass) with \"path\" and \"pass\", then a summary.\n"
+          "FlashAttention does. The gradients of the last fwd+bwd are checked like the\n"
+          "outputs above, and the speedup (standard ms / flash ms) is given for each pass.\n"
           "\n"
-          "\n",
+          "With any variant option, bench times flash with the features (\"flash+variants\")\n"
+          "next to plain float32 flash of the same sizes and prints the cost ratio\n"
+          "(flash+variants ms / flash ms); the standard path supports no variant and is\n"
+          "not run. Its data options take a file as in `flashcl attention`, or the word\n"
+          "that makes the data.\n"
+          "  --head-dim-v DV        V's head dim (default: --head-dim)\n"
+          "  --no-plain             skip the plain float32 run (no cost ratio)\n",
           out);
-    bench_variant_help(out);
+    variant_help(out);
     fputs("\nExit status: 0 success; 1 a failure or the paths disagree; 2 bad option.\n", out);
 }
 
 typedef struct bench_args {
     size_t batch, heads, kv_heads, seqlen, seqlen_k, head_dim, iters, warmup;
     size_t path; /* index in path_choices */
-    bool causal, json, backward;
+    bool causal, json, backward, no_plain;
     float roof_gflops; /* --roof; 0: measure on a CPU device */
     const char *device;
-    bench_variant_args var;
+    variant_options var;
 } bench_args;
 
 static const char *const path_choices[] = {"flash", "standard", "both"};
@@ -93,333 +93,176 @@ enum { CHOICE_FLASH, CHOICE_STANDARD, CHOICE_BOTH };
 #define BENCH_MAX_SEQLEN ((size_t)1 << 26)
 #define BENCH_MAX_ITERS ((size_t)1 << 24)
 
-/* Returns 0 to go on, or the exit status; *help is set by --help. */
-static int parse_args(int argc, char **argv, bench_args *a, bool *help)
-{
+/* The options of bench's own, not the shared variant options: 1 taken, 0 not one, -1 bad value. */
+static int parse_bench_option(option_cursor *c, bench_args *a) {
+    const struct {
+        const char *name;
+        size_t min, max, *value;
+    } sizes[] = {{"--batch", 1, BENCH_MAX_BATCH, &a->batch},
+                 {"--heads", 1, BENCH_MAX_HEADS, &a->heads},
+                 {"--kv-heads", 1, BENCH_MAX_HEADS, &a->kv_heads},
+                 {"--seqlen", 1, BENCH_MAX_SEQLEN, &a->seqlen},
+                 {"--seqlen-k", 1, BENCH_MAX_SEQLEN, &a->seqlen_k},
+                 {"--head-dim", 1, FLASHCL_MAX_HEAD_DIM, &a->head_dim},
+                 {"--head-dim-v", 1, FLASHCL_MAX_HEAD_DIM, &a->var.head_dim_v},
+                 {"--iters", 0, BENCH_MAX_ITERS, &a->iters},
+                 {"--warmup", 0, BENCH_MAX_ITERS, &a->warmup}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
+        if (options_is(c, sizes[i].name)) return options_size(c, sizes[i].min, sizes[i].max, sizes[i].value) ? 1 : -1;
+    bool *flag = options_is(c, "--causal")     ? &a->causal
+                 : options_is(c, "--json")     ? &a->json
+                 : options_is(c, "--backward") ? &a->backward
+                 : options_is(c, "--no-plain") ? &a->no_plain
+                                               : NULL;
+    if (flag != NULL) {
+        *flag = true;
+        return options_flag(c) ? 1 : -1;
+    }
+    if (options_is(c, "--roof")) return options_float(c, 0.0f, &a->roof_gflops) ? 1 : -1;
+    if (options_is(c, "--path"))
+        return options_choice(c, path_choices, sizeof path_choices / sizeof path_choices[0], &a->path) ? 1 : -1;
+    if (options_is(c, "--device")) return options_value(c, &a->device) ? 1 : -1;
+    return variant_parse_option(c, &a->var);
+}
+
+/* Returns 0 to go on, the exit status, or TOOL_SHOW_HELP. */
+static int parse_args(int argc, char **argv, bench_args *a) {
     a->batch = 1;
     a->heads = 8;
     a->seqlen = 2048;
     a->head_dim = 64;
     a->warmup = 1;
     a->path = CHOICE_BOTH;
-    bench_variant_defaults(&a->var);
+    variant_defaults(&a->var);
 
     option_cursor c;
     options_begin(&c, "bench", argc, argv);
     int more;
     while ((more = options_next(&c)) > 0) {
-        bool ok;
-        if (options_is(&c, "--help") || options_is(&c, "-h")) {
-            *help = true;
-            return 0;
-        } else if (options_is(&c, "--batch")) {
-            ok = options_size(&c, 1, BENCH_MAX_BATCH, &a->batch);
-        } else if (options_is(&c, "--heads")) {
-            ok = options_size(&c, 1, BENCH_MAX_HEADS, &a->heads);
-        } else if (options_is(&c, "--kv-heads")) {
-            ok = options_size(&c, 1, BENCH_MAX_HEADS, &a->kv_heads);
-        } else if (options_is(&c, "--seqlen")) {
-            ok = options_size(&c, 1, BENCH_MAX_SEQLEN, &a->seqlen);
-        } else if (options_is(&c, "--seqlen-k")) {
-            ok = options_size(&c, 1, BENCH_MAX_SEQLEN, &a->seqlen_k);
-        } else if (options_is(&c, "--head-dim")) {
-            ok = options_size(&c, 1, FLASHCL_MAX_HEAD_DIM, &a->head_dim);
-        } else if (options_is(&c, "--roof")) {
-            ok = options_float(&c, 0.0f, &a->roof_gflops);
-        } else if (options_is(&c, "--iters")) {
-            ok = options_size(&c, 0, BENCH_MAX_ITERS, &a->iters);
-        } else if (options_is(&c, "--warmup")) {
-            ok = options_size(&c, 0, BENCH_MAX_ITERS, &a->warmup);
-        } else if (options_is(&c, "--path")) {
-            ok = options_choice(&c, path_choices, sizeof path_choices / sizeof path_choices[0],
-                                &a->path);
-        } else if (options_is(&c, "--device")) {
-            ok = options_value(&c, &a->device);
-        } else if (options_is(&c, "--causal")) {
-            ok = options_flag(&c);
-            a->causal = true;
-        } else if (options_is(&c, "--json")) {
-            ok = options_flag(&c);
-            a->json = true;
-        } else if (options_is(&c, "--backward")) {
-            ok = options_flag(&c);
-            a->backward = true;
-        } else {
-            int taken = bench_variant_parse_option(&c, &a->var);
-            if (taken == 0)
-                return options_unknown(&c);
-            ok = taken > 0;
-        }
-        if (!ok)
-            return TOOL_EXIT_USAGE;
+        if (options_is_help(&c)) return TOOL_SHOW_HELP;
+        int taken = parse_bench_option(&c, a);
+        if (taken == 0) return options_unknown(&c);
+        if (taken < 0) return TOOL_EXIT_USAGE;
     }
-    if (more < 0)
-        return TOOL_EXIT_USAGE;
-    if (a->kv_heads == 0)
-        a->kv_heads = a->heads;
-    if (a->seqlen_k == 0)
-        a->seqlen_k = a->seqlen;
+    if (more < 0) return TOOL_EXIT_USAGE;
+    if (a->kv_heads == 0) a->kv_heads = a->heads;
+    if (a->seqlen_k == 0) a->seqlen_k = a->seqlen;
     if (a->heads % a->kv_heads != 0)
-        return tool_usage_error("--kv-heads: %zu query heads are not a multiple of %zu kv heads",
-                                a->heads, a->kv_heads);
-    int rc = bench_variant_check(&a->var, a->head_dim);
-    if (rc != 0)
-        return rc;
-    if (bench_variant_any(&a->var) && a->path == CHOICE_STANDARD)
+        return tool_usage_error("--kv-heads: %zu query heads are not a multiple of %zu kv heads", a->heads,
+                                a->kv_heads);
+    int rc = variant_check(&a->var);
+    if (rc != 0) return rc;
+    if (variant_any(&a->var) && a->path == CHOICE_STANDARD)
         return tool_usage_error("--path standard: the standard path supports no variant");
-    if (a->var.varlen_seqs > a->batch * (a->seqlen < a->seqlen_k ? a->seqlen : a->seqlen_k))
-        return tool_usage_error("--varlen: %zu sequences do not fit %zu rows", a->var.varlen_seqs,
-                                a->batch * a->seqlen);
+    if (a->no_plain && !variant_any(&a->var)) return tool_usage_error("--no-plain: only applies with variant options");
     return 0;
 }
 
-/* `bench` with variants: flash with the features next to plain flash (bench_variants.c). */
-static int run_variants(const bench_args *a)
-{
-    bench_variant_run run;
-    memset(&run, 0, sizeof run);
-    run.base = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
-    run.base.batch = a->batch;
-    run.base.heads_q = a->heads;
-    run.base.heads_kv = a->kv_heads;
-    run.base.seqlen_q = a->seqlen;
-    run.base.seqlen_k = a->seqlen_k;
-    run.base.head_dim = a->head_dim;
-    run.base.causal = a->causal;
-    run.var = a->var;
-    run.settings.iters = a->iters;
-    run.settings.warmup = a->warmup;
-    run.backward = a->backward;
-    run.json = a->json;
-    run.device = a->device;
-    return bench_variants(&run);
-}
+/* ------------------------------------------------------------- modes */
 
-/* Device buffers for Q, K, V (random) and O; the context owns none of them. */
-typedef struct bench_buffers {
-    cl_mem q, k, v, o;
-} bench_buffers;
-
-static void release_buffers(bench_buffers *b)
-{
-    cl_mem *all[] = {&b->q, &b->k, &b->v, &b->o};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
-        if (*all[i] != NULL)
-            clReleaseMemObject(*all[i]);
-        *all[i] = NULL;
+/* fwd alone, or with --backward the three training passes. */
+static void add_passes(const bench_args *a, bench_job *job) {
+    job->passes[job->pass_count++] = &bench_pass_forward;
+    if (a->backward) {
+        job->passes[job->pass_count++] = &bench_pass_backward;
+        job->passes[job->pass_count++] = &bench_pass_forward_backward;
     }
 }
 
-static int create_buffers(flashcl_context *ctx, size_t q_bytes, size_t kv_bytes, bench_buffers *b)
-{
-    /* Refuse before spending time on random numbers the device cannot hold. */
-    int rc = bench_check_fits(ctx, q_bytes > kv_bytes ? q_bytes : kv_bytes);
-    if (rc != 0)
-        return rc;
-    cl_context cl = flashcl_context_cl_context(ctx);
-    float *staging = malloc(q_bytes > kv_bytes ? q_bytes : kv_bytes);
-    if (staging == NULL)
-        return tool_failure("bench: out of host memory for the inputs");
-    uint64_t state = BENCH_RANDOM_SEED; /* fixed: every run sees the same inputs */
-    const char *failed = NULL;
-    cl_int err;
-    if ((err = bench_create_buffer(cl, q_bytes, staging, &state, &b->q)) != CL_SUCCESS)
-        failed = "Q";
-    else if ((err = bench_create_buffer(cl, kv_bytes, staging, &state, &b->k)) != CL_SUCCESS)
-        failed = "K";
-    else if ((err = bench_create_buffer(cl, kv_bytes, staging, &state, &b->v)) != CL_SUCCESS)
-        failed = "V";
-    else if ((err = bench_create_buffer(cl, q_bytes, NULL, NULL, &b->o)) != CL_SUCCESS)
-        failed = "O";
-    free(staging);
-    if (failed != NULL)
-        return tool_failure("bench: cannot allocate %s (%zu bytes) on the device: %s", failed,
-                            failed[0] == 'K' || failed[0] == 'V' ? kv_bytes : q_bytes,
-                            flashcl_status_name(err));
-    return 0;
+static bool has_variants(const bench_args *a) { return variant_any(&a->var); }
+
+/* What the features cost: flash with them next to plain float32 flash (different problems: no check). */
+static void fill_variant_cost(const bench_args *a, bench_job *job) {
+    job->paths[job->path_count++] = (bench_path){"flash+variants", FLASHCL_PATH_FLASH, &a->var, false};
+    if (!a->no_plain) job->paths[job->path_count++] = (bench_path){"flash", FLASHCL_PATH_FLASH, NULL, false};
+    job->ratio = (bench_ratio){"cost", 0, 1};
+    job->no_check_reason = "flash+variants and flash run different problems";
+    add_passes(a, job);
 }
 
-/*
- * Plans, times and reads back one path. Returns 0, or the exit status after
- * printing why; a standard path that cannot allocate is marked skipped.
- */
-static int run_one(flashcl_context *ctx, const bench_problem *problem, flashcl_path path,
-                   const bench_settings *settings, bench_path_report *p, float *host_out,
-                   size_t out_bytes)
-{
-    flashcl_attention_desc d = *problem->desc;
-    d.path = path;
-    flashcl_status status = flashcl_plan_query(ctx, &d, &p->plan);
-    if (status == FLASHCL_SUCCESS)
-        status = bench_run_path(problem, path, settings, &p->result);
-    if (status != FLASHCL_SUCCESS) {
-        bench_describe_failure(ctx, status, p->reason, sizeof p->reason);
-        if (path == FLASHCL_PATH_STANDARD && bench_is_allocation_failure(status)) {
-            p->skipped = true;
-            /* Let anything still queued drain before flash's results are used. */
-            clFinish(flashcl_context_queue(ctx));
-            return 0;
-        }
-        return tool_status_error(p->name, status, flashcl_last_error(ctx));
-    }
-    cl_int err = clEnqueueReadBuffer(flashcl_context_queue(ctx), problem->o.buffer, CL_TRUE, 0,
-                                     out_bytes, host_out, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return tool_failure("bench: %s: reading the output failed: %s", p->name,
-                            flashcl_status_name(err));
-    p->ran = true;
-    p->bytes_extra = path == FLASHCL_PATH_STANDARD ? flashcl_context_scratch_bytes(ctx)
-                                                   : p->plan.scratch_bytes;
-    return 0;
+static bool always(const bench_args *a) {
+    (void)a;
+    return true;
 }
 
-/* Runs the selected paths and reports; the buffers and context are ready. */
-static int run_and_report(flashcl_context *ctx, const bench_args *a, bench_report *report,
-                          const bench_buffers *buffers, size_t q_bytes)
-{
-    bench_problem problem;
-    problem.ctx = ctx;
-    problem.desc = &report->desc;
-    problem.q = flashcl_tensor_bshd(buffers->q, a->seqlen, a->heads, a->head_dim);
-    problem.k = flashcl_tensor_bshd(buffers->k, a->seqlen_k, a->kv_heads, a->head_dim);
-    problem.v = flashcl_tensor_bshd(buffers->v, a->seqlen_k, a->kv_heads, a->head_dim);
-    problem.o = flashcl_tensor_bshd(buffers->o, a->seqlen, a->heads, a->head_dim);
-    bench_settings settings = {a->iters, a->warmup};
-
-    float *outputs[BENCH_PATH_COUNT] = {NULL, NULL};
-    int rc = 0;
-    for (int i = 0; i < BENCH_PATH_COUNT && rc == 0; ++i) {
-        bench_path_report *p = &report->paths[i];
-        if (!p->selected)
-            continue;
-        outputs[i] = malloc(q_bytes);
-        if (outputs[i] == NULL) {
-            rc = tool_failure("bench: out of host memory for the outputs");
-            break;
-        }
-        flashcl_path path = i == BENCH_STANDARD ? FLASHCL_PATH_STANDARD : FLASHCL_PATH_FLASH;
-        rc = run_one(ctx, &problem, path, &settings, p, outputs[i], q_bytes);
-    }
-    if (rc == 0) {
-        if (report->paths[BENCH_FLASH].ran && report->paths[BENCH_STANDARD].ran) {
-            compare_outputs(outputs[BENCH_FLASH], outputs[BENCH_STANDARD], q_bytes / sizeof(float),
-                            BENCH_ATOL, BENCH_RTOL, &report->comparison);
-            report->compared = true;
-        }
-        if (a->json)
-            bench_print_json(stdout, report);
-        else
-            bench_print_table(stdout, report);
-        if (report->compared && !report->comparison.agree)
-            rc = tool_failure("bench: flash and standard disagree (%zu elements differ)",
-                              report->comparison.mismatches);
-    }
-    free(outputs[BENCH_FLASH]);
-    free(outputs[BENCH_STANDARD]);
-    return rc;
+/* Flash against the standard path on the same problem: the speedup, and whether they agree. */
+static void fill_flash_vs_standard(const bench_args *a, bench_job *job) {
+    if (a->path != CHOICE_STANDARD)
+        job->paths[job->path_count++] = (bench_path){"flash", FLASHCL_PATH_FLASH, NULL, false};
+    if (a->path != CHOICE_FLASH)
+        job->paths[job->path_count++] = (bench_path){"standard", FLASHCL_PATH_STANDARD, NULL, true};
+    /* standard ms / flash ms; with one path asked for, the missing index gives NaN. */
+    job->ratio = a->path == CHOICE_BOTH ? (bench_ratio){"speedup", 1, 0} : (bench_ratio){"speedup", 2, 2};
+    job->check = true;
+    add_passes(a, job);
 }
 
-static bool device_is_cpu(cl_device_id device)
-{
+/* The first mode that selects the options fills the job. */
+static const struct bench_mode {
+    bool (*selects)(const bench_args *a);
+    void (*fill)(const bench_args *a, bench_job *job);
+} modes[] = {{has_variants, fill_variant_cost}, {always, fill_flash_vs_standard}};
+
+static bool device_is_cpu(cl_device_id device) {
     cl_device_type type = 0;
     return clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
            (type & CL_DEVICE_TYPE_CPU);
 }
 
-/* `bench --backward`: the same problem and settings, handed to bench_backward.c. */
-static int run_backward(const bench_args *a)
-{
-    bench_backward_options o;
-    memset(&o, 0, sizeof o);
-    o.desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
-    o.desc.batch = a->batch;
-    o.desc.heads_q = a->heads;
-    o.desc.heads_kv = a->kv_heads;
-    o.desc.seqlen_q = a->seqlen;
-    o.desc.seqlen_k = a->seqlen_k;
-    o.desc.head_dim = a->head_dim;
-    o.desc.causal = a->causal;
-    o.settings.iters = a->iters;
-    o.settings.warmup = a->warmup;
-    o.run_flash = a->path != CHOICE_STANDARD;
-    o.run_standard = a->path != CHOICE_FLASH;
-    o.json = a->json;
-
-    flashcl_context *ctx = NULL;
-    char err[1024] = "";
-    flashcl_status status = flashcl_context_create(&ctx, a->device, err, sizeof err);
-    if (status != FLASHCL_SUCCESS)
-        return tool_status_error(NULL, status, err);
-    roof_init(&o.roof, device_is_cpu(flashcl_context_device(ctx)), a->roof_gflops);
-    int rc = bench_backward(ctx, &o);
-    flashcl_context_destroy(ctx);
+/* The job, its results and the exit status of a disagreement. */
+static int run_job(bench_job *job, bool json) {
+    /* On the heap, zeroed: the results hold a few kilobytes of plans and text. */
+    bench_results *results = calloc(1, sizeof *results);
+    if (results == NULL) return tool_failure("bench: out of host memory");
+    int rc = bench_run(job, results);
+    if (rc == 0) {
+        if (json)
+            bench_print_json(stdout, job, results);
+        else
+            bench_print_table(stdout, job, results);
+        const bench_check *c = &results->check;
+        if (!bench_check_agrees(c)) {
+            char counts[128] = "";
+            for (size_t t = 0; t < c->count; ++t)
+                snprintf(counts + strlen(counts), sizeof counts - strlen(counts), "%s%s %zu", t ? ", " : "",
+                         c->names[t], c->results[t].mismatches);
+            rc = tool_failure("bench: %s and %s disagree (elements differing: %s)", job->paths[0].name,
+                              job->paths[1].name, counts);
+        }
+    }
+    free(results);
     return rc;
 }
 
-int cmd_bench(int argc, char **argv)
-{
+int cmd_bench(int argc, char **argv) {
     bench_args a;
     memset(&a, 0, sizeof a);
-    bool help = false;
-    int rc = parse_args(argc, argv, &a, &help);
-    if (help) {
-        cmd_bench_help(stdout);
-        return TOOL_EXIT_OK;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != 0) return rc;
+
+    bench_job job;
+    memset(&job, 0, sizeof job);
+    job.base = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
+    job.base.batch = a.batch;
+    job.base.heads_q = a.heads;
+    job.base.heads_kv = a.kv_heads;
+    job.base.seqlen_q = a.seqlen;
+    job.base.seqlen_k = a.seqlen_k;
+    job.base.head_dim = a.head_dim;
+    job.base.causal = a.causal;
+    job.settings = (bench_settings){a.iters, a.warmup};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
+        if (modes[m].selects(&a)) {
+            modes[m].fill(&a, &job);
+            break;
+        }
     }
-    if (rc != 0)
-        return rc;
 
-    size_t q_bytes = bench_tensor_bytes(a.batch, a.seqlen, a.heads, a.head_dim);
-    size_t kv_bytes = bench_tensor_bytes(a.batch, a.seqlen_k, a.kv_heads, a.head_dim);
-    if (q_bytes == 0 || kv_bytes == 0)
-        return tool_usage_error("bench: the tensors of this shape are too large to address");
-    if (bench_variant_any(&a.var))
-        return run_variants(&a);
-    if (a.backward)
-        return run_backward(&a);
-
-    /* On the heap, zeroed: the report holds a few kilobytes of plans and text. */
-    bench_report *report = calloc(1, sizeof *report);
-    if (report == NULL)
-        return tool_failure("bench: out of host memory");
-    report->desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
-    report->desc.batch = a.batch;
-    report->desc.heads_q = a.heads;
-    report->desc.heads_kv = a.kv_heads;
-    report->desc.seqlen_q = a.seqlen;
-    report->desc.seqlen_k = a.seqlen_k;
-    report->desc.head_dim = a.head_dim;
-    report->desc.causal = a.causal;
-    report->warmup = a.warmup;
-    double d = (double)a.batch * (double)a.heads * (double)a.seqlen * (double)a.seqlen_k *
-               (double)a.head_dim;
-    report->flops = 4.0 * d * (a.causal ? 0.5 : 1.0);
-    report->bytes = 4.0 * (2.0 * (double)a.batch * (double)a.heads * (double)a.seqlen *
-                               (double)a.head_dim +
-                           2.0 * (double)a.batch * (double)a.kv_heads * (double)a.seqlen_k *
-                               (double)a.head_dim);
-    report->paths[BENCH_FLASH].name = "flash";
-    report->paths[BENCH_STANDARD].name = "standard";
-    report->paths[BENCH_FLASH].selected = a.path != CHOICE_STANDARD;
-    report->paths[BENCH_STANDARD].selected = a.path != CHOICE_FLASH;
-
-    flashcl_context *ctx = NULL;
     char err[1024] = "";
-    flashcl_status status = flashcl_context_create(&ctx, a.device, err, sizeof err);
-    if (status != FLASHCL_SUCCESS) {
-        free(report);
-        return tool_status_error(NULL, status, err);
-    }
-    device_string_into(flashcl_context_device(ctx), CL_DEVICE_NAME, report->device,
-                       sizeof report->device);
-    roof_init(&report->roof, device_is_cpu(flashcl_context_device(ctx)), a.roof_gflops);
-
-    bench_buffers buffers = {NULL, NULL, NULL, NULL};
-    rc = create_buffers(ctx, q_bytes, kv_bytes, &buffers);
-    if (rc == 0)
-        rc = run_and_report(ctx, &a, report, &buffers, q_bytes);
-    release_buffers(&buffers);
-    flashcl_context_destroy(ctx);
-    free(report);
+    flashcl_status status = flashcl_context_create(&job.ctx, a.device, err, sizeof err);
+    if (status != FLASHCL_SUCCESS) return tool_status_error(NULL, status, err);
+    roof_init(&job.roof, device_is_cpu(flashcl_context_device(job.ctx)), a.roof_gflops);
+    rc = run_job(&job, a.json);
+    flashcl_context_destroy(job.ctx);
     return rc;
 }

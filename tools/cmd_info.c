@@ -1,4 +1,6 @@
 /* `flashcl info`: every OpenCL device and the plans FlashCL picks on it. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,7 +8,6 @@
 
 #include "commands.h"
 #include "device_info.h"
-#include "format_bytes.h"
 #include "options.h"
 #include "plan_print.h"
 #include "tool_errors.h"
@@ -36,6 +37,27 @@ void cmd_info_help(FILE *out)
           "\n"
           "Exit status: 0 when every device could be queried, 1 otherwise.\n",
           out);
+}
+
+/* Exact below 1 KiB ("640 B"), else one decimal in the largest binary unit that fits ("15.6 GiB"). */
+static void format_bytes(uint64_t bytes, char *buf, size_t buf_size)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        snprintf(buf, buf_size, "%llu B", (unsigned long long)bytes);
+        return;
+    }
+    double value = (double)bytes;
+    size_t unit = 0;
+    while (value >= 1024.0 && unit + 1 < sizeof units / sizeof units[0]) {
+        value /= 1024.0;
+        unit++;
+    }
+    /* Whole numbers (512 KiB, 16 GiB) print without a pointless ".0". */
+    if (value == (double)(uint64_t)value)
+        snprintf(buf, buf_size, "%.0f %s", value, units[unit]);
+    else
+        snprintf(buf, buf_size, "%.1f %s", value, units[unit]);
 }
 
 static void print_size_property(cl_device_id device, cl_device_info param, const char *label)
@@ -207,11 +229,7 @@ int cmd_info(int argc, char **argv)
     options_begin(&opts, "info", argc, argv);
     int more;
     while ((more = options_next(&opts)) > 0) {
-        if (options_is(&opts, "--help") || options_is(&opts, "-h")) {
-            cmd_info_help(stdout);
-            return TOOL_EXIT_OK;
-        }
-        return options_unknown(&opts);
+        return options_is_help(&opts) ? TOOL_SHOW_HELP : options_unknown(&opts);
     }
     if (more < 0)
         return TOOL_EXIT_USAGE;

@@ -5,16 +5,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* clGetPlatformInfo and clGetDeviceInfo behind one signature, so that one function reads either's strings. */
+typedef cl_int (*info_query)(void *object, cl_uint param, size_t size, void *value, size_t *size_ret);
+
+static cl_int platform_query(void *object, cl_uint param, size_t size, void *value, size_t *size_ret)
+{
+    return clGetPlatformInfo((cl_platform_id)object, param, size, value, size_ret);
+}
+
+static cl_int device_query(void *object, cl_uint param, size_t size, void *value, size_t *size_ret)
+{
+    return clGetDeviceInfo((cl_device_id)object, param, size, value, size_ret);
+}
+
 /* Asks for the size first: extension lists can be kilobytes long. */
-char *platform_string(cl_platform_id platform, cl_platform_info param)
+static char *query_string(info_query query, void *object, cl_uint param)
 {
     size_t size = 0;
-    if (clGetPlatformInfo(platform, param, 0, NULL, &size) != CL_SUCCESS)
+    if (query(object, param, 0, NULL, &size) != CL_SUCCESS)
         return NULL;
     char *s = malloc(size + 1);
     if (s == NULL)
         return NULL;
-    if (clGetPlatformInfo(platform, param, size, s, NULL) != CL_SUCCESS) {
+    if (query(object, param, size, s, NULL) != CL_SUCCESS) {
         free(s);
         return NULL;
     }
@@ -22,20 +35,14 @@ char *platform_string(cl_platform_id platform, cl_platform_info param)
     return s;
 }
 
+char *platform_string(cl_platform_id platform, cl_platform_info param)
+{
+    return query_string(platform_query, platform, param);
+}
+
 char *device_string(cl_device_id device, cl_device_info param)
 {
-    size_t size = 0;
-    if (clGetDeviceInfo(device, param, 0, NULL, &size) != CL_SUCCESS)
-        return NULL;
-    char *s = malloc(size + 1);
-    if (s == NULL)
-        return NULL;
-    if (clGetDeviceInfo(device, param, size, s, NULL) != CL_SUCCESS) {
-        free(s);
-        return NULL;
-    }
-    s[size] = '\0';
-    return s;
+    return query_string(device_query, device, param);
 }
 
 void device_string_into(cl_device_id device, cl_device_info param, char *buf, size_t buf_size)

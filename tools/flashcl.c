@@ -93,6 +93,10 @@ int main(int argc, char **argv)
     if (cmd == NULL)
         return unknown_command(name);
     int rc = cmd->run(argc - 2, argv + 2);
+    if (rc == TOOL_SHOW_HELP) {
+        cmd->help(stdout);
+        rc = TOOL_EXIT_OK;
+    }
     /* A full disk or closed pipe on stdout is a failure, not a success. */
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fputs("flashcl: error writing to standard output\n", stderr);

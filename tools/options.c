@@ -49,7 +49,17 @@ bool options_is(const option_cursor *c, const char *name)
     return strcmp(c->name, name) == 0;
 }
 
+bool options_is_help(const option_cursor *c)
+{
+    return options_is(c, "--help") || options_is(c, "-h");
+}
+
 bool options_value(option_cursor *c, const char **value)
+{
+    return options_value_expecting(c, NULL, value);
+}
+
+bool options_value_expecting(option_cursor *c, const char *expected, const char **value)
 {
     if (c->inline_value != NULL) {
         *value = c->inline_value;
@@ -58,7 +68,10 @@ bool options_value(option_cursor *c, const char **value)
     /* "--q --k K.npy" is a forgotten value, not a file called "--k";
      * "--q=--k" is the way to name such a file. */
     if (c->next >= c->argc || strncmp(c->argv[c->next], "--", 2) == 0) {
-        tool_usage_error("%s: missing value", c->name);
+        if (expected != NULL)
+            tool_usage_error("%s: missing value: expected %s", c->name, expected);
+        else
+            tool_usage_error("%s: missing value", c->name);
         return false;
     }
     *value = c->argv[c->next++];

@@ -37,8 +37,14 @@ int options_next(option_cursor *c);
 /* Whether the current option is `name` (e.g. "--causal"). */
 bool options_is(const option_cursor *c, const char *name);
 
+/* Whether the current option is --help or -h (the command then returns TOOL_SHOW_HELP). */
+bool options_is_help(const option_cursor *c);
+
 /* Takes the current option's value: "--q Q.npy" or "--q=Q.npy". */
 bool options_value(option_cursor *c, const char **value);
+
+/* The same; a missing value's message says what was expected (e.g. "SLOPES.npy or 'standard'"). */
+bool options_value_expecting(option_cursor *c, const char *expected, const char **value);
 
 /* Accepts the current option as a flag; "--causal=1" is an error. */
 bool options_flag(const option_cursor *c);

@@ -9,14 +9,7 @@
 
 const char *plan_staging_name(int staging)
 {
-    switch (staging) {
-    case FLASHCL_STAGING_LOCAL:
-        return "local";
-    case FLASHCL_STAGING_DIRECT:
-        return "direct";
-    default:
-        return "unknown";
-    }
+    return staging == FLASHCL_STAGING_LOCAL ? "local" : staging == FLASHCL_STAGING_DIRECT ? "direct" : "unknown";
 }
 
 void plan_print_full(FILE *out, const flashcl_plan *plan, const char *indent)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "json_print.h"
-#include "wall_clock.h"
+#include "timing.h"
 
 #ifdef FLASHCL_HAVE_OPENBLAS
 #include <cblas.h>
@@ -80,27 +80,15 @@ void roof_format_percent(char *buf, size_t cap, const bench_roof *roof, double g
         snprintf(buf, cap, "%.1f%%", 100.0 * gflops / roof->gflops);
 }
 
+/* NaN (no roof, or no rate) prints as null. */
 void roof_json_fields(FILE *out, const bench_roof *roof, double gflops)
 {
-    json_key(out, "roof_gflops", false);
-    if (isnan(roof->gflops))
-        fputs("null", out);
-    else
-        json_number(out, roof->gflops);
-    json_key(out, "roof_percent", false);
-    if (isnan(roof->gflops) || isnan(gflops))
-        fputs("null", out);
-    else
-        json_number(out, 100.0 * gflops / roof->gflops);
+    json_member_number(out, "roof_gflops", roof->gflops);
+    json_member_number(out, "roof_percent", 100.0 * gflops / roof->gflops);
 }
 
 void roof_json_summary(FILE *out, const bench_roof *roof)
 {
-    json_key(out, "roof_gflops", false);
-    if (isnan(roof->gflops))
-        fputs("null", out);
-    else
-        json_number(out, roof->gflops);
-    json_key(out, "roof_source", false);
-    json_string(out, roof->source);
+    json_member_number(out, "roof_gflops", roof->gflops);
+    json_member_string(out, "roof_source", roof->source);
 }

@@ -5,26 +5,31 @@
 
 #include <flashcl.h>
 
+/* "flashcl: <message>" on stderr; returns status. */
+static int report(int status, const char *fmt, va_list ap)
+{
+    fputs("flashcl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    return status;
+}
+
 int tool_usage_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("flashcl: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int status = report(TOOL_EXIT_USAGE, fmt, ap);
     va_end(ap);
-    return TOOL_EXIT_USAGE;
+    return status;
 }
 
 int tool_failure(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("flashcl: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int status = report(TOOL_EXIT_FAILED, fmt, ap);
     va_end(ap);
-    return TOOL_EXIT_FAILED;
+    return status;
 }
 
 void tool_print_one_line(FILE *out, const char *text)

@@ -8,7 +8,10 @@
 enum tool_exit {
     TOOL_EXIT_OK = 0,
     TOOL_EXIT_FAILED = 1, /* the library, OpenCL or the output files failed */
-    TOOL_EXIT_USAGE = 2   /* bad option, bad input file or shape: nothing was written */
+    TOOL_EXIT_USAGE = 2,  /* bad option, bad input file or shape: nothing was written */
+    /* Not an exit status: a command returns it for --help, and flashcl.c
+     * prints that command's help and exits with TOOL_EXIT_OK. */
+    TOOL_SHOW_HELP = -1
 };
 
 #if defined(__GNUC__)

@@ -20,7 +20,7 @@ typedef struct mma_shape {
     int warps, bc, mt, qlocal;
 } mma_shape;
 
-/* The built-in choice per head dim, measured on the H200 (bf16, tools/mma_harness.c
+/* The built-in choice per head dim, measured on the H200 (bf16, dev/mma_harness.c
    and flashcl bench). 32 query rows per warp everywhere: each K/V fragment read
    from __local feeds 4 mma. At d = 128, Q in registers spilled (255 registers,
    284 B of spills) at Bc = 64 and still at Bc = 32; Q resident in swizzled

@@ -4,10 +4,11 @@
  * directly, runs the probe, checks the kernel on small shapes against a
  * double-precision reference, then times the issue's shapes.
  *
- *   cc -O2 -std=c11 tools/mma_harness.c -lOpenCL -lm -o mma_harness
+ *   cmake -S . -B build -DFLASHCL_BUILD_DEV=ON && cmake --build build --target mma_harness
+ *   (or: cc -O2 -std=c11 dev/mma_harness.c -lOpenCL -lm -o mma_harness)
  *   ./mma_harness cl [warps:bc:mt[:maxrregcount[:qlocal]] ...]   (kernel variants to check and time; default 4:64:2)
  *
- * Not built by CMake and not part of CI: it needs an NVIDIA sm_80+ device.
+ * Built only when asked (FLASHCL_BUILD_DEV) and not run by CI: it needs an NVIDIA sm_80+ device.
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
