@@ -107,8 +107,10 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE, "cache->cache_seqlens[%zu] = %ld is negative", s, len);
         if (end > (long)capacity)
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                                 "cache->cache_seqlens[%zu] + seqlen_new = %ld + %zu exceeds the cache's %zu rows per "
-                                 "sequence",
+                                 p->paged ? "cache->cache_seqlens[%zu] + seqlen_new = %ld + %zu exceeds the block_table's "
+                                            "max_pages x page_size = %zu rows"
+                                          : "cache->cache_seqlens[%zu] + seqlen_new = %ld + %zu exceeds the cache's "
+                                            "capacity of %zu rows",
                                  s, len, c->seqlen_new, capacity);
         if (pad < 0 || pad > len)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE,

@@ -1,0 +1,283 @@
+/*
+ * Invalid KV-cache and merge calls: each must return its specific status,
+ * name the offending field in flashcl_last_error, return no event and write
+ * nothing: every buffer (q, the caches, the new rows, o, lse, the merge's
+ * states and outputs) is read back and compared with what was uploaded. The
+ * page tables and lengths are host arrays the library checks before it
+ * enqueues anything, so no rejected call can reach outside a buffer.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define CAP 8192
+enum { BUF_Q, BUF_KC, BUF_VC, BUF_KN, BUF_VN, BUF_O, BUF_LSE, BUF_COS, BUF_SIN, BUF_SCALE, BUF_COUNT };
+
+static struct {
+    flashcl_context *ctx;
+    cl_command_queue queue;
+    cl_mem buf[BUF_COUNT];
+    float *host[BUF_COUNT];
+    cl_mem small; /* 1 float */
+} F;
+
+/* b=2, hq=4, hkv=2, sq=1, d=16; a contiguous cache of 2 x 32 rows, or 8 pages of 8 rows. */
+static int32_t g_seqlens[2] = {10, 20}, g_table[2][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+
+static flashcl_attention_desc base_desc(void) {
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+    d.batch = 2;
+    d.heads_q = 4;
+    d.heads_kv = 2;
+    d.seqlen_q = 1;
+    d.head_dim = 16;
+    return d;
+}
+
+static flashcl_kv_cache contiguous(void) {
+    flashcl_kv_cache c = FLASHCL_KV_CACHE_INIT;
+    c.k = flashcl_tensor_bshd(F.buf[BUF_KC], 32, 2, 16);
+    c.v = flashcl_tensor_bshd(F.buf[BUF_VC], 32, 2, 16);
+    c.capacity = 32;
+    c.cache_seqlens = g_seqlens;
+    return c;
+}
+
+static flashcl_kv_cache paged(void) {
+    flashcl_kv_cache c = FLASHCL_KV_CACHE_INIT;
+    c.k = flashcl_tensor_bshd(F.buf[BUF_KC], 8, 2, 16);
+    c.v = flashcl_tensor_bshd(F.buf[BUF_VC], 8, 2, 16);
+    c.num_pages = 8;
+    c.page_size = 8;
+    c.block_table = &g_table[0][0];
+    c.max_pages = 4;
+    c.cache_seqlens = g_seqlens;
+    return c;
+}
+
+static void with_append(flashcl_kv_cache *c) {
+    c->k_new = flashcl_tensor_bshd(F.buf[BUF_KN], 1, 2, 16);
+    c->v_new = flashcl_tensor_bshd(F.buf[BUF_VN], 1, 2, 16);
+    c->seqlen_new = 1;
+}
+
+static void check_nothing_written(const char *label) {
+    static float got[CAP];
+    static const char *names[BUF_COUNT] = {"q", "k cache", "v cache", "k_new", "v_new", "o", "lse", "cos", "sin", "scale"};
+    REQUIRE_CL(clFinish(F.queue));
+    for (int i = 0; i < BUF_COUNT; i++) {
+        char what[300];
+        tu_buffer_read(F.queue, F.buf[i], CAP, got, NULL);
+        snprintf(what, sizeof what, "%s: buffer %s", label, names[i]);
+        tu_check_untouched(what, got, F.host[i], NULL, CAP);
+    }
+}
+
+/* The call must fail with `status`, name `field`, return no event and write nothing. */
+static void expect(const char *what, const flashcl_attention_desc *d, const flashcl_kv_cache *c, int status,
+                   const char *field) {
+    flashcl_tensor q = flashcl_tensor_bshd(F.buf[BUF_Q], 1, 4, 16), o = flashcl_tensor_bshd(F.buf[BUF_O], 1, 4, 16);
+    cl_event ev = NULL;
+    if (!CHECK_STATUS(flashcl_forward_kvcache(F.ctx, d, &q, c, &o, F.buf[BUF_LSE], 0, 0, NULL, &ev), status))
+        fprintf(stderr, "  in: %s (%s)\n", what, flashcl_last_error(F.ctx));
+    if (ev) {
+        fprintf(stderr, "FAIL %s: a rejected call returned an event\n", what);
+        tu_fail_count();
+        clReleaseEvent(ev);
+    }
+    if (field && !strstr(flashcl_last_error(F.ctx), field)) {
+        fprintf(stderr, "FAIL %s: message \"%s\" does not name %s\n", what, flashcl_last_error(F.ctx), field);
+        tu_fail_count();
+    }
+    check_nothing_written(what);
+}
+
+static void cache_fields(void) {
+    flashcl_attention_desc d = base_desc();
+    expect("cache NULL", &d, NULL, FLASHCL_ERR_INVALID_ARGUMENT, "cache");
+    flashcl_kv_cache c = contiguous();
+    c.struct_size = 0;
+    expect("cache struct_size 0", &d, &c, FLASHCL_ERR_INVALID_STRUCT_SIZE, "struct_size");
+
+    c = contiguous();
+    c.capacity = 0;
+    expect("capacity 0", &d, &c, FLASHCL_ERR_INVALID_SHAPE, "capacity");
+    int32_t too_long[2] = {10, 33};
+    c = contiguous();
+    c.cache_seqlens = too_long;
+    expect("cache_seqlens past capacity", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "cache_seqlens[1]");
+    int32_t full[2] = {10, 32};
+    c = contiguous();
+    c.cache_seqlens = full;
+    with_append(&c);
+    expect("cache_seqlens + new rows past capacity", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "seqlen_new");
+    int32_t negative[2] = {-1, 5};
+    c = contiguous();
+    c.cache_seqlens = negative;
+    expect("cache_seqlens negative", &d, &c, FLASHCL_ERR_INVALID_SHAPE, "cache_seqlens[0]");
+    int32_t pad[2] = {0, 21};
+    c = contiguous();
+    c.cache_leftpad = pad;
+    expect("cache_leftpad past the sequence", &d, &c, FLASHCL_ERR_INVALID_SHAPE, "cache_leftpad[1]");
+    int32_t idx[2] = {1, 2};
+    c = contiguous();
+    c.cache_batch_idx = idx;
+    expect("cache_batch_idx out of range", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "cache_batch_idx[1]");
+    c = contiguous();
+    c.seqlen_new = 1;
+    c.cache_seqlens = NULL;
+    expect("append without cache_seqlens", &d, &c, FLASHCL_ERR_INVALID_ARGUMENT, "cache_seqlens");
+    c = contiguous();
+    with_append(&c);
+    c.v_new.buffer = NULL;
+    expect("append without v_new", &d, &c, FLASHCL_ERR_INVALID_BUFFER, "v_new");
+    c = contiguous();
+    c.capacity = 300; /* row 299 of sequence 1 lies past the 8192 floats of the buffer */
+    expect("cache view past its buffer", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "cache->k");
+    c = contiguous();
+    c.dtype = (flashcl_cache_dtype)9;
+    expect("cache dtype 9", &d, &c, FLASHCL_ERR_INVALID_DTYPE, "cache->dtype");
+    c = contiguous();
+    c.dtype = FLASHCL_CACHE_DTYPE_FP8_E4M3;
+    c.k_scale = F.small;
+    c.scale_per_head = 1; /* 2 heads of scales in a 1-float buffer */
+    expect("k_scale too small", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "k_scale");
+    c = contiguous();
+    c.k = flashcl_tensor_bshd(F.buf[BUF_O], 32, 2, 16); /* the cache is written... */
+    with_append(&c);
+    expect("o overlaps the cache", &d, &c, FLASHCL_ERR_ALIASED_OUTPUT, "overlaps");
+}
+
+static void page_tables(void) {
+    flashcl_attention_desc d = base_desc();
+    int32_t bad[2][4] = {{0, 1, 2, 3}, {4, 8, 6, 7}};
+    flashcl_kv_cache c = paged();
+    c.block_table = &bad[0][0];
+    expect("page index = num_pages", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "block_table[1][1]");
+    bad[1][1] = -3;
+    expect("negative page index", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "block_table[1][1]");
+    /* A page the sequence does not reach may hold anything: rows 0..19 use pages 0..2 of sequence 1. */
+    bad[1][1] = 5, bad[1][3] = 999;
+    CHECK_STATUS(flashcl_forward_kvcache(F.ctx, &d, &(flashcl_tensor){F.buf[BUF_Q], 0, 0, 0, 0}, &c,
+                                         &(flashcl_tensor){F.buf[BUF_O], 0, 0, 0, 0}, NULL, 0, 0, NULL, NULL),
+                 FLASHCL_SUCCESS);
+    REQUIRE_CL(clFinish(F.queue));
+    /* That call wrote o: put its sentinels back. */
+    tu_buffer_write(F.queue, F.buf[BUF_O], CAP, F.host[BUF_O]);
+    c = paged();
+    c.max_pages = 2; /* 16 rows: sequence 1 has 20 */
+    expect("block table too short", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "max_pages");
+    c = paged();
+    c.page_size = 0;
+    expect("page_size 0", &d, &c, FLASHCL_ERR_INVALID_SHAPE, "page_size");
+    int32_t idx[2] = {0, 1};
+    c = paged();
+    c.cache_batch_idx = idx;
+    expect("cache_batch_idx with pages", &d, &c, FLASHCL_ERR_INVALID_ARGUMENT, "cache_batch_idx");
+}
+
+static void rotary(void) {
+    flashcl_attention_desc d = base_desc();
+    flashcl_kv_cache c = contiguous();
+    with_append(&c);
+    c.rotary_cos = F.buf[BUF_COS];
+    c.rotary_sin = F.buf[BUF_SIN];
+    c.seqlen_ro = 64;
+    c.rotary_dim = 7;
+    expect("rotary_dim odd", &d, &c, FLASHCL_ERR_INVALID_VARIANT, "rotary_dim");
+    c.rotary_dim = 18;
+    expect("rotary_dim > head_dim", &d, &c, FLASHCL_ERR_INVALID_VARIANT, "rotary_dim");
+    c.rotary_dim = 16;
+    c.rotary_sin = NULL;
+    expect("rotary_sin missing", &d, &c, FLASHCL_ERR_INVALID_BUFFER, "rotary_sin");
+    c.rotary_sin = F.buf[BUF_SIN];
+    c.seqlen_ro = 20; /* sequence 1 appends at position 20 */
+    expect("seqlen_ro too short", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "seqlen_ro");
+    c.seqlen_ro = 64;
+    c.rotary_sin = F.small;
+    expect("rotary_sin too small", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "rotary_sin");
+}
+
+static void descriptor(void) {
+    flashcl_kv_cache c = contiguous();
+    flashcl_attention_desc d = base_desc();
+    d.dropout_p = 0.1f;
+    expect("dropout", &d, &c, FLASHCL_ERR_UNSUPPORTED_VARIANT, "dropout_p");
+    d = base_desc();
+    d.bias.buffer = F.buf[BUF_SCALE];
+    expect("bias", &d, &c, FLASHCL_ERR_UNSUPPORTED_VARIANT, "bias");
+    d = base_desc();
+    d.cu_seqlens_q = d.cu_seqlens_k = F.buf[BUF_SCALE];
+    expect("varlen", &d, &c, FLASHCL_ERR_UNSUPPORTED_VARIANT, "cu_seqlens");
+    d = base_desc();
+    d.path = FLASHCL_PATH_STANDARD;
+    expect("standard path", &d, &c, FLASHCL_ERR_UNSUPPORTED_VARIANT, "path");
+}
+
+static void merge(void) {
+    flashcl_merge_desc m = FLASHCL_MERGE_DESC_INIT;
+    m.num_states = 2, m.batch = 1, m.heads = 2, m.seqlen = 4, m.head_dim = 16;
+    flashcl_tensor st = flashcl_tensor_bshd(F.buf[BUF_KC], 4, 2, 16), o = flashcl_tensor_bshd(F.buf[BUF_O], 4, 2, 16);
+    const struct {
+        const char *what, *field;
+        int status;
+        flashcl_merge_desc m;
+        cl_mem lse_states;
+    } cases[] = {
+        {"merge num_states 0", "num_states", FLASHCL_ERR_INVALID_SHAPE, {m.struct_size, 0, 1, 2, 4, 16, 0, 0, 0}, F.buf[BUF_VC]},
+        {"merge struct_size 0", "struct_size", FLASHCL_ERR_INVALID_STRUCT_SIZE, {0, 2, 1, 2, 4, 16, 0, 0, 0}, F.buf[BUF_VC]},
+        {"merge head_dim 0", "head_dim", FLASHCL_ERR_INVALID_HEAD_DIM, {m.struct_size, 2, 1, 2, 4, 0, 0, 0, 0}, F.buf[BUF_VC]},
+        {"merge lse_states too small", "lse_states", FLASHCL_ERR_OUT_OF_BOUNDS, m, F.small},
+        {"merge lse_state_stride short", "lse_state_stride", FLASHCL_ERR_INVALID_STRIDE,
+         {m.struct_size, 2, 1, 2, 4, 16, 0, 0, 3}, F.buf[BUF_VC]},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        cl_event ev = NULL;
+        if (!CHECK_STATUS(flashcl_merge_states(F.ctx, &cases[i].m, &st, cases[i].lse_states, 0, &o, F.buf[BUF_LSE], 0, 0,
+                                               NULL, &ev),
+                          cases[i].status))
+            fprintf(stderr, "  in: %s (%s)\n", cases[i].what, flashcl_last_error(F.ctx));
+        CHECK(ev == NULL);
+        if (!strstr(flashcl_last_error(F.ctx), cases[i].field)) {
+            fprintf(stderr, "FAIL %s: message \"%s\" does not name %s\n", cases[i].what, flashcl_last_error(F.ctx),
+                    cases[i].field);
+            tu_fail_count();
+        }
+        check_nothing_written(cases[i].what);
+    }
+    /* o overlapping the states. */
+    flashcl_tensor bad = flashcl_tensor_bshd(F.buf[BUF_KC], 4, 2, 16);
+    CHECK_STATUS(flashcl_merge_states(F.ctx, &m, &st, F.buf[BUF_VC], 0, &bad, NULL, 0, 0, NULL, NULL),
+                 FLASHCL_ERR_ALIASED_OUTPUT);
+    check_nothing_written("merge into its own states");
+}
+
+int main(void) {
+    F.ctx = tu_context_create();
+    cl_context cl = flashcl_context_cl_context(F.ctx);
+    F.queue = flashcl_context_queue(F.ctx);
+    tu_rng rng = tu_rng_seed(11);
+    for (int i = 0; i < BUF_COUNT; i++) {
+        F.host[i] = malloc(CAP * sizeof(float));
+        REQUIRE(F.host[i] != NULL);
+        for (size_t j = 0; j < CAP; j++) F.host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
+        if (i == BUF_O || i == BUF_LSE) tu_fill_sentinel(F.host[i], CAP);
+        F.buf[i] = tu_buffer_create(cl, CAP, F.host[i]);
+    }
+    F.small = tu_buffer_create(cl, 1, NULL);
+    cache_fields();
+    page_tables();
+    rotary();
+    descriptor();
+    merge();
+    clReleaseMemObject(F.small);
+    for (int i = 0; i < BUF_COUNT; i++) {
+        clReleaseMemObject(F.buf[i]);
+        free(F.host[i]);
+    }
+    flashcl_context_destroy(F.ctx);
+    return tu_finish("test_invalid_kvcache");
+}
