@@ -43,10 +43,32 @@ inline float16 cpu_ld16(__global const cache_t *row, int c16, int dim) {
     return vload16(0, t);
 }
 
+/*
+ * A software prefetch of one cache row. One KV head's rows lie a row of all
+ * heads apart (4 KiB for 8 heads of 128 floats): each is in its own 4 KiB
+ * page, where the hardware prefetchers stop, so without this every row costs
+ * a full memory latency. Host CPU targets get clang's __builtin_prefetch per
+ * 64-byte line (POCL compiles OpenCL's prefetch() to nothing); others keep
+ * the portable builtin.
+ */
+inline void cpu_prefetch_row(__global const cache_t *row, int dim) {
+#if defined(__clang__) && (defined(__x86_64__) || defined(__aarch64__))
+    __global const char *p = (__global const char *)row;
+    for (int c = 0; c < dim * (int)sizeof(cache_t); c += 64) __builtin_prefetch(p + c, 0, 3);
+#else
+    prefetch(row, (size_t)dim);
+#endif
+}
+
+/* The halves go through a private array rather than .lo/.hi: the optimiser
+   makes the same shuffles of it, and Oclgrind 21.10's uninitialised-value
+   tracking loses the shadow of a float16 swizzle (false reports otherwise). */
 inline float cpu_sum16(float16 v) {
-    float8 a = v.lo + v.hi;
-    float4 b = a.lo + a.hi;
-    return (b.x + b.y) + (b.z + b.w);
+    float t[16];
+    vstore16(v, 0, t);
+    vstore8(vload8(0, t) + vload8(1, t), 0, t);
+    vstore4(vload4(0, t) + vload4(1, t), 0, t);
+    return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
 /* Grid: (row_blocks * splits, heads_kv, batch), work-groups of one. */
@@ -115,6 +137,11 @@ void flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q),
 
     for (long key0 = kv_lo; key0 < kv_hi; key0 += CHUNK) {
         const int n = (int)min((long)CHUNK, kv_hi - key0);
+        /* The next chunk's rows, while this one is computed. */
+        for (long j = key0 + CHUNK; j < min(key0 + 2 * CHUNK, kv_hi); ++j) {
+            cpu_prefetch_row(K + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, k_off, k_sp, k_sh, k_sr, hd.k0), HEAD_DIM);
+            cpu_prefetch_row(V + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, v_off, v_sp, v_sh, v_sr, hd.k0), HEAD_DIM_V);
+        }
         float s[ROWS][CHUNK];
         for (int j = 0; j < n; ++j) {
             __global const cache_t *krow =
