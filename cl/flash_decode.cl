@@ -1,22 +1,27 @@
 /*
  * Split-KV decoding for GPUs (the decode family, src/backends/decode): few
- * query rows against many keys, so the kernel is bound by reading K and V.
+ * query rows against many keys, so the kernel is bound by reading K and V,
+ * and all it must do well is keep enough loads in flight.
  *
  * One work-group per (block of packed rows, split, KV head, sequence). The
  * packed rows are the query rows of every query head that reads this KV head
  * (GQA), head-major: row r is query head hk * group + r / seqlen_q, query row
  * r % seqlen_q. So K and V are read once per KV head, not once per query head.
- * The split is a contiguous range of key tiles; with more than one split each
+ * The split is a contiguous range of keys; with more than one split each
  * work-group writes its partial O (normalised, float32) and LSE, and
  * cl/flash_merge.cl merges them by LSE.
  *
- * Per tile of BLOCK_N keys: K and V go through __local as float (dequantised
- * there when the cache is fp8), then
- *   scores   each work-item owns one key and ROWS / (WG_SIZE / BLOCK_N) rows
- *            of it (Q staged in __local, read as a broadcast);
- *   softmax  one work-item per row: the online update (new max, rescale,
- *            sum) over the tile, P written over the scores;
- *   P V      each work-item owns float4 slices of the output rows.
+ * The work-group is GROUPS key groups of LANES work-items. A key group reads
+ * one whole K row and one V row at a time straight into registers, each lane
+ * VEC consecutive elements of every LANES * VEC (one 16-byte load for 16-bit
+ * storage on aligned rows), UNROLL keys at once so that every work-item has
+ * 2 * UNROLL loads in flight; nothing is staged in __local and no barrier
+ * runs in the key loop. Per UNROLL keys: each lane's partial dots with the
+ * block's rows (Q in registers), summed over the group's lanes (PTX shuffles
+ * on NVIDIA, LANE_SHFL; a __local exchange elsewhere), the variant terms
+ * (flashcl_score), and each group's own online softmax over the keys it saw:
+ * new max, rescale, P, and O += P V for its lanes' elements. After the last
+ * key the GROUPS states of each row are merged through __local.
  *
  * Keys are addressed through a page table (PAGED), so one kernel serves
  * contiguous and paged KV caches: key j of sequence b lies in page
@@ -24,10 +29,11 @@
  * contiguous cache is the one-page-per-sequence case. Without PAGED the keys
  * are the K/V views of flashcl_forward (varlen through cu_seqlens).
  *
- * Knobs: HEAD_DIM, HEAD_DIM_V, ROWS (packed rows per work-group), BLOCK_N
- * (keys per tile), WG_SIZE, PAGED, CACHE_DTYPE (0: store_t, 1: fp8 e4m3,
- * 2: fp8 e5m2) and cl/variants.cl's switches; write_parts (run time) selects partials
- * (several splits) or O and LSE (one).
+ * Knobs: HEAD_DIM, HEAD_DIM_V, ROWS (packed rows per work-group), LANES,
+ * VEC, UNROLL, WG_SIZE, ALIGNED (every K/V row starts 16-byte aligned: whole
+ * vectors are loaded as such), LANE_SHFL, PAGED, CACHE_DTYPE (0: store_t,
+ * 1: fp8 e4m3, 2: fp8 e5m2) and cl/variants.cl's switches; write_parts (run
+ * time) selects partials (several splits) or O and LSE (one).
  */
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -38,25 +44,86 @@
 #ifndef ROWS
 #define ROWS 4
 #endif
-#ifndef BLOCK_N
-#define BLOCK_N 32
+#ifndef LANES
+#define LANES 16
+#endif
+#ifndef VEC
+#define VEC 8
+#endif
+#ifndef UNROLL
+#define UNROLL 4
 #endif
 #ifndef WG_SIZE
 #define WG_SIZE 128
 #endif
-
-#if WG_SIZE % BLOCK_N != 0
-#error "WG_SIZE must be a multiple of BLOCK_N"
+#ifndef ALIGNED
+#define ALIGNED 0
 #endif
-#define ROW_GROUPS (WG_SIZE / BLOCK_N)                     /* work-items per key in the score phase */
-#define ROWS_PER_ITEM ((ROWS + ROW_GROUPS - 1) / ROW_GROUPS) /* rows each of them scores */
-#define D4 ((HEAD_DIM + 3) / 4)
-#define DV4 ((HEAD_DIM_V + 3) / 4)
-#define LDK (D4 * 4 + 4)  /* __local row pitch of K and Q: float4-aligned, shifted by 4 banks per row */
-#define LDV (DV4 * 4)     /* V rows are read along the row by consecutive work-items: no pad needed */
-#define LDS (BLOCK_N + 1) /* scores: one row per packed row */
-#define PV_PER_ITEM ((ROWS * DV4 + WG_SIZE - 1) / WG_SIZE) /* float4 output slices per work-item */
-#define PART_PITCH (((HEAD_DIM_V + 15) / 16) * 16)          /* floats per partial output row (as the host) */
+#ifndef LANE_SHFL
+#define LANE_SHFL 0
+#endif
+
+#if WG_SIZE % LANES != 0 || (LANES & (LANES - 1)) != 0 || LANES > 32
+#error "LANES must be a power of two of at most 32 that divides WG_SIZE"
+#endif
+#define GROUPS (WG_SIZE / LANES)
+#define BLOCK_N (GROUPS * UNROLL)                            /* keys per step of the work-group */
+#define NCH ((HEAD_DIM + LANES * VEC - 1) / (LANES * VEC))   /* K chunks per lane */
+#define NCHV ((HEAD_DIM_V + LANES * VEC - 1) / (LANES * VEC)) /* V chunks per lane */
+#define DVP (NCHV * LANES * VEC)                             /* output row pitch in __local */
+#define PART_PITCH (((HEAD_DIM_V + 15) / 16) * 16)           /* floats per partial output row (as the host) */
+
+/* IEEE half bits (low 16) to float, subnormals, infinities and NaN included. */
+inline float half_bits(uint h) {
+    const uint e = (h >> 10) & 0x1fu, m = h & 0x3ffu, sign = (h & 0x8000u) << 16;
+    const float sub = (float)m * 0x1p-24f;
+    const uint bits = e == 31u ? (0x7f800000u | (m << 13)) : (((e + 112u) << 23) | (m << 13));
+    return as_float(sign | (e == 0u ? as_uint(sub) : bits));
+}
+
+/* VEC elements e0.. of a K/V row of `dim` elements, as float, zero past dim. */
+inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
+    if (e0 + VEC <= dim) {
+#if ALIGNED && CACHE_DTYPE == 0 && FLASHCL_DTYPE == 0 && VEC == 4
+        const float4 v = *(__global const float4 *)(row + e0);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        return;
+#elif ALIGNED && CACHE_DTYPE == 0 && VEC == 8
+        /* 8 16-bit values in one 16-byte load; half and bfloat16 are both widened by bits. */
+        const uint4 u = *(__global const uint4 *)(row + e0);
+        const uint w[4] = {u.x, u.y, u.z, u.w};
+        for (int k = 0; k < 4; ++k) {
+#if FLASHCL_DTYPE == 1
+            x[2 * k] = half_bits(w[k] & 0xffffu), x[2 * k + 1] = half_bits(w[k] >> 16);
+#else
+            x[2 * k] = as_float(w[k] << 16), x[2 * k + 1] = as_float(w[k] & 0xffff0000u);
+#endif
+        }
+        return;
+#elif ALIGNED && CACHE_DTYPE != 0 && VEC == 8
+        const uint2 u = *(__global const uint2 *)(row + e0);
+        const uint w[2] = {u.x, u.y};
+        for (int k = 0; k < 8; ++k) {
+            const uchar b = (uchar)((w[k / 4] >> (8 * (k % 4))) & 0xffu);
+            x[k] = CACHE_DTYPE == 1 ? flashcl_e4m3_to_float(b) : flashcl_e5m2_to_float(b);
+        }
+        return;
+#endif
+    }
+    for (int k = 0; k < VEC; ++k) x[k] = e0 + k < dim ? CACHE_LOAD(row, e0 + k) : 0.0f;
+}
+
+#if LANE_SHFL
+/* The sum over the LANES lanes of a key group (aligned within a 32-wide warp): butterfly shuffles. */
+inline float lane_sum(float x) {
+    for (int m = LANES / 2; m >= 1; m /= 2) {
+        uint r;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
+        x += as_float(r);
+    }
+    return x;
+}
+#endif
 
 /* Grid: (row_blocks * splits * WG_SIZE, heads_kv, batch). */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
@@ -73,7 +140,7 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
                   int seqlen_q, int seqlen_k, int heads_q, int group, int splits, int row_blocks,
                   float scale_log2, VARIANT_ARGS)
 {
-    const int lid = (int)get_local_id(0);
+    const int lid = (int)get_local_id(0), g = lid / LANES, lane = lid % LANES;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
     const int split = (int)get_group_id(0) / row_blocks, rblock = (int)get_group_id(0) % row_blocks;
 
@@ -89,168 +156,184 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
     const int packed = group * (int)hd.sq; /* rows of this (sequence, KV head) */
     const int sqn = hd.sq > 0 ? (int)hd.sq : 1; /* divides row numbers (an empty varlen sequence has none) */
     const int row0 = rblock * ROWS;
-    /* A block past a shorter sequence's rows (varlen) has no rows: it runs no key tile and stores
-       nothing. No early return: POCL 3.1 mis-handles a return ahead of barriers (uniform or not). */
+    /* A block past a shorter sequence's rows (varlen) has no rows: it runs no key and stores
+       nothing. No early return: the barriers below must be reached by every work-item. */
     const int active = row0 < packed;
-
-    __local float Qs[ROWS * LDK];
-    __local float Ks[BLOCK_N * LDK];
-    __local float Vs[BLOCK_N * LDV];
-    __local float S[ROWS * LDS];          /* scores, then P */
-    __local float row_alpha[ROWS];        /* the rescale of each row's output this tile */
-    __local float row_m[ROWS], row_l[ROWS];
 
     /* fp8: the K scale multiplies every score (folded into Q), the V scale every output. */
     const float kscale = CACHE_DTYPE ? k_scale[scale_per_head ? hk : 0] : 1.0f;
     const float vscale = CACHE_DTYPE ? v_scale[scale_per_head ? hk : 0] : 1.0f;
 
-    /* Stage the block's Q rows, scaled by scale*log2(e) (and the K scale); rows past `packed` are zero. */
-    FLASHCL_SHARED_FOR(int, e, ROWS * D4, lid, WG_SIZE) {
-        const int r = e / D4, c4 = e - r * D4, pr = row0 + r;
-        float4 x = (float4)(0.0f);
-        if (pr < packed) {
-            const int h = hk * group + pr / sqn;
-            const long i = pr % sqn;
-            x = flashcl_ld4(Q + VIEW_BASE(q, b, h) + (hd.q0 + i) * q_sr, c4, HEAD_DIM) * (scale_log2 * kscale);
+    /* My lanes' elements of the block's Q rows, scaled by scale*log2(e) (and the K scale); rows
+       past `packed` are zero. Their query positions and ALiBi slopes. */
+    float q[ROWS][NCH * VEC], acc[ROWS][NCHV * VEC], m[ROWS], l[ROWS], slope2[ROWS];
+    long qi[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        const int pr = row0 + r, h = hk * group + min(pr, max(packed - 1, 0)) / sqn;
+        qi[r] = pr % sqn;
+        for (int c = 0; c < NCH; ++c) {
+            float x[VEC];
+            const int e0 = (c * LANES + lane) * VEC;
+            for (int k = 0; k < VEC; ++k)
+                x[k] = pr < packed && e0 + k < HEAD_DIM
+                           ? FLASHCL_LOAD(Q + VIEW_BASE(q, b, h) + (hd.q0 + qi[r]) * q_sr, e0 + k)
+                           : 0.0f;
+            for (int k = 0; k < VEC; ++k) q[r][c * VEC + k] = x[k] * (scale_log2 * kscale);
         }
-        vstore4(x, 0, Qs + r * LDK + c4 * 4);
+        for (int e = 0; e < NCHV * VEC; ++e) acc[r][e] = 0.0f;
+        m[r] = FLASHCL_NEG_INF;
+        l[r] = 0.0f;
+#if HAS_ALIBI
+        slope2[r] = alibi[alibi_off + (ulong)b * alibi_sb + (ulong)h] * FLASHCL_LOG2E_F;
+#else
+        slope2[r] = 0.0f;
+#endif
     }
-    FLASHCL_SHARED_FOR(int, r, ROWS, lid, WG_SIZE) {
-        row_m[r] = FLASHCL_NEG_INF;
-        row_l[r] = 0.0f;
-    }
-    /* Publishes Qs and the row state: a split with no keys goes straight to the epilogue. */
-    barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* This split's keys: [kv_lo, kv_hi), whole tiles, clipped to what any row of the block can see. */
+    /* This split's keys: [kv_lo, kv_hi), clipped to what any row of the block can see. */
     const int first_row = row0, last_row = min(row0 + ROWS, packed) - 1;
     /* Rows are head-major: the block's query rows span at most rows i_lo..i_hi of the sequence. */
     const long i_lo = (last_row / sqn > first_row / sqn) ? 0 : first_row % sqn;
     const long i_hi = (last_row / sqn > first_row / sqn) ? hd.sq - 1 : last_row % sqn;
     const long band_lo = flashcl_key_lo(hd, i_lo, win_left), band_hi = flashcl_key_hi(hd, i_hi, win_right) + 1;
-    /* Splits cut this sequence's own tiles (never the batch's longest): with a fixed split count a
-       sequence's result does not depend on the others. */
-    const long tiles_per_split = ((hd.sk + BLOCK_N - 1) / BLOCK_N + splits - 1) / splits;
-    const long tile_lo = (long)split * tiles_per_split * BLOCK_N;
-    const long kv_lo = max(tile_lo, band_lo / BLOCK_N * BLOCK_N);
-    const long kv_hi = active ? min(tile_lo + (long)tiles_per_split * BLOCK_N, band_hi) : kv_lo;
+    /* Splits cut this sequence's own steps of BLOCK_N keys (never the batch's longest): with a
+       fixed split count a sequence's result does not depend on the others. */
+    const long steps_per_split = ((hd.sk + BLOCK_N - 1) / BLOCK_N + splits - 1) / splits;
+    const long split_lo = (long)split * steps_per_split * BLOCK_N;
+    const long kv_lo = max(split_lo, band_lo);
+    const long kv_hi = active ? min(min(split_lo + steps_per_split * BLOCK_N, band_hi), hd.sk) : kv_lo;
 
-    /* My rows in the score phase (fixed key), my output slices in the P V phase. */
-    const int my_key = lid % BLOCK_N, my_group = lid / BLOCK_N;
-    float4 acc[PV_PER_ITEM];
-    for (int k = 0; k < PV_PER_ITEM; ++k) acc[k] = (float4)(0.0f);
+#if !LANE_SHFL
+    __local float partial[WG_SIZE * UNROLL * ROWS]; /* each work-item's partial dots, for its group to sum */
+    __local float sums[UNROLL * ROWS * GROUPS];     /* and the sums */
+#endif
 
     for (long key0 = kv_lo; key0 < kv_hi; key0 += BLOCK_N) {
-        /* K and V tiles (keys past the sequence read as zero and are masked below). */
-        FLASHCL_SHARED_FOR(int, e, BLOCK_N * D4, lid, WG_SIZE) {
-            const int j = e / D4, c4 = e - j * D4;
-            const long key = key0 + j;
-            float4 x = (float4)(0.0f);
-            if (key < hd.sk)
-                x = flashcl_cache_ld4(K + flashcl_kv_row(b, key, hk, table, max_pages, page_size, kv_start, k_off, k_sp, k_sh, k_sr,
-                                                 hd.k0), c4, HEAD_DIM);
-            vstore4(x, 0, Ks + j * LDK + c4 * 4);
+        /* This group's UNROLL keys (interleaved: each step reads GROUPS consecutive keys). */
+        float kx[UNROLL][NCH * VEC], vx[UNROLL][NCHV * VEC];
+        long key[UNROLL];
+        for (int u = 0; u < UNROLL; ++u) {
+            key[u] = key0 + u * GROUPS + g;
+            const int live = key[u] < kv_hi;
+            const ulong kr = live ? flashcl_kv_row(b, key[u], hk, table, max_pages, page_size, kv_start, k_off, k_sp,
+                                                   k_sh, k_sr, hd.k0)
+                                  : 0;
+            const ulong vr = live ? flashcl_kv_row(b, key[u], hk, table, max_pages, page_size, kv_start, v_off, v_sp,
+                                                   v_sh, v_sr, hd.k0)
+                                  : 0;
+            for (int c = 0; c < NCH; ++c) lane_load(K + kr, (c * LANES + lane) * VEC, live ? HEAD_DIM : 0, &kx[u][c * VEC]);
+            for (int c = 0; c < NCHV; ++c)
+                lane_load(V + vr, (c * LANES + lane) * VEC, live ? HEAD_DIM_V : 0, &vx[u][c * VEC]);
         }
-        FLASHCL_SHARED_FOR(int, e, BLOCK_N * DV4, lid, WG_SIZE) {
-            const int j = e / DV4, c4 = e - j * DV4;
-            const long key = key0 + j;
-            float4 x = (float4)(0.0f);
-            if (key < hd.sk)
-                x = flashcl_cache_ld4(V + flashcl_kv_row(b, key, hk, table, max_pages, page_size, kv_start, v_off, v_sp, v_sh, v_sr,
-                                                 hd.k0), c4, HEAD_DIM_V);
-            vstore4(x, 0, Vs + j * LDV + c4 * 4);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* Scores: my key against my rows, then the variant terms and masks (flashcl_score). */
-        {
-            float s[ROWS_PER_ITEM];
-            for (int k = 0; k < ROWS_PER_ITEM; ++k) s[k] = 0.0f;
-            for (int c4 = 0; c4 < D4; ++c4) {
-                const float4 kv = vload4(0, Ks + my_key * LDK + c4 * 4);
-                for (int k = 0; k < ROWS_PER_ITEM; ++k) {
-                    const int r = my_group + ROW_GROUPS * k;
-                    if (r < ROWS) s[k] += dot(vload4(0, Qs + r * LDK + c4 * 4), kv);
-                }
+        /* Scores: my lanes' partial dots, summed over the group's lanes. */
+        float s[UNROLL][ROWS];
+        for (int u = 0; u < UNROLL; ++u)
+            for (int r = 0; r < ROWS; ++r) {
+                float t = 0.0f;
+                for (int e = 0; e < NCH * VEC; ++e) t = fma(q[r][e], kx[u][e], t);
+                s[u][r] = t;
             }
-            const long key = key0 + my_key;
-            for (int k = 0; k < ROWS_PER_ITEM; ++k) {
-                const int r = my_group + ROW_GROUPS * k;
-                if (r >= ROWS) continue;
-                const int pr = row0 + r;
-                float f = FLASHCL_NEG_INF;
-                if (pr < packed && key < hd.sk) {
-                    flashcl_head hr = hd;
-                    const int h = hk * group + pr / sqn;
-#if HAS_ALIBI
-                    hr.slope2 = alibi[alibi_off + (ulong)b * alibi_sb + (ulong)h] * FLASHCL_LOG2E_F;
+#if LANE_SHFL
+        for (int u = 0; u < UNROLL; ++u)
+            for (int r = 0; r < ROWS; ++r) s[u][r] = lane_sum(s[u][r]);
+#else
+        /* Lane k of each group sums the dots k, k + LANES, ... of its group; all read the sums back. */
+        for (int u = 0; u < UNROLL; ++u)
+            for (int r = 0; r < ROWS; ++r) partial[(u * ROWS + r) * WG_SIZE + lid] = s[u][r];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int idx = lane; idx < UNROLL * ROWS; idx += LANES) {
+            float t = 0.0f;
+            for (int k = 0; k < LANES; ++k) t += partial[idx * WG_SIZE + g * LANES + k];
+            sums[idx * GROUPS + g] = t;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first barrier orders these reads before its writes */
+        for (int u = 0; u < UNROLL; ++u)
+            for (int r = 0; r < ROWS; ++r) s[u][r] = sums[(u * ROWS + r) * GROUPS + g];
 #endif
-                    hr.bh = (uint)b * (uint)heads_q + (uint)h;
-                    f = flashcl_score(s[k], hr, pr % sqn, key, VARIANT_PASS);
-                }
-                S[r * LDS + my_key] = f;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* The online update of each row over this tile: new max, rescale factor, P, sum. */
-        FLASHCL_SHARED_FOR(int, r, ROWS, lid, WG_SIZE) {
-            float mx = row_m[r];
-            for (int j = 0; j < BLOCK_N; ++j) mx = fmax(mx, S[r * LDS + j]);
+        /* The variant terms and masks; then this group's online update of each row. */
+        for (int r = 0; r < ROWS; ++r) {
+            const int pr = row0 + r;
+            flashcl_head hr = hd;
+            hr.slope2 = slope2[r];
+            hr.bh = (uint)b * (uint)heads_q + (uint)(hk * group + min(pr, max(packed - 1, 0)) / sqn);
+            float mx = m[r];
+            for (int u = 0; u < UNROLL; ++u) {
+                const float f = pr < packed && key[u] < kv_hi ? flashcl_score(s[u][r], hr, qi[r], key[u], VARIANT_PASS)
+                                                               : FLASHCL_NEG_INF;
+                s[u][r] = f;
+                mx = fmax(mx, f);
+            }
             const float base = flashcl_safe_base(mx);
-            const float alpha = exp2(row_m[r] - base);
+            const float alpha = exp2(m[r] - base);
             float sum = 0.0f;
-            for (int j = 0; j < BLOCK_N; ++j) {
-                const float p = exp2(S[r * LDS + j] - base);
-                S[r * LDS + j] = p;
-                sum += p;
+            for (int u = 0; u < UNROLL; ++u) {
+                s[u][r] = exp2(s[u][r] - base);
+                sum += s[u][r];
             }
-            row_l[r] = row_l[r] * alpha + sum;
-            row_m[r] = mx;
-            row_alpha[r] = alpha;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-
-        /* O = alpha O + P V for my output slices. */
-        for (int k = 0; k < PV_PER_ITEM; ++k) {
-            const int idx = lid + WG_SIZE * k;
-            if (idx < ROWS * DV4) { /* an `if`, not a `break`: see FLASHCL_SHARED_FOR */
-                const int r = idx / DV4, c4 = idx - r * DV4;
-                float4 a = acc[k] * row_alpha[r];
-                for (int j = 0; j < BLOCK_N; ++j) a = fma((float4)(S[r * LDS + j]), vload4(0, Vs + j * LDV + c4 * 4), a);
-                acc[k] = a;
+            l[r] = l[r] * alpha + sum;
+            m[r] = mx;
+            for (int e = 0; e < NCHV * VEC; ++e) {
+                float a = acc[r][e] * alpha;
+                for (int u = 0; u < UNROLL; ++u) a = fma(s[u][r], vx[u][e], a);
+                acc[r][e] = a;
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    /* Epilogue: normalise; one split writes O (sinks folded in) and LSE, several write partials. */
-    for (int k = 0; k < PV_PER_ITEM; ++k) {
-        const int idx = lid + WG_SIZE * k;
-        const int r = idx / DV4, c4 = idx - r * DV4, pr = row0 + r;
-        if (idx >= ROWS * DV4 || pr >= packed) continue;
-        const int h = hk * group + pr / sqn;
-        const long i = pr % sqn;
-        float m = row_m[r], l = row_l[r];
-        if (write_parts) {
-            const ulong prow =
-                (((ulong)split * get_num_groups(2) + (ulong)b) * (ulong)heads_q + (ulong)h) * (ulong)part_sq + (ulong)i;
-            const float inv = l > 0.0f ? vscale / l : 0.0f;
-            vstore4(acc[k] * inv, 0, Opart + prow * (ulong)PART_PITCH + (ulong)c4 * 4);
-            if (c4 == 0) Lpart[prow] = l > 0.0f ? (m + log2(l)) / FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
-            continue;
-        }
-        /* One split: the sinks are folded here (with several, flash_merge folds them). */
+    /* Epilogue, row by row: the GROUPS states merged by their maxima through __local, then
+       normalised; one split writes O (sinks folded in) and LSE, several write partials. */
+    __local float gm[GROUPS], gl[GROUPS];
+    __local float go[GROUPS * DVP];
+    for (int r = 0; r < ROWS; ++r) {
+        if (lane == 0) gm[g] = m[r], gl[g] = l[r];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float mx = FLASHCL_NEG_INF;
+        for (int k = 0; k < GROUPS; ++k) mx = fmax(mx, gm[k]);
+        const float base = flashcl_safe_base(mx);
+        const float mine = exp2(m[r] - base);
+        for (int c = 0; c < NCHV; ++c)
+            for (int k = 0; k < VEC; ++k) go[g * DVP + (c * LANES + lane) * VEC + k] = acc[r][c * VEC + k] * mine;
+        float lr = 0.0f;
+        for (int k = 0; k < GROUPS; ++k) lr += gl[k] * exp2(gm[k] - base);
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        const int pr = row0 + r;
+        if (pr < packed) {
+            const int h = hk * group + pr / sqn;
+            const long i = qi[r];
+            float mr = mx;
+            if (write_parts) {
+                const ulong prow =
+                    (((ulong)split * get_num_groups(2) + (ulong)b) * (ulong)heads_q + (ulong)h) * (ulong)part_sq + (ulong)i;
+                const float inv = lr > 0.0f ? vscale / lr : 0.0f;
+                FLASHCL_SHARED_FOR(int, e, HEAD_DIM_V, lid, WG_SIZE) {
+                    float o = 0.0f;
+                    for (int k = 0; k < GROUPS; ++k) o += go[k * DVP + e];
+                    Opart[prow * (ulong)PART_PITCH + (ulong)e] = o * inv;
+                }
+                if (lid == 0) Lpart[prow] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+            } else {
+                /* One split: the sinks are folded here (with several, flash_merge folds them). */
 #if HAS_SINKS
-        const float alpha = flashcl_fold_sink(&m, &l, sinks[sinks_off + (ulong)h] * FLASHCL_LOG2E_F);
+                const float fold = flashcl_fold_sink(&mr, &lr, sinks[sinks_off + (ulong)h] * FLASHCL_LOG2E_F);
 #else
-        const float alpha = 1.0f;
+                const float fold = 1.0f;
 #endif
-        const float inv = l > 0.0f ? alpha * vscale / l : 0.0f;
-        flashcl_st4(O + VIEW_BASE(o, b, h) + (hd.q0 + i) * o_sr, c4, acc[k] * inv, HEAD_DIM_V);
-        if (c4 == 0 && write_lse) {
-            const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, i);
-            LSE[lse_off + at] = l > 0.0f ? (m + log2(l)) / FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+                const float inv = lr > 0.0f ? fold * vscale / lr : 0.0f;
+                __global store_t *orow = O + VIEW_BASE(o, b, h) + (hd.q0 + i) * o_sr;
+                FLASHCL_SHARED_FOR(int, e, HEAD_DIM_V, lid, WG_SIZE) {
+                    float o = 0.0f;
+                    for (int k = 0; k < GROUPS; ++k) o += go[k * DVP + e];
+                    FLASHCL_STORE(orow, e, o * inv);
+                }
+                if (lid == 0 && write_lse) {
+                    const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, i);
+                    LSE[lse_off + at] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+                }
+            }
         }
+        barrier(CLK_LOCAL_MEM_FENCE); /* before the next row overwrites gm, gl and go */
     }
 }

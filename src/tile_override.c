@@ -38,8 +38,8 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
             else if (vlen == 6 && strncmp(val, "direct", 6) == 0) out->staging = FLASHCL_STAGING_DIRECT;
             else ok = 0;
         } else if (klen == 6 && strncmp(p, "kernel", 6) == 0) {
-            static const char *const names[] = {"rows", "split", "tiles", "cpu", "decode"};
-            for (int i = 0; i < 5; ++i)
+            static const char *const names[] = {"rows", "split", "tiles", "cpu", "decode", "decode_cpu"};
+            for (int i = 0; i < 6; ++i)
                 if (vlen == strlen(names[i]) && strncmp(val, names[i], vlen) == 0) out->kernel = i;
             ok = out->kernel >= 0;
         } else

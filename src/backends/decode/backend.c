@@ -17,7 +17,8 @@ static flashcl_status decode_plan(flashcl_context *ctx, flashcl__pass pass, cons
                                   flashcl_plan *out) {
     (void)pass;
     const flashcl__decode_plan *p = NULL;
-    flashcl_status st = flashcl__decode_plan_for(ctx, d, 0, FLASHCL_CACHE_DTYPE_SAME, &p);
+    /* A query has no views: it plans for rows on 16 bytes, what packed layouts with d % 8 == 0 give. */
+    flashcl_status st = flashcl__decode_plan_for(ctx, d, 0, FLASHCL_CACHE_DTYPE_SAME, 1, &p);
     if (st != FLASHCL_SUCCESS) return st;
     *out = p->pub;
     flashcl__appendf(out->reason, sizeof out->reason, "; %d splits", flashcl__decode_splits(ctx, d, p, d->max_seqlen_k));
@@ -27,7 +28,7 @@ static flashcl_status decode_plan(flashcl_context *ctx, flashcl__pass pass, cons
 static size_t decode_scratch(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d) {
     (void)pass;
     const flashcl__decode_plan *p = NULL;
-    if (flashcl__decode_plan_for(ctx, d, 0, FLASHCL_CACHE_DTYPE_SAME, &p) != FLASHCL_SUCCESS) return 0;
+    if (flashcl__decode_plan_for(ctx, d, 0, FLASHCL_CACHE_DTYPE_SAME, 1, &p) != FLASHCL_SUCCESS) return 0;
     return flashcl__decode_scratch_bytes(d, p, flashcl__decode_splits(ctx, d, p, d->max_seqlen_k));
 }
 

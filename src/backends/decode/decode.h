@@ -39,15 +39,19 @@ typedef struct flashcl__decode_plan {
     int rows;          /* packed rows per work-group */
     int block_n;       /* keys per tile (chunk on CPUs) */
     size_t wg;         /* work-items per group */
+    size_t local_bytes; /* __local the GPU kernel declares (the plan's figure when the driver reports none) */
     int cpu;           /* the CPU kernel */
     char key[400];
     struct flashcl__decode_plan *next;
 } flashcl__decode_plan;
 
 /* The plan of a call: d's head dims, variant switches and rows per (sequence, KV head); `paged`
-   and `cache_dtype` select the key addressing and storage. Built once per context and key. */
+   and `cache_dtype` select the key addressing and storage; `aligned`: every K/V row starts on
+   16 bytes (whole vectors load as such). Built once per context and key. */
 flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, int paged,
-                                        flashcl_cache_dtype cache_dtype, const flashcl__decode_plan **out);
+                                        flashcl_cache_dtype cache_dtype, int aligned, const flashcl__decode_plan **out);
+/* Whether every row of a K/V view or page pool of `elem`-byte elements starts on 16 bytes. */
+int flashcl__decode_rows_aligned(const flashcl_tensor *t, size_t elem);
 void flashcl__decode_release(flashcl_context *ctx);
 
 /* Whether the family takes a flashcl_forward call; why when not. */

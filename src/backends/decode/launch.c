@@ -19,6 +19,16 @@ static flashcl_status alloc_partials(flashcl_context *ctx, const flashcl_attenti
     return st;
 }
 
+int flashcl__decode_rows_aligned(const flashcl_tensor *t, size_t elem) {
+    return ((t->offset | t->stride_batch | t->stride_head | t->stride_row) * elem) % 16 == 0;
+}
+
+/* Whether both K and V rows start on 16 bytes (the kernel then loads whole vectors as such). */
+static int keys_aligned(const flashcl_attention_desc *d, const flashcl__decode_keys *keys) {
+    const size_t elem = keys->dtype == FLASHCL_CACHE_DTYPE_SAME ? flashcl_dtype_size(d->dtype) : 1;
+    return flashcl__decode_rows_aligned(keys->k, elem) && flashcl__decode_rows_aligned(keys->v, elem);
+}
+
 /* The K or V side of the attention kernel's arguments: buffer, offset, page/batch, head and row strides. */
 static void arg_keys(flashcl__args *a, const flashcl_tensor *t) {
     flashcl__arg_mem(a, t->buffer);
@@ -33,7 +43,7 @@ flashcl_status flashcl__decode_enqueue(flashcl_context *ctx, flashcl__chain *cha
                                        const flashcl__decode_keys *keys, const flashcl_tensor *o, cl_mem lse,
                                        size_t lse_offset, int *last) {
     const flashcl__decode_plan *plan = NULL;
-    flashcl_status st = flashcl__decode_plan_for(ctx, d, keys->paged, keys->dtype, &plan);
+    flashcl_status st = flashcl__decode_plan_for(ctx, d, keys->paged, keys->dtype, keys_aligned(d, keys), &plan);
     if (st != FLASHCL_SUCCESS) return st;
     const int splits = flashcl__decode_splits(ctx, d, plan, keys->max_seqlen_k);
     const int group = (int)(d->heads_q / d->heads_kv);
@@ -117,7 +127,7 @@ flashcl_status flashcl__decode_forward(flashcl_context *ctx, const flashcl__call
                                        NULL, NULL, 1, 0, d->max_seqlen_k, NULL, NULL, 0};
     /* Plan first: the split count says whether the call uses scratch (and so waits for its last user). */
     const flashcl__decode_plan *plan = NULL;
-    flashcl_status st = flashcl__decode_plan_for(ctx, d, 0, FLASHCL_CACHE_DTYPE_SAME, &plan);
+    flashcl_status st = flashcl__decode_plan_for(ctx, d, 0, FLASHCL_CACHE_DTYPE_SAME, keys_aligned(d, &keys), &plan);
     if (st != FLASHCL_SUCCESS) return st;
     const int splits = flashcl__decode_splits(ctx, d, plan, keys.max_seqlen_k);
     flashcl__chain chain;

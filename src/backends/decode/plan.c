@@ -17,6 +17,7 @@
  */
 #include "decode.h"
 #include "../../tile_override.h"
+#include "../nvidia/nvidia.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,32 +27,58 @@
 #define CPU_CHUNK 16
 #define MAX_SPLITS 128
 
-static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 static int packed_rows(const flashcl_attention_desc *d) {
     return (int)(d->heads_q / d->heads_kv * d->max_seqlen_q);
 }
 
-/* __local floats of cl/flash_decode.cl (mirrors its LDK, LDV, LDS). */
-static size_t gpu_local_bytes(int rows, int block_n, int d, int dv) {
-    const size_t ldk = (size_t)round_up(d, 4) + 4, ldv = (size_t)round_up(dv, 4), lds = (size_t)block_n + 1;
-    return 4 * ((size_t)rows * ldk + (size_t)block_n * ldk + (size_t)block_n * ldv + (size_t)rows * lds + 3 * (size_t)rows);
+/* The GPU kernel's shape (cl/flash_decode.cl's knobs). */
+typedef struct gpu_shape {
+    int rows, lanes, vec, unroll, shfl, block_n;
+    size_t local_bytes;
+} gpu_shape;
+
+static int pow2_at_least(int x) {
+    int p = 1;
+    while (p < x) p *= 2;
+    return p;
 }
 
-/* The GPU shape for the call, or 0 when nothing fits the device's __local. */
-static int gpu_shape(const flashcl_context *ctx, const flashcl_attention_desc *d, int *rows, int *block_n) {
+/* __local bytes of cl/flash_decode.cl: the epilogue's per-group states and output rows, and,
+   without shuffles, every work-item's partial dots. */
+static size_t gpu_local(const gpu_shape *g, int dv) {
+    const size_t groups = (size_t)(GPU_WG / g->lanes), chunk = (size_t)g->lanes * (size_t)g->vec;
+    const size_t dvp = ((size_t)dv + chunk - 1) / chunk * chunk;
+    size_t floats = groups * (dvp + 2);
+    if (!g->shfl) floats += ((size_t)GPU_WG + groups) * (size_t)g->unroll * (size_t)g->rows;
+    return floats * sizeof(float);
+}
+
+/* Loads of 16 bytes per lane (8 bytes for fp8): VEC elements. Lanes per key: enough for the
+   longer head dim in one pass, at most a warp. Rows: the call's packed rows (a power of two),
+   while a work-item's Q and output elements stay within 64 + 64 registers. UNROLL: keys per
+   group in flight, 8 when that leaves the registers, else 4; less without shuffles when the
+   exchange would not fit __local. 0 when nothing fits the device. */
+static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, gpu_shape *g) {
     const int dd = (int)d->head_dim, dv = (int)d->head_dim_v, packed = packed_rows(d);
-    static const int tiles[] = {32, 16, 8}, row_options[] = {4, 8, 16};
-    for (int t = 0; t < 3; ++t) {
-        if (gpu_local_bytes(4, tiles[t], dd, dv) > ctx->info.local_mem_bytes) continue;
-        int best = 4;
-        for (int r = 1; r < 3 && row_options[r - 1] < packed; ++r)
-            if (gpu_local_bytes(row_options[r], tiles[t], dd, dv) <= ctx->info.local_mem_bytes) best = row_options[r];
-        *rows = best;
-        *block_n = tiles[t];
-        return 1;
+    g->vec = (cdt == FLASHCL_CACHE_DTYPE_SAME && d->dtype == FLASHCL_DTYPE_F32) ? 4 : 8;
+    const int longer = dd > dv ? dd : dv;
+    g->lanes = pow2_at_least((longer + g->vec - 1) / g->vec);
+    if (g->lanes > 32) g->lanes = 32;
+    const int chunk = g->lanes * g->vec, per_row = ((dd + chunk - 1) / chunk + (dv + chunk - 1) / chunk) * g->vec;
+    g->rows = 1;
+    while (g->rows < packed && g->rows < 16 && 2 * g->rows * per_row <= 128) g->rows *= 2;
+    g->unroll = g->rows * per_row <= 32 ? 8 : 4;
+    g->shfl = flashcl__mma_supported(ctx, NULL);
+    for (;;) {
+        g->local_bytes = gpu_local(g, dv);
+        if (g->local_bytes <= ctx->info.local_mem_bytes) break;
+        if (g->unroll > 1) g->unroll /= 2;
+        else if (g->rows > 1) g->rows /= 2;
+        else return 0;
     }
-    return 0;
+    g->block_n = (GPU_WG / g->lanes) * g->unroll;
+    return 1;
 }
 
 static int cpu_rows(const flashcl_attention_desc *d) {
@@ -128,10 +155,9 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
     pub->block_rows = p->rows;
     pub->block_cols = p->block_n;
     pub->threads_per_row = 1;
-    pub->staging = p->cpu ? FLASHCL_STAGING_DIRECT : FLASHCL_STAGING_LOCAL;
+    pub->staging = FLASHCL_STAGING_DIRECT; /* both kernels read K/V straight into registers */
     pub->work_group_size = p->wg;
-    pub->local_mem_bytes = local ? (size_t)local
-                                 : (p->cpu ? 0 : gpu_local_bytes(p->rows, p->block_n, (int)d->head_dim, (int)d->head_dim_v));
+    pub->local_mem_bytes = local ? (size_t)local : p->local_bytes;
     pub->private_mem_bytes = (size_t)priv;
     flashcl__copy_str(pub->origin, sizeof pub->origin, "table");
     flashcl__copy_str(pub->build_options, sizeof pub->build_options, options);
@@ -141,39 +167,41 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
              "rows of one work-group (%d per group), K/V read once per KV head %s%s, split-KV over enough "
              "work-groups to fill the device, partials merged by LSE (flash_merge)",
              p->cpu ? "CPU: work-groups of one, float16 vectors, the cache read in place"
-                    : "GPU: K/V tiles in __local, one key per work-item for the scores",
+                    : "GPU: key groups of lanes reading K/V rows into registers, several keys in flight",
              d->max_seqlen_q, d->heads_q / d->heads_kv, p->rows, paged ? "through the page table" : "from the views",
              storage[cdt]);
     return FLASHCL_SUCCESS;
 }
 
-/* The CPU kernel on CPU devices; FLASHCL_TILE=kernel=decode,staging=local|direct picks the GPU (K/V
-   tiles in __local) or the CPU kernel (direct reads) anywhere, so each is tested on every device. */
+/* The CPU kernel on CPU devices; FLASHCL_TILE=kernel=decode or kernel=decode_cpu picks the GPU or
+   the CPU kernel anywhere, so each is tested on every device. */
 static int use_cpu_kernel(const flashcl_context *ctx) {
     flashcl__tile_override ov;
-    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present && ov.kernel == FLASHCL__TILE_KERNEL_DECODE &&
-        ov.staging >= 0)
-        return ov.staging == FLASHCL_STAGING_DIRECT;
+    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present) {
+        if (ov.kernel == FLASHCL__TILE_KERNEL_DECODE) return 0;
+        if (ov.kernel == FLASHCL__TILE_KERNEL_DECODE_CPU) return 1;
+    }
     return ctx->info.is_cpu;
 }
 
 flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, int paged,
-                                        flashcl_cache_dtype cache_dtype, const flashcl__decode_plan **out) {
+                                        flashcl_cache_dtype cache_dtype, int aligned, const flashcl__decode_plan **out) {
     const int cpu = use_cpu_kernel(ctx);
-    int rows = 0, block_n = CPU_CHUNK;
-    if (cpu) rows = cpu_rows(d);
-    else if (!gpu_shape(ctx, d, &rows, &block_n))
-        return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "decode: no tile for d=%zu, d_v=%zu fits %llu bytes of local memory",
+    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0};
+    if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, &g))
+        return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "decode: no shape for d=%zu, d_v=%zu fits %llu bytes of local memory",
                              d->head_dim, d->head_dim_v, (unsigned long long)ctx->info.local_mem_bytes);
     char variants[256], options[sizeof ((flashcl__decode_plan *)0)->key];
     flashcl__variant_options(d, variants, sizeof variants);
     if (cpu)
         snprintf(options, sizeof options, "-w -D HEAD_DIM=%zu -D ROWS=%d -D CHUNK=%d -D PAGED=%d -D CACHE_DTYPE=%d %s",
-                 d->head_dim, rows, block_n, paged, (int)cache_dtype, variants);
+                 d->head_dim, g.rows, g.block_n, paged, (int)cache_dtype, variants);
     else
         snprintf(options, sizeof options,
-                 "-D HEAD_DIM=%zu -D ROWS=%d -D BLOCK_N=%d -D WG_SIZE=%d -D PAGED=%d -D CACHE_DTYPE=%d %s", d->head_dim,
-                 rows, block_n, GPU_WG, paged, (int)cache_dtype, variants);
+                 "-D HEAD_DIM=%zu -D ROWS=%d -D LANES=%d -D VEC=%d -D UNROLL=%d -D WG_SIZE=%d -D ALIGNED=%d "
+                 "-D LANE_SHFL=%d -D PAGED=%d -D CACHE_DTYPE=%d %s",
+                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, GPU_WG, aligned != 0, g.shfl, paged, (int)cache_dtype,
+                 variants);
     for (flashcl__decode_plan *p = ctx->family[FLASHCL__FAMILY_DECODE]; p; p = p->next)
         if (strcmp(p->key, options) == 0) {
             *out = p;
@@ -182,9 +210,10 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     flashcl__decode_plan *p = calloc(1, sizeof *p);
     if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a decode plan");
     p->cpu = cpu;
-    p->rows = rows;
-    p->block_n = block_n;
+    p->rows = g.rows;
+    p->block_n = g.block_n;
     p->wg = cpu ? 1 : GPU_WG;
+    p->local_bytes = cpu ? 0 : g.local_bytes;
     flashcl_status st = build(ctx, d, paged, cache_dtype, options, p);
     if (st != FLASHCL_SUCCESS) {
         if (p->attend) clReleaseKernel(p->attend);
@@ -219,8 +248,9 @@ int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d
         return 0;
     }
     if (ov.present) {
-        if (ov.kernel != FLASHCL__TILE_KERNEL_DECODE) snprintf(why, cap, "FLASHCL_TILE forces another family");
-        return ov.kernel == FLASHCL__TILE_KERNEL_DECODE;
+        const int ours = ov.kernel == FLASHCL__TILE_KERNEL_DECODE || ov.kernel == FLASHCL__TILE_KERNEL_DECODE_CPU;
+        if (!ours) snprintf(why, cap, "FLASHCL_TILE forces another family");
+        return ours;
     }
     if (d->max_seqlen_q > FLASHCL__DECODE_MAX_SEQLEN_Q) {
         snprintf(why, cap, "seqlen_q %zu > %d (the decode family is for short queries)", d->max_seqlen_q,
@@ -231,8 +261,8 @@ int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d
         snprintf(why, cap, "the decode family has no bias, masks or dropout");
         return 0;
     }
-    int rows = 0, block_n = 0;
-    if (!use_cpu_kernel(ctx) && !gpu_shape(ctx, d, &rows, &block_n)) {
+    gpu_shape g;
+    if (!use_cpu_kernel(ctx) && !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, &g)) {
         snprintf(why, cap, "no decode tile for d=%zu fits the device's local memory", d->head_dim);
         return 0;
     }
