@@ -27,4 +27,10 @@ void cli_check_variant_errors(void);
  * plain flash, --json; bad values refused. */
 void cli_check_bench_variants(void);
 
+/* cli_kvcache.c: attention with a KV cache (contiguous, paged with append and rotary, fp8) against the
+ * reference; bad tables and files. */
+void cli_check_kvcache(void);
+/* `bench` on decode shapes: the measured read bandwidth and %bw; the KV-cache mode (paged, bf16, fp8). */
+void cli_check_bench_decode(void);
+
 #endif

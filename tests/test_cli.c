@@ -6,7 +6,8 @@
  * with exit status 2, one line on stderr and no output file, and
  * `bench --json` with and without --backward. The variant flags (--dtype,
  * --window, --softcap, --alibi, --sinks/--dsinks, --dropout, --bias, --mask,
- * --block-mask, --cu-seqlens-q/k, d_v from V) are checked in cli_variants.c.
+ * --block-mask, --cu-seqlens-q/k, d_v from V) are checked in cli_variants.c,
+ * the KV-cache call and bench's decode and cache modes in cli_kvcache.c.
  *
  *   test_cli PATH_TO_FLASHCL_TOOL
  */
@@ -601,6 +602,9 @@ int main(int argc, char **argv)
     cli_check_variants();
     cli_check_variant_errors();
     cli_check_bench_variants();
+
+    cli_check_kvcache();
+    cli_check_bench_decode();
 
     tu_problem_free(&p);
     flashcl_context_destroy(ctx);

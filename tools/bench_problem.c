@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage_codec.h"
 #include "tool_errors.h"
 
 static const char *const tensor_names[BENCH_TENSORS] = {"Q", "K", "V", "O", "LSE", "dO", "dQ", "dK", "dV"};
@@ -22,42 +23,28 @@ size_t bench_tensor_bytes(size_t a, size_t b, size_t c, size_t d, size_t elem) {
     return bytes;
 }
 
-/* IEEE half of a float in [-1, 1] (truncating: these are benchmark inputs). */
-static uint16_t to_half(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    int exp = (int)((u >> 23) & 0xff) - 127 + 15;
-    if (exp <= 0) return sign; /* below half's normal range: 0 is close enough here */
-    return (uint16_t)(sign | (uint16_t)(exp << 10) | (uint16_t)((u & 0x7fffffu) >> 13));
-}
-
-/* Packs n floats into the storage type in place: element i is read before it is written. */
-static void to_storage(flashcl_dtype dtype, float *f, size_t n) {
-    if (dtype != FLASHCL_DTYPE_F16 && dtype != FLASHCL_DTYPE_BF16) return;
-    uint16_t *h = (uint16_t *)(void *)f;
-    for (size_t i = 0; i < n; ++i) {
-        uint32_t u;
-        memcpy(&u, &f[i], sizeof u);
-        h[i] = dtype == FLASHCL_DTYPE_F16 ? to_half(f[i]) : (uint16_t)(u >> 16);
-    }
-}
-
-/* The byte size of every tensor; false when one overflows size_t. */
-static bool tensor_sizes(const flashcl_attention_desc *d, bool training, size_t bytes[BENCH_TENSORS]) {
+/*
+ * The element count and byte size of every tensor; false when one overflows
+ * size_t. K and V are kv_elem bytes an element (a KV cache's storage).
+ */
+static bool tensor_sizes(const flashcl_attention_desc *d, bool training, size_t kv_elem, size_t counts[BENCH_TENSORS],
+                         size_t bytes[BENCH_TENSORS]) {
     size_t es = flashcl_dtype_size(d->dtype ? d->dtype : FLASHCL_DTYPE_F32);
     size_t hkv = d->heads_kv ? d->heads_kv : d->heads_q, dv = d->head_dim_v;
-    bytes[BENCH_Q] = bench_tensor_bytes(d->batch, d->seqlen_q, d->heads_q, d->head_dim, es);
-    bytes[BENCH_K] = bench_tensor_bytes(d->batch, d->seqlen_k, hkv, d->head_dim, es);
-    bytes[BENCH_V] = bench_tensor_bytes(d->batch, d->seqlen_k, hkv, dv, es);
-    bytes[BENCH_O] = bench_tensor_bytes(d->batch, d->seqlen_q, d->heads_q, dv, es);
-    bytes[BENCH_LSE] = training ? bench_tensor_bytes(d->batch, d->seqlen_q, d->heads_q, 1, sizeof(float)) : 0;
-    bytes[BENCH_DOUT] = training ? bytes[BENCH_O] : 0;
-    bytes[BENCH_DQ] = training ? bytes[BENCH_Q] : 0;
-    bytes[BENCH_DK] = training ? bytes[BENCH_K] : 0;
-    bytes[BENCH_DV] = training ? bytes[BENCH_V] : 0;
-    for (int t = 0; t < BENCH_TENSORS; ++t)
+    counts[BENCH_Q] = bench_tensor_bytes(d->batch, d->seqlen_q, d->heads_q, d->head_dim, 1);
+    counts[BENCH_K] = bench_tensor_bytes(d->batch, d->seqlen_k, hkv, d->head_dim, 1);
+    counts[BENCH_V] = bench_tensor_bytes(d->batch, d->seqlen_k, hkv, dv, 1);
+    counts[BENCH_O] = bench_tensor_bytes(d->batch, d->seqlen_q, d->heads_q, dv, 1);
+    counts[BENCH_LSE] = training ? bench_tensor_bytes(d->batch, d->seqlen_q, d->heads_q, 1, 1) : 0;
+    counts[BENCH_DOUT] = training ? counts[BENCH_O] : 0;
+    counts[BENCH_DQ] = training ? counts[BENCH_Q] : 0;
+    counts[BENCH_DK] = training ? counts[BENCH_K] : 0;
+    counts[BENCH_DV] = training ? counts[BENCH_V] : 0;
+    for (int t = 0; t < BENCH_TENSORS; ++t) {
+        size_t elem = t == BENCH_LSE ? sizeof(float) : (t == BENCH_K || t == BENCH_V) ? kv_elem : es;
+        bytes[t] = bench_tensor_bytes(counts[t], 1, 1, 1, elem);
         if (bytes[t] == 0 && (t <= BENCH_O || training)) return false;
+    }
     return true;
 }
 
@@ -72,29 +59,41 @@ static int check_fits(flashcl_context *ctx, size_t largest) {
     return 0;
 }
 
-/* Q, K, V and dO filled with random values through staging, the others left for the calls to write. */
-static int create_tensors(flashcl_context *ctx, flashcl_dtype dtype, uint64_t *state, bench_problem *p) {
-    size_t largest = 0;
-    for (int t = 0; t < BENCH_TENSORS; ++t) largest = p->bytes[t] > largest ? p->bytes[t] : largest;
+/*
+ * Q, K, V and dO filled with random values through staging, the others left
+ * for the calls to write. With a cache, K and V go into it instead (the
+ * same values: the draws do not depend on where they are stored).
+ */
+static int create_tensors(flashcl_context *ctx, const bench_problem_spec *spec, const size_t counts[BENCH_TENSORS],
+                          uint64_t *state, bench_problem *p) {
+    const flashcl_dtype dtype = p->desc.dtype ? p->desc.dtype : FLASHCL_DTYPE_F32;
+    size_t largest = 0, most = 0;
+    for (int t = 0; t < BENCH_TENSORS; ++t) {
+        largest = p->bytes[t] > largest ? p->bytes[t] : largest;
+        most = counts[t] > most ? counts[t] : most;
+    }
     int rc = check_fits(ctx, largest);
     if (rc != 0) return rc;
-    /* Floats first, packed in place to 16 bits for f16/bf16: room for largest / es floats. */
-    size_t es = flashcl_dtype_size(dtype);
-    float *staging = malloc(largest / es * sizeof(float));
+    /* Floats first, packed in place to 16 bits for f16/bf16. */
+    float *staging = malloc(most * sizeof(float));
     if (staging == NULL) return tool_failure("bench: out of host memory for the inputs");
     cl_context cl = flashcl_context_cl_context(ctx);
     bool filled[BENCH_TENSORS] = {false};
     for (size_t i = 0; i < sizeof random_tensors / sizeof random_tensors[0] && rc == 0; ++i) {
         int t = random_tensors[i];
         if (p->bytes[t] == 0) continue;
-        random_fill_uniform(staging, p->bytes[t] / es, state);
-        to_storage(dtype, staging, p->bytes[t] / es);
+        random_fill_uniform(staging, counts[t], state);
+        filled[t] = true;
+        if (p->has_cache && (t == BENCH_K || t == BENCH_V)) {
+            rc = bench_cache_upload(ctx, spec->cache, &p->desc, t == BENCH_V, staging, &p->cache);
+            continue;
+        }
+        codec_pack(dtype, staging, counts[t], staging);
         cl_int err = CL_SUCCESS;
         p->mem[t] = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, p->bytes[t], staging, &err);
         if (err != CL_SUCCESS)
             rc = tool_failure("bench: cannot allocate %s (%zu bytes) on the device: %s", tensor_names[t], p->bytes[t],
                               flashcl_status_name(err));
-        filled[t] = true;
     }
     free(staging);
     for (int t = 0; t < BENCH_TENSORS && rc == 0; ++t) {
@@ -138,11 +137,17 @@ int bench_problem_create(flashcl_context *ctx, const bench_problem_spec *spec, b
     d->path = spec->path;
     d->dtype = v->dtype;
     d->head_dim_v = v->head_dim_v ? v->head_dim_v : d->head_dim;
-    if (!tensor_sizes(d, spec->training, p->bytes))
+    d->num_splits = spec->base->num_splits;
+    p->has_cache = spec->cache != NULL;
+    size_t counts[BENCH_TENSORS];
+    size_t kv_elem = p->has_cache ? bench_cache_elem(spec->cache, d->dtype)
+                                  : flashcl_dtype_size(d->dtype ? d->dtype : FLASHCL_DTYPE_F32);
+    if (!tensor_sizes(d, spec->training, kv_elem, counts, p->bytes))
         return tool_usage_error("bench: the tensors of this shape are too large to address");
 
+    int rc = p->has_cache ? bench_cache_layout(spec->cache, d, &p->cache) : 0;
     uint64_t state = VARIANT_RANDOM_SEED;
-    int rc = create_tensors(ctx, d->dtype ? d->dtype : FLASHCL_DTYPE_F32, &state, p);
+    if (rc == 0) rc = create_tensors(ctx, spec, counts, &state, p);
     bool varlen = variant_is_varlen(v);
     if (varlen) {
         /* The same rows as the dense problem, cut into sequences. */
@@ -173,13 +178,15 @@ int bench_problem_create(flashcl_context *ctx, const bench_problem_spec *spec, b
 }
 
 size_t bench_problem_outputs(const bench_problem *p, bench_output out[BENCH_MAX_OUTPUTS]) {
+    const flashcl_dtype dtype = p->desc.dtype ? p->desc.dtype : FLASHCL_DTYPE_F32;
+    const size_t es = flashcl_dtype_size(dtype);
     if (p->mem[BENCH_DQ] == NULL) {
-        out[0] = (bench_output){"o", p->mem[BENCH_O], p->bytes[BENCH_O]};
+        out[0] = (bench_output){"o", p->mem[BENCH_O], p->bytes[BENCH_O], dtype, p->bytes[BENCH_O] / es};
         return 1;
     }
-    out[0] = (bench_output){"dq", p->mem[BENCH_DQ], p->bytes[BENCH_DQ]};
-    out[1] = (bench_output){"dk", p->mem[BENCH_DK], p->bytes[BENCH_DK]};
-    out[2] = (bench_output){"dv", p->mem[BENCH_DV], p->bytes[BENCH_DV]};
+    out[0] = (bench_output){"dq", p->mem[BENCH_DQ], p->bytes[BENCH_DQ], dtype, p->bytes[BENCH_DQ] / es};
+    out[1] = (bench_output){"dk", p->mem[BENCH_DK], p->bytes[BENCH_DK], dtype, p->bytes[BENCH_DK] / es};
+    out[2] = (bench_output){"dv", p->mem[BENCH_DV], p->bytes[BENCH_DV], dtype, p->bytes[BENCH_DV] / es};
     return 3;
 }
 
@@ -189,4 +196,6 @@ void bench_problem_release(bench_problem *p) {
         p->mem[t] = NULL;
     }
     variant_buffers_release(&p->variants);
+    if (p->has_cache) bench_cache_release(&p->cache);
+    p->has_cache = false;
 }

@@ -6,6 +6,7 @@
 
 #include "device_info.h"
 #include "json_print.h"
+#include "kv_options.h"
 #include "plan_print.h"
 #include "tool_errors.h"
 
@@ -57,10 +58,22 @@ static void print_header(FILE *out, const bench_job *job, const bench_results *r
     char device[256];
     device_string_into(flashcl_context_device(job->ctx), CL_DEVICE_NAME, device, sizeof device);
     fprintf(out, "device   %s\n", device);
-    fprintf(out, "problem  batch %zu, heads %zu (kv %zu), seqlen %zu (k %zu), head dim %zu, float32, %s\n", d->batch,
-            d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim, d->causal ? "causal" : "non-causal");
+    /* The storage type is the base's float32 unless a path's features (printed below) say otherwise. */
+    bool all_f32 = true;
     for (size_t i = 0; i < job->path_count; ++i)
-        if (r->paths[i].features[0]) fprintf(out, "features %s\n", r->paths[i].features);
+        all_f32 = all_f32 && (r->paths[i].dtype == FLASHCL_DTYPE_DEFAULT || r->paths[i].dtype == FLASHCL_DTYPE_F32);
+    fprintf(out, "problem  batch %zu, heads %zu (kv %zu), seqlen %zu (k %zu), head dim %zu, %s%s\n", d->batch,
+            d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim, all_f32 ? "float32, " : "",
+            d->causal ? "causal" : "non-causal");
+    /* Paths with the same features (a cache path and its plain twin) share one line. */
+    for (size_t i = 0; i < job->path_count; ++i) {
+        bool repeat = false;
+        for (size_t j = 0; j < i; ++j) repeat = repeat || strcmp(r->paths[i].features, r->paths[j].features) == 0;
+        if (r->paths[i].features[0] && !repeat) fprintf(out, "features %s\n", r->paths[i].features);
+    }
+    for (size_t i = 0; i < job->path_count; ++i)
+        if (r->paths[i].cache[0]) fprintf(out, "cache    %s: %s\n", job->paths[i].name, r->paths[i].cache);
+    if (d->num_splits) fprintf(out, "splits   %zu (--num-splits)\n", d->num_splits);
     if (several_passes(job)) {
         fputs("passes  ", out);
         for (size_t pass = 0; pass < job->pass_count; ++pass)
@@ -68,6 +81,7 @@ static void print_header(FILE *out, const bench_job *job, const bench_results *r
         fputc('\n', out);
     }
     roof_print_line(out, &job->roof);
+    if (job->show_bw) read_bw_print_line(out, &job->read_bw);
 }
 
 static void print_row(FILE *out, const bench_job *job, size_t path, size_t pass, const bench_pass_result *s) {
@@ -80,12 +94,17 @@ static void print_row(FILE *out, const bench_job *job, size_t path, size_t pass,
         fputc('\n', out);
         return;
     }
-    double ms = s->timing.ms;
+    double ms = s->timing.ms, gbps = per_second(s->bytes, ms) * 1e-9;
     char pct[16];
     roof_format_percent(pct, sizeof pct, &job->roof, per_second(s->flops, ms) * 1e-9);
-    fprintf(out, "%*zu %11.4f %9.4f %10.2f %7s %9.2f %14zu\n", several_passes(job) ? 6 : 7, s->timing.iters, ms,
-            per_second(s->flops, ms) * 1e-12, per_second(s->flops, ms) * 1e-9, pct, per_second(s->bytes, ms) * 1e-9,
-            s->bytes_extra);
+    fprintf(out, "%*zu %11.4f %9.4f %10.2f %7s %9.2f", several_passes(job) ? 6 : 7, s->timing.iters, ms,
+            per_second(s->flops, ms) * 1e-12, per_second(s->flops, ms) * 1e-9, pct, gbps);
+    if (job->show_bw) {
+        char bw[16];
+        read_bw_format_percent(bw, sizeof bw, &job->read_bw, gbps);
+        fprintf(out, " %7s", bw);
+    }
+    fprintf(out, " %14zu\n", s->bytes_extra);
 }
 
 static void print_plans(FILE *out, const bench_job *job, const bench_results *r) {
@@ -110,8 +129,11 @@ static void print_ratios(FILE *out, const bench_job *job, const bench_results *r
         if (isnan(ratio)) continue;
         fprintf(out, "%-8s ", job->ratio.name);
         if (several_passes(job)) fprintf(out, "%-8s ", job->passes[pass]->name);
-        fprintf(out, "%.2fx (%s ms / %s ms)\n", ratio, job->paths[job->ratio.numerator].name,
-                job->paths[job->ratio.denominator].name);
+        const char *n = job->paths[job->ratio.numerator].name, *d = job->paths[job->ratio.denominator].name;
+        fprintf(out, "%.2fx (%s ms / %s ms)", ratio, n, d);
+        /* Same keys in both: the inverse is how much faster one attends to them (decode's token rate). */
+        if (job->ratio.key_rate) fprintf(out, "; %s's key rate is %.2fx %s's", n, 1.0 / ratio, d);
+        fputc('\n', out);
     }
 }
 
@@ -164,8 +186,14 @@ static void print_footnotes(FILE *out, const bench_job *job, const bench_results
           out);
     if (r->training) fprintf(out, ", the backward as %g times that", BENCH_BWD_FLOP_RATIO);
     fputs("; GB/s counts each tensor a pass reads or writes once (Q, K, V, O and, for the backward, LSE, dO and the "
-          "gradients; not the variants' inputs).\n",
+          "gradients; not the variants' inputs",
           out);
+    for (size_t i = 0; i < job->path_count; ++i)
+        if (job->paths[i].cache != NULL) {
+            fputs("; a cache's K and V at its element size, the rows in use only, its tables not counted", out);
+            break;
+        }
+    fputs(").\n", out);
 }
 
 void bench_print_table(FILE *out, const bench_job *job, const bench_results *r) {
@@ -176,7 +204,9 @@ void bench_print_table(FILE *out, const bench_job *job, const bench_results *r) 
         fprintf(out, "%-8s %6s", "pass", "iters");
     else
         fprintf(out, "%7s", "iters");
-    fprintf(out, " %11s %9s %10s %7s %9s %14s\n", "ms", "TFLOP/s", "GFLOP/s", "%roof", "GB/s", "bytes_extra");
+    fprintf(out, " %11s %9s %10s %7s %9s", "ms", "TFLOP/s", "GFLOP/s", "%roof", "GB/s");
+    if (job->show_bw) fprintf(out, " %7s", "%bw");
+    fprintf(out, " %14s\n", "bytes_extra");
     for (size_t i = 0; i < job->path_count; ++i)
         for (size_t pass = 0; pass < job->pass_count; ++pass) print_row(out, job, i, pass, &r->paths[i].passes[pass]);
     fputc('\n', out);
@@ -188,8 +218,9 @@ void bench_print_table(FILE *out, const bench_job *job, const bench_results *r) 
 
 /* ------------------------------------------------------------- JSON */
 
-/* device, batch, heads, kv_heads, seqlen, seqlen_k, head_dim, causal, dtype, head_dim_v */
-static void json_problem_fields(FILE *out, const char *device, const flashcl_attention_desc *d,
+/* device, batch, heads, kv_heads, seqlen, seqlen_k, head_dim, causal, dtype, head_dim_v, num_splits,
+   cache, page_size, cache_dtype */
+static void json_problem_fields(FILE *out, const char *device, const flashcl_attention_desc *d, const bench_path *path,
                                 const bench_path_result *p) {
     json_member_string(out, "device", device);
     const struct {
@@ -201,6 +232,11 @@ static void json_problem_fields(FILE *out, const char *device, const flashcl_att
     json_member_literal(out, "causal", d->causal ? "true" : "false");
     json_member_string(out, "dtype", dtype_name(p->dtype));
     json_member_size(out, "head_dim_v", p->head_dim_v ? p->head_dim_v : d->head_dim);
+    json_member_size(out, "num_splits", d->num_splits);
+    const bench_cache_spec *cache = path->cache;
+    json_member_string(out, "cache", cache == NULL ? "none" : cache->page_size ? "paged" : "contiguous");
+    json_member_size(out, "page_size", cache != NULL ? cache->page_size : 0);
+    json_member_string(out, "cache_dtype", cache != NULL ? kv_cache_dtype_name(cache->dtype) : "none");
 }
 
 /* The library fills the plan's strings; the copy only guards against a missing NUL. */
@@ -228,7 +264,7 @@ static void print_pass_json(FILE *out, const bench_job *job, const char *device,
     json_key(out, "path", true);
     json_string(out, job->paths[path].name);
     json_member_string(out, "pass", kind->name);
-    json_problem_fields(out, device, &job->base, p);
+    json_problem_fields(out, device, &job->base, &job->paths[path], p);
     json_member_string(out, "features", p->features);
     if (!s->ran) {
         json_member_literal(out, "skipped", "true");
@@ -245,6 +281,7 @@ static void print_pass_json(FILE *out, const bench_job *job, const char *device,
     json_member_number(out, "gflops", per_second(s->flops, ms) * 1e-9);
     roof_json_fields(out, &job->roof, per_second(s->flops, ms) * 1e-9);
     json_member_number(out, "gbps", per_second(s->bytes, ms) * 1e-9);
+    read_bw_json_fields(out, &job->read_bw, per_second(s->bytes, ms) * 1e-9);
     json_member_number(out, "flops", s->flops);
     json_member_number(out, "bytes", s->bytes);
     json_member_size(out, "bytes_extra", s->bytes_extra);
@@ -302,6 +339,7 @@ void bench_print_json(FILE *out, const bench_job *job, const bench_results *r) {
     json_key(out, "path", true);
     json_string(out, "summary");
     roof_json_summary(out, &job->roof);
+    read_bw_json_summary(out, &job->read_bw);
     for (size_t i = 0; i < job->path_count; ++i) {
         if (r->paths[i].features[0]) {
             json_member_string(out, "features", r->paths[i].features);
@@ -309,6 +347,16 @@ void bench_print_json(FILE *out, const bench_job *job, const bench_results *r) {
         }
     }
     if (job->ratio.name != NULL) json_ratio(out, job, r);
+    if (job->ratio.key_rate && !several_passes(job)) {
+        double ratio = bench_ratio_value(job, r, 0);
+        json_member_number(out, "key_rate_ratio", ratio > 0.0 ? 1.0 / ratio : NAN);
+    }
+    for (size_t i = 0; i < job->path_count; ++i) {
+        if (r->paths[i].cache[0]) {
+            json_member_string(out, "cache_description", r->paths[i].cache);
+            break;
+        }
+    }
     json_member_literal(out, "agree", !c->done ? "null" : bench_check_agrees(c) ? "true" : "false");
     if (c->done) {
         json_check_member(out, c, "max_abs_diff", false);

@@ -6,11 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage_codec.h"
 #include "tool_errors.h"
 
 /* ------------------------------------------------------------- passes */
 
+/* The plain call, or the KV-cache call (the decode step of an inference loop) for a path with a cache. */
 static flashcl_status enqueue_forward(const bench_problem *p) {
+    if (p->has_cache)
+        return flashcl_forward_kvcache(p->ctx, &p->desc, &p->q, &p->cache.kv, &p->o, p->mem[BENCH_LSE], 0, 0, NULL,
+                                       NULL);
     return flashcl_forward(p->ctx, &p->desc, &p->q, &p->k, &p->v, &p->o, p->mem[BENCH_LSE], 0, 0, NULL, NULL);
 }
 
@@ -29,7 +34,8 @@ static flashcl_status enqueue_forward_backward(const bench_problem *p) {
     return status != FLASHCL_SUCCESS ? status : enqueue_backward(p);
 }
 
-/* The forward reads Q, K, V and writes O (and LSE, which is 0 bytes without gradients). */
+/* The forward reads Q, K, V (a cache's at its element size, only the rows in use) and writes O (and LSE, which is
+   0 bytes without gradients). A cache's tables are not counted: a few bytes a page. */
 static double forward_bytes(const bench_problem *p) {
     const size_t *b = p->bytes;
     return (double)b[BENCH_Q] + (double)b[BENCH_K] + (double)b[BENCH_V] + (double)b[BENCH_O] + (double)b[BENCH_LSE];
@@ -164,16 +170,23 @@ typedef struct path_outputs {
     float *host[BENCH_MAX_OUTPUTS];
 } path_outputs;
 
+/* Read back as floats (16-bit storage widened), so paths of any dtype compare element by element. */
 static int read_outputs(const bench_path *path, const bench_problem *problem, path_outputs *out) {
     out->count = bench_problem_outputs(problem, out->info);
     for (size_t i = 0; i < out->count; ++i) {
-        out->host[i] = malloc(out->info[i].bytes);
-        if (out->host[i] == NULL) return tool_failure("bench: out of host memory for the outputs");
-        cl_int err = clEnqueueReadBuffer(flashcl_context_queue(problem->ctx), out->info[i].buffer, CL_TRUE, 0,
-                                         out->info[i].bytes, out->host[i], 0, NULL, NULL);
+        const bench_output *info = &out->info[i];
+        void *raw = malloc(info->bytes);
+        out->host[i] = malloc(info->count * sizeof(float));
+        if (raw == NULL || out->host[i] == NULL) {
+            free(raw);
+            return tool_failure("bench: out of host memory for the outputs");
+        }
+        cl_int err = clEnqueueReadBuffer(flashcl_context_queue(problem->ctx), info->buffer, CL_TRUE, 0, info->bytes,
+                                         raw, 0, NULL, NULL);
+        if (err == CL_SUCCESS) codec_unpack(info->dtype, raw, info->count, out->host[i]);
+        free(raw);
         if (err != CL_SUCCESS)
-            return tool_failure("bench: %s: reading %s failed: %s", path->name, out->info[i].name,
-                                flashcl_status_name(err));
+            return tool_failure("bench: %s: reading %s failed: %s", path->name, info->name, flashcl_status_name(err));
     }
     return 0;
 }
@@ -191,12 +204,13 @@ static int run_path(const bench_job *job, size_t index, bool training, bench_pat
     flashcl_status status = flashcl_context_create_from_queue(&pctx, flashcl_context_queue(job->ctx));
     if (status != FLASHCL_SUCCESS) return tool_status_error(path->name, status, NULL);
     bench_problem problem;
-    bench_problem_spec spec = {&job->base, path->variants, path->path, training};
+    bench_problem_spec spec = {&job->base, path->variants, path->cache, path->path, training};
     int rc = bench_problem_create(pctx, &spec, &problem);
     if (rc == 0) {
         out->dtype = problem.desc.dtype;
         out->head_dim_v = problem.desc.head_dim_v;
         if (path->variants != NULL) variant_describe(path->variants, out->features, sizeof out->features);
+        if (problem.has_cache) bench_cache_describe(path->cache, &problem.cache, out->cache, sizeof out->cache);
         rc = plan_path(job, path, &problem, training, out);
         if (rc == 0 && out->planned) rc = time_passes(job, path, &problem, out);
         if (rc == 0 && job->check && all_ran(job, out)) rc = read_outputs(path, &problem, outputs);
@@ -253,8 +267,7 @@ static void check_paths(const bench_job *job, bench_results *r, const path_outpu
     c->count = outputs[0].count;
     for (size_t t = 0; t < c->count; ++t) {
         c->names[t] = outputs[0].info[t].name;
-        compare_outputs(outputs[0].host[t], outputs[1].host[t], outputs[0].info[t].bytes / sizeof(float),
-                        &c->results[t]);
+        compare_outputs(outputs[0].host[t], outputs[1].host[t], outputs[0].info[t].count, &c->results[t]);
     }
     c->done = true;
 }

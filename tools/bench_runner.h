@@ -7,6 +7,10 @@
  * printer (bench_report.c); a new mode is a new job, a new pass is a new
  * bench_pass.
  *
+ * A path with a KV cache (bench_cache.h) holds its K and V there and its
+ * forward pass is flashcl_forward_kvcache: the cache is a property of the
+ * path, so the same passes, timing, check and printer serve it.
+ *
  * Each path runs on a flashcl_context of its own made around the tool's
  * queue: the path's buffers and scratch are its alone, so the scratch read
  * after a pass is what that path holds, and one path's scratch is freed
@@ -21,6 +25,7 @@
 #include <flashcl.h>
 
 #include "bench_problem.h"
+#include "read_bandwidth.h"
 #include "roof.h"
 #include "timing.h"
 #include "variant_options.h"
@@ -51,10 +56,11 @@ extern const bench_pass bench_pass_forward_backward; /* both, back to back */
 
 /* One row group of the report. */
 typedef struct bench_path {
-    const char *name; /* "flash", "standard", "flash+variants" */
+    const char *name; /* "flash", "standard", "flash+variants", "kvcache" */
     flashcl_path path;
     const variant_options *variants; /* NULL: plain float32 */
     bool skip_when_full;             /* an allocation failure skips it (standard's N x N) instead of failing */
+    const bench_cache_spec *cache;   /* NULL: K and V as tensors; else its forward is flashcl_forward_kvcache */
 } bench_path;
 
 enum { BENCH_MAX_PATHS = 2, BENCH_MAX_PASSES = 3 };
@@ -63,6 +69,7 @@ enum { BENCH_MAX_PATHS = 2, BENCH_MAX_PASSES = 3 };
 typedef struct bench_ratio {
     const char *name;              /* "speedup", "cost"; NULL: none */
     size_t numerator, denominator; /* an index past the paths gives NaN (that path was not asked for) */
+    bool key_rate;                 /* also the inverse, as the rate keys are attended to (decode's token rate) */
 } bench_ratio;
 
 typedef struct bench_job {
@@ -77,6 +84,8 @@ typedef struct bench_job {
     bool check;                  /* compare the outputs of paths 0 and 1 */
     const char *no_check_reason; /* why not, when !check */
     bench_roof roof;             /* the %roof column's divisor */
+    bench_read_bw read_bw;       /* the %bw column's divisor */
+    bool show_bw;                /* print the read bandwidth and %bw (decode shapes, caches, --read-bw) */
 } bench_job;
 
 /* Tolerance of the check: |a - b| <= ATOL + RTOL * |b|, b of path 1. */
@@ -103,6 +112,7 @@ typedef struct bench_path_result {
     flashcl_dtype dtype; /* as run */
     size_t head_dim_v;
     char features[256]; /* variant_describe; "" for none */
+    char cache[256];    /* bench_cache_describe; "" for none */
     bool planned;       /* the plans are filled in */
     flashcl_plan fwd_plan, bwd_plan;
     bench_pass_result passes[BENCH_MAX_PASSES];

@@ -17,6 +17,17 @@ warm-up; flashcl bench, wall clock over --iters calls enqueued back to back
 (mean per call), fwd+bwd timed as pairs like torch's f().backward(g).
 --mma-fwd runs the bf16 shapes again with FLASHCL_MMA_FWD set (forward
 kernel shapes to compare; the library's table is the default run).
+
+Decode (one query row against a long KV cache, bf16, GQA hq=32 hkv=8 d=128,
+--decode-only to run just these): torch SDPA FLASH / CUDNN / EFFICIENT on
+q [b, 32, 1, 128] against k, v [b, 8, sk, 128] (enable_gqa; where a backend
+refuses it, K and V expanded to 32 heads beforehand, outside the timing), and
+flash_attn_with_kvcache when the flash_attn package is installed; then
+`flashcl bench --json` on the same shape: the contiguous forward (GB/s and %bw
+against the read bandwidth the bench measures on the device), paged caches of
+16 and 256 rows a page (cost = paged ms / contiguous ms) and an fp8_e4m3 cache
+(key rate against the bf16 one). GB/s counts Q, K, V and O once (2 bytes an
+element, K and V at hkv heads) for every side, whatever a backend reads.
 """
 import argparse
 import json
@@ -30,6 +41,20 @@ SHAPES = [  # (label, b, h, n, d, causal)
     ("b1 h16 N16384 d128 causal", 1, 16, 16384, 128, True),
     ("b16 h16 N1024 d64", 16, 16, 1024, 64, False),
 ]
+
+
+DECODE_SHAPES = [  # (label, b, hq, hkv, sk, d)
+    ("b1 hq32 hkv8 sk32768 d128", 1, 32, 8, 32768, 128),
+    ("b32 hq32 hkv8 sk8192 d128", 32, 32, 8, 8192, 128),
+]
+
+# The issue's goals for the decode shapes on an H200, printed next to the figures.
+DECODE_GOALS = {"gbps_b1": 3000.0, "bw_percent_b1": 70.0, "vs_cudnn_b32": 0.9, "paged_cost": 1.10, "fp8_rate": 1.7}
+
+
+def decode_bytes(b, hq, hkv, sk, d, elem=2):
+    """Q, K, V and O once each, as `flashcl bench` counts them."""
+    return float(elem) * (2 * b * hq * d + 2 * b * sk * hkv * d)
 
 
 def fwd_flops(b, h, n, d, causal):
@@ -81,6 +106,149 @@ def torch_times(iters):
             del q, k, v, g
             torch.cuda.empty_cache()
     return out
+
+
+def median_ms_cuda(fn, iters):
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def torch_decode_times(iters):
+    """ms per decode call for each SDPA backend (and flash_attn_with_kvcache), per decode shape."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    backends = {"FLASH": SDPBackend.FLASH_ATTENTION, "CUDNN": SDPBackend.CUDNN_ATTENTION,
+                "EFFICIENT": SDPBackend.EFFICIENT_ATTENTION}
+    out = {}
+    for label, b, hq, hkv, sk, d in DECODE_SHAPES:
+        q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        expanded = None
+        for name, backend in backends.items():
+            how = "gqa"
+            try:
+                with sdpa_kernel(backend):
+                    f = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                    ms = median_ms_cuda(f, iters)
+            except (RuntimeError, TypeError):
+                # This backend (or torch version) takes no GQA: K and V repeated to hq heads, not timed.
+                try:
+                    if expanded is None:
+                        expanded = tuple(t.repeat_interleave(hq // hkv, dim=1) for t in (k, v))
+                    ke, ve = expanded
+                    with sdpa_kernel(backend):
+                        ms = median_ms_cuda(lambda: F.scaled_dot_product_attention(q, ke, ve), iters)
+                    how = "K/V expanded to hq heads"
+                except RuntimeError as e:
+                    print(f"torch {name} decode {label}: not available ({str(e).splitlines()[0]})")
+                    continue
+            out[(name, label)] = (ms, how)
+        try:
+            from flash_attn import flash_attn_with_kvcache
+
+            qf = q.transpose(1, 2).contiguous()  # [b, 1, hq, d]
+            kc, vc = (t.transpose(1, 2).contiguous() for t in (k, v))  # [b, sk, hkv, d]
+            lens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+            ms = median_ms_cuda(lambda: flash_attn_with_kvcache(qf, kc, vc, cache_seqlens=lens), iters)
+            out[("flash_attn_with_kvcache", label)] = (ms, "contiguous cache")
+            del qf, kc, vc
+        except ImportError:
+            pass
+        except RuntimeError as e:
+            print(f"flash_attn_with_kvcache {label}: failed ({str(e).splitlines()[0]})")
+        del q, k, v, expanded
+        torch.cuda.empty_cache()
+    return out
+
+
+def flashcl_decode(path, b, hq, hkv, sk, d, iters, extra):
+    """`flashcl bench --json` on a decode shape: {path name: row} and the summary, or (None, error)."""
+    cmd = [path, "bench", "--batch", str(b), "--heads", str(hq), "--kv-heads", str(hkv), "--seqlen", "1",
+           "--seqlen-k", str(sk), "--head-dim", str(d), "--dtype", "bf16", "--json", "--iters", str(iters)] + extra
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+    rows, summary = {}, {}
+    for line in r.stdout.splitlines():
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue
+        if o.get("path") == "summary":
+            summary = o
+        elif "ms" in o:
+            rows[o["path"]] = o
+    return (rows, summary), None
+
+
+def fmt_pct(x):
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
+def report_decode(a, torch_dec):
+    print("\ndecode, bf16: GB/s counts Q, K, V, O once (the same bytes for every side); "
+          "%bw = GB/s / the read bandwidth flashcl bench measures on the device", flush=True)
+    for label, b, hq, hkv, sk, d in DECODE_SHAPES:
+        nbytes = decode_bytes(b, hq, hkv, sk, d)
+        best = None
+        for (name, lab), (ms, how) in sorted(torch_dec.items()):
+            if lab != label:
+                continue
+            gbps = nbytes / (ms * 1e-3) * 1e-9
+            print(f"decode {label:27s} torch {name:24s} {ms:8.4f} ms {gbps:8.1f} GB/s ({how})")
+            if name != "flash_attn_with_kvcache" and (best is None or ms < best[1]):
+                best = (name, ms)
+        # Contiguous: bf16 flash alone (the variant mode's row); then the caches next to it in one process each.
+        got, err = flashcl_decode(a.flashcl, b, hq, hkv, sk, d, a.iters, ["--no-plain", "--read-bw", "measure"])
+        if got is None:
+            print(f"decode {label:27s} flashcl: {err}")
+            continue
+        rows, summary = got
+        row = rows.get("flash+variants")
+        if row is None:
+            print(f"decode {label:27s} flashcl: no result row")
+            continue
+        line = (f"decode {label:27s} flashcl {'contiguous':18s} {row['ms']:8.4f} ms {row['gbps']:8.1f} GB/s, "
+                f"{fmt_pct(row.get('bw_percent'))} of {summary.get('read_gbps') or float('nan'):.0f} GB/s read "
+                f"[{row.get('kernel')}]")
+        if best:
+            line += f"; {best[1] / row['ms']:.2f}x torch {best[0]}'s speed"
+        cudnn = torch_dec.get(("CUDNN", label))
+        if cudnn:
+            line += f"; {cudnn[0] / row['ms']:.2f}x cuDNN's"
+        print(line, flush=True)
+        for extra, what in ((["--page-size", "16"], "paged 16"), (["--page-size", "256"], "paged 256"),
+                            (["--cache-dtype", "fp8_e4m3"], "fp8_e4m3 cache")):
+            got, err = flashcl_decode(a.flashcl, b, hq, hkv, sk, d, a.iters, extra + ["--read-bw", "off"])
+            if got is None:
+                print(f"decode {label:27s} flashcl {what}: {err}")
+                continue
+            rows, summary = got
+            kv = rows.get("kvcache")
+            if kv is None or summary.get("cost") is None:
+                print(f"decode {label:27s} flashcl {what}: no result")
+                continue
+            print(f"decode {label:27s} flashcl {what:18s} {kv['ms']:8.4f} ms {kv['gbps']:8.1f} GB/s, "
+                  f"cost {summary['cost']:.2f}x contiguous, key rate {summary.get('key_rate_ratio') or 0:.2f}x",
+                  flush=True)
+    g = DECODE_GOALS
+    print(f"goals (H200): b1 >= {g['gbps_b1']:.0f} GB/s and >= {g['bw_percent_b1']:.0f}% of the read rate; "
+          f"b32 >= {g['vs_cudnn_b32']}x cuDNN; paged cost <= {g['paged_cost']}x; fp8 key rate >= {g['fp8_rate']}x")
 
 
 def flashcl_cli(path, dtype, b, h, n, d, causal, backward, iters, env=None):
@@ -135,7 +303,13 @@ def main():
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-torch", action="store_true", help="FlashCL figures only (no ratios)")
     ap.add_argument("--mma-fwd", nargs="*", default=[], help="FLASHCL_MMA_FWD shapes W:BC:MT:QL to compare")
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode shapes")
+    ap.add_argument("--decode-only", action="store_true", help="only the decode shapes")
     a = ap.parse_args()
+    if not a.no_decode:
+        report_decode(a, {} if a.no_torch else torch_decode_times(a.iters))
+    if a.decode_only:
+        return 0
     torch_res = {} if a.no_torch else torch_times(a.iters)
     print("\nratio = FlashCL TF/s / torch FLASH (FlashAttention-2) TF/s, same GPU, same run", flush=True)
     report_bf16(a, torch_res, "table", None)

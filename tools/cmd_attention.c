@@ -1,6 +1,7 @@
 /*
  * `flashcl attention`: O = attention(Q, K, V) on .npy files, and with --dout
- * the gradients dQ, dK, dV of the backward pass.
+ * the gradients dQ, dK, dV of the backward pass; with --k-cache, the
+ * KV-cache call (attention_kvcache.c) instead.
  *
  * Everything is checked before any computing, and outputs are written only
  * after the whole computation succeeded, each through a temporary file renamed
@@ -14,8 +15,10 @@
 
 #include "atomic_file.h"
 #include "attention_inputs.h"
+#include "attention_kvcache.h"
 #include "commands.h"
 #include "device_info.h"
+#include "kv_options.h"
 #include "npy.h"
 #include "npy_outputs.h"
 #include "options.h"
@@ -34,7 +37,16 @@ void cmd_attention_help(FILE *out)
           "                         [--dropout P[,SEED[,OFFSET]]] [--bias BIAS] [--mask MASK]\n"
           "                         [--block-mask BM.npy | --block-sparse F] [--block-size BQ,BK]\n"
           "                         [--cu-seqlens-q CU.npy --cu-seqlens-k CU.npy | --varlen N]\n"
-          "                         [--device SPEC] [--verbose]\n"
+          "                         [--num-splits N] [--device SPEC] [--verbose]\n"
+          "       flashcl attention --q Q.npy --k-cache KC.npy --v-cache VC.npy --out O.npy\n"
+          "                         [--block-table BT.npy] [--cache-seqlens L.npy]\n"
+          "                         [--cache-leftpad P.npy] [--cache-batch-idx I.npy]\n"
+          "                         [--k-new KN.npy --v-new VN.npy]\n"
+          "                         [--rotary-cos C.npy --rotary-sin S.npy [--rotary-interleaved]]\n"
+          "                         [--cache-dtype fp8_e4m3|fp8_e5m2 [--k-scale S] [--v-scale S]]\n"
+          "                         [--k-cache-out KC2.npy --v-cache-out VC2.npy] [--lse LSE.npy]\n"
+          "                         [--causal] [--scale S] [--dtype T] [--window L,R] [--softcap C]\n"
+          "                         [--alibi SLOPES] [--sinks SINKS] [--num-splits N] [--device SPEC]\n"
           "\n"
           "Computes O = softmax(scale * Q K^T [+ causal mask]) V on float32 .npy files\n"
           "in FlashAttention's layout:\n"
@@ -61,12 +73,22 @@ void cmd_attention_help(FILE *out)
           "  --verbose      print one line about what was computed\n"
           "  --dsinks OUT.npy  with --sinks and --dout: the gradient of the sinks, [hq]\n"
           "\n"
+          "With --k-cache it runs flashcl_forward_kvcache instead (the decode call of an\n"
+          "inference loop, FlashAttention-2's flash_attn_with_kvcache): --k-new/--v-new\n"
+          "are appended to the cache in place at --cache-seqlens (rotated with the\n"
+          "rotary tables; Q is rotated too), then Q attends to each sequence's keys\n"
+          "from --cache-leftpad to its new end; O and LSE as above. The library checks\n"
+          "the tables' values (page indices, lengths, pads) and names the field it\n"
+          "refuses (cache->block_table[b][j], cache->cache_seqlens[b], ...): exit 1.\n"
+          "\n"
           "The .npy files stay float32 whatever --dtype says (FlashCL converts); V may\n"
           "have its own head dim d_v (V's last dimension): O, dO and dV then have d_v\n"
           "columns. With varlen, Q, K, V (and dO) are [total, h, d] files.\n"
           "\n",
           out);
     variant_help(out);
+    fputc('\n', out);
+    kv_help(out, KV_FOR_ATTENTION);
     fputs("\n"
           "Exit status: 0 success (nothing printed); 2 bad option, file or shape\n"
           "(nothing written); 1 the library, OpenCL or writing the outputs failed\n"
@@ -81,6 +103,7 @@ typedef struct attention_args {
     size_t path; /* index in path_choices */
     bool causal, verbose;
     variant_options var;
+    kv_options kv;
 } attention_args;
 
 static const char *const path_choices[] = {"flash", "standard"};
@@ -138,7 +161,9 @@ static int check_outputs(const attention_args *a)
                    {"--dq", a->dq_path},
                    {"--dk", a->dk_path},
                    {"--dv", a->dv_path},
-                   {"--dsinks", a->var.dsinks}};
+                   {"--dsinks", a->var.dsinks},
+                   {"--k-cache-out", a->kv.k_cache_out},
+                   {"--v-cache-out", a->kv.v_cache_out}};
     enum { OUTPUTS = sizeof outputs / sizeof outputs[0] };
     for (size_t i = 0; i < OUTPUTS; ++i) {
         const char *path = outputs[i].path;
@@ -157,6 +182,21 @@ static int check_outputs(const attention_args *a)
     return 0;
 }
 
+/* The cache call reads its keys from the cache and has no backward or standard path. */
+static int check_cache_call(const attention_args *a) {
+    const struct {
+        const char *name;
+        bool given;
+        const char *why;
+    } refused[] = {{"--k", a->k_path != NULL, "the KV-cache call reads its keys from --k-cache"},
+                   {"--v", a->v_path != NULL, "the KV-cache call reads its values from --v-cache"},
+                   {"--dout", a->dout_path != NULL, "the KV-cache call has no backward"},
+                   {"--path", a->path != 0, "the KV-cache call runs the flash kernels (the decode family)"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i)
+        if (refused[i].given) return tool_usage_error("%s: %s", refused[i].name, refused[i].why);
+    return 0;
+}
+
 /* Returns 0 to go on, the exit status, or TOOL_SHOW_HELP. */
 static int parse_args(int argc, char **argv, attention_args *a)
 {
@@ -168,6 +208,7 @@ static int parse_args(int argc, char **argv, attention_args *a)
     enum { PATHS = sizeof paths / sizeof paths[0] };
 
     variant_defaults(&a->var);
+    kv_defaults(&a->kv);
     option_cursor c;
     options_begin(&c, "attention", argc, argv);
     int more;
@@ -191,7 +232,8 @@ static int parse_args(int argc, char **argv, attention_args *a)
             ok = options_flag(&c);
             a->verbose = true;
         } else {
-            int taken = variant_parse_option(&c, &a->var);
+            int taken = kv_parse_option(&c, KV_FOR_ATTENTION, &a->kv);
+            if (taken == 0) taken = variant_parse_option(&c, &a->var);
             if (taken == 0)
                 return options_unknown(&c);
             ok = taken > 0;
@@ -202,14 +244,20 @@ static int parse_args(int argc, char **argv, attention_args *a)
     if (more < 0)
         return TOOL_EXIT_USAGE;
 
-    const path_option required[] = {
-        {"--q", &a->q_path}, {"--k", &a->k_path}, {"--v", &a->v_path}, {"--out", &a->out_path}};
+    int rc = kv_check(&a->kv, KV_FOR_ATTENTION);
+    if (rc == 0) rc = kv_attention_wants_cache(&a->kv) ? check_cache_call(a) : 0;
+    if (rc != 0) return rc;
+    const bool cache = kv_attention_wants_cache(&a->kv);
+    const path_option required[] = {{"--q", &a->q_path},
+                                    {cache ? "--k-cache" : "--k", cache ? &a->kv.k_cache : &a->k_path},
+                                    {cache ? "--v-cache" : "--v", cache ? &a->kv.v_cache : &a->v_path},
+                                    {"--out", &a->out_path}};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i) {
         if (*required[i].value == NULL)
             return tool_usage_error("attention: %s is required (try 'flashcl help attention')",
                                     required[i].name);
     }
-    int rc = check_backward_set(a);
+    rc = check_backward_set(a);
     if (rc == 0)
         rc = variant_check(&a->var);
     if (rc == 0 && a->var.dsinks && !wants_backward(a))
@@ -419,6 +467,19 @@ int cmd_attention(int argc, char **argv)
     if (rc != 0)
         return rc;
 
+    if (kv_attention_wants_cache(&a.kv)) {
+        const kvcache_request req = {.q_path = a.q_path,
+                                     .out_path = a.out_path,
+                                     .lse_path = a.lse_path,
+                                     .device = a.device,
+                                     .scale = a.scale,
+                                     .causal = a.causal,
+                                     .verbose = a.verbose,
+                                     .var = &a.var,
+                                     .kv = &a.kv};
+        return attention_kvcache(&req);
+    }
+
     attention_inputs in;
     memset(&in, 0, sizeof in);
     flashcl_attention_desc desc;
@@ -426,6 +487,7 @@ int cmd_attention(int argc, char **argv)
     if ((rc = load_inputs(&a, &in, &desc)) == 0) {
         desc.scale = a.scale;
         desc.causal = a.causal;
+        desc.num_splits = a.kv.num_splits;
         rc = compute_and_write(&a, &desc, &in);
     }
     npy_array_free(&in.q);

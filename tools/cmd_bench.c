@@ -4,6 +4,8 @@
  * passes, which ratio, whether outputs are checked. Adding a mode is adding
  * an entry to `modes` and the function that fills its job.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,9 @@
 #include "bench_report.h"
 #include "bench_runner.h"
 #include "commands.h"
+#include "kv_options.h"
 #include "options.h"
+#include "read_bandwidth.h"
 #include "roof.h"
 #include "tool_errors.h"
 #include "variant_options.h"
@@ -22,7 +26,9 @@ void cmd_bench_help(FILE *out) {
     fputs("usage: flashcl bench [--batch B] [--heads H] [--kv-heads HKV] [--seqlen N]\n"
           "                     [--seqlen-k NK] [--head-dim D] [--causal] [--iters I]\n"
           "                     [--warmup W] [--path flash|standard|both] [--device SPEC]\n"
-          "                     [--backward] [--roof GFLOPS] [--json] [variant options, below]\n"
+          "                     [--backward] [--roof GFLOPS] [--read-bw GBPS|measure|off]\n"
+          "                     [--page-size P | --kv-cache] [--cache-dtype T] [--num-splits N]\n"
+          "                     [--json] [variant options, below]\n"
           "\n"
           "Times FlashCL's flash kernel and the standard attention (S and P through\n"
           "global memory) on the same random float32 inputs (uniform in [-1, 1],\n"
@@ -44,6 +50,8 @@ void cmd_bench_help(FILE *out) {
           "  --backward       time the backward pass as well; see below\n"
           "  --roof GFLOPS    the rate %roof divides by; default on a CPU device: OpenBLAS\n"
           "                   SGEMM 2048^3 measured at the start (when built with it)\n"
+          "  --read-bw R      the read bandwidth %bw divides by: GBPS, 'measure' or 'off';\n"
+          "                   default: measured for decode shapes (seqlen <= 16) and caches\n"
           "  --json           one JSON object per line: one per path and pass, then a\n"
           "                   summary\n"
           "\n"
@@ -63,15 +71,34 @@ void cmd_bench_help(FILE *out) {
           "FlashAttention does. The gradients of the last fwd+bwd are checked like the\n"
           "outputs above, and the speedup (standard ms / flash ms) is given for each pass.\n"
           "\n"
+          "Decode (seqlen <= 16 runs the library's split-KV decode family): bench first\n"
+          "measures the device's read bandwidth with a read kernel of its own (a buffer\n"
+          "of max(1 GiB GPU / 256 MiB CPU, 4x the last-level cache) summed once per call,\n"
+          "calls back to back, best of 5 runs) and adds %bw = GB/s / that rate. Decode\n"
+          "reads each key and value once, so %bw is how close it runs to the memory.\n"
+          "\n"
+          "With a KV-cache option (--page-size, --kv-cache, an fp8 --cache-dtype), bench\n"
+          "times flashcl_forward_kvcache on a cache holding the same keys and values\n"
+          "(\"kvcache\": every sequence full, no append) next to plain flashcl_forward\n"
+          "on contiguous K and V (\"flash\", skipped by --no-plain), checks that they\n"
+          "agree (not for fp8, which quantises), and prints the cost (kvcache ms / flash\n"
+          "ms) with its inverse, the cache call's key (token) rate against flash's. GB/s\n"
+          "counts Q, K and V at the cache's element size (1 byte for fp8) and O, once:\n"
+          "the same bytes for a paged cache as for a contiguous one. Variant options\n"
+          "apply to both (--dtype bf16 for a bf16 cache); --backward does not apply.\n"
+          "\n"
           "With any variant option, bench times flash with the features (\"flash+variants\")\n"
           "next to plain float32 flash of the same sizes and prints the cost ratio\n"
           "(flash+variants ms / flash ms); the standard path supports no variant and is\n"
           "not run. Its data options take a file as in `flashcl attention`, or the word\n"
           "that makes the data.\n"
           "  --head-dim-v DV        V's head dim (default: --head-dim)\n"
-          "  --no-plain             skip the plain float32 run (no cost ratio)\n",
+          "  --no-plain             skip the plain float32 run (no cost ratio); with a\n"
+          "                         cache, skip the plain flashcl_forward\n",
           out);
     variant_help(out);
+    fputc('\n', out);
+    kv_help(out, KV_FOR_BENCH);
     fputs("\nExit status: 0 success; 1 a failure or the paths disagree; 2 bad option.\n", out);
 }
 
@@ -82,7 +109,17 @@ typedef struct bench_args {
     float roof_gflops; /* --roof; 0: measure on a CPU device */
     const char *device;
     variant_options var;
+    kv_options kv;
+    bench_cache_spec cache_spec; /* from kv, for the cache path */
+    size_t read_bw;              /* index in read_bw_choices, or READ_BW_GIVEN */
+    double read_bw_gbps;         /* --read-bw GBPS */
 } bench_args;
+
+static const char *const read_bw_choices[] = {"auto", "measure", "off"};
+enum { READ_BW_AUTO, READ_BW_MEASURE, READ_BW_OFF, READ_BW_GIVEN };
+
+/* The seqlen_q up to which flashcl_forward runs the decode family (include/flashcl.h, num_splits). */
+#define BENCH_DECODE_MAX_SEQLEN_Q 16
 
 static const char *const path_choices[] = {"flash", "standard", "both"};
 enum { CHOICE_FLASH, CHOICE_STANDARD, CHOICE_BOTH };
@@ -93,7 +130,29 @@ enum { CHOICE_FLASH, CHOICE_STANDARD, CHOICE_BOTH };
 #define BENCH_MAX_SEQLEN ((size_t)1 << 26)
 #define BENCH_MAX_ITERS ((size_t)1 << 24)
 
-/* The options of bench's own, not the shared variant options: 1 taken, 0 not one, -1 bad value. */
+/* "measure", "off" or a rate in GB/s > 0. */
+static int parse_read_bw(option_cursor *c, bench_args *a) {
+    const char *text;
+    if (!options_value_expecting(c, "GBPS, 'measure' or 'off'", &text)) return -1;
+    for (size_t i = 1; i < sizeof read_bw_choices / sizeof read_bw_choices[0]; ++i) {
+        if (strcmp(text, read_bw_choices[i]) == 0) {
+            a->read_bw = i;
+            return 1;
+        }
+    }
+    char *end = NULL;
+    errno = 0;
+    double gbps = strtod(text, &end);
+    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno == ERANGE || !isfinite(gbps) || gbps <= 0.0) {
+        tool_usage_error("--read-bw: expected a rate in GB/s > 0, 'measure' or 'off', got '%s'", text);
+        return -1;
+    }
+    a->read_bw = READ_BW_GIVEN;
+    a->read_bw_gbps = gbps;
+    return 1;
+}
+
+/* The options of bench's own, not the shared variant and KV-cache options: 1 taken, 0 not one, -1 bad value. */
 static int parse_bench_option(option_cursor *c, bench_args *a) {
     const struct {
         const char *name;
@@ -122,7 +181,9 @@ static int parse_bench_option(option_cursor *c, bench_args *a) {
     if (options_is(c, "--path"))
         return options_choice(c, path_choices, sizeof path_choices / sizeof path_choices[0], &a->path) ? 1 : -1;
     if (options_is(c, "--device")) return options_value(c, &a->device) ? 1 : -1;
-    return variant_parse_option(c, &a->var);
+    if (options_is(c, "--read-bw")) return parse_read_bw(c, a);
+    int taken = kv_parse_option(c, KV_FOR_BENCH, &a->kv);
+    return taken != 0 ? taken : variant_parse_option(c, &a->var);
 }
 
 /* Returns 0 to go on, the exit status, or TOOL_SHOW_HELP. */
@@ -133,7 +194,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     a->head_dim = 64;
     a->warmup = 1;
     a->path = CHOICE_BOTH;
+    a->read_bw = READ_BW_AUTO;
     variant_defaults(&a->var);
+    kv_defaults(&a->kv);
 
     option_cursor c;
     options_begin(&c, "bench", argc, argv);
@@ -151,10 +214,18 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         return tool_usage_error("--kv-heads: %zu query heads are not a multiple of %zu kv heads", a->heads,
                                 a->kv_heads);
     int rc = variant_check(&a->var);
+    if (rc == 0) rc = kv_check(&a->kv, KV_FOR_BENCH);
     if (rc != 0) return rc;
+    const bool cache = kv_bench_wants_cache(&a->kv);
     if (variant_any(&a->var) && a->path == CHOICE_STANDARD)
         return tool_usage_error("--path standard: the standard path supports no variant");
-    if (a->no_plain && !variant_any(&a->var)) return tool_usage_error("--no-plain: only applies with variant options");
+    if (cache && a->path == CHOICE_STANDARD)
+        return tool_usage_error("--path standard: the standard path takes no KV cache");
+    if (cache && a->backward)
+        return tool_usage_error("--backward: the KV-cache call has no backward (it is the inference decode step)");
+    if (a->no_plain && !variant_any(&a->var) && !cache)
+        return tool_usage_error("--no-plain: only applies with variant or KV-cache options");
+    a->cache_spec = (bench_cache_spec){a->kv.page_size, a->kv.cache_dtype};
     return 0;
 }
 
@@ -173,10 +244,26 @@ static bool has_variants(const bench_args *a) { return variant_any(&a->var); }
 
 /* What the features cost: flash with them next to plain float32 flash (different problems: no check). */
 static void fill_variant_cost(const bench_args *a, bench_job *job) {
-    job->paths[job->path_count++] = (bench_path){"flash+variants", FLASHCL_PATH_FLASH, &a->var, false};
-    if (!a->no_plain) job->paths[job->path_count++] = (bench_path){"flash", FLASHCL_PATH_FLASH, NULL, false};
-    job->ratio = (bench_ratio){"cost", 0, 1};
+    job->paths[job->path_count++] = (bench_path){"flash+variants", FLASHCL_PATH_FLASH, &a->var, false, NULL};
+    if (!a->no_plain) job->paths[job->path_count++] = (bench_path){"flash", FLASHCL_PATH_FLASH, NULL, false, NULL};
+    job->ratio = (bench_ratio){"cost", 0, 1, false};
     job->no_check_reason = "flash+variants and flash run different problems";
+    add_passes(a, job);
+}
+
+static bool wants_cache(const bench_args *a) { return kv_bench_wants_cache(&a->kv); }
+
+/*
+ * The cache call next to the plain contiguous forward of the same shape and
+ * data: the cost of paging or the gain of fp8 from one run. The same keys,
+ * so their outputs agree unless fp8 quantised them.
+ */
+static void fill_kv_cache(const bench_args *a, bench_job *job) {
+    job->paths[job->path_count++] = (bench_path){"kvcache", FLASHCL_PATH_FLASH, &a->var, false, &a->cache_spec};
+    if (!a->no_plain) job->paths[job->path_count++] = (bench_path){"flash", FLASHCL_PATH_FLASH, &a->var, false, NULL};
+    job->ratio = (bench_ratio){"cost", 0, 1, true};
+    job->check = a->cache_spec.dtype == FLASHCL_CACHE_DTYPE_SAME;
+    job->no_check_reason = "the fp8 cache holds the keys and values quantised, not flash's";
     add_passes(a, job);
 }
 
@@ -188,11 +275,11 @@ static bool always(const bench_args *a) {
 /* Flash against the standard path on the same problem: the speedup, and whether they agree. */
 static void fill_flash_vs_standard(const bench_args *a, bench_job *job) {
     if (a->path != CHOICE_STANDARD)
-        job->paths[job->path_count++] = (bench_path){"flash", FLASHCL_PATH_FLASH, NULL, false};
+        job->paths[job->path_count++] = (bench_path){"flash", FLASHCL_PATH_FLASH, NULL, false, NULL};
     if (a->path != CHOICE_FLASH)
-        job->paths[job->path_count++] = (bench_path){"standard", FLASHCL_PATH_STANDARD, NULL, true};
+        job->paths[job->path_count++] = (bench_path){"standard", FLASHCL_PATH_STANDARD, NULL, true, NULL};
     /* standard ms / flash ms; with one path asked for, the missing index gives NaN. */
-    job->ratio = a->path == CHOICE_BOTH ? (bench_ratio){"speedup", 1, 0} : (bench_ratio){"speedup", 2, 2};
+    job->ratio = a->path == CHOICE_BOTH ? (bench_ratio){"speedup", 1, 0, false} : (bench_ratio){"speedup", 2, 2, false};
     job->check = true;
     add_passes(a, job);
 }
@@ -201,12 +288,25 @@ static void fill_flash_vs_standard(const bench_args *a, bench_job *job) {
 static const struct bench_mode {
     bool (*selects)(const bench_args *a);
     void (*fill)(const bench_args *a, bench_job *job);
-} modes[] = {{has_variants, fill_variant_cost}, {always, fill_flash_vs_standard}};
+} modes[] = {{wants_cache, fill_kv_cache}, {has_variants, fill_variant_cost}, {always, fill_flash_vs_standard}};
 
 static bool device_is_cpu(cl_device_id device) {
     cl_device_type type = 0;
     return clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
            (type & CL_DEVICE_TYPE_CPU);
+}
+
+/* Decode shapes and caches are bound by reading K and V: their rate is compared with the device's read rate. */
+static void init_read_bw(const bench_args *a, bench_job *job) {
+    const bool decode = a->seqlen <= BENCH_DECODE_MAX_SEQLEN_Q || kv_bench_wants_cache(&a->kv);
+    job->show_bw =
+        a->read_bw == READ_BW_GIVEN || a->read_bw == READ_BW_MEASURE || (a->read_bw == READ_BW_AUTO && decode);
+    if (a->read_bw == READ_BW_GIVEN)
+        read_bw_given(&job->read_bw, a->read_bw_gbps);
+    else if (job->show_bw)
+        read_bw_measure(job->ctx, &job->read_bw);
+    else
+        read_bw_none(&job->read_bw, a->read_bw == READ_BW_OFF ? "--read-bw off" : "not a decode shape (seqlen > 16)");
 }
 
 /* The job, its results and the exit status of a disagreement. */
@@ -250,6 +350,7 @@ int cmd_bench(int argc, char **argv) {
     job.base.seqlen_k = a.seqlen_k;
     job.base.head_dim = a.head_dim;
     job.base.causal = a.causal;
+    job.base.num_splits = a.kv.num_splits;
     job.settings = (bench_settings){a.iters, a.warmup};
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
         if (modes[m].selects(&a)) {
@@ -262,6 +363,7 @@ int cmd_bench(int argc, char **argv) {
     flashcl_status status = flashcl_context_create(&job.ctx, a.device, err, sizeof err);
     if (status != FLASHCL_SUCCESS) return tool_status_error(NULL, status, err);
     roof_init(&job.roof, device_is_cpu(flashcl_context_device(job.ctx)), a.roof_gflops);
+    init_read_bw(&a, &job);
     rc = run_job(&job, a.json);
     flashcl_context_destroy(job.ctx);
     return rc;
