@@ -81,6 +81,25 @@ inline float half_bits(uint h) {
     return as_float(sign | (e == 0u ? as_uint(sub) : bits));
 }
 
+#if CACHE_DTYPE != 0
+/* An fp8 byte to float by moving its exponent and mantissa into a float's (the same values as
+   flashcl_e4m3_to_float / flashcl_e5m2_to_float in fewer operations): normal codes scale exactly
+   by 2^(127 - bias), subnormal codes are m * 2^(1 - bias - mantissa bits). */
+inline float fp8_bits(uint x) {
+    const uint sign = (x & 0x80u) << 24;
+#if CACHE_DTYPE == 1
+    const uint e = (x >> 3) & 0xfu, m = x & 7u;
+    const float normal = as_float(((e + 120u) << 23) | (m << 20));
+    const float mag = e == 0u ? (float)m * 0x1p-9f : ((x & 0x7fu) == 0x7fu ? NAN : normal);
+#else
+    const uint e = (x >> 2) & 0x1fu, m = x & 3u;
+    const float normal = as_float(((e + 112u) << 23) | (m << 21));
+    const float mag = e == 0u ? (float)m * 0x1p-16f : (e == 31u ? as_float(0x7f800000u | (m << 21)) : normal);
+#endif
+    return as_float(as_uint(mag) | sign);
+}
+#endif
+
 /* VEC elements e0.. of a K/V row of `dim` elements, as float, zero past dim. */
 inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
     if (e0 + VEC <= dim) {
@@ -103,10 +122,7 @@ inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
 #elif ALIGNED && CACHE_DTYPE != 0 && VEC == 8
         const uint2 u = *(__global const uint2 *)(row + e0);
         const uint w[2] = {u.x, u.y};
-        for (int k = 0; k < 8; ++k) {
-            const uchar b = (uchar)((w[k / 4] >> (8 * (k % 4))) & 0xffu);
-            x[k] = CACHE_DTYPE == 1 ? flashcl_e4m3_to_float(b) : flashcl_e5m2_to_float(b);
-        }
+        for (int k = 0; k < 8; ++k) x[k] = fp8_bits((w[k / 4] >> (8 * (k % 4))) & 0xffu);
         return;
 #endif
     }
@@ -114,14 +130,52 @@ inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
 }
 
 #if LANE_SHFL
-/* The sum over the LANES lanes of a key group (aligned within a 32-wide warp): butterfly shuffles. */
-inline float lane_sum(float x) {
+inline float shfl_xor(float x, int m) {
+    uint r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
+    return as_float(r);
+}
+
+/* Lane `src` of my LANES-wide segment of the warp. */
+inline float shfl_from(float x, int src) {
+    uint r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, %3, 0xffffffff;"
+                 : "=r"(r)
+                 : "r"(as_uint(x)), "r"(src), "r"(((32 - LANES) << 8) | 0x1f));
+    return as_float(r);
+}
+
+/*
+ * v[0..N) summed over the LANES lanes of a key group, the sums back in every lane. Halving
+ * exchanges first: at each step a lane keeps half of its values (the upper half when its bit of
+ * the step is set) and adds its partner's copy of that half, so after log2(LANES) steps lane l
+ * holds the sums of elements l*N/LANES .. (l+1)*N/LANES - 1 (when N < LANES the last steps are
+ * plain butterflies of one value); then each sum is broadcast from its lane. N/2 + N/4 + ... + N
+ * shuffles instead of N * log2(LANES).
+ */
+#define SUM_N (UNROLL * ROWS)
+#define SUM_PER_LANE (SUM_N >= LANES ? SUM_N / LANES : 1)
+inline void lane_sums(float *v, int lane) {
+    int n = SUM_N;
     for (int m = LANES / 2; m >= 1; m /= 2) {
-        uint r;
-        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
-        x += as_float(r);
+        if (n > 1) {
+            const int half = n / 2, upper = (lane & m) != 0;
+            for (int i = 0; i < half; ++i) {
+                const float send = upper ? v[i] : v[i + half], keep = upper ? v[i + half] : v[i];
+                v[i] = keep + shfl_xor(send, m);
+            }
+            n = half;
+        } else {
+            v[0] += shfl_xor(v[0], m);
+        }
     }
-    return x;
+    /* Lane l now holds elements l*SUM_N/LANES + (0 .. n-1) in v[0 .. n). */
+    float out[SUM_N];
+    for (int i = 0; i < SUM_N; ++i) {
+        const int src = SUM_N >= LANES ? i / SUM_PER_LANE : i * (LANES / SUM_N);
+        out[i] = shfl_from(v[i % SUM_PER_LANE], src);
+    }
+    for (int i = 0; i < SUM_N; ++i) v[i] = out[i];
 }
 #endif
 
@@ -203,6 +257,11 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
     const long kv_lo = max(split_lo, band_lo);
     const long kv_hi = active ? min(min(split_lo + steps_per_split * BLOCK_N, band_hi), hd.sk) : kv_lo;
 
+#if !PAGED
+    /* Row 0 of this sequence's keys for my KV head (varlen: k0 packed rows in). */
+    const ulong k_base = k_off + (ulong)b * k_sp + (ulong)hk * k_sh + (ulong)hd.k0 * k_sr;
+    const ulong v_base = v_off + (ulong)b * v_sp + (ulong)hk * v_sh + (ulong)hd.k0 * v_sr;
+#endif
 #if !LANE_SHFL
     __local float partial[WG_SIZE * UNROLL * ROWS]; /* each work-item's partial dots, for its group to sum */
     __local float sums[UNROLL * ROWS * GROUPS];     /* and the sums */
@@ -215,12 +274,15 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
         for (int u = 0; u < UNROLL; ++u) {
             key[u] = key0 + u * GROUPS + g;
             const int live = key[u] < kv_hi;
-            const ulong kr = live ? flashcl_kv_row(b, key[u], hk, table, max_pages, page_size, kv_start, k_off, k_sp,
-                                                   k_sh, k_sr, hd.k0)
-                                  : 0;
-            const ulong vr = live ? flashcl_kv_row(b, key[u], hk, table, max_pages, page_size, kv_start, v_off, v_sp,
-                                                   v_sh, v_sr, hd.k0)
-                                  : 0;
+#if PAGED
+            /* 32-bit page arithmetic: the host keeps every cache position below 2^31. */
+            const uint at = (uint)(kv_start + (live ? key[u] : 0)), pg = at / (uint)page_size;
+            const ulong page = (ulong)table[(long)b * max_pages + (long)pg], in_page = (ulong)(at - pg * (uint)page_size);
+            const ulong kr = k_off + page * k_sp + (ulong)hk * k_sh + in_page * k_sr;
+            const ulong vr = v_off + page * v_sp + (ulong)hk * v_sh + in_page * v_sr;
+#else
+            const ulong kr = k_base + (ulong)(live ? key[u] : 0) * k_sr, vr = v_base + (ulong)(live ? key[u] : 0) * v_sr;
+#endif
             for (int c = 0; c < NCH; ++c) lane_load(K + kr, (c * LANES + lane) * VEC, live ? HEAD_DIM : 0, &kx[u][c * VEC]);
             for (int c = 0; c < NCHV; ++c)
                 lane_load(V + vr, (c * LANES + lane) * VEC, live ? HEAD_DIM_V : 0, &vx[u][c * VEC]);
@@ -235,8 +297,7 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
                 s[u][r] = t;
             }
 #if LANE_SHFL
-        for (int u = 0; u < UNROLL; ++u)
-            for (int r = 0; r < ROWS; ++r) s[u][r] = lane_sum(s[u][r]);
+        lane_sums(&s[0][0], lane);
 #else
         /* Lane k of each group sums the dots k, k + LANES, ... of its group; all read the sums back. */
         for (int u = 0; u < UNROLL; ++u)

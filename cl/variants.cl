@@ -126,7 +126,8 @@ inline uchar flashcl_float_to_fp8(float f, int e4m3) {
     uint r = as_uint(a);
     r += (1u << (22u - mbits)) - 1u + ((r >> (23u - mbits)) & 1u); /* round the dropped bits to even */
     uint e = ((r >> 23) & 0xFFu) - 127u + bias, m = (r >> (23u - mbits)) & ((1u << mbits) - 1u);
-    if (as_float(r & 0xFFFFFFFFu) > max_normal || e >= (e4m3 ? 16u : 31u)) {
+    /* Overflow is judged on the rounded value (dropped bits cleared): 57344 itself is e5m2's largest. */
+    if (as_float(r & ~((1u << (23u - mbits)) - 1u)) > max_normal || e >= (e4m3 ? 16u : 31u)) {
         if (e4m3) return (uchar)(sign | 0x7Eu); /* 448: e4m3fn saturates */
         return (uchar)(sign | 0x7Cu);           /* e5m2: inf */
     }

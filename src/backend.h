@@ -45,9 +45,10 @@ typedef struct flashcl__backend {
     void (*release)(flashcl_context *ctx);
 } flashcl__backend;
 
-/* The families, in k_backends order; each keeps its plans in ctx->family[its slot]. */
+/* The families, in k_backends order; each keeps its plans in ctx->family[its slot]. KVCACHE is
+   flashcl_forward_kvcache's state (src/kvcache_state.c), released with the decode family. */
 enum { FLASHCL__FAMILY_DECODE, FLASHCL__FAMILY_NVIDIA, FLASHCL__FAMILY_CPU, FLASHCL__FAMILY_PORTABLE,
-       FLASHCL__FAMILY_STANDARD, FLASHCL__FAMILY_COUNT };
+       FLASHCL__FAMILY_STANDARD, FLASHCL__FAMILY_KVCACHE, FLASHCL__FAMILY_COUNT };
 
 extern const flashcl__backend flashcl__backend_decode;
 extern const flashcl__backend flashcl__backend_nvidia;

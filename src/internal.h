@@ -25,7 +25,7 @@ typedef struct flashcl__device_info {
 
 /* Scratch slots a call may hold at once. */
 enum { FLASHCL__SCRATCH_SCORES, FLASHCL__SCRATCH_SCORES2, FLASHCL__SCRATCH_GRADS, FLASHCL__SCRATCH_GRADS2,
-       FLASHCL__SCRATCH_ROWS, FLASHCL__SCRATCH_SLOTS };
+       FLASHCL__SCRATCH_ROWS, FLASHCL__SCRATCH_KV_TABLE, FLASHCL__SCRATCH_KV_SEQINFO, FLASHCL__SCRATCH_SLOTS };
 
 /* Slots for the kernel families' plans and state (src/backend.h numbers them). */
 #define FLASHCL__FAMILY_SLOTS 8

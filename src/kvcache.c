@@ -2,11 +2,12 @@
  * flashcl_forward_kvcache: attention against a contiguous or paged KV cache,
  * after appending new rows (with rotary) in the same call. Every table and
  * length is checked on the host before anything is enqueued; the tables go to
- * the device as per-call buffers (copied at creation, so the caller's arrays
- * may change as soon as the call returns). A contiguous cache becomes the
+ * the device through the context's scratch (src/kvcache_state.c: copied first,
+ * so the caller's arrays may change as soon as the call returns). A contiguous cache becomes the
  * one-page-per-sequence case of the page table, so one kernel serves both.
  */
 #include "backends/decode/decode.h"
+#include "kvcache_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,30 +210,14 @@ static flashcl_status check_views(flashcl_context *ctx, const flashcl_attention_
     return st;
 }
 
-/* A small int32 table on the device, copied from host memory when created. */
-static flashcl_status upload(flashcl_context *ctx, const int32_t *host, size_t count, const char *what, cl_mem *out) {
-    cl_int err = CL_SUCCESS;
-    *out = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * sizeof *host, (void *)host, &err);
-    if (err != CL_SUCCESS) {
-        *out = NULL;
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "clCreateBuffer(%s) failed: %s (%d)", what,
-                             flashcl__cl_error_name(err), (int)err);
-    }
-    return FLASHCL_SUCCESS;
-}
-
-/* The append (and rotary) program for this call's shapes. */
+/* The append (and rotary) kernels for this call's shapes. */
 static flashcl_status append_kernels(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_kv_cache *c,
                                      cl_kernel *append, cl_kernel *rotate) {
     char variants[256], options[400];
     flashcl__variant_options(d, variants, sizeof variants);
     snprintf(options, sizeof options, "-D HEAD_DIM=%zu -D ROTARY_DIM=%zu -D INTERLEAVED=%d -D CACHE_DTYPE=%d -D PAGED=1 %s",
              d->head_dim, c->rotary_cos ? c->rotary_dim : (size_t)0, c->rotary_interleaved != 0, (int)c->dtype, variants);
-    cl_program program = NULL;
-    flashcl_status st = flashcl__get_program(ctx, "kv_append.cl", options, &program);
-    if (st == FLASHCL_SUCCESS && append) st = flashcl__create_kernel(ctx, program, "kv_append", append);
-    if (st == FLASHCL_SUCCESS && rotate) st = flashcl__create_kernel(ctx, program, "rotate_q", rotate);
-    return st;
+    return flashcl__kv_kernels(ctx, options, append, rotate);
 }
 
 static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc *d, const kv_plan *p, cl_mem lse,
@@ -241,15 +226,9 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
     const int append = c->seqlen_new > 0, rotary = c->rotary_cos != NULL;
     cl_mem table = NULL, seqinfo = NULL, one = NULL, qrot = NULL;
     cl_kernel k_append = NULL, k_rotate = NULL;
-    flashcl_status st = upload(ctx, p->table, d->batch * (size_t)p->max_pages, "cache block table", &table);
-    if (st == FLASHCL_SUCCESS) st = upload(ctx, p->seqinfo, d->batch * 4, "cache lengths", &seqinfo);
+    flashcl_status st = FLASHCL_SUCCESS;
     /* A scale of 1 for an fp8 cache given none (the kernels always read one). */
-    static const float unit = 1.0f;
-    if (st == FLASHCL_SUCCESS && c->dtype != FLASHCL_CACHE_DTYPE_SAME && (!c->k_scale || !c->v_scale)) {
-        cl_int err = CL_SUCCESS;
-        one = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof unit, (void *)&unit, &err);
-        if (err != CL_SUCCESS) st = flashcl__fail_cl(ctx, err, "clCreateBuffer(cache scale)");
-    }
+    if (c->dtype != FLASHCL_CACHE_DTYPE_SAME && (!c->k_scale || !c->v_scale)) st = flashcl__kv_unit_scale(ctx, &one);
     if (st == FLASHCL_SUCCESS && (append || rotary))
         st = append_kernels(ctx, d, c, append ? &k_append : NULL, rotary ? &k_rotate : NULL);
     flashcl_tensor qview = p->views[0];
@@ -258,12 +237,16 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
         st = flashcl__scratch(ctx, FLASHCL__SCRATCH_GRADS, bytes, "kvcache: the rotated query", &qrot);
         qview = flashcl_tensor_bshd(qrot, d->seqlen_q, d->heads_q, d->head_dim);
     }
+    if (st != FLASHCL_SUCCESS) return st;
     flashcl__chain chain;
-    if (st == FLASHCL_SUCCESS) st = flashcl__chain_begin(&chain, ctx, num_wait, wait_list, 1);
-    if (st != FLASHCL_SUCCESS) goto done;
+    st = flashcl__chain_begin(&chain, ctx, num_wait, wait_list, 1);
+    if (st != FLASHCL_SUCCESS) return st;
+    int last = FLASHCL__AFTER_START;
+    st = flashcl__kv_upload_tables(ctx, &chain, p->table, d->batch * (size_t)p->max_pages, p->seqinfo, d->batch * 4,
+                                   FLASHCL__AFTER_START, &table, &seqinfo, &last);
+    if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
     const cl_mem dummy = p->views[0].buffer;
     cl_mem kscale = c->k_scale ? c->k_scale : (one ? one : dummy), vscale = c->v_scale ? c->v_scale : (one ? one : dummy);
-    int last = FLASHCL__AFTER_START;
     if (append) {
         flashcl__args a = flashcl__args_for(k_append, "kv_append");
         flashcl__arg_view(&a, &p->views[4]);
@@ -308,15 +291,7 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
                                            c->scale_per_head != 0};
         st = flashcl__decode_enqueue(ctx, &chain, last, &dd, &qview, &keys, &p->views[1], lse, lse_offset, &last);
     }
-    st = st == FLASHCL_SUCCESS ? flashcl__chain_end(&chain, 1, &last, event) : flashcl__chain_abort(&chain, st);
-done:
-    /* The enqueued commands keep what they use alive; these are the call's own references. */
-    if (table) clReleaseMemObject(table);
-    if (seqinfo) clReleaseMemObject(seqinfo);
-    if (one) clReleaseMemObject(one);
-    if (k_append) clReleaseKernel(k_append);
-    if (k_rotate) clReleaseKernel(k_rotate);
-    return st;
+    return st == FLASHCL_SUCCESS ? flashcl__chain_end(&chain, 1, &last, event) : flashcl__chain_abort(&chain, st);
 }
 
 flashcl_status flashcl_forward_kvcache(flashcl_context *ctx, const flashcl_attention_desc *desc,

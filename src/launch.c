@@ -108,6 +108,27 @@ int flashcl__chain_launch(flashcl__chain *c, cl_kernel kernel, const char *name,
     return flashcl__chain_launch_after(c, kernel, name, dims, global, local, 1, &after);
 }
 
+int flashcl__chain_write(flashcl__chain *c, cl_mem buffer, size_t bytes, const void *host, int after) {
+    if (c->status != FLASHCL_SUCCESS) return -1;
+    if (c->count == FLASHCL__CHAIN_MAX) {
+        c->status = flashcl__fail(c->ctx, FLASHCL_ERR_NO_PLAN, "internal: more than %d launches in one call",
+                                  FLASHCL__CHAIN_MAX);
+        return -1;
+    }
+    const cl_event *wait_list = after == FLASHCL__AFTER_START ? (c->start.count ? c->start.events : NULL) : &c->events[after];
+    const cl_uint nwait = after == FLASHCL__AFTER_START ? c->start.count : 1;
+    cl_event done = NULL;
+    cl_int err = clEnqueueWriteBuffer(c->ctx->queue, buffer, CL_FALSE, 0, bytes, host, nwait, wait_list, &done);
+    if (err != CL_SUCCESS) {
+        c->status = flashcl__fail_cl(c->ctx, err, "clEnqueueWriteBuffer");
+        return -1;
+    }
+    c->events[c->count] = done;
+    return c->count++;
+}
+
+cl_event flashcl__chain_event(const flashcl__chain *c, int index) { return c->events[index]; }
+
 static void release_events(flashcl__chain *c, cl_event keep) {
     for (int i = 0; i < c->count; ++i)
         if (c->events[i] != keep) clReleaseEvent(c->events[i]);

@@ -67,6 +67,12 @@ flashcl_status flashcl__chain_begin(flashcl__chain *c, flashcl_context *ctx, cl_
    FLASHCL__AFTER_START); returns its index, or -1 once the chain has failed. */
 int flashcl__chain_launch(flashcl__chain *c, cl_kernel kernel, const char *name, cl_uint dims, const size_t *global,
                           const size_t *local, int after);
+/* Enqueues a non-blocking write of `bytes` from `host` into `buffer` after launch `after`, as a
+   link of the chain (its index, or -1 once the chain has failed). `host` must stay unchanged until
+   the write's event completes: the caller owns that (see src/kvcache_state.c). */
+int flashcl__chain_write(flashcl__chain *c, cl_mem buffer, size_t bytes, const void *host, int after);
+/* The event of link `index` (valid until the chain ends; retain it to keep it). */
+cl_event flashcl__chain_event(const flashcl__chain *c, int index);
 /* The same after several launches. */
 int flashcl__chain_launch_after(flashcl__chain *c, cl_kernel kernel, const char *name, cl_uint dims,
                                 const size_t *global, const size_t *local, int ndeps, const int *deps);

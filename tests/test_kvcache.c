@@ -469,6 +469,53 @@ static int run_case(flashcl_context *ctx, const kv_case *c, const char *label) {
     return ok;
 }
 
+/* The device's float -> fp8 encoder (the append into an fp8 cache) on the edges of both formats:
+   the largest finite values and the midpoints past them, saturation (e4m3) and overflow to
+   infinity (e5m2), subnormals and their ties, infinities and NaN; byte for byte against fp8_code. */
+static void check_fp8_encoding(flashcl_context *ctx) {
+    static const float edges[] = {
+        0.0f, -0.0f, 1.0f, -1.5f, 448.0f, 464.0f, 479.0f, 480.0f, 500.0f, -1e6f, 57344.0f, -57344.0f, 53248.0f,
+        55296.0f, 59392.0f, 61439.0f, 61440.0f, 65536.0f, 0x1p-6f, 0x1p-9f, 0x1p-10f, 0x3p-10f, 0x1p-14f, 0x1p-16f,
+        0x1p-17f, 0x3p-17f, 1e-9f, INFINITY, -INFINITY, NAN, 240.0f, 0.0625f};
+    enum { D = 16, N = (sizeof edges / sizeof edges[0] + D - 1) / D };
+    cl_context cl = flashcl_context_cl_context(ctx);
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    float knew[N * D], q[D];
+    for (size_t i = 0; i < N * D; ++i) knew[i] = i < sizeof edges / sizeof edges[0] ? edges[i] : (float)i;
+    for (size_t i = 0; i < D; ++i) q[i] = 0.0f;
+    for (int e4m3 = 1; e4m3 >= 0; --e4m3) {
+        unsigned char pool[N * D];
+        memset(pool, 0, sizeof pool);
+        cl_mem kb = bytes_buffer(cl, pool, sizeof pool), vb = bytes_buffer(cl, pool, sizeof pool);
+        cl_mem knb = bytes_buffer(cl, knew, sizeof knew), qb = bytes_buffer(cl, q, sizeof q);
+        cl_mem ob = bytes_buffer(cl, NULL, D * sizeof(float));
+        flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+        d.batch = 1, d.heads_q = 1, d.heads_kv = 1, d.seqlen_q = 1, d.head_dim = D, d.head_dim_v = D;
+        flashcl_kv_cache c = FLASHCL_KV_CACHE_INIT;
+        const int32_t lens[1] = {0};
+        c.k = flashcl_tensor_bshd(kb, N, 1, D), c.v = flashcl_tensor_bshd(vb, N, 1, D);
+        c.capacity = N, c.cache_seqlens = lens;
+        c.k_new = flashcl_tensor_bshd(knb, N, 1, D), c.v_new = c.k_new, c.seqlen_new = N;
+        c.dtype = e4m3 ? FLASHCL_CACHE_DTYPE_FP8_E4M3 : FLASHCL_CACHE_DTYPE_FP8_E5M2;
+        flashcl_tensor qv = flashcl_tensor_bshd(qb, 1, 1, D), ov = flashcl_tensor_bshd(ob, 1, 1, D);
+        int ok = CHECK_STATUS(flashcl_forward_kvcache(ctx, &d, &qv, &c, &ov, NULL, 0, 0, NULL, NULL), FLASHCL_SUCCESS);
+        if (!ok) fprintf(stderr, "  fp8 encoding: %s\n", flashcl_last_error(ctx));
+        REQUIRE_CL(clEnqueueReadBuffer(queue, kb, CL_TRUE, 0, sizeof pool, pool, 0, NULL, NULL));
+        for (size_t i = 0; ok && i < N * D; ++i) {
+            const unsigned char want = fp8_code(knew[i], e4m3);
+            if (pool[i] != want) {
+                fprintf(stderr, "FAIL fp8 %s encoding of %g: 0x%02x, expected 0x%02x\n", e4m3 ? "e4m3" : "e5m2",
+                        (double)knew[i], pool[i], want);
+                tu_fail_count();
+                ok = 0;
+            }
+        }
+        if (ok) printf("ok   fp8 %s encoding of %zu edge values\n", e4m3 ? "e4m3" : "e5m2", sizeof edges / sizeof edges[0]);
+        clReleaseMemObject(kb), clReleaseMemObject(vb), clReleaseMemObject(knb), clReleaseMemObject(qb);
+        clReleaseMemObject(ob);
+    }
+}
+
 /* A fixed split count: a sequence's rows do not depend on the batch around it (bitwise). */
 static void check_batch_invariance(flashcl_context *ctx) {
     cl_context cl = flashcl_context_cl_context(ctx);
@@ -594,6 +641,7 @@ int main(int argc, char **argv) {
     }
     if (only < 0) {
         if (!quick) check_batch_invariance(ctx);
+        check_fp8_encoding(ctx);
         check_merge(ctx);
     }
     printf("%zu/%zu KV-cache cases passed\n", passed, ran);

@@ -18,6 +18,7 @@
 #include "decode.h"
 #include "../../tile_override.h"
 #include "../nvidia/nvidia.h"
+#include "../../kvcache_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,6 +231,7 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
 }
 
 void flashcl__decode_release(flashcl_context *ctx) {
+    flashcl__kv_release(ctx); /* flashcl_forward_kvcache's state: it runs on this family */
     flashcl__decode_plan *p = ctx->family[FLASHCL__FAMILY_DECODE];
     while (p) {
         flashcl__decode_plan *next = p->next;
