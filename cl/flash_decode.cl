@@ -111,6 +111,7 @@ inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
         /* 8 16-bit values in one 16-byte load; half and bfloat16 are both widened by bits. */
         const uint4 u = *(__global const uint4 *)(row + e0);
         const uint w[4] = {u.x, u.y, u.z, u.w};
+        #pragma unroll
         for (int k = 0; k < 4; ++k) {
 #if FLASHCL_DTYPE == 1
             x[2 * k] = half_bits(w[k] & 0xffffu), x[2 * k + 1] = half_bits(w[k] >> 16);
@@ -122,10 +123,12 @@ inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
 #elif ALIGNED && CACHE_DTYPE != 0 && VEC == 8
         const uint2 u = *(__global const uint2 *)(row + e0);
         const uint w[2] = {u.x, u.y};
+        #pragma unroll
         for (int k = 0; k < 8; ++k) x[k] = fp8_bits((w[k / 4] >> (8 * (k % 4))) & 0xffu);
         return;
 #endif
     }
+    #pragma unroll
     for (int k = 0; k < VEC; ++k) x[k] = e0 + k < dim ? CACHE_LOAD(row, e0 + k) : 0.0f;
 }
 
@@ -155,26 +158,30 @@ inline float shfl_from(float x, int src) {
  */
 #define SUM_N (UNROLL * ROWS)
 #define SUM_PER_LANE (SUM_N >= LANES ? SUM_N / LANES : 1)
+#define LOG2_LANES (LANES >= 32 ? 5 : LANES >= 16 ? 4 : LANES >= 8 ? 3 : LANES >= 4 ? 2 : LANES >= 2 ? 1 : 0)
 inline void lane_sums(float *v, int lane) {
-    int n = SUM_N;
-    for (int m = LANES / 2; m >= 1; m /= 2) {
+#pragma unroll
+    for (int t = 0; t < LOG2_LANES; ++t) {
+        const int m = LANES >> (t + 1), n = SUM_N >> t; /* n values left before this step */
         if (n > 1) {
-            const int half = n / 2, upper = (lane & m) != 0;
-            for (int i = 0; i < half; ++i) {
-                const float send = upper ? v[i] : v[i + half], keep = upper ? v[i + half] : v[i];
+            const int hn = n / 2, upper = (lane & m) != 0;
+#pragma unroll
+            for (int i = 0; i < hn; ++i) {
+                const float send = upper ? v[i] : v[i + hn], keep = upper ? v[i + hn] : v[i];
                 v[i] = keep + shfl_xor(send, m);
             }
-            n = half;
         } else {
             v[0] += shfl_xor(v[0], m);
         }
     }
     /* Lane l now holds elements l*SUM_N/LANES + (0 .. n-1) in v[0 .. n). */
     float out[SUM_N];
+    #pragma unroll
     for (int i = 0; i < SUM_N; ++i) {
         const int src = SUM_N >= LANES ? i / SUM_PER_LANE : i * (LANES / SUM_N);
         out[i] = shfl_from(v[i % SUM_PER_LANE], src);
     }
+    #pragma unroll
     for (int i = 0; i < SUM_N; ++i) v[i] = out[i];
 }
 #endif
@@ -222,18 +229,23 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
        past `packed` are zero. Their query positions and ALiBi slopes. */
     float q[ROWS][NCH * VEC], acc[ROWS][NCHV * VEC], m[ROWS], l[ROWS], slope2[ROWS];
     long qi[ROWS];
+    #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
         const int pr = row0 + r, h = hk * group + min(pr, max(packed - 1, 0)) / sqn;
         qi[r] = pr % sqn;
+        #pragma unroll
         for (int c = 0; c < NCH; ++c) {
             float x[VEC];
             const int e0 = (c * LANES + lane) * VEC;
+            #pragma unroll
             for (int k = 0; k < VEC; ++k)
                 x[k] = pr < packed && e0 + k < HEAD_DIM
                            ? FLASHCL_LOAD(Q + VIEW_BASE(q, b, h) + (hd.q0 + qi[r]) * q_sr, e0 + k)
                            : 0.0f;
+            #pragma unroll
             for (int k = 0; k < VEC; ++k) q[r][c * VEC + k] = x[k] * (scale_log2 * kscale);
         }
+        #pragma unroll
         for (int e = 0; e < NCHV * VEC; ++e) acc[r][e] = 0.0f;
         m[r] = FLASHCL_NEG_INF;
         l[r] = 0.0f;
@@ -271,6 +283,7 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
         /* This group's UNROLL keys (interleaved: each step reads GROUPS consecutive keys). */
         float kx[UNROLL][NCH * VEC], vx[UNROLL][NCHV * VEC];
         long key[UNROLL];
+        #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             key[u] = key0 + u * GROUPS + g;
             const int live = key[u] < kv_hi;
@@ -283,16 +296,21 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
 #else
             const ulong kr = k_base + (ulong)(live ? key[u] : 0) * k_sr, vr = v_base + (ulong)(live ? key[u] : 0) * v_sr;
 #endif
+            #pragma unroll
             for (int c = 0; c < NCH; ++c) lane_load(K + kr, (c * LANES + lane) * VEC, live ? HEAD_DIM : 0, &kx[u][c * VEC]);
+            #pragma unroll
             for (int c = 0; c < NCHV; ++c)
                 lane_load(V + vr, (c * LANES + lane) * VEC, live ? HEAD_DIM_V : 0, &vx[u][c * VEC]);
         }
 
         /* Scores: my lanes' partial dots, summed over the group's lanes. */
         float s[UNROLL][ROWS];
+        #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
+            #pragma unroll
             for (int r = 0; r < ROWS; ++r) {
                 float t = 0.0f;
+                #pragma unroll
                 for (int e = 0; e < NCH * VEC; ++e) t = fma(q[r][e], kx[u][e], t);
                 s[u][r] = t;
             }
@@ -300,26 +318,33 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
         lane_sums(&s[0][0], lane);
 #else
         /* Lane k of each group sums the dots k, k + LANES, ... of its group; all read the sums back. */
+        #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
+            #pragma unroll
             for (int r = 0; r < ROWS; ++r) partial[(u * ROWS + r) * WG_SIZE + lid] = s[u][r];
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int idx = lane; idx < UNROLL * ROWS; idx += LANES) {
             float t = 0.0f;
+            #pragma unroll
             for (int k = 0; k < LANES; ++k) t += partial[idx * WG_SIZE + g * LANES + k];
             sums[idx * GROUPS + g] = t;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first barrier orders these reads before its writes */
+        #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
+            #pragma unroll
             for (int r = 0; r < ROWS; ++r) s[u][r] = sums[(u * ROWS + r) * GROUPS + g];
 #endif
 
         /* The variant terms and masks; then this group's online update of each row. */
+        #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
             const int pr = row0 + r;
             flashcl_head hr = hd;
             hr.slope2 = slope2[r];
             hr.bh = (uint)b * (uint)heads_q + (uint)(hk * group + min(pr, max(packed - 1, 0)) / sqn);
             float mx = m[r];
+            #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 const float f = pr < packed && key[u] < kv_hi ? flashcl_score(s[u][r], hr, qi[r], key[u], VARIANT_PASS)
                                                                : FLASHCL_NEG_INF;
@@ -329,14 +354,17 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
             const float base = flashcl_safe_base(mx);
             const float alpha = exp2(m[r] - base);
             float sum = 0.0f;
+            #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 s[u][r] = exp2(s[u][r] - base);
                 sum += s[u][r];
             }
             l[r] = l[r] * alpha + sum;
             m[r] = mx;
+            #pragma unroll
             for (int e = 0; e < NCHV * VEC; ++e) {
                 float a = acc[r][e] * alpha;
+                #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) a = fma(s[u][r], vx[u][e], a);
                 acc[r][e] = a;
             }
@@ -347,6 +375,7 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
        normalised; one split writes O (sinks folded in) and LSE, several write partials. */
     __local float gm[GROUPS], gl[GROUPS];
     __local float go[GROUPS * DVP];
+    #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
         if (lane == 0) gm[g] = m[r], gl[g] = l[r];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -354,7 +383,9 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
         for (int k = 0; k < GROUPS; ++k) mx = fmax(mx, gm[k]);
         const float base = flashcl_safe_base(mx);
         const float mine = exp2(m[r] - base);
+        #pragma unroll
         for (int c = 0; c < NCHV; ++c)
+            #pragma unroll
             for (int k = 0; k < VEC; ++k) go[g * DVP + (c * LANES + lane) * VEC + k] = acc[r][c * VEC + k] * mine;
         float lr = 0.0f;
         for (int k = 0; k < GROUPS; ++k) lr += gl[k] * exp2(gm[k] - base);

@@ -36,7 +36,7 @@ static const family k_families[] = {
     {"cpu", "flash_cpu.cl", "-w -D GROUPS=2 -D CHUNK=48 -D STEP=6", 0},
     {"standard", "standard.cl", "-D TILE=64 -D WPT=4 -D TILE_K=16 -D SOFTMAX_WG=256", 0},
     {"dropout_mask", "dropout_mask.cl", "-D VARLEN=1", 0},
-    {"decode", "flash_decode.cl", "-D ROWS=8 -D BLOCK_N=16 -D WG_SIZE=128 -D PAGED=1 -D CACHE_DTYPE=1", 1},
+    {"decode", "flash_decode.cl", "-D ROWS=8 -D LANES=16 -D VEC=8 -D UNROLL=4 -D WG_SIZE=128 -D ALIGNED=1 -D PAGED=1 -D CACHE_DTYPE=1", 1},
     {"decode_cpu", "flash_decode_cpu.cl", "-D ROWS=4 -D CHUNK=16 -D PAGED=1 -D CACHE_DTYPE=2", 1},
     {"merge", "flash_merge.cl", "", 1},
     {"kv_append", "kv_append.cl", "-D ROTARY_DIM=32 -D INTERLEAVED=1 -D CACHE_DTYPE=1 -D PAGED=1", 1},
