@@ -100,37 +100,45 @@ inline float fp8_bits(uint x) {
 }
 #endif
 
-/* VEC elements e0.. of a K/V row of `dim` elements, as float, zero past dim. */
+/* VEC elements e0.. of a K/V row of `dim` elements, as float, zero past dim: the general path
+   (views not on 16 bytes, head dims not a multiple of VEC), one element at a time. */
 inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
-    if (e0 + VEC <= dim) {
-#if ALIGNED && CACHE_DTYPE == 0 && FLASHCL_DTYPE == 0 && VEC == 4
-        const float4 v = *(__global const float4 *)(row + e0);
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-        return;
-#elif ALIGNED && CACHE_DTYPE == 0 && VEC == 8
-        /* 8 16-bit values in one 16-byte load; half and bfloat16 are both widened by bits. */
-        const uint4 u = *(__global const uint4 *)(row + e0);
-        const uint w[4] = {u.x, u.y, u.z, u.w};
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-#if FLASHCL_DTYPE == 1
-            x[2 * k] = half_bits(w[k] & 0xffffu), x[2 * k + 1] = half_bits(w[k] >> 16);
-#else
-            x[2 * k] = as_float(w[k] << 16), x[2 * k + 1] = as_float(w[k] & 0xffff0000u);
-#endif
-        }
-        return;
-#elif ALIGNED && CACHE_DTYPE != 0 && VEC == 8
-        const uint2 u = *(__global const uint2 *)(row + e0);
-        const uint w[2] = {u.x, u.y};
-        #pragma unroll
-        for (int k = 0; k < 8; ++k) x[k] = fp8_bits((w[k / 4] >> (8 * (k % 4))) & 0xffu);
-        return;
-#endif
-    }
-    #pragma unroll
+#pragma unroll
     for (int k = 0; k < VEC; ++k) x[k] = e0 + k < dim ? CACHE_LOAD(row, e0 + k) : 0.0f;
 }
+
+/*
+ * The fast path: every K/V row starts on 16 bytes and both head dims are multiples of VEC, VEC
+ * elements being 16 bytes (4 float, 8 half or bfloat16, 16 fp8). A lane's share of a row is then
+ * one 16-byte load, taken as raw bits and decoded only when used, so a step's loads can all be
+ * in flight while the previous step is computed. Lanes past the row load its last vector (any
+ * valid address: branch-free) and decode to zeros.
+ */
+#define FAST (ALIGNED && HEAD_DIM % VEC == 0 && HEAD_DIM_V % VEC == 0 && VEC * (CACHE_DTYPE ? 1 : FLASHCL_DTYPE ? 2 : 4) == 16)
+#if FAST
+inline uint4 raw_load(__global const cache_t *row, int e0, int dim) {
+    return *(__global const uint4 *)(row + min(e0, dim - VEC));
+}
+
+inline void raw_decode(uint4 w, int valid, float *x) {
+    const uint u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+#if CACHE_DTYPE != 0
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[4 * k + j] = fp8_bits((u[k] >> (8 * j)) & 0xffu);
+#elif FLASHCL_DTYPE == 0
+        x[k] = as_float(u[k]);
+#elif FLASHCL_DTYPE == 1
+        x[2 * k] = half_bits(u[k] & 0xffffu), x[2 * k + 1] = half_bits(u[k] >> 16);
+#else
+        x[2 * k] = as_float(u[k] << 16), x[2 * k + 1] = as_float(u[k] & 0xffff0000u);
+#endif
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) x[k] = valid ? x[k] : 0.0f;
+}
+#endif
 
 #if LANE_SHFL
 inline float shfl_xor(float x, int m) {
@@ -279,95 +287,163 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
     __local float sums[UNROLL * ROWS * GROUPS];     /* and the sums */
 #endif
 
-    for (long key0 = kv_lo; key0 < kv_hi; key0 += BLOCK_N) {
-        /* This group's UNROLL keys (interleaved: each step reads GROUPS consecutive keys). */
-        float kx[UNROLL][NCH * VEC], vx[UNROLL][NCHV * VEC];
-        long key[UNROLL];
-        #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            key[u] = key0 + u * GROUPS + g;
-            const int live = key[u] < kv_hi;
-#if PAGED
-            /* 32-bit page arithmetic: the host keeps every cache position below 2^31. */
-            const uint at = (uint)(kv_start + (live ? key[u] : 0)), pg = at / (uint)page_size;
-            const ulong page = (ulong)table[(long)b * max_pages + (long)pg], in_page = (ulong)(at - pg * (uint)page_size);
-            const ulong kr = k_off + page * k_sp + (ulong)hk * k_sh + in_page * k_sr;
-            const ulong vr = v_off + page * v_sp + (ulong)hk * v_sh + in_page * v_sr;
-#else
-            const ulong kr = k_base + (ulong)(live ? key[u] : 0) * k_sr, vr = v_base + (ulong)(live ? key[u] : 0) * v_sr;
+    /* Each row's visible keys within [kv_lo, kv_hi) (none for rows past `packed`) and, for
+       ALiBi, its position: the mask and terms of flashcl_score, resolved once per row. */
+    int lo[ROWS], hi[ROWS], qpos[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        const long klo = flashcl_key_lo(hd, qi[r], win_left), khi = flashcl_key_hi(hd, qi[r], win_right);
+        const int on = row0 + r < packed;
+        lo[r] = on ? (int)max(klo, kv_lo) : 1;
+        hi[r] = on ? (int)min(khi, kv_hi - 1) : 0;
+        qpos[r] = (int)(qi[r] + hd.off);
+    }
+
+#if FAST
+    /* Raw K/V of the next step, fetched a step ahead. Keys are clamped into [kv_lo, kv_hi):
+       past the end a lane re-reads a row it is allowed to (masked out below). */
+    uint4 kraw[UNROLL][NCH], vraw[UNROLL][NCHV];
+#define FETCH(first)                                                                                            \
+    _Pragma("unroll") for (int u = 0; u < UNROLL; ++u) {                                                        \
+        const int key = (int)min((first) + u * GROUPS + g, kv_hi - 1);                                          \
+        ROW_OFFSETS(key)                                                                                        \
+        _Pragma("unroll") for (int c = 0; c < NCH; ++c) kraw[u][c] = raw_load(K + kr, (c * LANES + lane) * VEC, HEAD_DIM); \
+        _Pragma("unroll") for (int c = 0; c < NCHV; ++c)                                                        \
+            vraw[u][c] = raw_load(V + vr, (c * LANES + lane) * VEC, HEAD_DIM_V);                                \
+    }
 #endif
-            #pragma unroll
+#if PAGED
+    /* 32-bit page arithmetic: the host keeps every cache position below 2^31. */
+#define ROW_OFFSETS(key)                                                                                        \
+    const uint at_ = (uint)(kv_start + (key)), pg_ = at_ / (uint)page_size;                                    \
+    const ulong page_ = (ulong)table[(long)b * max_pages + (long)pg_], in_ = (ulong)(at_ - pg_ * (uint)page_size); \
+    const ulong kr = k_off + page_ * k_sp + (ulong)hk * k_sh + in_ * k_sr;                                      \
+    const ulong vr = v_off + page_ * v_sp + (ulong)hk * v_sh + in_ * v_sr;
+#else
+#define ROW_OFFSETS(key) const ulong kr = k_base + (ulong)(key) * k_sr, vr = v_base + (ulong)(key) * v_sr;
+#endif
+#if FAST
+    if (kv_lo < kv_hi) {
+        FETCH(kv_lo)
+    }
+#endif
+
+    for (long key0 = kv_lo; key0 < kv_hi; key0 += BLOCK_N) {
+        int key[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) key[u] = (int)key0 + u * GROUPS + g;
+#if FAST
+        uint4 kcur[UNROLL][NCH], vcur[UNROLL][NCHV];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+            for (int c = 0; c < NCH; ++c) kcur[u][c] = kraw[u][c];
+#pragma unroll
+            for (int c = 0; c < NCHV; ++c) vcur[u][c] = vraw[u][c];
+        }
+        FETCH(key0 + BLOCK_N)
+#else
+        float kx[UNROLL][NCH * VEC], vx[UNROLL][NCHV * VEC];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int live = key[u] < kv_hi;
+            ROW_OFFSETS(live ? key[u] : (int)kv_lo)
+#pragma unroll
             for (int c = 0; c < NCH; ++c) lane_load(K + kr, (c * LANES + lane) * VEC, live ? HEAD_DIM : 0, &kx[u][c * VEC]);
-            #pragma unroll
+#pragma unroll
             for (int c = 0; c < NCHV; ++c)
                 lane_load(V + vr, (c * LANES + lane) * VEC, live ? HEAD_DIM_V : 0, &vx[u][c * VEC]);
         }
+#endif
 
         /* Scores: my lanes' partial dots, summed over the group's lanes. */
         float s[UNROLL][ROWS];
-        #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            #pragma unroll
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+#if FAST
+            float kx_u[NCH * VEC];
+#pragma unroll
+            for (int c = 0; c < NCH; ++c) raw_decode(kcur[u][c], (c * LANES + lane) * VEC < HEAD_DIM, &kx_u[c * VEC]);
+#else
+            const float *kx_u = kx[u];
+#endif
+#pragma unroll
             for (int r = 0; r < ROWS; ++r) {
                 float t = 0.0f;
-                #pragma unroll
-                for (int e = 0; e < NCH * VEC; ++e) t = fma(q[r][e], kx[u][e], t);
+#pragma unroll
+                for (int e = 0; e < NCH * VEC; ++e) t = fma(q[r][e], kx_u[e], t);
                 s[u][r] = t;
             }
+        }
 #if LANE_SHFL
         lane_sums(&s[0][0], lane);
 #else
         /* Lane k of each group sums the dots k, k + LANES, ... of its group; all read the sums back. */
-        #pragma unroll
+#pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            #pragma unroll
+#pragma unroll
             for (int r = 0; r < ROWS; ++r) partial[(u * ROWS + r) * WG_SIZE + lid] = s[u][r];
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int idx = lane; idx < UNROLL * ROWS; idx += LANES) {
             float t = 0.0f;
-            #pragma unroll
+#pragma unroll
             for (int k = 0; k < LANES; ++k) t += partial[idx * WG_SIZE + g * LANES + k];
             sums[idx * GROUPS + g] = t;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first barrier orders these reads before its writes */
-        #pragma unroll
+#pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            #pragma unroll
+#pragma unroll
             for (int r = 0; r < ROWS; ++r) s[u][r] = sums[(u * ROWS + r) * GROUPS + g];
 #endif
 
-        /* The variant terms and masks; then this group's online update of each row. */
-        #pragma unroll
+        /* The variant terms and masks (as flashcl_score: mask, softcap, ALiBi); then this
+           group's online update of each row. */
+#pragma unroll
         for (int r = 0; r < ROWS; ++r) {
-            const int pr = row0 + r;
-            flashcl_head hr = hd;
-            hr.slope2 = slope2[r];
-            hr.bh = (uint)b * (uint)heads_q + (uint)(hk * group + min(pr, max(packed - 1, 0)) / sqn);
             float mx = m[r];
-            #pragma unroll
+#pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
-                const float f = pr < packed && key[u] < kv_hi ? flashcl_score(s[u][r], hr, qi[r], key[u], VARIANT_PASS)
-                                                               : FLASHCL_NEG_INF;
+                float f = s[u][r];
+#if HAS_SOFTCAP
+                f = softcap2 * tanh(f / softcap2);
+#endif
+#if HAS_ALIBI
+                f -= slope2[r] * fabs((float)(qpos[r] - key[u]));
+#endif
+                f = key[u] >= lo[r] && key[u] <= hi[r] ? f : FLASHCL_NEG_INF;
                 s[u][r] = f;
                 mx = fmax(mx, f);
             }
             const float base = flashcl_safe_base(mx);
             const float alpha = exp2(m[r] - base);
             float sum = 0.0f;
-            #pragma unroll
+#pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 s[u][r] = exp2(s[u][r] - base);
                 sum += s[u][r];
             }
             l[r] = l[r] * alpha + sum;
             m[r] = mx;
-            #pragma unroll
-            for (int e = 0; e < NCHV * VEC; ++e) {
-                float a = acc[r][e] * alpha;
-                #pragma unroll
-                for (int u = 0; u < UNROLL; ++u) a = fma(s[u][r], vx[u][e], a);
-                acc[r][e] = a;
-            }
+#pragma unroll
+            for (int e = 0; e < NCHV * VEC; ++e) acc[r][e] *= alpha;
+        }
+        /* O += P V, one key's V row decoded at a time. */
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+#if FAST
+            float vx_u[NCHV * VEC];
+#pragma unroll
+            /* A clamped key's V decodes to zeros: P is 0 there, and 0 * inf would be NaN. */
+            for (int c = 0; c < NCHV; ++c)
+                raw_decode(vcur[u][c], (c * LANES + lane) * VEC < HEAD_DIM_V && key[u] < kv_hi, &vx_u[c * VEC]);
+#else
+            const float *vx_u = vx[u];
+#endif
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                for (int e = 0; e < NCHV * VEC; ++e) acc[r][e] = fma(s[u][r], vx_u[e], acc[r][e]);
         }
     }
 

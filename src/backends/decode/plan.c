@@ -55,21 +55,31 @@ static size_t gpu_local(const gpu_shape *g, int dv) {
     return floats * sizeof(float);
 }
 
-/* Loads of 16 bytes per lane (8 bytes for fp8): VEC elements. Lanes per key: enough for the
+/* Loads of 16 bytes per lane: VEC elements. Lanes per key: enough for the
    longer head dim in one pass, at most a warp. Rows: the call's packed rows (a power of two),
    while a work-item's Q and output elements stay within 64 + 64 registers. UNROLL: keys per
-   group in flight, 8 when that leaves the registers, else 4; less without shuffles when the
-   exchange would not fit __local. 0 when nothing fits the device. */
+   group per step (below); less without shuffles when the exchange would not fit __local.
+   0 when nothing fits the device. */
 static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, gpu_shape *g) {
     const int dd = (int)d->head_dim, dv = (int)d->head_dim_v, packed = packed_rows(d);
-    g->vec = (cdt == FLASHCL_CACHE_DTYPE_SAME && d->dtype == FLASHCL_DTYPE_F32) ? 4 : 8;
+    g->vec = cdt != FLASHCL_CACHE_DTYPE_SAME ? 16 : d->dtype == FLASHCL_DTYPE_F32 ? 4 : 8;
     const int longer = dd > dv ? dd : dv;
     g->lanes = pow2_at_least((longer + g->vec - 1) / g->vec);
     if (g->lanes > 32) g->lanes = 32;
     const int chunk = g->lanes * g->vec, per_row = ((dd + chunk - 1) / chunk + (dv + chunk - 1) / chunk) * g->vec;
     g->rows = 1;
     while (g->rows < packed && g->rows < 16 && 2 * g->rows * per_row <= 128) g->rows *= 2;
-    g->unroll = g->rows * per_row <= 32 ? 8 : 4;
+    /* Raw K/V of two steps (the one computed and the one in flight) take 8 registers per key
+       and chunk: UNROLL keys so that they stay near 64 beside Q and the outputs. */
+    const int raw_per_key = 8 * (per_row / g->vec);
+    g->unroll = 64 / raw_per_key >= 8 ? 8 : 64 / raw_per_key >= 4 ? 4 : 2;
+    if (g->rows * per_row >= 128 && g->unroll > 2) g->unroll /= 2;
+    /* FLASHCL_TILE=kernel=decode,br=R,bc=U sets rows and keys per group (tuning, tests). */
+    flashcl__tile_override ov;
+    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present && ov.kernel == FLASHCL__TILE_KERNEL_DECODE) {
+        if (ov.block_rows > 0) g->rows = pow2_at_least(ov.block_rows < 16 ? ov.block_rows : 16);
+        if (ov.block_cols > 0) g->unroll = pow2_at_least(ov.block_cols < 16 ? ov.block_cols : 16);
+    }
     g->shfl = flashcl__mma_supported(ctx, NULL);
     for (;;) {
         g->local_bytes = gpu_local(g, dv);
