@@ -31,7 +31,8 @@
  *
  * Knobs: HEAD_DIM, HEAD_DIM_V, ROWS (packed rows per work-group), LANES,
  * VEC, UNROLL, WG_SIZE, ALIGNED (every K/V row starts 16-byte aligned: whole
- * vectors are loaded as such), LANE_SHFL, PAGED, CACHE_DTYPE (0: store_t,
+ * vectors are loaded as such), LANE_SHFL, FP8_DENORM_MUL (fp8 decoded by one
+ * multiply: the device keeps float subnormals), PAGED, CACHE_DTYPE (0: store_t,
  * 1: fp8 e4m3, 2: fp8 e5m2) and cl/variants.cl's switches; write_parts (run
  * time) selects partials (several splits) or O and LSE (one).
  */
@@ -62,6 +63,9 @@
 #ifndef LANE_SHFL
 #define LANE_SHFL 0
 #endif
+#ifndef FP8_DENORM_MUL
+#define FP8_DENORM_MUL 0
+#endif
 
 #if WG_SIZE % LANES != 0 || (LANES & (LANES - 1)) != 0 || LANES > 32
 #error "LANES must be a power of two of at most 32 that divides WG_SIZE"
@@ -87,7 +91,16 @@ inline float half_bits(uint h) {
    by 2^(127 - bias), subnormal codes are m * 2^(1 - bias - mantissa bits). */
 inline float fp8_bits(uint x) {
     const uint sign = (x & 0x80u) << 24;
+#if FP8_DENORM_MUL
+    /* The 7 magnitude bits as the top of a float's exponent and mantissa, then one multiply by
+       2^(127 - bias): exact for normal codes and, where float arithmetic keeps subnormals (the
+       host checks CL_FP_DENORM), for subnormal ones. Only NaN (e4m3) or inf/NaN (e5m2) differ. */
 #if CACHE_DTYPE == 1
+    const float mag = (x & 0x7fu) == 0x7fu ? NAN : as_float((x & 0x7fu) << 20) * 0x1p120f;
+#else
+    const float mag = (x & 0x7cu) == 0x7cu ? as_float(0x7f800000u | ((x & 3u) << 21)) : as_float((x & 0x7fu) << 21) * 0x1p112f;
+#endif
+#elif CACHE_DTYPE == 1
     const uint e = (x >> 3) & 0xfu, m = x & 7u;
     const float normal = as_float(((e + 120u) << 23) | (m << 20));
     const float mag = e == 0u ? (float)m * 0x1p-9f : ((x & 0x7fu) == 0x7fu ? NAN : normal);

@@ -43,5 +43,8 @@ cl_int flashcl__read_device_info(cl_platform_id platform, cl_device_id device, f
     if (err == CL_SUCCESS)
         err = clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof out->compute_units, &out->compute_units, NULL);
     out->is_cpu = (out->type & CL_DEVICE_TYPE_CPU) != 0;
+    cl_device_fp_config fp = 0;
+    if (err == CL_SUCCESS && clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
+        out->fp32_denorms = (fp & CL_FP_DENORM) != 0;
     return err;
 }

@@ -21,6 +21,7 @@ typedef struct flashcl__device_info {
     size_t max_work_group_size;
     cl_uint compute_units;
     int is_cpu;
+    int fp32_denorms; /* CL_FP_DENORM in CL_DEVICE_SINGLE_FP_CONFIG: float arithmetic keeps subnormals */
 } flashcl__device_info;
 
 /* Scratch slots a call may hold at once. */

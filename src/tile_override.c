@@ -17,7 +17,7 @@ static int parse_positive(const char *s, size_t n, int *out) {
 
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out) {
     out->present = 0;
-    out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = -1;
+    out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = out->max_registers = -1;
     const char *env = getenv("FLASHCL_TILE");
     if (!env || !*env) return FLASHCL_SUCCESS;
     out->present = 1;
@@ -33,6 +33,7 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
         if (klen == 2 && strncmp(p, "br", 2) == 0) ok = parse_positive(val, vlen, &out->block_rows);
         else if (klen == 2 && strncmp(p, "bc", 2) == 0) ok = parse_positive(val, vlen, &out->block_cols);
         else if (klen == 3 && strncmp(p, "tpr", 3) == 0) ok = parse_positive(val, vlen, &out->threads_per_row);
+        else if (klen == 4 && strncmp(p, "regs", 4) == 0) ok = parse_positive(val, vlen, &out->max_registers);
         else if (klen == 7 && strncmp(p, "staging", 7) == 0) {
             if (vlen == 5 && strncmp(val, "local", 5) == 0) out->staging = FLASHCL_STAGING_LOCAL;
             else if (vlen == 6 && strncmp(val, "direct", 6) == 0) out->staging = FLASHCL_STAGING_DIRECT;
@@ -44,7 +45,7 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
             ok = out->kernel >= 0;
         } else
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_TILE: unknown key \"%.*s\" (keys: kernel, br, bc, tpr, staging)", (int)klen, p);
+                                 "FLASHCL_TILE: unknown key \"%.*s\" (keys: kernel, br, bc, tpr, staging, regs)", (int)klen, p);
         if (!ok)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: bad value in \"%.*s\"", (int)len, p);
         p = comma ? comma + 1 : p + len;

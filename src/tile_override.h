@@ -8,13 +8,15 @@
 typedef struct flashcl__tile_override {
     int present;
     int block_rows, block_cols, threads_per_row, staging;
+    int max_registers; /* regs=N: NVIDIA's -cl-nv-maxrregcount for the decode kernel (tuning); -1 not given */
     int kernel; /* 0 rows, 1 split, 2 tiles, 3 cpu, 4 decode (the GPU kernel), 5 decode_cpu */
 } flashcl__tile_override;
 #define FLASHCL__TILE_KERNEL_CPU 3
 #define FLASHCL__TILE_KERNEL_DECODE 4
 #define FLASHCL__TILE_KERNEL_DECODE_CPU 5
 
-/* Parses "kernel=rows|split|tiles|cpu|decode|decode_cpu,br=32,bc=64,tpr=4,staging=local|direct" (any subset, any order). */
+/* Parses "kernel=rows|split|tiles|cpu|decode|decode_cpu,br=32,bc=64,tpr=4,staging=local|direct,regs=128"
+   (any subset, any order). */
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out);
 
 /*

@@ -41,7 +41,7 @@ typedef struct flashcl__decode_plan {
     size_t wg;         /* work-items per group */
     size_t local_bytes; /* __local the GPU kernel declares (the plan's figure when the driver reports none) */
     int cpu;           /* the CPU kernel */
-    char key[400];
+    char key[640];
     struct flashcl__decode_plan *next;
 } flashcl__decode_plan;
 

@@ -36,6 +36,7 @@ static int packed_rows(const flashcl_attention_desc *d) {
 /* The GPU kernel's shape (cl/flash_decode.cl's knobs). */
 typedef struct gpu_shape {
     int rows, lanes, vec, unroll, shfl, block_n;
+    int max_registers; /* NVIDIA register cap (-cl-nv-maxrregcount), 0 none */
     size_t local_bytes;
 } gpu_shape;
 
@@ -70,15 +71,18 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     g->rows = 1;
     while (g->rows < packed && g->rows < 16 && 2 * g->rows * per_row <= 128) g->rows *= 2;
     /* Raw K/V of two steps (the one computed and the one in flight) take 8 registers per key
-       and chunk: UNROLL keys so that they stay near 64 beside Q and the outputs. */
+       and chunk: UNROLL keys so that they stay near 32 beside Q and the outputs. Occupancy
+       decides the rate (H200, bf16 d=128, 4 rows: 2 keys 161 registers and 2813 GB/s at b=32,
+       4 keys 223 registers and 1250 GB/s). */
     const int raw_per_key = 8 * (per_row / g->vec);
-    g->unroll = 64 / raw_per_key >= 8 ? 8 : 64 / raw_per_key >= 4 ? 4 : 2;
-    if (g->rows * per_row >= 128 && g->unroll > 2) g->unroll /= 2;
-    /* FLASHCL_TILE=kernel=decode,br=R,bc=U sets rows and keys per group (tuning, tests). */
+    g->unroll = 32 / raw_per_key >= 4 ? 4 : 32 / raw_per_key >= 2 ? 2 : 1;
+    g->max_registers = 0;
+    /* FLASHCL_TILE=kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
     flashcl__tile_override ov;
     if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present && ov.kernel == FLASHCL__TILE_KERNEL_DECODE) {
         if (ov.block_rows > 0) g->rows = pow2_at_least(ov.block_rows < 16 ? ov.block_rows : 16);
         if (ov.block_cols > 0) g->unroll = pow2_at_least(ov.block_cols < 16 ? ov.block_cols : 16);
+        if (ov.max_registers > 0) g->max_registers = ov.max_registers;
     }
     g->shfl = flashcl__mma_supported(ctx, NULL);
     for (;;) {
@@ -198,21 +202,22 @@ static int use_cpu_kernel(const flashcl_context *ctx) {
 flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, int paged,
                                         flashcl_cache_dtype cache_dtype, int aligned, const flashcl__decode_plan **out) {
     const int cpu = use_cpu_kernel(ctx);
-    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0};
+    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0};
     if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, &g))
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "decode: no shape for d=%zu, d_v=%zu fits %llu bytes of local memory",
                              d->head_dim, d->head_dim_v, (unsigned long long)ctx->info.local_mem_bytes);
-    char variants[256], options[sizeof ((flashcl__decode_plan *)0)->key];
+    char variants[256], options[sizeof ((flashcl__decode_plan *)0)->key], regs[48] = "";
     flashcl__variant_options(d, variants, sizeof variants);
+    if (!cpu && g.shfl && g.max_registers > 0) snprintf(regs, sizeof regs, " -cl-nv-maxrregcount=%d", g.max_registers);
     if (cpu)
         snprintf(options, sizeof options, "-w -D HEAD_DIM=%zu -D ROWS=%d -D CHUNK=%d -D PAGED=%d -D CACHE_DTYPE=%d %s",
                  d->head_dim, g.rows, g.block_n, paged, (int)cache_dtype, variants);
     else
         snprintf(options, sizeof options,
                  "-D HEAD_DIM=%zu -D ROWS=%d -D LANES=%d -D VEC=%d -D UNROLL=%d -D WG_SIZE=%d -D ALIGNED=%d "
-                 "-D LANE_SHFL=%d -D PAGED=%d -D CACHE_DTYPE=%d %s",
-                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, GPU_WG, aligned != 0, g.shfl, paged, (int)cache_dtype,
-                 variants);
+                 "-D LANE_SHFL=%d -D FP8_DENORM_MUL=%d -D PAGED=%d -D CACHE_DTYPE=%d %s%s",
+                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, GPU_WG, aligned != 0, g.shfl,
+                 cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype, variants, regs);
     for (flashcl__decode_plan *p = ctx->family[FLASHCL__FAMILY_DECODE]; p; p = p->next)
         if (strcmp(p->key, options) == 0) {
             *out = p;
