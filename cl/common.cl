@@ -5,7 +5,12 @@
 #ifndef FLASHCL_COMMON_CL
 #define FLASHCL_COMMON_CL
 
+/* The constants every kernel spells one way. Scores are in the log2 domain
+   (the host folds log2(e) into the scale): the kernels multiply natural-log
+   quantities (LSE, bias, sinks, ALiBi slopes) by FLASHCL_LOG2E_F, which is
+   the float nearest log2(e), 0x1.715476p+0, the value of M_LOG2E_F. */
 #define FLASHCL_NEG_INF (-INFINITY)
+#define FLASHCL_LOG2E_F 1.4426950408889634f
 
 /* A tensor view: element offset plus strides for (batch, head, row). */
 #define VIEW_ARGS(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr

@@ -43,7 +43,6 @@
 #define MB_LD (HEAD_DIM + 8)
 #define MB_CHUNKS (HEAD_DIM / 8)
 #define MB_DT (HEAD_DIM / 16)
-#define MB_NEG_INF (-INFINITY)
 
 #if MMA_F16
 #define MB_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
@@ -52,9 +51,6 @@
 #define MB_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 #define MB_CVT "cvt.rn.bf16x2.f32"
 #endif
-
-#define MB_VIEW(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr
-#define MB_BASE(name, b, h) (name##_off + (ulong)(b) * name##_sb + (ulong)(h) * name##_sh)
 
 #define MB_MMA(d, a, b0, b1)                                                                           \
     asm(MB_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                 \
@@ -142,12 +138,12 @@ inline void mb_store(__global ushort *base, ulong stride_row, long row0, long li
 }
 
 /* D[row] = sum_c dO[row, c] O[row, c]; one work-item per row. */
-__kernel void flash_bwd_mma_dot(__global const ushort *dO, MB_VIEW(do), __global const ushort *O, MB_VIEW(o),
+__kernel void flash_bwd_mma_dot(__global const ushort *dO, VIEW_ARGS(do), __global const ushort *O, VIEW_ARGS(o),
                                 __global float *Dsum, int seqlen_q, int heads_q) {
     const int row = (int)get_global_id(0), h = (int)get_global_id(1), b = (int)get_global_id(2);
     if (row >= seqlen_q) return;
-    __global const uint4 *x = (__global const uint4 *)(dO + MB_BASE(do, b, h) + (ulong)row * do_sr);
-    __global const uint4 *y = (__global const uint4 *)(O + MB_BASE(o, b, h) + (ulong)row * o_sr);
+    __global const uint4 *x = (__global const uint4 *)(dO + VIEW_BASE(do, b, h) + (ulong)row * do_sr);
+    __global const uint4 *y = (__global const uint4 *)(O + VIEW_BASE(o, b, h) + (ulong)row * o_sr);
     float acc = 0.0f;
     for (int c = 0; c < MB_CHUNKS; ++c) {
         const uint4 u = x[c], w = y[c];
@@ -162,13 +158,13 @@ __kernel void flash_bwd_mma_dot(__global const ushort *dO, MB_VIEW(do), __global
 }
 
 /* LSE (natural log) -> log2 domain; a row with no visible key gets +inf so its P is 0. */
-inline float mb_lse2(float lse) { return lse == MB_NEG_INF ? INFINITY : lse * M_LOG2E_F; }
+inline float mb_lse2(float lse) { return lse == FLASHCL_NEG_INF ? INFINITY : lse * FLASHCL_LOG2E_F; }
 
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1)))
-void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ushort *K, MB_VIEW(k),
-                        __global const ushort *V, MB_VIEW(v), __global const ushort *dO, MB_VIEW(do),
+void flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                        __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
                         __global const float *LSE, ulong lse_off, __global const float *Dsum,
-                        __global ushort *dK, MB_VIEW(dk), __global ushort *dV, MB_VIEW(dv),
+                        __global ushort *dK, VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv),
                         int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
                         int causal) {
     /* K and V of the block first (for the fragments), then Q and dO tiles. */
@@ -185,8 +181,8 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
     const long shift = (long)seqlen_k - seqlen_q; /* row i sees keys <= i + shift */
 
     uint kf[MB_DT][4], vf[MB_DT][4];
-    mb_load_tile(smem, K + MB_BASE(k, b, hk), k_sr, k0, MMA_BWD_BC, seqlen_k, lid);
-    mb_load_tile(smem + MB_KV_E, V + MB_BASE(v, b, hk), v_sr, k0, MMA_BWD_BC, seqlen_k, lid);
+    mb_load_tile(smem, K + VIEW_BASE(k, b, hk), k_sr, k0, MMA_BWD_BC, seqlen_k, lid);
+    mb_load_tile(smem + MB_KV_E, V + VIEW_BASE(v, b, hk), v_sr, k0, MMA_BWD_BC, seqlen_k, lid);
     mb_commit_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
     mb_frags_a(smem, warp * 16, lane, kf);
@@ -208,7 +204,7 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
 
     for (int hh = 0; hh < group; ++hh) {
         const int h = hk * group + hh;
-        __global const ushort *Qb = Q + MB_BASE(q, b, h), *dOb = dO + MB_BASE(do, b, h);
+        __global const ushort *Qb = Q + VIEW_BASE(q, b, h), *dOb = dO + VIEW_BASE(do, b, h);
         __global const float *Lb = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
         __global const float *Db = Dsum + ((ulong)b * heads_q + h) * seqlen_q;
         for (long q0 = q_begin; q0 < seqlen_q; q0 += MMA_BWD_BR) {
@@ -295,18 +291,18 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
         }
     }
     const long kr = k0 + warp * 16;
-    mb_store(dK + MB_BASE(dk, b, hk), dk_sr, kr, seqlen_k, lane, scale, dk);
-    mb_store(dV + MB_BASE(dv, b, hk), dv_sr, kr, seqlen_k, lane, 1.0f, dv);
+    mb_store(dK + VIEW_BASE(dk, b, hk), dk_sr, kr, seqlen_k, lane, scale, dk);
+    mb_store(dV + VIEW_BASE(dv, b, hk), dv_sr, kr, seqlen_k, lane, 1.0f, dv);
 #undef MB_KV_E
 #undef MB_QT_E
 #undef MB_SM_E
 }
 
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1)))
-void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushort *K, MB_VIEW(k),
-                      __global const ushort *V, MB_VIEW(v), __global const ushort *dO, MB_VIEW(do),
+void flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                      __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
                       __global const float *LSE, ulong lse_off, __global const float *Dsum,
-                      __global ushort *dQ, MB_VIEW(dq),
+                      __global ushort *dQ, VIEW_ARGS(dq),
                       int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, int causal) {
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
@@ -322,8 +318,8 @@ void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushor
     const long shift = (long)seqlen_k - seqlen_q;
 
     uint qf[MB_DT][4], of[MB_DT][4];
-    mb_load_tile(smem, Q + MB_BASE(q, b, h), q_sr, q0, MMA_BWD_BC, seqlen_q, lid);
-    mb_load_tile(smem + MB_QB_E, dO + MB_BASE(do, b, h), do_sr, q0, MMA_BWD_BC, seqlen_q, lid);
+    mb_load_tile(smem, Q + VIEW_BASE(q, b, h), q_sr, q0, MMA_BWD_BC, seqlen_q, lid);
+    mb_load_tile(smem + MB_QB_E, dO + VIEW_BASE(do, b, h), do_sr, q0, MMA_BWD_BC, seqlen_q, lid);
     mb_commit_wait();
     barrier(CLK_LOCAL_MEM_FENCE);
     mb_frags_a(smem, warp * 16, lane, qf);
@@ -346,7 +342,7 @@ void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushor
     if (causal) kv_end = clamp(last_row + shift + 1, 0L, (long)seqlen_k);
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
     const uint ks_n = mb_addr(ks) + n_lane, ks_k = mb_addr(ks) + k_lane, vs_n = mb_addr(vs) + n_lane;
-    __global const ushort *Kb = K + MB_BASE(k, b, hk), *Vb = V + MB_BASE(v, b, hk);
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk), *Vb = V + VIEW_BASE(v, b, hk);
 
     for (long kv0 = 0; kv0 < kv_end; kv0 += MMA_BWD_BCQ) {
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the previous tiles (or Q/dO) */
@@ -398,7 +394,7 @@ void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushor
                 MB_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
             }
     }
-    mb_store(dQ + MB_BASE(dq, b, h), dq_sr, q0 + warp * 16, seqlen_q, lane, scale, dq);
+    mb_store(dQ + VIEW_BASE(dq, b, h), dq_sr, q0 + warp * 16, seqlen_q, lane, scale, dq);
 #undef MB_QB_E
 #undef MB_KT_E
 #undef MB_SM_E

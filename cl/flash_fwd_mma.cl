@@ -72,7 +72,6 @@
    ldmatrix row: y is the lane's chunk bit, XORed with its row's low 3 bits when
    swizzled. 2*c2 has bit 0 clear, so 2*c2 + bit == 2*c2 ^ bit either way. */
 #define MMA_COLB(c2, y) ((uint)((2 * (c2)) ^ (y)) << 4)
-#define MMA_NEG_INF (-INFINITY)
 
 #if MMA_F16
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
@@ -81,9 +80,6 @@
 #define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 #define MMA_CVT "cvt.rn.bf16x2.f32"
 #endif
-
-#define MMA_VIEW(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr
-#define MMA_BASE(name, b, h) (name##_off + (ulong)(b) * name##_sb + (ulong)(h) * name##_sh)
 
 /* d += a * b on one 16x8x16 tile. Not volatile, so the compiler may schedule it. */
 #define MMA(d, a, b0, b1)                                                                              \
@@ -146,10 +142,10 @@ inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulo
 }
 
 __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1)))
-void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
-                   __global const ushort *K, MMA_VIEW(k),
-                   __global const ushort *V, MMA_VIEW(v),
-                   __global ushort *O, MMA_VIEW(o),
+void flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q),
+                   __global const ushort *K, VIEW_ARGS(k),
+                   __global const ushort *V, VIEW_ARGS(v),
+                   __global ushort *O, VIEW_ARGS(o),
                    __global float *LSE, ulong lse_off, int write_lse,
                    int seqlen_q, int seqlen_k, int heads_q, int group,
                    float scale_log2, int causal)
@@ -170,9 +166,9 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     const int hk = h / group;
     const long q0 = (long)block * MMA_BR;
 
-    __global const ushort *Qb = Q + MMA_BASE(q, b, h);
-    __global const ushort *Kb = K + MMA_BASE(k, b, hk);
-    __global const ushort *Vb = V + MMA_BASE(v, b, hk);
+    __global const ushort *Qb = Q + VIEW_BASE(q, b, h);
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk);
+    __global const ushort *Vb = V + VIEW_BASE(v, b, hk);
 
     /* Key tiles this block needs: all, or up to the causal diagonal of its last row. */
     const long shift = (long)seqlen_k - seqlen_q; /* bottom-right: row i sees keys <= i + shift */
@@ -211,7 +207,7 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     for (int mt = 0; mt < MMA_MT; ++mt) {
 #pragma unroll
         for (int n = 0; n < HEAD_DIM / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
-        m[mt][0] = m[mt][1] = MMA_NEG_INF;
+        m[mt][0] = m[mt][1] = FLASHCL_NEG_INF;
         l[mt][0] = l[mt][1] = 0.0f;
     }
     const long r0 = q0 + warp * MMA_MT * 16 + (lane >> 2); /* row of c0/c1 in m-tile 0 */
@@ -271,13 +267,13 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
                     for (int c = 0; c < 4; ++c) {
                         const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1);
                         const long row = r0 + mt * 16 + (c >> 1) * 8;
-                        if (key >= seqlen_k || (causal && key > row + shift)) s[mt][n][c] = MMA_NEG_INF;
+                        if (key >= seqlen_k || (causal && key > row + shift)) s[mt][n][c] = FLASHCL_NEG_INF;
                     }
                 }
             }
 
             /* Online softmax: new row max over the quad, rescale, exponentiate. */
-            float mx0 = MMA_NEG_INF, mx1 = MMA_NEG_INF;
+            float mx0 = FLASHCL_NEG_INF, mx1 = FLASHCL_NEG_INF;
 #pragma unroll
             for (int n = 0; n < MMA_BC / 8; ++n) {
                 mx0 = fmax(mx0, fmax(s[mt][n][0], s[mt][n][1]));
@@ -290,8 +286,8 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
             mx0 = fmax(m[mt][0], mx0 * scale_log2);
             mx1 = fmax(m[mt][1], mx1 * scale_log2);
             /* A row with no visible key yet keeps max -inf: subtract 0 so exp2 gives 0, not NaN. */
-            const float base0 = mx0 == MMA_NEG_INF ? 0.0f : mx0;
-            const float base1 = mx1 == MMA_NEG_INF ? 0.0f : mx1;
+            const float base0 = mx0 == FLASHCL_NEG_INF ? 0.0f : mx0;
+            const float base1 = mx1 == FLASHCL_NEG_INF ? 0.0f : mx1;
             const float alpha0 = mma_exp2(m[mt][0] - base0), alpha1 = mma_exp2(m[mt][1] - base1);
             m[mt][0] = mx0;
             m[mt][1] = mx1;
@@ -340,7 +336,7 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     }
 
     /* Row sums over the quad, normalise once, store 2 elements per register. */
-    __global ushort *Ob = O + MMA_BASE(o, b, h);
+    __global ushort *Ob = O + VIEW_BASE(o, b, h);
     __global float *L = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
     const int col = (lane & 3) * 2;
 #pragma unroll
@@ -358,7 +354,7 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
                 for (int n = 0; n < HEAD_DIM / 8; ++n)
                     dst[n * 4] = mma_pack(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
                 if (write_lse && (lane & 3) == 0)
-                    L[row] = lsum > 0.0f ? M_LN2_F * (m[mt][half_] + log2(lsum)) : MMA_NEG_INF;
+                    L[row] = lsum > 0.0f ? M_LN2_F * (m[mt][half_] + log2(lsum)) : FLASHCL_NEG_INF;
             }
         }
     }

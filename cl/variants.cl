@@ -47,8 +47,6 @@
 #define VARLEN 0
 #endif
 
-#define FLASHCL_LOG2E_F 1.4426950408889634f
-
 /* Terms that change every score (not only masks): such tiles always take the per-element path. */
 #define HAS_SCORE_TERMS (HAS_SOFTCAP || HAS_ALIBI || HAS_BIAS)
 #ifndef HEAD_DIM_V
