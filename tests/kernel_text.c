@@ -7,8 +7,8 @@
  * variant switch on (the switches the library derives from a descriptor
  * with every feature set: flashcl__variant_options) in float16 and in
  * bfloat16 storage, with d = 72 and d_v = 40 (neither a multiple of
- * the 16-wide slices, so the partial-slice code is compiled too). The tensor-core sources (inline PTX) are
- * left out: only NVIDIA's compiler takes them.
+ * the 16-wide slices, so the partial-slice code is compiled too). The tensor-core sources and their PTX
+ * prelude (*_mma.cl, ptx.cl: inline PTX) are left out: only NVIDIA's compiler takes them.
  *
  *   kernel_text OUT_DIR   writes OUT_DIR/<name>.cl and OUT_DIR/<name>.options
  * No OpenCL device is needed.

@@ -52,7 +52,7 @@ static char *read_text(const char *dir, const char *name) {
 /* A kernel source as the library assembles it (src/kernel_sources.c): the
    preludes in the same order, then the kernel, each followed by a newline. */
 static char *read_program(const char *dir, const char *name) {
-    static const char *const prelude[] = {"common.cl", "variants.cl"};
+    static const char *const prelude[] = {"common.cl", "variants.cl", "ptx.cl"};
     enum { PRELUDE = sizeof prelude / sizeof prelude[0] };
     char *parts[PRELUDE + 1];
     size_t total = 1;
