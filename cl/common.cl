@@ -23,6 +23,10 @@
  */
 inline float flashcl_safe_base(float m) { return m == FLASHCL_NEG_INF ? 0.0f : m; }
 
+/* Natural-log LSE of a finished row from its log2-domain max m and sum l
+   (relative to m): ln(2) * (m + log2(l)); -inf when the row saw no key. */
+inline float flashcl_lse(float m, float l) { return l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF; }
+
 /* Last key (inclusive) query row i may see under a bottom-right causal mask. */
 inline long flashcl_causal_limit(long i, long seqlen_q, long seqlen_k) {
     return i + seqlen_k - seqlen_q;

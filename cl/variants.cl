@@ -129,6 +129,13 @@ inline void flashcl_st4(__global store_t *row, int c4, float4 x, int dim) {
     bmask, bmask_off, bmask_sb, bmask_sh, bmask_sr, bmask_bq, bmask_bk, cu_q, cu_k,                    \
     drop_threshold, drop_scale, seed_lo, seed_hi, drop_off_lo, drop_off_hi
 
+/* The arguments every portable forward kernel (cl/flash_fwd_rows.cl, _split.cl,
+   _tiles.cl) takes after its four views. */
+#define FWD_ARGS                                                           \
+    __global float *LSE, ulong lse_off, int write_lse,                     \
+    int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2,  \
+    VARIANT_ARGS
+
 /* ------------------------------------------------- one (batch, head) pair */
 
 typedef struct flashcl_head {
