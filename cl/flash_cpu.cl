@@ -191,7 +191,11 @@ inline int16 cpu_key_limit(int first, int seqlen_q, int seqlen_k, int causal) {
    group's S^T and leaves with P^T; m and l are the running max and sum.
    Keys past a row's limit are masked, but only in chunks that reach past the
    group's smallest limit (masked = 1): the rest skip the compare and select.
-   Returns the rescale factor of the group's output so far. */
+   Returns the rescale factor of the group's output so far.
+   This is flashcl_online_update (cl/common.cl) for 16 rows at once, and it
+   cannot call that scalar helper: the rows are the lanes of a float16, and
+   the helper's fmax and exp2 are what this family replaced, for speed, by
+   max and the polynomial cpu_exp2 (see cpu_exp2_unmasked). */
 inline float16 cpu_softmax_chunk(float *s, int j0, int16 limit, int masked, float16 *m, float16 *l) {
     float16 mx = *m;
     if (masked) {

@@ -218,7 +218,12 @@ void flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q),
                 }
             }
 
-            /* Online softmax: new row max over the quad, rescale, exponentiate. */
+            /* Online softmax: new row max over the quad, rescale, exponentiate. The
+               update of flashcl_online_update (cl/common.cl), written out: the
+               exponent is the SFU's ex2.approx (ptx_exp2) with the scale folded
+               into its FMA, where the helper calls OpenCL's exp2 (a longer
+               sequence on NVIDIA), and this code must stay as measured on the
+               H200. */
             float mx0 = FLASHCL_NEG_INF, mx1 = FLASHCL_NEG_INF;
 #pragma unroll
             for (int n = 0; n < MMA_BC / 8; ++n) {

@@ -156,14 +156,12 @@ void flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q),
         }
         for (int j = 0; j < BLOCK_N; ++j) tile_max = fmax(tile_max, s[j]);
 
-        const float m_new = fmax(m, tile_max);
-        const float base = flashcl_safe_base(m_new);
-        const float alpha = exp2(m - base);
-        l *= alpha;
-        for (int c4 = 0; c4 < DV4; ++c4) acc[c4] *= alpha;
+        const flashcl_online upd = flashcl_online_update(m, tile_max);
+        l *= upd.alpha;
+        for (int c4 = 0; c4 < DV4; ++c4) acc[c4] *= upd.alpha;
         for (int j = 0; j < BLOCK_N; j += KEY_STEP) {
-            float p0 = exp2(s[j + 0] - base), p1 = exp2(s[j + 1] - base);
-            float p2 = exp2(s[j + 2] - base), p3 = exp2(s[j + 3] - base);
+            float p0 = exp2(s[j + 0] - upd.base), p1 = exp2(s[j + 1] - upd.base);
+            float p2 = exp2(s[j + 2] - upd.base), p3 = exp2(s[j + 3] - upd.base);
             l += (p0 + p1) + (p2 + p3);
 #if HAS_DROPOUT
             /* The normaliser counts every probability; only P V sees the dropped ones. */
@@ -183,7 +181,7 @@ void flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q),
                 acc[c4] = o4;
             }
         }
-        m = m_new;
+        m = upd.m;
 #if STAGE_LOCAL
         /* The next iteration overwrites the tiles other work-items may still read. */
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -104,22 +104,20 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
         float tile_max = FLASHCL_NEG_INF;
         for (int u = 0; u < THREADS_PER_ROW; ++u) tile_max = fmax(tile_max, red[r * THREADS_PER_ROW + u]);
 
-        const float m_new = fmax(m, tile_max);
-        const float base = flashcl_safe_base(m_new);
-        const float alpha = exp2(m - base);
-        l_part *= alpha;
+        const flashcl_online upd = flashcl_online_update(m, tile_max);
+        l_part *= upd.alpha;
         for (int kk = 0; kk < KEYS_PER_THREAD; ++kk) {
-            float p = exp2(s[kk] - base);
+            float p = exp2(s[kk] - upd.base);
             l_part += p;
             Pt[r * BLOCK_N + t + kk * THREADS_PER_ROW] = p;
         }
-        m = m_new;
+        m = upd.m;
         barrier(CLK_LOCAL_MEM_FENCE);
 
         for (int k = 0; k < DIMS_PER_THREAD; ++k) {
             int c = t + k * THREADS_PER_ROW;
             if (c >= HEAD_DIM) c = HEAD_DIM - 1; /* pad lane: computed, never stored */
-            float o = acc[k] * alpha;
+            float o = acc[k] * upd.alpha;
             for (int j = 0; j < BLOCK_N; ++j) o = fma(Pt[r * BLOCK_N + j], Vt[j * LDS + c], o);
             acc[k] = o;
         }

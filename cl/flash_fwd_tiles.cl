@@ -183,16 +183,15 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
         barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
         for (int i = 0; i < TILE_M; ++i) {
-            float mx = m[i];
-            for (int u = 0; u < GRID; ++u) mx = fmax(mx, red[(ty * TILE_M + i) * GRID + u]);
-            const float base = flashcl_safe_base(mx);
-            const float alpha = exp2(m[i] - base);
-            m[i] = mx;
-            l_part[i] *= alpha;
-            for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] *= alpha;
+            float tile_max = red[(ty * TILE_M + i) * GRID];
+            for (int u = 1; u < GRID; ++u) tile_max = fmax(tile_max, red[(ty * TILE_M + i) * GRID + u]);
+            const flashcl_online upd = flashcl_online_update(m[i], tile_max);
+            m[i] = upd.m;
+            l_part[i] *= upd.alpha;
+            for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] *= upd.alpha;
 #pragma unroll
             for (int j = 0; j < TILE_N; ++j) {
-                float p = exp2(s[i][j] - base);
+                float p = exp2(s[i][j] - upd.base);
                 l_part[i] += p;
 #if HAS_DROPOUT
                 /* The normaliser counts every probability; only P V sees the dropped ones. */

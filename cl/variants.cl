@@ -294,12 +294,11 @@ inline float flashcl_score_grad(float s2, float softcap2) {
  */
 inline float flashcl_fold_sink(float *m, float *l, float sink2) {
 #if HAS_SINKS
-    float mx = fmax(*m, sink2);
-    float base = flashcl_safe_base(mx);
-    float alpha = exp2(*m - base);
-    *l = *l * alpha + exp2(sink2 - base);
-    *m = mx;
-    return alpha;
+    /* The sink is one more key of the row, with score sink2 and no value row. */
+    const flashcl_online upd = flashcl_online_update(*m, sink2);
+    *l = *l * upd.alpha + exp2(sink2 - upd.base);
+    *m = upd.m;
+    return upd.alpha;
 #else
     return 1.0f;
 #endif
