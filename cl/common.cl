@@ -5,7 +5,12 @@
 #ifndef FLASHCL_COMMON_CL
 #define FLASHCL_COMMON_CL
 
+/* The constants every kernel spells one way. Scores are in the log2 domain
+   (the host folds log2(e) into the scale): the kernels multiply natural-log
+   quantities (LSE, bias, sinks, ALiBi slopes) by FLASHCL_LOG2E_F, which is
+   the float nearest log2(e), 0x1.715476p+0, the value of M_LOG2E_F. */
 #define FLASHCL_NEG_INF (-INFINITY)
+#define FLASHCL_LOG2E_F 1.4426950408889634f
 
 /* A tensor view: element offset plus strides for (batch, head, row). */
 #define VIEW_ARGS(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr
@@ -17,6 +22,39 @@
  * exp2(-inf) = 0 for every masked score, so the row stays all-zero.
  */
 inline float flashcl_safe_base(float m) { return m == FLASHCL_NEG_INF ? 0.0f : m; }
+
+/* Natural-log LSE of a finished row from its log2-domain max m and sum l
+   (relative to m): ln(2) * (m + log2(l)); -inf when the row saw no key. */
+inline float flashcl_lse(float m, float l) { return l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF; }
+
+/*
+ * The online-softmax update (FlashAttention's running max and rescale) of one
+ * row with log2-domain scores, when a tile of scores whose largest is
+ * tile_max arrives: the row's running max m becomes upd.m = max(m, tile_max),
+ * the tile's probabilities are p = exp2(s - upd.base), and what was summed
+ * against the old max (the running sum l, the unnormalised output o) is
+ * multiplied by upd.alpha = exp2(m - upd.base) before the tile's terms join:
+ *     const flashcl_online upd = flashcl_online_update(m, tile_max);
+ *     l = l * upd.alpha + sum(p);   o = o * upd.alpha + sum(p v);   m = upd.m;
+ * upd.base is upd.m, or 0 while the row has seen no key (flashcl_safe_base):
+ * such a row keeps l = 0 and o = 0 instead of NaN. The portable forward
+ * kernels (rows, split, tiles) and the sink fold (flashcl_fold_sink) use it;
+ * the CPU family and the tensor-core forward cannot (cpu_softmax_chunk and
+ * flash_fwd_mma say why).
+ */
+typedef struct flashcl_online {
+    float m;     /* the new running max */
+    float base;  /* exp2 base of the tile's probabilities */
+    float alpha; /* factor for what was accumulated against the old max */
+} flashcl_online;
+
+inline flashcl_online flashcl_online_update(float m, float tile_max) {
+    flashcl_online upd;
+    upd.m = fmax(m, tile_max);
+    upd.base = flashcl_safe_base(upd.m);
+    upd.alpha = exp2(m - upd.base);
+    return upd;
+}
 
 /* Last key (inclusive) query row i may see under a bottom-right causal mask. */
 inline long flashcl_causal_limit(long i, long seqlen_q, long seqlen_k) {

@@ -1,7 +1,9 @@
 /*
  * FlashAttention backward on NVIDIA tensor cores (sm_80+), through the same
  * inline PTX as cl/flash_fwd_mma.cl (mma.sync.m16n8k16 bf16/f16 -> fp32,
- * ldmatrix, cp.async). Built only after the host's probe passed.
+ * ldmatrix, cp.async: the wrappers of cl/ptx.cl, which the host puts in front
+ * of this file; MMA_F16 picks f16 (1) or bf16 (0, the default)). Built only
+ * after the host's probe passed.
  *
  * Three kernels, the structure of cl/flash_bwd_tiles.cl:
  * - flash_bwd_mma_dot: D = rowsum(dO * O) in float32 (scratch), and the rows'
@@ -28,9 +30,6 @@
 #ifndef MMA_WARPS
 #define MMA_WARPS 4
 #endif
-#ifndef MMA_F16
-#define MMA_F16 0
-#endif
 #ifndef MMA_BWD_BR
 #define MMA_BWD_BR 32  /* query rows per step of the dK/dV kernel */
 #endif
@@ -43,51 +42,6 @@
 #define MB_LD (HEAD_DIM + 8)
 #define MB_CHUNKS (HEAD_DIM / 8)
 #define MB_DT (HEAD_DIM / 16)
-#define MB_NEG_INF (-INFINITY)
-
-#if MMA_F16
-#define MB_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-#define MB_CVT "cvt.rn.f16x2.f32"
-#else
-#define MB_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-#define MB_CVT "cvt.rn.bf16x2.f32"
-#endif
-
-#define MB_VIEW(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr
-#define MB_BASE(name, b, h) (name##_off + (ulong)(b) * name##_sb + (ulong)(h) * name##_sh)
-
-#define MB_MMA(d, a, b0, b1)                                                                           \
-    asm(MB_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                 \
-        : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                        \
-        : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
-
-inline void mb_ldsm(uint addr, uint *r0, uint *r1, uint *r2, uint *r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
-}
-inline void mb_ldsm_t(uint addr, uint *r0, uint *r1, uint *r2, uint *r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
-}
-inline void mb_cp16(uint dst, __global const ushort *src, uint src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"(dst), "l"((ulong)(size_t)src), "r"(src_bytes) : "memory");
-}
-inline void mb_commit_wait(void) {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-inline float mb_exp2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-inline uint mb_pack(float lo, float hi) {
-    uint r;
-    asm(MB_CVT " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-inline uint mb_addr(__local const ushort *p) { return (uint)(size_t)p; }
 
 /* One 16-bit storage value -> float (exact in both formats). */
 inline float mb_to_float(uint x) {
@@ -109,15 +63,15 @@ inline void mb_load_tile(__local ushort *tile, __global const ushort *base, ulon
         const long gr = row0 + r;
         const int ok = gr < limit;
         __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + ch * 8;
-        mb_cp16(mb_addr(tile + r * MB_LD + ch * 8), src, ok ? 16u : 0u);
+        ptx_cp16(ptx_smem_addr(tile + r * MB_LD + ch * 8), src, ok ? 16u : 0u);
     }
 }
 
 /* A fragments of 16 rows (starting at `row`) of a padded tile, one per 16 dims. */
 inline void mb_frags_a(__local const ushort *tile, int row, int lane, uint f[MB_DT][4]) {
-    const uint a = mb_addr(tile + (row + (lane & 15)) * MB_LD + (lane >> 4) * 8);
+    const uint a = ptx_smem_addr(tile + (row + (lane & 15)) * MB_LD + (lane >> 4) * 8);
 #pragma unroll
-    for (int kk = 0; kk < MB_DT; ++kk) mb_ldsm(a + kk * 32, &f[kk][0], &f[kk][1], &f[kk][2], &f[kk][3]);
+    for (int kk = 0; kk < MB_DT; ++kk) ptx_ldsm_x4(a + kk * 32, &f[kk][0], &f[kk][1], &f[kk][2], &f[kk][3]);
 }
 
 /* Per-lane byte offsets of ldmatrix inside a padded tile: B operand read
@@ -136,18 +90,18 @@ inline void mb_store(__global ushort *base, ulong stride_row, long row0, long li
             __global uint *dst = (__global uint *)(base + (ulong)row * stride_row + col);
 #pragma unroll
             for (int n = 0; n < HEAD_DIM / 8; ++n)
-                dst[n * 4] = mb_pack(acc[n][half_ * 2] * mul, acc[n][half_ * 2 + 1] * mul);
+                dst[n * 4] = ptx_pack(acc[n][half_ * 2] * mul, acc[n][half_ * 2 + 1] * mul);
         }
     }
 }
 
 /* D[row] = sum_c dO[row, c] O[row, c]; one work-item per row. */
-__kernel void flash_bwd_mma_dot(__global const ushort *dO, MB_VIEW(do), __global const ushort *O, MB_VIEW(o),
+__kernel void flash_bwd_mma_dot(__global const ushort *dO, VIEW_ARGS(do), __global const ushort *O, VIEW_ARGS(o),
                                 __global float *Dsum, int seqlen_q, int heads_q) {
     const int row = (int)get_global_id(0), h = (int)get_global_id(1), b = (int)get_global_id(2);
     if (row >= seqlen_q) return;
-    __global const uint4 *x = (__global const uint4 *)(dO + MB_BASE(do, b, h) + (ulong)row * do_sr);
-    __global const uint4 *y = (__global const uint4 *)(O + MB_BASE(o, b, h) + (ulong)row * o_sr);
+    __global const uint4 *x = (__global const uint4 *)(dO + VIEW_BASE(do, b, h) + (ulong)row * do_sr);
+    __global const uint4 *y = (__global const uint4 *)(O + VIEW_BASE(o, b, h) + (ulong)row * o_sr);
     float acc = 0.0f;
     for (int c = 0; c < MB_CHUNKS; ++c) {
         const uint4 u = x[c], w = y[c];
@@ -162,13 +116,13 @@ __kernel void flash_bwd_mma_dot(__global const ushort *dO, MB_VIEW(do), __global
 }
 
 /* LSE (natural log) -> log2 domain; a row with no visible key gets +inf so its P is 0. */
-inline float mb_lse2(float lse) { return lse == MB_NEG_INF ? INFINITY : lse * M_LOG2E_F; }
+inline float mb_lse2(float lse) { return lse == FLASHCL_NEG_INF ? INFINITY : lse * FLASHCL_LOG2E_F; }
 
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1)))
-void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ushort *K, MB_VIEW(k),
-                        __global const ushort *V, MB_VIEW(v), __global const ushort *dO, MB_VIEW(do),
+void flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                        __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
                         __global const float *LSE, ulong lse_off, __global const float *Dsum,
-                        __global ushort *dK, MB_VIEW(dk), __global ushort *dV, MB_VIEW(dv),
+                        __global ushort *dK, VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv),
                         int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
                         int causal) {
     /* K and V of the block first (for the fragments), then Q and dO tiles. */
@@ -185,9 +139,10 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
     const long shift = (long)seqlen_k - seqlen_q; /* row i sees keys <= i + shift */
 
     uint kf[MB_DT][4], vf[MB_DT][4];
-    mb_load_tile(smem, K + MB_BASE(k, b, hk), k_sr, k0, MMA_BWD_BC, seqlen_k, lid);
-    mb_load_tile(smem + MB_KV_E, V + MB_BASE(v, b, hk), v_sr, k0, MMA_BWD_BC, seqlen_k, lid);
-    mb_commit_wait();
+    mb_load_tile(smem, K + VIEW_BASE(k, b, hk), k_sr, k0, MMA_BWD_BC, seqlen_k, lid);
+    mb_load_tile(smem + MB_KV_E, V + VIEW_BASE(v, b, hk), v_sr, k0, MMA_BWD_BC, seqlen_k, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
     mb_frags_a(smem, warp * 16, lane, kf);
     mb_frags_a(smem + MB_KV_E, warp * 16, lane, vf);
@@ -203,12 +158,12 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
     if (causal) q_begin = max(0L, k0 - shift) / MMA_BWD_BR * MMA_BWD_BR;
     const long key_lo = k0 + warp * 16 + (lane >> 2); /* this thread's keys: key_lo, key_lo + 8 */
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
-    const uint qs_n = mb_addr(qs) + n_lane, qs_k = mb_addr(qs) + k_lane;
-    const uint dos_n = mb_addr(dos) + n_lane, dos_k = mb_addr(dos) + k_lane;
+    const uint qs_n = ptx_smem_addr(qs) + n_lane, qs_k = ptx_smem_addr(qs) + k_lane;
+    const uint dos_n = ptx_smem_addr(dos) + n_lane, dos_k = ptx_smem_addr(dos) + k_lane;
 
     for (int hh = 0; hh < group; ++hh) {
         const int h = hk * group + hh;
-        __global const ushort *Qb = Q + MB_BASE(q, b, h), *dOb = dO + MB_BASE(do, b, h);
+        __global const ushort *Qb = Q + VIEW_BASE(q, b, h), *dOb = dO + VIEW_BASE(do, b, h);
         __global const float *Lb = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
         __global const float *Db = Dsum + ((ulong)b * heads_q + h) * seqlen_q;
         for (long q0 = q_begin; q0 < seqlen_q; q0 += MMA_BWD_BR) {
@@ -220,7 +175,8 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
                 lse_s[lid] = r < seqlen_q ? mb_lse2(Lb[r]) : INFINITY;
                 d_s[lid] = r < seqlen_q ? Db[r] : 0.0f;
             }
-            mb_commit_wait();
+            ptx_cp_commit();
+            ptx_cp_wait_all();
             barrier(CLK_LOCAL_MEM_FENCE);
 
             /* S^T = K Q^T: 16 keys x MMA_BWD_BR queries per warp. */
@@ -232,9 +188,9 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
 #pragma unroll
                 for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
                     uint b0, b1, b2, b3;
-                    mb_ldsm(qs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                    MB_MMA(s[2 * np], kf[kk], b0, b1);
-                    MB_MMA(s[2 * np + 1], kf[kk], b2, b3);
+                    ptx_ldsm_x4(qs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                    PTX_MMA(s[2 * np], kf[kk], b0, b1);
+                    PTX_MMA(s[2 * np + 1], kf[kk], b2, b3);
                 }
             /* P^T; masked where the key is past the end or above the diagonal. */
             const int need_mask = k0 + MMA_BWD_BC > seqlen_k || (causal && k0 + MMA_BWD_BC - 1 > q0 + shift);
@@ -245,12 +201,12 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
                 for (int c = 0; c < 4; ++c) {
                     const int qc = n * 8 + (lane & 3) * 2 + (c & 1);
                     const long key = key_lo + (c >> 1) * 8, row = q0 + qc;
-                    float p = mb_exp2(fma(s[n][c], scale_log2, -lse_s[qc]));
+                    float p = ptx_exp2(fma(s[n][c], scale_log2, -lse_s[qc]));
                     if (need_mask && (key >= seqlen_k || (causal && key > row + shift))) p = 0.0f;
                     s[n][c] = p;
                 }
-                pf[n >> 1][(n & 1) * 2 + 0] = mb_pack(s[n][0], s[n][1]);
-                pf[n >> 1][(n & 1) * 2 + 1] = mb_pack(s[n][2], s[n][3]);
+                pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(s[n][0], s[n][1]);
+                pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(s[n][2], s[n][3]);
             }
             /* dV += P^T dO (k = queries). */
 #pragma unroll
@@ -258,9 +214,9 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
 #pragma unroll
                 for (int dp = 0; dp < MB_DT; ++dp) {
                     uint b0, b1, b2, b3;
-                    mb_ldsm_t(dos_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                    MB_MMA(dv[2 * dp], pf[kk], b0, b1);
-                    MB_MMA(dv[2 * dp + 1], pf[kk], b2, b3);
+                    ptx_ldsm_x4_trans(dos_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                    PTX_MMA(dv[2 * dp], pf[kk], b0, b1);
+                    PTX_MMA(dv[2 * dp + 1], pf[kk], b2, b3);
                 }
             /* dP^T = V dO^T. */
             float dp_[MMA_BWD_BR / 8][4];
@@ -271,42 +227,42 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, MB_VIEW(q), __global const ush
 #pragma unroll
                 for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
                     uint b0, b1, b2, b3;
-                    mb_ldsm(dos_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                    MB_MMA(dp_[2 * np], vf[kk], b0, b1);
-                    MB_MMA(dp_[2 * np + 1], vf[kk], b2, b3);
+                    ptx_ldsm_x4(dos_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                    PTX_MMA(dp_[2 * np], vf[kk], b0, b1);
+                    PTX_MMA(dp_[2 * np + 1], vf[kk], b2, b3);
                 }
             /* dS^T = P^T (dP^T - D), packed as the A operand of dK += dS^T Q. */
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
                 const int qc = n * 8 + (lane & 3) * 2;
                 const float d0 = d_s[qc], d1 = d_s[qc + 1];
-                pf[n >> 1][(n & 1) * 2 + 0] = mb_pack(s[n][0] * (dp_[n][0] - d0), s[n][1] * (dp_[n][1] - d1));
-                pf[n >> 1][(n & 1) * 2 + 1] = mb_pack(s[n][2] * (dp_[n][2] - d0), s[n][3] * (dp_[n][3] - d1));
+                pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(s[n][0] * (dp_[n][0] - d0), s[n][1] * (dp_[n][1] - d1));
+                pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(s[n][2] * (dp_[n][2] - d0), s[n][3] * (dp_[n][3] - d1));
             }
 #pragma unroll
             for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
 #pragma unroll
                 for (int dp = 0; dp < MB_DT; ++dp) {
                     uint b0, b1, b2, b3;
-                    mb_ldsm_t(qs_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                    MB_MMA(dk[2 * dp], pf[kk], b0, b1);
-                    MB_MMA(dk[2 * dp + 1], pf[kk], b2, b3);
+                    ptx_ldsm_x4_trans(qs_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                    PTX_MMA(dk[2 * dp], pf[kk], b0, b1);
+                    PTX_MMA(dk[2 * dp + 1], pf[kk], b2, b3);
                 }
         }
     }
     const long kr = k0 + warp * 16;
-    mb_store(dK + MB_BASE(dk, b, hk), dk_sr, kr, seqlen_k, lane, scale, dk);
-    mb_store(dV + MB_BASE(dv, b, hk), dv_sr, kr, seqlen_k, lane, 1.0f, dv);
+    mb_store(dK + VIEW_BASE(dk, b, hk), dk_sr, kr, seqlen_k, lane, scale, dk);
+    mb_store(dV + VIEW_BASE(dv, b, hk), dv_sr, kr, seqlen_k, lane, 1.0f, dv);
 #undef MB_KV_E
 #undef MB_QT_E
 #undef MB_SM_E
 }
 
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1)))
-void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushort *K, MB_VIEW(k),
-                      __global const ushort *V, MB_VIEW(v), __global const ushort *dO, MB_VIEW(do),
+void flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                      __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
                       __global const float *LSE, ulong lse_off, __global const float *Dsum,
-                      __global ushort *dQ, MB_VIEW(dq),
+                      __global ushort *dQ, VIEW_ARGS(dq),
                       int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, int causal) {
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
@@ -322,9 +278,10 @@ void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushor
     const long shift = (long)seqlen_k - seqlen_q;
 
     uint qf[MB_DT][4], of[MB_DT][4];
-    mb_load_tile(smem, Q + MB_BASE(q, b, h), q_sr, q0, MMA_BWD_BC, seqlen_q, lid);
-    mb_load_tile(smem + MB_QB_E, dO + MB_BASE(do, b, h), do_sr, q0, MMA_BWD_BC, seqlen_q, lid);
-    mb_commit_wait();
+    mb_load_tile(smem, Q + VIEW_BASE(q, b, h), q_sr, q0, MMA_BWD_BC, seqlen_q, lid);
+    mb_load_tile(smem + MB_QB_E, dO + VIEW_BASE(do, b, h), do_sr, q0, MMA_BWD_BC, seqlen_q, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
     mb_frags_a(smem, warp * 16, lane, qf);
     mb_frags_a(smem + MB_QB_E, warp * 16, lane, of);
@@ -345,14 +302,15 @@ void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushor
     long kv_end = seqlen_k;
     if (causal) kv_end = clamp(last_row + shift + 1, 0L, (long)seqlen_k);
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
-    const uint ks_n = mb_addr(ks) + n_lane, ks_k = mb_addr(ks) + k_lane, vs_n = mb_addr(vs) + n_lane;
-    __global const ushort *Kb = K + MB_BASE(k, b, hk), *Vb = V + MB_BASE(v, b, hk);
+    const uint ks_n = ptx_smem_addr(ks) + n_lane, ks_k = ptx_smem_addr(ks) + k_lane, vs_n = ptx_smem_addr(vs) + n_lane;
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk), *Vb = V + VIEW_BASE(v, b, hk);
 
     for (long kv0 = 0; kv0 < kv_end; kv0 += MMA_BWD_BCQ) {
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the previous tiles (or Q/dO) */
         mb_load_tile(ks, Kb, k_sr, kv0, MMA_BWD_BCQ, seqlen_k, lid);
         mb_load_tile(vs, Vb, v_sr, kv0, MMA_BWD_BCQ, seqlen_k, lid);
-        mb_commit_wait();
+        ptx_cp_commit();
+        ptx_cp_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE);
 
         float s[MMA_BWD_BCQ / 8][4], dp_[MMA_BWD_BCQ / 8][4];
@@ -365,12 +323,12 @@ void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushor
 #pragma unroll
             for (int np = 0; np < MMA_BWD_BCQ / 16; ++np) {
                 uint b0, b1, b2, b3;
-                mb_ldsm(ks_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                MB_MMA(s[2 * np], qf[kk], b0, b1);
-                MB_MMA(s[2 * np + 1], qf[kk], b2, b3);
-                mb_ldsm(vs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                MB_MMA(dp_[2 * np], of[kk], b0, b1);
-                MB_MMA(dp_[2 * np + 1], of[kk], b2, b3);
+                ptx_ldsm_x4(ks_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                PTX_MMA(s[2 * np], qf[kk], b0, b1);
+                PTX_MMA(s[2 * np + 1], qf[kk], b2, b3);
+                ptx_ldsm_x4(vs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                PTX_MMA(dp_[2 * np], of[kk], b0, b1);
+                PTX_MMA(dp_[2 * np + 1], of[kk], b2, b3);
             }
         const int need_mask = kv0 + MMA_BWD_BCQ > seqlen_k || (causal && kv0 + MMA_BWD_BCQ - 1 > q0 + shift);
         uint pf[MMA_BWD_BCQ / 16][4];
@@ -380,12 +338,12 @@ void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushor
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1), row = r0 + (c >> 1) * 8;
-                float p = mb_exp2(fma(s[n][c], scale_log2, -l2[c >> 1]));
+                float p = ptx_exp2(fma(s[n][c], scale_log2, -l2[c >> 1]));
                 if (need_mask && (key >= seqlen_k || (causal && key > row + shift))) p = 0.0f;
                 ds[c] = p * (dp_[n][c] - dd[c >> 1]);
             }
-            pf[n >> 1][(n & 1) * 2 + 0] = mb_pack(ds[0], ds[1]);
-            pf[n >> 1][(n & 1) * 2 + 1] = mb_pack(ds[2], ds[3]);
+            pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(ds[0], ds[1]);
+            pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(ds[2], ds[3]);
         }
         /* dQ += dS K (k = keys). */
 #pragma unroll
@@ -393,12 +351,12 @@ void flash_bwd_mma_dq(__global const ushort *Q, MB_VIEW(q), __global const ushor
 #pragma unroll
             for (int dp = 0; dp < MB_DT; ++dp) {
                 uint b0, b1, b2, b3;
-                mb_ldsm_t(ks_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                MB_MMA(dq[2 * dp], pf[kk], b0, b1);
-                MB_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
+                ptx_ldsm_x4_trans(ks_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                PTX_MMA(dq[2 * dp], pf[kk], b0, b1);
+                PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
             }
     }
-    mb_store(dQ + MB_BASE(dq, b, h), dq_sr, q0 + warp * 16, seqlen_q, lane, scale, dq);
+    mb_store(dQ + VIEW_BASE(dq, b, h), dq_sr, q0 + warp * 16, seqlen_q, lane, scale, dq);
 #undef MB_QB_E
 #undef MB_KT_E
 #undef MB_SM_E

@@ -58,10 +58,6 @@
 #define BLOCK (GROUPS * LANES)
 /* Head dim rounded up to whole micro-tiles; pad columns read a clamped column and are never stored. */
 #define DIM_PAD ((HEAD_DIM + STEP - 1) / STEP * STEP)
-#define LOG2E_F 1.4426950408889634f
-
-#define CPU_VIEW_ARGS(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr
-#define CPU_VIEW_BASE(name, b, h) (name##_off + (ulong)(b) * name##_sb + (ulong)(h) * name##_sh)
 
 /* 2^x for -126 <= x <= 0 (larger x only loses range): 2^round(x) times a
    degree-6 polynomial on [-0.5, 0.5] (relative error ~1e-7). Below -126 it
@@ -162,11 +158,11 @@ inline int cpu_padded(int rows) { return (rows + CHUNK - 1) / CHUNK * CHUNK; }
  * Grid: (ceil(rows_padded / BLOCK), heads, batch).
  */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_cpu_pack(__global const float *X, CPU_VIEW_ARGS(x), __global float *out, int rows, int heads)
+void flash_cpu_pack(__global const float *X, VIEW_ARGS(x), __global float *out, int rows, int heads)
 {
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int padded = cpu_padded(rows);
-    __global const float *xb = X + CPU_VIEW_BASE(x, b, h);
+    __global const float *xb = X + VIEW_BASE(x, b, h);
     __global float *ob = out + ((ulong)b * heads + h) * (ulong)padded * DIM_PAD;
     const int first = (int)get_group_id(0) * BLOCK;
     for (int r = first; r < min(first + BLOCK, padded); ++r) {
@@ -195,12 +191,16 @@ inline int16 cpu_key_limit(int first, int seqlen_q, int seqlen_k, int causal) {
    group's S^T and leaves with P^T; m and l are the running max and sum.
    Keys past a row's limit are masked, but only in chunks that reach past the
    group's smallest limit (masked = 1): the rest skip the compare and select.
-   Returns the rescale factor of the group's output so far. */
+   Returns the rescale factor of the group's output so far.
+   This is flashcl_online_update (cl/common.cl) for 16 rows at once, and it
+   cannot call that scalar helper: the rows are the lanes of a float16, and
+   the helper's fmax and exp2 are what this family replaced, for speed, by
+   max and the polynomial cpu_exp2 (see cpu_exp2_unmasked). */
 inline float16 cpu_softmax_chunk(float *s, int j0, int16 limit, int masked, float16 *m, float16 *l) {
     float16 mx = *m;
     if (masked) {
         for (int j = 0; j < CHUNK; ++j) {
-            const float16 x = select(vload16(j, s), (float16)(-INFINITY), (int16)(j0 + j) > limit);
+            const float16 x = select(vload16(j, s), (float16)(FLASHCL_NEG_INF), (int16)(j0 + j) > limit);
             vstore16(x, j, s);
             mx = max(mx, x);
         }
@@ -208,7 +208,7 @@ inline float16 cpu_softmax_chunk(float *s, int j0, int16 limit, int masked, floa
         for (int j = 0; j < CHUNK; ++j) mx = max(mx, vload16(j, s));
     }
     /* A row with no visible key so far keeps m = -inf; against base 0 its exponentials are 0. */
-    const float16 base = select(mx, (float16)(0.0f), mx == (float16)(-INFINITY));
+    const float16 base = select(mx, (float16)(0.0f), mx == (float16)(FLASHCL_NEG_INF));
     const float16 alpha = cpu_exp2(*m - base);
     float16 sum = (float16)(0.0f);
     if (masked) {
@@ -240,16 +240,16 @@ inline int cpu_chunk_masked(int j0, int first, int seqlen_q, int seqlen_k, int c
    blocks in reverse so a causal problem's heavy (late) blocks start first.
    Kp, Vp: K and V packed by flash_cpu_pack; each chunk of them feeds all GROUPS groups. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_fwd_cpu(__global const float *Q, CPU_VIEW_ARGS(q),
+void flash_fwd_cpu(__global const float *Q, VIEW_ARGS(q),
                    __global const float *Kp, __global const float *Vp,
-                   __global float *O, CPU_VIEW_ARGS(o),
+                   __global float *O, VIEW_ARGS(o),
                    __global float *LSE, ulong lse_off, int write_lse,
                    int seqlen_q, int seqlen_k, int heads_q, int group,
                    float scale_log2, int causal)
 {
     const int row0 = ((int)get_num_groups(0) - 1 - (int)get_group_id(0)) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    __global const float *qb = Q + CPU_VIEW_BASE(q, b, h);
+    __global const float *qb = Q + VIEW_BASE(q, b, h);
     __global const float *kb = cpu_packed(Kp, b, heads_q / group, h / group, seqlen_k);
     __global const float *vb = cpu_packed(Vp, b, heads_q / group, h / group, seqlen_k);
     const int last_row = min(row0 + BLOCK, seqlen_q) - 1;
@@ -263,7 +263,7 @@ void flash_fwd_cpu(__global const float *Q, CPU_VIEW_ARGS(q),
     for (int g = 0; g < groups; ++g) {
         cpu_load_transposed(qb, q_sr, row0 + g * LANES, seqlen_q, scale_log2, qt[g]);
         for (int i = 0; i < DIM_PAD * LANES; ++i) ot[g][i] = 0.0f;
-        m[g] = (float16)(-INFINITY);
+        m[g] = (float16)(FLASHCL_NEG_INF);
         l[g] = (float16)(0.0f);
         limit[g] = cpu_key_limit(row0 + g * LANES, seqlen_q, seqlen_k, causal);
     }
@@ -280,12 +280,12 @@ void flash_fwd_cpu(__global const float *Q, CPU_VIEW_ARGS(q),
     }
 
     /* Normalise, transpose back to rows, store; LSE = (m + log2 l) / log2(e). */
-    __global float *ob = O + CPU_VIEW_BASE(o, b, h);
+    __global float *ob = O + VIEW_BASE(o, b, h);
     for (int g = 0; g < groups; ++g) {
         const int16 empty = l[g] == (float16)(0.0f);
         float inv[LANES], lse[LANES];
         vstore16(select(1.0f / l[g], (float16)(0.0f), empty), 0, inv);
-        vstore16(select((m[g] + log2(l[g])) * M_LN2_F, (float16)(-INFINITY), empty), 0, lse);
+        vstore16(select((m[g] + log2(l[g])) * M_LN2_F, (float16)(FLASHCL_NEG_INF), empty), 0, lse);
         const int first = row0 + g * LANES;
         for (int r = 0; r < min(LANES, last_row + 1 - first); ++r) {
             __global float *orow = ob + (ulong)(first + r) * o_sr;
@@ -306,14 +306,14 @@ void flash_fwd_cpu(__global const float *Q, CPU_VIEW_ARGS(q),
 
 /* D = rowsum(dO * O). Grid: (ceil(seqlen_q / BLOCK), heads_q, batch). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_bwd_cpu_dot(__global const float *dO, CPU_VIEW_ARGS(dout),
-                       __global const float *O, CPU_VIEW_ARGS(o),
+void flash_bwd_cpu_dot(__global const float *dO, VIEW_ARGS(dout),
+                       __global const float *O, VIEW_ARGS(o),
                        __global float *Dsum, int seqlen_q, int heads_q)
 {
     const int row0 = (int)get_group_id(0) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    __global const float *gb = dO + CPU_VIEW_BASE(dout, b, h);
-    __global const float *yb = O + CPU_VIEW_BASE(o, b, h);
+    __global const float *gb = dO + VIEW_BASE(dout, b, h);
+    __global const float *yb = O + VIEW_BASE(o, b, h);
     for (int i = row0; i < min(row0 + BLOCK, seqlen_q); ++i) {
         __global const float *g = gb + (ulong)i * dout_sr;
         __global const float *y = yb + (ulong)i * o_sr;
@@ -328,12 +328,12 @@ void flash_bwd_cpu_dot(__global const float *dO, CPU_VIEW_ARGS(dout),
    rows feeds all groups. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp,
-                        __global const float *K, CPU_VIEW_ARGS(k),
-                        __global const float *V, CPU_VIEW_ARGS(v),
+                        __global const float *K, VIEW_ARGS(k),
+                        __global const float *V, VIEW_ARGS(v),
                         __global const float *LSE, ulong lse_off,
                         __global const float *Dsum,
-                        __global float *dK, CPU_VIEW_ARGS(dk),
-                        __global float *dV, CPU_VIEW_ARGS(dv),
+                        __global float *dK, VIEW_ARGS(dk),
+                        __global float *dV, VIEW_ARGS(dv),
                         int seqlen_q, int seqlen_k, int heads_q, int group,
                         float scale_log2, float scale, int causal)
 {
@@ -346,8 +346,8 @@ void flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp,
     float kt[GROUPS][HEAD_DIM * LANES], vt[GROUPS][HEAD_DIM * LANES]; /* K^T (pre-scaled), V^T */
     float dkt[GROUPS][DIM_PAD * LANES], dvt[GROUPS][DIM_PAD * LANES];
     for (int g = 0; g < groups; ++g) {
-        cpu_load_transposed(K + CPU_VIEW_BASE(k, b, hk), k_sr, key0 + g * LANES, seqlen_k, scale_log2, kt[g]);
-        cpu_load_transposed(V + CPU_VIEW_BASE(v, b, hk), v_sr, key0 + g * LANES, seqlen_k, 1.0f, vt[g]);
+        cpu_load_transposed(K + VIEW_BASE(k, b, hk), k_sr, key0 + g * LANES, seqlen_k, scale_log2, kt[g]);
+        cpu_load_transposed(V + VIEW_BASE(v, b, hk), v_sr, key0 + g * LANES, seqlen_k, 1.0f, vt[g]);
         for (int i = 0; i < DIM_PAD * LANES; ++i) dkt[g][i] = dvt[g][i] = 0.0f;
     }
     float s[CHUNK * LANES], dp[CHUNK * LANES]; /* one group's S then P, dP then dS: [row][key] */
@@ -370,10 +370,10 @@ void flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp,
                 /* Unmasked when every key of the group is visible to the chunk's first row. */
                 const int masked = causal && key0 + g * LANES + LANES - 1 > i0 + offset;
                 for (int i = 0; i < rows; ++i) {
-                    const float l2 = lse[i0 + i] * LOG2E_F;
+                    const float l2 = lse[i0 + i] * FLASHCL_LOG2E_F;
                     float16 p = cpu_exp2_unmasked(vload16(i, s) - l2); /* masks applied below */
                     if (masked) p = select(p, (float16)(0.0f), key > (int16)(i0 + i + offset));
-                    if (l2 == -INFINITY) p = (float16)(0.0f); /* the row saw no key in the forward */
+                    if (l2 == FLASHCL_NEG_INF) p = (float16)(0.0f); /* the row saw no key in the forward */
                     vstore16(p, i, s);
                     vstore16(p * (vload16(i, dp) - dsum[i0 + i]), i, dp);
                 }
@@ -383,20 +383,20 @@ void flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp,
         }
     }
     for (int g = 0; g < groups; ++g) {
-        cpu_store_transposed(dkt[g], scale, dK + CPU_VIEW_BASE(dk, b, hk), dk_sr, key0 + g * LANES, seqlen_k);
-        cpu_store_transposed(dvt[g], 1.0f, dV + CPU_VIEW_BASE(dv, b, hk), dv_sr, key0 + g * LANES, seqlen_k);
+        cpu_store_transposed(dkt[g], scale, dK + VIEW_BASE(dk, b, hk), dk_sr, key0 + g * LANES, seqlen_k);
+        cpu_store_transposed(dvt[g], 1.0f, dV + VIEW_BASE(dv, b, hk), dv_sr, key0 + g * LANES, seqlen_k);
     }
 }
 
 /* Grid: (ceil(seqlen_q / BLOCK), heads_q, batch): GROUPS groups of 16 query
    rows in the lanes. Kp, Vp: K and V packed by flash_cpu_pack. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_bwd_cpu_dq(__global const float *Q, CPU_VIEW_ARGS(q),
-                      __global const float *dO, CPU_VIEW_ARGS(dout),
+void flash_bwd_cpu_dq(__global const float *Q, VIEW_ARGS(q),
+                      __global const float *dO, VIEW_ARGS(dout),
                       __global const float *Kp, __global const float *Vp,
                       __global const float *LSE, ulong lse_off,
                       __global const float *Dsum,
-                      __global float *dQ, CPU_VIEW_ARGS(dq),
+                      __global float *dQ, VIEW_ARGS(dq),
                       int seqlen_q, int seqlen_k, int heads_q, int group,
                       float scale_log2, float scale, int causal)
 {
@@ -413,13 +413,13 @@ void flash_bwd_cpu_dq(__global const float *Q, CPU_VIEW_ARGS(q),
     int16 limit[GROUPS];
     for (int g = 0; g < groups; ++g) {
         const int first = row0 + g * LANES;
-        cpu_load_transposed(Q + CPU_VIEW_BASE(q, b, h), q_sr, first, seqlen_q, scale_log2, qt[g]);
-        cpu_load_transposed(dO + CPU_VIEW_BASE(dout, b, h), dout_sr, first, seqlen_q, 1.0f, gt[g]);
+        cpu_load_transposed(Q + VIEW_BASE(q, b, h), q_sr, first, seqlen_q, scale_log2, qt[g]);
+        cpu_load_transposed(dO + VIEW_BASE(dout, b, h), dout_sr, first, seqlen_q, 1.0f, gt[g]);
         for (int i = 0; i < DIM_PAD * LANES; ++i) dqt[g][i] = 0.0f;
         float lr[LANES], dr[LANES];
         for (int r = 0; r < LANES; ++r) {
             const ulong i = ((ulong)b * heads_q + h) * seqlen_q + (ulong)min(first + r, seqlen_q - 1);
-            lr[r] = LSE[lse_off + i] * LOG2E_F;
+            lr[r] = LSE[lse_off + i] * FLASHCL_LOG2E_F;
             dr[r] = Dsum[i];
         }
         l2[g] = vload16(0, lr);
@@ -434,7 +434,7 @@ void flash_bwd_cpu_dq(__global const float *Q, CPU_VIEW_ARGS(q),
         for (int g = 0; g < groups; ++g) {
             cpu_product_rows(qt[g], kc, s);
             cpu_product_rows(gt[g], vc, dp);
-            const int16 empty = l2[g] == (float16)(-INFINITY);
+            const int16 empty = l2[g] == (float16)(FLASHCL_NEG_INF);
             if (cpu_chunk_masked(j0, row0 + g * LANES, seqlen_q, seqlen_k, causal) || any(empty)) {
                 for (int j = 0; j < CHUNK; ++j) {
                     const int16 hidden = empty | ((int16)(j0 + j) > limit[g]);
@@ -451,5 +451,5 @@ void flash_bwd_cpu_dq(__global const float *Q, CPU_VIEW_ARGS(q),
         }
     }
     for (int g = 0; g < groups; ++g)
-        cpu_store_transposed(dqt[g], scale, dQ + CPU_VIEW_BASE(dq, b, h), dq_sr, row0 + g * LANES, seqlen_q);
+        cpu_store_transposed(dqt[g], scale, dQ + VIEW_BASE(dq, b, h), dq_sr, row0 + g * LANES, seqlen_q);
 }

@@ -3,9 +3,10 @@
  * mma.sync.m16n8k16 (bf16 or f16 in, fp32 accumulate) for both S = Q K^T and
  * O += P V, ldmatrix for the fragments, cp.async for the K/V tiles.
  *
- * Only built after the host's probe (cl/probe_mma.cl) has compiled and run the
- * same instructions on this device and checked their answer; no other device
- * ever sees this file.
+ * The PTX wrappers (PTX_MMA, ptx_ldsm_x4, ptx_cp16, ...) are cl/ptx.cl's,
+ * which the host puts in front of this file. Only built after the host's
+ * probe (cl/probe_mma.cl) has compiled and run the same instructions on this
+ * device and checked their answer; no other device ever sees this file.
  *
  * Shape of the work:
  * - A work-group is MMA_WARPS warps; warp w owns MMA_MT consecutive 16-row
@@ -24,7 +25,8 @@
  *   until the end. The S accumulator layout is the A-operand layout of the
  *   next mma once packed to 16 bits, so P never leaves registers.
  *
- * Storage is 16-bit (ushort in the kernel); MMA_F16 picks f16 (1) or bf16 (0).
+ * Storage is 16-bit (ushort in the kernel); MMA_F16 picks f16 (1) or bf16 (0,
+ * the default; cl/ptx.cl reads it).
  * The host guarantees: HEAD_DIM a multiple of 16, every view's offset and row
  * stride multiples of 8 elements and the buffers 16-byte aligned (cp.async
  * moves 16 bytes), seqlen_q, seqlen_k >= 1, scale > 0.
@@ -38,9 +40,6 @@
 #endif
 #ifndef MMA_BC
 #define MMA_BC 64     /* keys per K/V tile */
-#endif
-#ifndef MMA_F16
-#define MMA_F16 0     /* 0: bfloat16 storage, 1: float16 storage */
 #endif
 #ifndef MMA_MT
 #define MMA_MT 2      /* 16-row tiles per warp: 2 halves the __local reads per mma, costs registers */
@@ -72,63 +71,6 @@
    ldmatrix row: y is the lane's chunk bit, XORed with its row's low 3 bits when
    swizzled. 2*c2 has bit 0 clear, so 2*c2 + bit == 2*c2 ^ bit either way. */
 #define MMA_COLB(c2, y) ((uint)((2 * (c2)) ^ (y)) << 4)
-#define MMA_NEG_INF (-INFINITY)
-
-#if MMA_F16
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-#define MMA_CVT "cvt.rn.f16x2.f32"
-#else
-#define MMA_OP "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-#define MMA_CVT "cvt.rn.bf16x2.f32"
-#endif
-
-#define MMA_VIEW(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr
-#define MMA_BASE(name, b, h) (name##_off + (ulong)(b) * name##_sb + (ulong)(h) * name##_sh)
-
-/* d += a * b on one 16x8x16 tile. Not volatile, so the compiler may schedule it. */
-#define MMA(d, a, b0, b1)                                                                              \
-    asm(MMA_OP " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                \
-        : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                        \
-        : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
-
-/* __local reads and async copies are volatile with a memory clobber: they must
-   stay on their side of the barriers. */
-inline void mma_ldsm_x4(uint addr, uint *r0, uint *r1, uint *r2, uint *r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
-}
-inline void mma_ldsm_x4_trans(uint addr, uint *r0, uint *r1, uint *r2, uint *r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
-}
-/* 16 bytes global -> __local; src_bytes = 0 writes zeros (rows past the end). */
-inline void mma_cp16(uint dst, __global const ushort *src, uint src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"(dst), "l"((ulong)(size_t)src), "r"(src_bytes) : "memory");
-}
-inline void mma_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-inline void mma_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-
-inline float mma_shfl_xor(float x, int m) {
-    uint r;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
-    return as_float(r);
-}
-/* Two floats -> one register of two 16-bit values, lo in the low half (round to nearest even). */
-inline uint mma_pack(float lo, float hi) {
-    uint r;
-    asm(MMA_CVT " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-/* The SFU's exp2 (flush-to-zero; exp2(-inf) = 0). */
-inline float mma_exp2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
-inline uint mma_smem_addr(__local const ushort *p) { return (uint)(size_t)p; }
 
 /* Copies rows [row0, row0 + rows) of a [*, HEAD_DIM] view into a padded tile;
    rows at or past `limit` become zeros. */
@@ -140,16 +82,16 @@ inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulo
         const int ok = gr < limit;
         __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + ch * 8;
         const int pch = MMA_SWZ ? (ch ^ (r & 7)) : ch;
-        mma_cp16(mma_smem_addr(tile + r * MMA_LD + pch * 8), src, ok ? 16u : 0u);
+        ptx_cp16(ptx_smem_addr(tile + r * MMA_LD + pch * 8), src, ok ? 16u : 0u);
     }
-    mma_cp_commit();
+    ptx_cp_commit();
 }
 
 __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1)))
-void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
-                   __global const ushort *K, MMA_VIEW(k),
-                   __global const ushort *V, MMA_VIEW(v),
-                   __global ushort *O, MMA_VIEW(o),
+void flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q),
+                   __global const ushort *K, VIEW_ARGS(k),
+                   __global const ushort *V, VIEW_ARGS(v),
+                   __global ushort *O, VIEW_ARGS(o),
                    __global float *LSE, ulong lse_off, int write_lse,
                    int seqlen_q, int seqlen_k, int heads_q, int group,
                    float scale_log2, int causal)
@@ -170,9 +112,9 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     const int hk = h / group;
     const long q0 = (long)block * MMA_BR;
 
-    __global const ushort *Qb = Q + MMA_BASE(q, b, h);
-    __global const ushort *Kb = K + MMA_BASE(k, b, hk);
-    __global const ushort *Vb = V + MMA_BASE(v, b, hk);
+    __global const ushort *Qb = Q + VIEW_BASE(q, b, h);
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk);
+    __global const ushort *Vb = V + VIEW_BASE(v, b, hk);
 
     /* Key tiles this block needs: all, or up to the causal diagonal of its last row. */
     const long shift = (long)seqlen_k - seqlen_q; /* bottom-right: row i sees keys <= i + shift */
@@ -183,7 +125,7 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
 
     /* Per-lane ldmatrix addresses: the lane's row start (bytes) and its chunk bit y (MMA_COLB). */
     const uint sw = MMA_SWZ ? (uint)(lane & 7) : 0u;
-    const uint q_row = mma_smem_addr(smem) + (uint)((warp * MMA_MT * 16 + (lane & 15)) * MMA_LD * 2);
+    const uint q_row = ptx_smem_addr(smem) + (uint)((warp * MMA_MT * 16 + (lane & 15)) * MMA_LD * 2);
     const uint q_y = (uint)(lane >> 4) ^ sw;
     /* Q: global -> __local (A fragments, one per 16 dims). */
     mma_load_tile(smem, Qb, q_sr, q0, MMA_BR, seqlen_q, lid);
@@ -193,13 +135,13 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     if (n_tiles > 0) mma_load_tile(ks, Kb, k_sr, 0, MMA_BC, seqlen_k, lid);
 #else
     uint qf[MMA_MT][HEAD_DIM / 16][4];
-    mma_cp_wait_all();
+    ptx_cp_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
     for (int mt = 0; mt < MMA_MT; ++mt)
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
-            mma_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LD * 2) + MMA_COLB(kk, q_y), &qf[mt][kk][0], &qf[mt][kk][1],
+            ptx_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LD * 2) + MMA_COLB(kk, q_y), &qf[mt][kk][0], &qf[mt][kk][1],
                         &qf[mt][kk][2], &qf[mt][kk][3]);
     barrier(CLK_LOCAL_MEM_FENCE); /* the K tile reuses Q's __local */
     if (n_tiles > 0) mma_load_tile(ks, Kb, k_sr, 0, MMA_BC, seqlen_k, lid);
@@ -211,19 +153,19 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
     for (int mt = 0; mt < MMA_MT; ++mt) {
 #pragma unroll
         for (int n = 0; n < HEAD_DIM / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
-        m[mt][0] = m[mt][1] = MMA_NEG_INF;
+        m[mt][0] = m[mt][1] = FLASHCL_NEG_INF;
         l[mt][0] = l[mt][1] = 0.0f;
     }
     const long r0 = q0 + warp * MMA_MT * 16 + (lane >> 2); /* row of c0/c1 in m-tile 0 */
 
     /* Per-lane ldmatrix row starts (bytes) inside a K or V tile, and chunk bits. */
-    const uint ks_addr = mma_smem_addr(ks) + (uint)(((lane & 7) + ((lane >> 4) << 3)) * MMA_LD * 2);
-    const uint vs_addr = mma_smem_addr(vs) + (uint)(((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LD * 2);
+    const uint ks_addr = ptx_smem_addr(ks) + (uint)(((lane & 7) + ((lane >> 4) << 3)) * MMA_LD * 2);
+    const uint vs_addr = ptx_smem_addr(vs) + (uint)(((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LD * 2);
     const uint k_y = (uint)((lane >> 3) & 1) ^ sw, v_y = (uint)(lane >> 4) ^ sw;
 
     for (int t = 0; t < n_tiles; ++t) {
         const long kv0 = (long)t * MMA_BC;
-        mma_cp_wait_all();
+        ptx_cp_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* K(t) is in; every warp is done with V(t-1) */
         mma_load_tile(vs, Vb, v_sr, kv0, MMA_BC, seqlen_k, lid);
 
@@ -239,7 +181,7 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
             uint qf[MMA_MT][1][4]; /* this 16-dim slice of Q only */
 #pragma unroll
             for (int mt = 0; mt < MMA_MT; ++mt)
-                mma_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LD * 2) + MMA_COLB(kk, q_y), &qf[mt][0][0], &qf[mt][0][1],
+                ptx_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LD * 2) + MMA_COLB(kk, q_y), &qf[mt][0][0], &qf[mt][0][1],
                             &qf[mt][0][2], &qf[mt][0][3]);
 #define MMA_QF(mt, kk) qf[mt][0]
 #else
@@ -248,11 +190,11 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
 #pragma unroll
             for (int np = 0; np < MMA_BC / 16; ++np) {
                 uint b0, b1, b2, b3;
-                mma_ldsm_x4(ks_addr + (uint)(np * 16 * MMA_LD * 2) + MMA_COLB(kk, k_y), &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4(ks_addr + (uint)(np * 16 * MMA_LD * 2) + MMA_COLB(kk, k_y), &b0, &b1, &b2, &b3);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
-                    MMA(s[mt][2 * np], MMA_QF(mt, kk), b0, b1);
-                    MMA(s[mt][2 * np + 1], MMA_QF(mt, kk), b2, b3);
+                    PTX_MMA(s[mt][2 * np], MMA_QF(mt, kk), b0, b1);
+                    PTX_MMA(s[mt][2 * np + 1], MMA_QF(mt, kk), b2, b3);
                 }
             }
 #undef MMA_QF
@@ -271,28 +213,33 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
                     for (int c = 0; c < 4; ++c) {
                         const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1);
                         const long row = r0 + mt * 16 + (c >> 1) * 8;
-                        if (key >= seqlen_k || (causal && key > row + shift)) s[mt][n][c] = MMA_NEG_INF;
+                        if (key >= seqlen_k || (causal && key > row + shift)) s[mt][n][c] = FLASHCL_NEG_INF;
                     }
                 }
             }
 
-            /* Online softmax: new row max over the quad, rescale, exponentiate. */
-            float mx0 = MMA_NEG_INF, mx1 = MMA_NEG_INF;
+            /* Online softmax: new row max over the quad, rescale, exponentiate. The
+               update of flashcl_online_update (cl/common.cl), written out: the
+               exponent is the SFU's ex2.approx (ptx_exp2) with the scale folded
+               into its FMA, where the helper calls OpenCL's exp2 (a longer
+               sequence on NVIDIA), and this code must stay as measured on the
+               H200. */
+            float mx0 = FLASHCL_NEG_INF, mx1 = FLASHCL_NEG_INF;
 #pragma unroll
             for (int n = 0; n < MMA_BC / 8; ++n) {
                 mx0 = fmax(mx0, fmax(s[mt][n][0], s[mt][n][1]));
                 mx1 = fmax(mx1, fmax(s[mt][n][2], s[mt][n][3]));
             }
-            mx0 = fmax(mx0, mma_shfl_xor(mx0, 1));
-            mx0 = fmax(mx0, mma_shfl_xor(mx0, 2));
-            mx1 = fmax(mx1, mma_shfl_xor(mx1, 1));
-            mx1 = fmax(mx1, mma_shfl_xor(mx1, 2));
+            mx0 = fmax(mx0, ptx_shfl_xor(mx0, 1));
+            mx0 = fmax(mx0, ptx_shfl_xor(mx0, 2));
+            mx1 = fmax(mx1, ptx_shfl_xor(mx1, 1));
+            mx1 = fmax(mx1, ptx_shfl_xor(mx1, 2));
             mx0 = fmax(m[mt][0], mx0 * scale_log2);
             mx1 = fmax(m[mt][1], mx1 * scale_log2);
             /* A row with no visible key yet keeps max -inf: subtract 0 so exp2 gives 0, not NaN. */
-            const float base0 = mx0 == MMA_NEG_INF ? 0.0f : mx0;
-            const float base1 = mx1 == MMA_NEG_INF ? 0.0f : mx1;
-            const float alpha0 = mma_exp2(m[mt][0] - base0), alpha1 = mma_exp2(m[mt][1] - base1);
+            const float base0 = mx0 == FLASHCL_NEG_INF ? 0.0f : mx0;
+            const float base1 = mx1 == FLASHCL_NEG_INF ? 0.0f : mx1;
+            const float alpha0 = ptx_exp2(m[mt][0] - base0), alpha1 = ptx_exp2(m[mt][1] - base1);
             m[mt][0] = mx0;
             m[mt][1] = mx1;
             float l0 = l[mt][0] * alpha0, l1 = l[mt][1] * alpha1;
@@ -305,21 +252,21 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
             }
 #pragma unroll
             for (int n = 0; n < MMA_BC / 8; ++n) {
-                const float p0 = mma_exp2(fma(s[mt][n][0], scale_log2, -base0));
-                const float p1 = mma_exp2(fma(s[mt][n][1], scale_log2, -base0));
-                const float p2 = mma_exp2(fma(s[mt][n][2], scale_log2, -base1));
-                const float p3 = mma_exp2(fma(s[mt][n][3], scale_log2, -base1));
+                const float p0 = ptx_exp2(fma(s[mt][n][0], scale_log2, -base0));
+                const float p1 = ptx_exp2(fma(s[mt][n][1], scale_log2, -base0));
+                const float p2 = ptx_exp2(fma(s[mt][n][2], scale_log2, -base1));
+                const float p3 = ptx_exp2(fma(s[mt][n][3], scale_log2, -base1));
                 l0 += p0 + p1;
                 l1 += p2 + p3;
                 /* C fragment of key tile n -> half of the A fragment of key chunk n/2. */
-                pf[mt][n >> 1][(n & 1) * 2 + 0] = mma_pack(p0, p1);
-                pf[mt][n >> 1][(n & 1) * 2 + 1] = mma_pack(p2, p3);
+                pf[mt][n >> 1][(n & 1) * 2 + 0] = ptx_pack(p0, p1);
+                pf[mt][n >> 1][(n & 1) * 2 + 1] = ptx_pack(p2, p3);
             }
             l[mt][0] = l0;
             l[mt][1] = l1;
         }
 
-        mma_cp_wait_all();
+        ptx_cp_wait_all();
         barrier(CLK_LOCAL_MEM_FENCE); /* V(t) is in; every warp is done with K(t) */
         if (t + 1 < n_tiles) mma_load_tile(ks, Kb, k_sr, kv0 + MMA_BC, MMA_BC, seqlen_k, lid);
 
@@ -329,18 +276,18 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
 #pragma unroll
             for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
                 uint b0, b1, b2, b3;
-                mma_ldsm_x4_trans(vs_addr + (uint)(kk * 16 * MMA_LD * 2) + MMA_COLB(dp, v_y), &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4_trans(vs_addr + (uint)(kk * 16 * MMA_LD * 2) + MMA_COLB(dp, v_y), &b0, &b1, &b2, &b3);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
-                    MMA(acc[mt][2 * dp], pf[mt][kk], b0, b1);
-                    MMA(acc[mt][2 * dp + 1], pf[mt][kk], b2, b3);
+                    PTX_MMA(acc[mt][2 * dp], pf[mt][kk], b0, b1);
+                    PTX_MMA(acc[mt][2 * dp + 1], pf[mt][kk], b2, b3);
                 }
             }
         }
     }
 
     /* Row sums over the quad, normalise once, store 2 elements per register. */
-    __global ushort *Ob = O + MMA_BASE(o, b, h);
+    __global ushort *Ob = O + VIEW_BASE(o, b, h);
     __global float *L = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
     const int col = (lane & 3) * 2;
 #pragma unroll
@@ -348,17 +295,17 @@ void flash_fwd_mma(__global const ushort *Q, MMA_VIEW(q),
 #pragma unroll
         for (int half_ = 0; half_ < 2; ++half_) {
             float lsum = l[mt][half_];
-            lsum += mma_shfl_xor(lsum, 1);
-            lsum += mma_shfl_xor(lsum, 2);
+            lsum += ptx_shfl_xor(lsum, 1);
+            lsum += ptx_shfl_xor(lsum, 2);
             const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
             const long row = r0 + mt * 16 + half_ * 8;
             if (row < seqlen_q) {
                 __global uint *dst = (__global uint *)(Ob + (ulong)row * o_sr + col);
 #pragma unroll
                 for (int n = 0; n < HEAD_DIM / 8; ++n)
-                    dst[n * 4] = mma_pack(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
+                    dst[n * 4] = ptx_pack(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
                 if (write_lse && (lane & 3) == 0)
-                    L[row] = lsum > 0.0f ? M_LN2_F * (m[mt][half_] + log2(lsum)) : MMA_NEG_INF;
+                    L[row] = lsum > 0.0f ? M_LN2_F * (m[mt][half_] + log2(lsum)) : FLASHCL_NEG_INF;
             }
         }
     }

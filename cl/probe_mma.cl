@@ -8,29 +8,13 @@
  *   out[384..415] shfl.sync.bfly sum over the warp of lane ids (each = 496)
  *   out[416..479] cvt.rn.bf16x2 / f16x2 packing, unpacked back: lo + 10 hi
  * The host compares with its own arithmetic; any difference (or a build or
- * launch failure) keeps the portable kernels.
+ * launch failure) keeps the portable kernels. The instructions are cl/ptx.cl's
+ * wrappers, the kernels' own where the probe runs the same form (ldmatrix x4,
+ * commit/wait, shfl); the forms only the probe uses (ldmatrix x2, a full
+ * cp.async, mma and cvt for both types, volatile) are there too.
  * Inputs (ushort): a_bf[256], bt_bf[128] ([n][k]), bkn_bf[128] ([k][n]),
  * a_h[256], bt_h[128].
  */
-#define PROBE_MMA(d, a, b0, b1, TYPE)                                                              \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 "                    \
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                          \
-                 : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                          \
-                 : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
-
-inline void probe_ldsm_x4(uint addr, uint *r) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-inline void probe_ldsm_x2(uint addr, uint *r, int trans) {
-    if (trans)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
-                     : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-                     : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-inline uint probe_addr(__local const ushort *p) { return (uint)(size_t)p; }
 
 /* Writes one C fragment (16x8 fp32) into out[16][8]. */
 inline void probe_store_c(__global float *out, const float *c, int lane) {
@@ -47,48 +31,42 @@ void probe_mma(__global const ushort *in, __global float *out)
     /* a_bf 256 | bt_bf 128 | bkn_bf 128 | a_h 256 | bt_h 128 = 896 elements */
     __local ushort s[896] __attribute__((aligned(16)));
     const int lane = (int)get_local_id(0);
-    for (int c = lane; c < 896 / 8; c += 32) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                     :: "r"(probe_addr(s + c * 8)), "l"((ulong)(size_t)(in + c * 8)) : "memory");
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    for (int c = lane; c < 896 / 8; c += 32) ptx_cp16_all(ptx_smem_addr(s + c * 8), in + c * 8);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
 
     uint a[4], b[2];
     /* A fragment: lanes 0-15 address rows 0-15 at column 0, lanes 16-31 at column 8. */
-    probe_ldsm_x4(probe_addr(s + (lane & 15) * 16 + (lane >> 4) * 8), a);
+    ptx_ldsm_x4(ptx_smem_addr(s + (lane & 15) * 16 + (lane >> 4) * 8), &a[0], &a[1], &a[2], &a[3]);
     /* B from [n][k]: matrix 0 = k 0-7, matrix 1 = k 8-15 (lanes 0-7, 8-15 give the rows n). */
-    probe_ldsm_x2(probe_addr(s + 256 + (lane & 7) * 16 + ((lane >> 3) & 1) * 8), b, 0);
+    ptx_ldsm_x2(ptx_smem_addr(s + 256 + (lane & 7) * 16 + ((lane >> 3) & 1) * 8), b, 0);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    PROBE_MMA(c, a, b[0], b[1], "bf16");
+    PTX_MMA_VOLATILE(PTX_MMA_BF16, c, a, b[0], b[1]);
     probe_store_c(out, c, lane);
 
     /* B from [k][n] through the transposing load: rows are k. */
-    probe_ldsm_x2(probe_addr(s + 384 + ((lane & 7) + ((lane >> 3) & 1) * 8) * 8), b, 1);
+    ptx_ldsm_x2(ptx_smem_addr(s + 384 + ((lane & 7) + ((lane >> 3) & 1) * 8) * 8), b, 1);
     c[0] = c[1] = c[2] = c[3] = 0.0f;
-    PROBE_MMA(c, a, b[0], b[1], "bf16");
+    PTX_MMA_VOLATILE(PTX_MMA_BF16, c, a, b[0], b[1]);
     probe_store_c(out + 128, c, lane);
 
-    probe_ldsm_x4(probe_addr(s + 512 + (lane & 15) * 16 + (lane >> 4) * 8), a);
-    probe_ldsm_x2(probe_addr(s + 768 + (lane & 7) * 16 + ((lane >> 3) & 1) * 8), b, 0);
+    ptx_ldsm_x4(ptx_smem_addr(s + 512 + (lane & 15) * 16 + (lane >> 4) * 8), &a[0], &a[1], &a[2], &a[3]);
+    ptx_ldsm_x2(ptx_smem_addr(s + 768 + (lane & 7) * 16 + ((lane >> 3) & 1) * 8), b, 0);
     c[0] = c[1] = c[2] = c[3] = 0.0f;
-    PROBE_MMA(c, a, b[0], b[1], "f16");
+    PTX_MMA_VOLATILE(PTX_MMA_F16, c, a, b[0], b[1]);
     probe_store_c(out + 256, c, lane);
 
     uint x = (uint)lane;
-    for (int m = 1; m < 32; m <<= 1) {
-        uint y;
-        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(y) : "r"(x), "r"(m));
-        x += y;
-    }
+    /* as_float/as_uint only rename the register: the shuffle moves x's bits unchanged. */
+    for (int m = 1; m < 32; m <<= 1) x += as_uint(ptx_shfl_xor(as_float(x), m));
     out[384 + lane] = (float)x;
 
     /* 1.5 * lane is exact in both formats; the packing order puts lo in bits 0-15. */
     uint pb, ph;
     const float lo = 1.5f * (float)lane, hi = -2.0f * (float)lane;
-    asm volatile("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pb) : "f"(hi), "f"(lo));
-    asm volatile("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(ph) : "f"(hi), "f"(lo));
+    PTX_CVT_VOLATILE(PTX_CVT_BF16, pb, lo, hi);
+    PTX_CVT_VOLATILE(PTX_CVT_F16, ph, lo, hi);
     const float bl = as_float((pb & 0xffffu) << 16), bh = as_float(pb & 0xffff0000u);
     const float hl = vload_half(0, (__private const half *)&ph), hh = vload_half(1, (__private const half *)&ph);
     out[416 + lane] = bl + 10.0f * bh; /* -18.5 * lane when lo/hi landed in the right halves */

@@ -47,8 +47,6 @@
 #define VARLEN 0
 #endif
 
-#define FLASHCL_LOG2E_F 1.4426950408889634f
-
 /* Terms that change every score (not only masks): such tiles always take the per-element path. */
 #define HAS_SCORE_TERMS (HAS_SOFTCAP || HAS_ALIBI || HAS_BIAS)
 #ifndef HEAD_DIM_V
@@ -219,6 +217,13 @@ inline void flashcl_st4(__global store_t *row, int c4, float4 x, int dim) {
     bmask, bmask_off, bmask_sb, bmask_sh, bmask_sr, bmask_bq, bmask_bk, cu_q, cu_k,                    \
     drop_threshold, drop_scale, seed_lo, seed_hi, drop_off_lo, drop_off_hi
 
+/* The arguments every portable forward kernel (cl/flash_fwd_rows.cl, _split.cl,
+   _tiles.cl) takes after its four views. */
+#define FWD_ARGS                                                           \
+    __global float *LSE, ulong lse_off, int write_lse,                     \
+    int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2,  \
+    VARIANT_ARGS
+
 /* ------------------------------------------------- one (batch, head) pair */
 
 typedef struct flashcl_head {
@@ -377,12 +382,11 @@ inline float flashcl_score_grad(float s2, float softcap2) {
  */
 inline float flashcl_fold_sink(float *m, float *l, float sink2) {
 #if HAS_SINKS
-    float mx = fmax(*m, sink2);
-    float base = flashcl_safe_base(mx);
-    float alpha = exp2(*m - base);
-    *l = *l * alpha + exp2(sink2 - base);
-    *m = mx;
-    return alpha;
+    /* The sink is one more key of the row, with score sink2 and no value row. */
+    const flashcl_online upd = flashcl_online_update(*m, sink2);
+    *l = *l * upd.alpha + exp2(sink2 - upd.base);
+    *m = upd.m;
+    return upd.alpha;
 #else
     return 1.0f;
 #endif

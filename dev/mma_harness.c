@@ -1,8 +1,9 @@
 /*
  * Kernel-development harness for the NVIDIA tensor-core forward
  * (cl/flash_fwd_mma.cl), independent of the library: builds the .cl files
- * directly, runs the probe, checks the kernel on small shapes against a
- * double-precision reference, then times the issue's shapes.
+ * directly, after the preludes the library puts first (read_program), runs
+ * the probe, checks the kernel on small shapes against a double-precision
+ * reference, then times the issue's shapes.
  *
  *   cmake -S . -B build -DFLASHCL_BUILD_DEV=ON && cmake --build build --target mma_harness
  *   (or: cc -O2 -std=c11 dev/mma_harness.c -lOpenCL -lm -o mma_harness)
@@ -47,6 +48,30 @@ static char *read_text(const char *dir, const char *name) {
     s[n] = 0;
     fclose(f);
     return s;
+}
+
+/* A kernel source as the library assembles it (src/kernel_sources.c): the
+   preludes in the same order, then the kernel, each followed by a newline. */
+static char *read_program(const char *dir, const char *name) {
+    static const char *const prelude[] = {"common.cl", "variants.cl", "ptx.cl"};
+    enum { PRELUDE = sizeof prelude / sizeof prelude[0] };
+    char *parts[PRELUDE + 1];
+    size_t total = 1;
+    for (size_t i = 0; i <= PRELUDE; ++i) {
+        parts[i] = read_text(dir, i < PRELUDE ? prelude[i] : name);
+        total += strlen(parts[i]) + 1;
+    }
+    char *all = malloc(total), *at = all;
+    if (!all) exit(1);
+    for (size_t i = 0; i <= PRELUDE; ++i) {
+        const size_t len = strlen(parts[i]);
+        memcpy(at, parts[i], len);
+        at += len;
+        *at++ = '\n';
+        free(parts[i]);
+    }
+    *at = 0;
+    return all;
 }
 
 static cl_program build(const char *src, const char *opts, int verbose) {
@@ -122,7 +147,7 @@ static float h2f(uint16_t h) {
 }
 
 static int run_probe(const char *dir) {
-    char *src = read_text(dir, "probe_mma.cl");
+    char *src = read_program(dir, "probe_mma.cl");
     cl_program p = build(src, "", 0);
     cl_int err;
     cl_kernel k = clCreateKernel(p, "probe_mma", &err);
@@ -397,7 +422,7 @@ int main(int argc, char **argv) {
     queue = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
     CHECK(err);
     if (!run_probe(dir)) return 1;
-    char *src = read_text(dir, "flash_fwd_mma.cl");
+    char *src = read_program(dir, "flash_fwd_mma.cl");
     int fails = 0;
     variant vars[16] = {{4, 64, 2, 0, 0}};
     int nw = 1;

@@ -64,25 +64,33 @@ static flashcl_status get_text(flashcl_context *ctx, const char *name, char **ou
     return FLASHCL_SUCCESS;
 }
 
-/* Every kernel sees these first, in this order: the shared helpers, then the variant layer. */
-static const char *const prelude[] = {"common.cl", "variants.cl"};
-#define PRELUDE_COUNT (sizeof prelude / sizeof prelude[0])
+/* What a kernel source sees first, in this order: the shared helpers, the variant layer and, for the
+   tensor-core sources alone (names ending in _mma.cl, built on NVIDIA devices only), the PTX wrappers. */
+static const char *const prelude[] = {"common.cl", "variants.cl", "ptx.cl"};
+#define PRELUDE_MAX (sizeof prelude / sizeof prelude[0])
+
+static size_t prelude_count(const char *name) {
+    static const char nvidia_suffix[] = "_mma.cl";
+    const size_t n = strlen(name), s = sizeof nvidia_suffix - 1;
+    return n >= s && strcmp(name + n - s, nvidia_suffix) == 0 ? PRELUDE_MAX : PRELUDE_MAX - 1;
+}
 
 flashcl_status flashcl__load_kernel_source(flashcl_context *ctx, const char *name, char **out) {
     *out = NULL;
-    char *parts[PRELUDE_COUNT + 1] = {NULL};
-    size_t lens[PRELUDE_COUNT + 1] = {0};
+    const size_t count = prelude_count(name);
+    char *parts[PRELUDE_MAX + 1] = {NULL};
+    size_t lens[PRELUDE_MAX + 1] = {0};
     flashcl_status st = FLASHCL_SUCCESS;
-    for (size_t i = 0; i <= PRELUDE_COUNT && st == FLASHCL_SUCCESS; ++i)
-        st = get_text(ctx, i < PRELUDE_COUNT ? prelude[i] : name, &parts[i], &lens[i]);
+    for (size_t i = 0; i <= count && st == FLASHCL_SUCCESS; ++i)
+        st = get_text(ctx, i < count ? prelude[i] : name, &parts[i], &lens[i]);
     size_t total = 1;
-    for (size_t i = 0; i <= PRELUDE_COUNT; ++i) total += lens[i] + 1;
+    for (size_t i = 0; i <= count; ++i) total += lens[i] + 1;
     char *all = st == FLASHCL_SUCCESS ? malloc(total) : NULL;
     if (st == FLASHCL_SUCCESS && !all)
         st = flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory joining kernel sources");
     if (all) {
         size_t at = 0;
-        for (size_t i = 0; i <= PRELUDE_COUNT; ++i) {
+        for (size_t i = 0; i <= count; ++i) {
             memcpy(all + at, parts[i], lens[i]);
             at += lens[i];
             all[at++] = '\n';
@@ -90,6 +98,6 @@ flashcl_status flashcl__load_kernel_source(flashcl_context *ctx, const char *nam
         all[at] = '\0';
         *out = all;
     }
-    for (size_t i = 0; i <= PRELUDE_COUNT; ++i) free(parts[i]);
+    for (size_t i = 0; i <= count; ++i) free(parts[i]);
     return st;
 }

@@ -7,8 +7,8 @@
  * variant switch on (the switches the library derives from a descriptor
  * with every feature set: flashcl__variant_options) in float16 and in
  * bfloat16 storage, with d = 72 and d_v = 40 (neither a multiple of
- * the 16-wide slices, so the partial-slice code is compiled too). The tensor-core sources (inline PTX) are
- * left out: only NVIDIA's compiler takes them.
+ * the 16-wide slices, so the partial-slice code is compiled too). The tensor-core sources and their PTX
+ * prelude (*_mma.cl, ptx.cl: inline PTX) are left out: only NVIDIA's compiler takes them.
  *
  *   kernel_text OUT_DIR   writes OUT_DIR/<name>.cl and OUT_DIR/<name>.options
  * No OpenCL device is needed.
@@ -28,9 +28,9 @@ typedef struct family {
 
 /* One entry per kernel family and the knobs its planner sets (src/plan_*.c). */
 static const family k_families[] = {
-    {"fwd_rows", "flash_fwd.cl", "-D FLASH_KERNEL=0 -D BLOCK_M=32 -D BLOCK_N=32 -D THREADS_PER_ROW=1 -D STAGE_LOCAL=1", 1},
-    {"fwd_split", "flash_fwd.cl", "-D FLASH_KERNEL=1 -D BLOCK_M=16 -D BLOCK_N=32 -D THREADS_PER_ROW=4 -D STAGE_LOCAL=1", 0},
-    {"fwd_tiles", "flash_fwd.cl", "-D FLASH_KERNEL=2 -D BLOCK_M=64 -D BLOCK_N=64 -D TILE_M=4 -D TILE_N=4", 1},
+    {"fwd_rows", "flash_fwd_rows.cl", "-D BLOCK_M=32 -D BLOCK_N=32 -D STAGE_LOCAL=1", 1},
+    {"fwd_split", "flash_fwd_split.cl", "-D BLOCK_M=16 -D BLOCK_N=32 -D THREADS_PER_ROW=4", 0},
+    {"fwd_tiles", "flash_fwd_tiles.cl", "-D BLOCK_M=64 -D BLOCK_N=64 -D TILE_M=4 -D TILE_N=4", 1},
     {"bwd_rows", "flash_bwd.cl", "-D BLOCK_M=32 -D BLOCK_N=32", 1},
     {"bwd_tiles", "flash_bwd_tiles.cl", "-D BLOCK_M=64 -D BLOCK_N=64 -D ROW_SLICE=16", 1},
     {"cpu", "flash_cpu.cl", "-w -D GROUPS=2 -D CHUNK=48 -D STEP=6", 0},

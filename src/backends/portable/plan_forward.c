@@ -32,6 +32,7 @@
 
 enum { KERNEL_ROWS = 0, KERNEL_SPLIT = 1, KERNEL_TILES = 2 };
 static const char *const kernel_names[] = {"flash_fwd_rows", "flash_fwd_split", "flash_fwd_tiles"};
+static const char *const kernel_files[] = {"flash_fwd_rows.cl", "flash_fwd_split.cl", "flash_fwd_tiles.cl"};
 
 typedef struct {
     int kernel, br, bc, tpr, staging;
@@ -62,7 +63,7 @@ static int proto_plain(const shape *proto) { return proto->plain; }
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 static int round_down(int x, int m) { return x / m * m; }
 
-/* __local bytes each kernel declares (mirrors cl/flash_fwd.cl). */
+/* __local bytes each kernel declares (mirrors cl/flash_fwd_rows.cl, _split.cl and _tiles.cl). */
 static size_t local_bytes(const shape *s, int d) {
     if (s->kernel == KERNEL_TILES) {
         size_t qk = (size_t)TILES_SLICE * ((size_t)s->br + 4 + (size_t)s->bc + 4);
@@ -144,12 +145,14 @@ static void apply_override(const flashcl__tile_override *ov, shape *s) {
 
 static void build_options(const shape *s, int d, char *out, size_t cap) {
     if (s->kernel == KERNEL_TILES)
-        snprintf(out, cap, "-D FLASH_KERNEL=2 -D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D TILE_M=%d -D TILE_N=%d %s", d,
-                 s->br, s->bc, s->br / TILES_GRID, s->bc / TILES_GRID, s->variant_options);
+        snprintf(out, cap, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D TILE_M=%d -D TILE_N=%d %s", d, s->br, s->bc,
+                 s->br / TILES_GRID, s->bc / TILES_GRID, s->variant_options);
+    else if (s->kernel == KERNEL_SPLIT)
+        snprintf(out, cap, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D THREADS_PER_ROW=%d %s", d, s->br, s->bc, s->tpr,
+                 s->variant_options);
     else
-        snprintf(out, cap,
-                 "-D FLASH_KERNEL=%d -D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D THREADS_PER_ROW=%d -D STAGE_LOCAL=%d %s",
-                 s->kernel, d, s->br, s->bc, s->tpr, s->staging == FLASHCL_STAGING_LOCAL, s->variant_options);
+        snprintf(out, cap, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D STAGE_LOCAL=%d %s", d, s->br, s->bc,
+                 s->staging == FLASHCL_STAGING_LOCAL, s->variant_options);
 }
 
 static size_t work_group_of(const shape *s) {
@@ -162,7 +165,7 @@ static flashcl_status try_shape(flashcl_context *ctx, const shape *s, int d, fla
     char options[sizeof out->pub.build_options];
     build_options(s, d, options, sizeof options);
     cl_program program = NULL;
-    flashcl_status st = flashcl__get_program(ctx, "flash_fwd.cl", options, &program);
+    flashcl_status st = flashcl__get_program(ctx, kernel_files[s->kernel], options, &program);
     if (st != FLASHCL_SUCCESS) return st;
     const char *name = kernel_names[s->kernel];
     cl_kernel kernel = NULL;

@@ -1,8 +1,9 @@
 /*
  * The portable kernel family: what every OpenCL device runs, with every
- * variant. Forward: flash_fwd_rows (one work-item per query row; CPUs),
- * flash_fwd_split (several work-items per row; plain float32 only) and
- * flash_fwd_tiles (16x16 work-items, register-blocked like a GEMM; GPUs).
+ * variant. Forward, one kernel per file: flash_fwd_rows (cl/flash_fwd_rows.cl,
+ * one work-item per query row; CPUs), flash_fwd_split (cl/flash_fwd_split.cl,
+ * several work-items per row; plain float32 only) and flash_fwd_tiles
+ * (cl/flash_fwd_tiles.cl, 16x16 work-items, register-blocked like a GEMM; GPUs).
  * Backward: flash_bwd_dot (D = rowsum(dO * O)), then dK/dV and dQ from the
  * row kernels (cl/flash_bwd.cl) or the GPU tiles (cl/flash_bwd_tiles.cl),
  * and flash_bwd_dsinks with sinks.

@@ -1,0 +1,241 @@
+/*
+ * FlashAttention forward for GPUs, flash_fwd_tiles: the online softmax of
+ * cl/flash_fwd_rows.cl (see there) with both products register-blocked like a
+ * GEMM: a 16x16 grid of work-items, work-item (ty, tx) owning rows
+ * ty*TILE_M.. and keys tx*TILE_N.. of the BLOCK_M x BLOCK_N score tile, and
+ * the same rows x dims {64g + 4tx .. 64g + 4tx + 3} of the output. Owned rows,
+ * keys and dims are contiguous so one 16-byte __local read feeds four FMAs
+ * (a GEMM-style micro-tile is otherwise bound by __local read issue). Q and K
+ * stream through __local in slices of 16 dims, P goes through __local once
+ * per tile, V streams in slices of 16 keys; the output stays in registers.
+ *
+ * Grid: (query blocks * 256, heads_q, batch), query blocks in reverse so the
+ * heavy (late) blocks of a causal problem start first.
+ *
+ * Variants (cl/variants.cl): q/k/v/o are store_t (float, half or bfloat16),
+ * v/o have HEAD_DIM_V elements per row, only the key tiles inside the
+ * causal/window band are visited, tiles the block mask drops are skipped,
+ * and every score goes through flashcl_score (softcap, ALiBi, bias, masks)
+ * unless the tile is known plain.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef TILE_M
+#define TILE_M 4
+#endif
+#ifndef TILE_N
+#define TILE_N 4
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M (16 * TILE_M)
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N (16 * TILE_N)
+#endif
+
+#define GRID 16
+#define SLICE 16
+#define DIM_GROUPS ((HEAD_DIM_V + 63) / 64) /* float4 output groups per work-item */
+#define V_STRIDE (DIM_GROUPS * 64)          /* V slice rows, zero-padded past HEAD_DIM_V */
+#define QS_STRIDE (BLOCK_M + 4)             /* +4 floats: spreads stores over banks, keeps 16-byte alignment */
+#define KS_STRIDE (BLOCK_N + 4)
+#define PT_STRIDE (BLOCK_M + 4)
+#define QK_FLOATS (SLICE * (QS_STRIDE + KS_STRIDE))
+#define STAGE_FLOATS (QK_FLOATS > SLICE * V_STRIDE ? QK_FLOATS : SLICE * V_STRIDE)
+
+#if BLOCK_M != TILE_M * GRID || BLOCK_N != TILE_N * GRID
+#error "BLOCK_M and BLOCK_N must be 16 * TILE_M and 16 * TILE_N"
+#endif
+
+/* n consecutive floats from 16-byte aligned __local memory (n <= 4). The "% (n)"
+   keeps indices in range when n < 4, where that branch is dead code. */
+#define LDS_READ(dst, src, n)                                    \
+    do {                                                         \
+        if ((n) == 4) {                                          \
+            float4 t_ = vload4(0, (src));                        \
+            (dst)[0] = t_.x, (dst)[1 % (n)] = t_.y;              \
+            (dst)[2 % (n)] = t_.z, (dst)[3 % (n)] = t_.w;        \
+        } else {                                                 \
+            for (int u_ = 0; u_ < (n); ++u_) (dst)[u_] = (src)[u_]; \
+        }                                                        \
+    } while (0)
+
+__kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1)))
+void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
+                     __global const store_t *K, VIEW_ARGS(k),
+                     __global const store_t *V, VIEW_ARGS(v),
+                     __global store_t *O, VIEW_ARGS(o),
+                     FWD_ARGS)
+{
+    const int lid = (int)get_local_id(0);
+    const int tx = lid % GRID, ty = lid / GRID;
+    const int nblocks = (int)get_num_groups(0);
+    const int block = nblocks - 1 - (int)get_group_id(0);
+    const int h = (int)get_group_id(1);
+    const int b = (int)get_group_id(2);
+    const int hk = h / group;
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    const long row0 = (long)block * BLOCK_M;
+    if (row0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    const long row_last = min(row0 + BLOCK_M, hd.sq) - 1;
+
+    __global const store_t *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
+    __global const store_t *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr;
+    __global const store_t *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
+
+    /* stage holds [Q slice | K slice] while scoring and the V slice during PV. */
+    __local float stage[STAGE_FLOATS] __attribute__((aligned(16)));
+    __local float Pt[BLOCK_N * PT_STRIDE] __attribute__((aligned(16))); /* P transposed: [key][row] */
+    __local float red[BLOCK_M * GRID];
+    __local float *Qs = stage;                      /* [SLICE][QS_STRIDE] */
+    __local float *Ks = stage + SLICE * QS_STRIDE;  /* [SLICE][KS_STRIDE] */
+    __local float *Vs = stage;                      /* [SLICE][V_STRIDE] */
+#if HAS_MASK
+    __local int tile_live;
+#endif
+
+    float4 acc[TILE_M][DIM_GROUPS];
+    float m[TILE_M], l_part[TILE_M];
+    for (int i = 0; i < TILE_M; ++i) {
+        for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] = (float4)(0.0f);
+        m[i] = FLASHCL_NEG_INF;
+        l_part[i] = 0.0f;
+    }
+
+    const long kv_begin = flashcl_kv_begin(hd, row0, BLOCK_N, win_left);
+    const long kv_end = flashcl_kv_end(hd, row_last, win_right);
+    for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
+        const long key_last = key0 + BLOCK_N - 1;
+        if (flashcl_tile_skipped(hd, row0, row_last, key0, key_last, VARIANT_PASS)) continue;
+#if HAS_MASK
+        /* A tile the boolean mask hides from every row is not loaded either. */
+        if (lid == 0) tile_live = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            int any = 0;
+            for (int i = 0; i < TILE_M; ++i) {
+                long row = row0 + ty * TILE_M + i;
+                for (int j = 0; j < TILE_N; ++j) {
+                    long key = key0 + tx * TILE_N + j;
+                    if (row < hd.sq && key < hd.sk) any |= mask[hd.mask_at + (ulong)row * mask_sr + (ulong)key] != 0;
+                }
+            }
+            if (any) atomic_or(&tile_live, 1);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int live = tile_live;
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone has read the flag before it is reset */
+        if (!live) continue;
+#endif
+        float s[TILE_M][TILE_N];
+        for (int i = 0; i < TILE_M; ++i)
+            for (int j = 0; j < TILE_N; ++j) s[i][j] = 0.0f;
+
+        /* S = (scale*log2e*Q) K^T, 16 dims at a time. */
+        for (int c0 = 0; c0 < HEAD_DIM; c0 += SLICE) {
+            FLASHCL_SHARED_FOR(int, e, SLICE * BLOCK_M, lid, GRID * GRID) {
+                int r = e / SLICE, c = e - r * SLICE;
+                long qi = row0 + r;
+                Qs[c * QS_STRIDE + r] =
+                    (qi < hd.sq && c0 + c < HEAD_DIM) ? FLASHCL_LOAD(Qb, qi * q_sr + c0 + c) * scale_log2 : 0.0f;
+            }
+            FLASHCL_SHARED_FOR(int, e, SLICE * BLOCK_N, lid, GRID * GRID) {
+                int r = e / SLICE, c = e - r * SLICE;
+                long kj = key0 + r;
+                Ks[c * KS_STRIDE + r] = (kj < hd.sk && c0 + c < HEAD_DIM) ? FLASHCL_LOAD(Kb, kj * k_sr + c0 + c) : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int c = 0; c < SLICE; ++c) {
+                float a[TILE_M], bk[TILE_N];
+                LDS_READ(a, Qs + c * QS_STRIDE + ty * TILE_M, TILE_M);
+                LDS_READ(bk, Ks + c * KS_STRIDE + tx * TILE_N, TILE_N);
+                for (int i = 0; i < TILE_M; ++i)
+                    for (int j = 0; j < TILE_N; ++j) s[i][j] = fma(a[i], bk[j], s[i][j]);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+
+        /* Score terms and masks, then the row max across the 16 work-items sharing each row. */
+        /* Every loop over s[i][j] is unrolled explicitly: with the (large, inlined)
+           score code inside, NVIDIA's compiler stopped unrolling on its own, s
+           became a dynamically indexed array in local memory, and the plain
+           forward lost a third of its speed. */
+        const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_last, key0, key_last, win_left, win_right);
+        if (!plain) {
+#pragma unroll
+            for (int i = 0; i < TILE_M; ++i) {
+                const long row = row0 + ty * TILE_M + i;
+#pragma unroll
+                for (int j = 0; j < TILE_N; ++j)
+                    s[i][j] = row < hd.sq ? flashcl_score(s[i][j], hd, row, key0 + tx * TILE_N + j, VARIANT_PASS)
+                                          : FLASHCL_NEG_INF;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TILE_M; ++i) {
+            float mx = FLASHCL_NEG_INF;
+#pragma unroll
+            for (int j = 0; j < TILE_N; ++j) mx = fmax(mx, s[i][j]);
+            red[(ty * TILE_M + i) * GRID + tx] = mx;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int i = 0; i < TILE_M; ++i) {
+            float tile_max = red[(ty * TILE_M + i) * GRID];
+            for (int u = 1; u < GRID; ++u) tile_max = fmax(tile_max, red[(ty * TILE_M + i) * GRID + u]);
+            const flashcl_online upd = flashcl_online_update(m[i], tile_max);
+            m[i] = upd.m;
+            l_part[i] *= upd.alpha;
+            for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] *= upd.alpha;
+#pragma unroll
+            for (int j = 0; j < TILE_N; ++j) {
+                float p = exp2(s[i][j] - upd.base);
+                l_part[i] += p;
+#if HAS_DROPOUT
+                /* The normaliser counts every probability; only P V sees the dropped ones. */
+                const long row = row0 + ty * TILE_M + i;
+                if (row < hd.sq) p *= flashcl_dropout_factor(hd, row, key0 + tx * TILE_N + j, VARIANT_PASS);
+#endif
+                Pt[(tx * TILE_N + j) * PT_STRIDE + ty * TILE_M + i] = p;
+            }
+        }
+
+        /* O += P V, 16 keys at a time. */
+        for (int j0 = 0; j0 < BLOCK_N; j0 += SLICE) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* Pt complete; the previous slice's readers are done */
+            FLASHCL_SHARED_FOR(int, e, SLICE * V_STRIDE, lid, GRID * GRID) {
+                int r = e / V_STRIDE, c = e - r * V_STRIDE;
+                long kj = key0 + j0 + r;
+                Vs[e] = (kj < hd.sk && c < HEAD_DIM_V) ? FLASHCL_LOAD(Vb, kj * v_sr + c) : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int jj = 0; jj < SLICE; ++jj) {
+                float p[TILE_M];
+                LDS_READ(p, Pt + (j0 + jj) * PT_STRIDE + ty * TILE_M, TILE_M);
+                for (int g = 0; g < DIM_GROUPS; ++g) {
+                    float4 vv = vload4(0, Vs + jj * V_STRIDE + g * 64 + tx * 4);
+                    for (int i = 0; i < TILE_M; ++i) acc[i][g] = fma((float4)(p[i]), vv, acc[i][g]);
+                }
+            }
+        }
+        /* The next tile's Q/K slices overwrite stage and red is rewritten. */
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    for (int i = 0; i < TILE_M; ++i) red[(ty * TILE_M + i) * GRID + tx] = l_part[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < TILE_M; ++i) {
+        long row = row0 + ty * TILE_M + i;
+        float l = 0.0f;
+        for (int u = 0; u < GRID; ++u) l += red[(ty * TILE_M + i) * GRID + u];
+        if (row >= hd.sq) continue;
+        float mi = m[i];
+        const float alpha = flashcl_fold_sink(&mi, &l, hd.sink2);
+        const float inv_l = l > 0.0f ? alpha / l : 0.0f;
+        __global store_t *Or = O + VIEW_BASE(o, b, h) + (hd.q0 + row) * o_sr;
+        for (int g = 0; g < DIM_GROUPS; ++g) flashcl_st4(Or, g * 16 + tx, acc[i][g] * inv_l, HEAD_DIM_V);
+        if (write_lse && tx == 0) LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flashcl_lse(mi, l);
+    }
+}
