@@ -61,7 +61,8 @@
 #define ALIGNED 0
 #endif
 #ifndef LANE_SHFL
-#define LANE_SHFL 0
+/* cl/ptx.cl, prepended to this file, compiles its PTX unless LANE_SHFL says 0: never leave it out. */
+#error "LANE_SHFL must be given: 1 where the PTX shuffles are used (NVIDIA), 0 elsewhere"
 #endif
 #ifndef FP8_DENORM_MUL
 #define FP8_DENORM_MUL 0
@@ -154,21 +155,6 @@ inline void raw_decode(uint4 w, int valid, float *x) {
 #endif
 
 #if LANE_SHFL
-inline float shfl_xor(float x, int m) {
-    uint r;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
-    return as_float(r);
-}
-
-/* Lane `src` of my LANES-wide segment of the warp. */
-inline float shfl_from(float x, int src) {
-    uint r;
-    asm volatile("shfl.sync.idx.b32 %0, %1, %2, %3, 0xffffffff;"
-                 : "=r"(r)
-                 : "r"(as_uint(x)), "r"(src), "r"(((32 - LANES) << 8) | 0x1f));
-    return as_float(r);
-}
-
 /*
  * v[0..N) summed over the LANES lanes of a key group, the sums back in every lane. Halving
  * exchanges first: at each step a lane keeps half of its values (the upper half when its bit of
@@ -189,10 +175,10 @@ inline void lane_sums(float *v, int lane) {
 #pragma unroll
             for (int i = 0; i < hn; ++i) {
                 const float send = upper ? v[i] : v[i + hn], keep = upper ? v[i + hn] : v[i];
-                v[i] = keep + shfl_xor(send, m);
+                v[i] = keep + ptx_shfl_xor(send, m);
             }
         } else {
-            v[0] += shfl_xor(v[0], m);
+            v[0] += ptx_shfl_xor(v[0], m);
         }
     }
     /* Lane l now holds elements l*SUM_N/LANES + (0 .. n-1) in v[0 .. n). */
@@ -200,7 +186,7 @@ inline void lane_sums(float *v, int lane) {
     #pragma unroll
     for (int i = 0; i < SUM_N; ++i) {
         const int src = SUM_N >= LANES ? i / SUM_PER_LANE : i * (LANES / SUM_N);
-        out[i] = shfl_from(v[i % SUM_PER_LANE], src);
+        out[i] = ptx_shfl_segment(v[i % SUM_PER_LANE], src, LANES);
     }
     #pragma unroll
     for (int i = 0; i < SUM_N; ++i) v[i] = out[i];

@@ -1,10 +1,13 @@
 /*
  * The inline PTX of the NVIDIA tensor-core kernels (cl/flash_fwd_mma.cl,
- * cl/flash_bwd_mma.cl) and of their probe (cl/probe_mma.cl): every PTX
+ * cl/flash_bwd_mma.cl), of their probe (cl/probe_mma.cl) and the decode
+ * kernel's warp shuffles (cl/flash_decode.cl with LANE_SHFL=1): every PTX
  * instruction FlashCL issues is written here, once. The host prepends this
  * file, after common.cl and variants.cl, to the sources whose names end in
- * _mma.cl and to no other (src/kernel_sources.c): no other device ever sees
- * it. tests/check_kernel_idioms.cmake keeps inline asm out of every other file.
+ * _mma.cl and to flash_decode.cl (src/kernel_sources.c); the decode kernel,
+ * built for every device, says LANE_SHFL=0 off NVIDIA and then sees nothing
+ * of it. tests/check_kernel_idioms.cmake keeps inline asm out of every other
+ * file.
  *
  * MMA_F16 picks the 16-bit storage type of PTX_MMA and ptx_pack: 0 bfloat16
  * (the default), 1 float16. The probe names its types instead: it checks
@@ -12,6 +15,9 @@
  */
 #ifndef FLASHCL_PTX_CL
 #define FLASHCL_PTX_CL
+/* cl/flash_decode.cl sees this file too and uses its shuffles only on NVIDIA (LANE_SHFL=1); built
+   for any other device (LANE_SHFL=0) it gets none of it. */
+#if !defined(LANE_SHFL) || LANE_SHFL
 
 #ifndef MMA_F16
 #define MMA_F16 0
@@ -85,6 +91,14 @@ inline float ptx_shfl_xor(float x, int m) {
     return as_float(r);
 }
 /* Two floats -> one register of two 16-bit values, lo in the low half (round to nearest even). */
+/* x from lane `src` of my `width`-lane segment of the warp (width a power of two up to 32). */
+inline float ptx_shfl_segment(float x, int src, int width) {
+    uint r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, %3, 0xffffffff;"
+                 : "=r"(r)
+                 : "r"(as_uint(x)), "r"(src), "r"(((32 - width) << 8) | 0x1f));
+    return as_float(r);
+}
 inline uint ptx_pack(float lo, float hi) {
     uint r;
     asm(PTX_CVT_OP " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
@@ -98,4 +112,5 @@ inline float ptx_exp2(float x) {
     return r;
 }
 
+#endif
 #endif

@@ -65,14 +65,17 @@ static flashcl_status get_text(flashcl_context *ctx, const char *name, char **ou
 }
 
 /* What a kernel source sees first, in this order: the shared helpers, the variant layer and, for the
-   tensor-core sources alone (names ending in _mma.cl, built on NVIDIA devices only), the PTX wrappers. */
+   tensor-core sources (names ending in _mma.cl, built on NVIDIA devices only) and the GPU decode
+   kernel, the PTX wrappers. The decode kernel is built for every device: cl/ptx.cl compiles to
+   nothing when the source says LANE_SHFL=0 (every device but NVIDIA). */
 static const char *const prelude[] = {"common.cl", "variants.cl", "ptx.cl"};
 #define PRELUDE_MAX (sizeof prelude / sizeof prelude[0])
 
 static size_t prelude_count(const char *name) {
     static const char nvidia_suffix[] = "_mma.cl";
     const size_t n = strlen(name), s = sizeof nvidia_suffix - 1;
-    return n >= s && strcmp(name + n - s, nvidia_suffix) == 0 ? PRELUDE_MAX : PRELUDE_MAX - 1;
+    const int ptx = (n >= s && strcmp(name + n - s, nvidia_suffix) == 0) || strcmp(name, "flash_decode.cl") == 0;
+    return ptx ? PRELUDE_MAX : PRELUDE_MAX - 1;
 }
 
 flashcl_status flashcl__load_kernel_source(flashcl_context *ctx, const char *name, char **out) {

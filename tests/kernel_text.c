@@ -8,7 +8,8 @@
  * with every feature set: flashcl__variant_options) in float16 and in
  * bfloat16 storage, with d = 72 and d_v = 40 (neither a multiple of
  * the 16-wide slices, so the partial-slice code is compiled too). The tensor-core sources and their PTX
- * prelude (*_mma.cl, ptx.cl: inline PTX) are left out: only NVIDIA's compiler takes them.
+ * prelude (*_mma.cl, ptx.cl: inline PTX) are left out: only NVIDIA's compiler takes them
+ * (flash_decode.cl carries ptx.cl too, compiled to nothing by its LANE_SHFL=0).
  *
  *   kernel_text OUT_DIR   writes OUT_DIR/<name>.cl and OUT_DIR/<name>.options
  * No OpenCL device is needed.
@@ -36,7 +37,7 @@ static const family k_families[] = {
     {"cpu", "flash_cpu.cl", "-w -D GROUPS=2 -D CHUNK=48 -D STEP=6", 0},
     {"standard", "standard.cl", "-D TILE=64 -D WPT=4 -D TILE_K=16 -D SOFTMAX_WG=256", 0},
     {"dropout_mask", "dropout_mask.cl", "-D VARLEN=1", 0},
-    {"decode", "flash_decode.cl", "-D ROWS=8 -D LANES=16 -D VEC=8 -D UNROLL=4 -D WG_SIZE=128 -D ALIGNED=1 -D PAGED=1 -D CACHE_DTYPE=1", 1},
+    {"decode", "flash_decode.cl", "-D ROWS=8 -D LANES=16 -D VEC=8 -D UNROLL=4 -D WG_SIZE=128 -D ALIGNED=1 -D LANE_SHFL=0 -D PAGED=1 -D CACHE_DTYPE=1", 1},
     {"decode_cpu", "flash_decode_cpu.cl", "-D ROWS=4 -D CHUNK=16 -D PAGED=1 -D CACHE_DTYPE=2", 1},
     {"merge", "flash_merge.cl", "", 1},
     {"kv_append", "kv_append.cl", "-D ROTARY_DIM=32 -D INTERLEAVED=1 -D CACHE_DTYPE=1 -D PAGED=1", 1},
