@@ -1,0 +1,1 @@
+from ._flashcl import Context, Desc, devices  # noqa: F401 (temporary)
