@@ -33,10 +33,10 @@ void require_packed(const HostArray &a) {
 
 FeatureSlots add_features(DeviceBuffers &b, const Features &f, flashcl_dtype dt) {
     FeatureSlots s;
-    auto packed = [&](const char *name, const InArray &a, Elem e) {
+    auto packed = [&](const char *name, const InArray &a, Elem e, bool own_buffer = false) {
         HostArray h = host_array(name, a, e, dt, 1, 1);
         require_packed(h);
-        return b.add(h);
+        return b.add(h, own_buffer);
     };
     if (f.alibi_slopes) s.alibi = b.add(host_array("alibi_slopes", *f.alibi_slopes, Elem::F32, dt, 1, 2));
     if (f.sinks) s.sinks = packed("sinks", *f.sinks, Elem::F32);
@@ -48,8 +48,8 @@ FeatureSlots add_features(DeviceBuffers &b, const Features &f, flashcl_dtype dt)
     if (f.bias) s.bias = b.add(host_array("bias", *f.bias, Elem::F32, dt, 4, 4));
     if (f.mask) s.mask = b.add(host_array("mask", *f.mask, Elem::U8, dt, 4, 4));
     if (f.block_mask) s.block_mask = b.add(host_array("block_mask", *f.block_mask, Elem::U8, dt, 4, 4));
-    if (f.cu_seqlens_q) s.cu_q = packed("cu_seqlens_q", *f.cu_seqlens_q, Elem::I32);
-    if (f.cu_seqlens_k) s.cu_k = packed("cu_seqlens_k", *f.cu_seqlens_k, Elem::I32);
+    if (f.cu_seqlens_q) s.cu_q = packed("cu_seqlens_q", *f.cu_seqlens_q, Elem::I32, true);
+    if (f.cu_seqlens_k) s.cu_k = packed("cu_seqlens_k", *f.cu_seqlens_k, Elem::I32, true);
     return s;
 }
 

@@ -23,8 +23,8 @@ DeviceBuffers::~DeviceBuffers() {
         if (g.mem) clReleaseMemObject(g.mem);
 }
 
-int DeviceBuffers::add(const HostArray &a) {
-    arrays_.push_back({a, -1});
+int DeviceBuffers::add(const HostArray &a, bool own_buffer) {
+    arrays_.push_back({a, own_buffer, -1});
     return (int)arrays_.size() - 1;
 }
 
@@ -45,6 +45,7 @@ cl_int DeviceBuffers::create(std::string *what) {
     std::sort(order.begin(), order.end(), [&](int x, int y) { return arrays_[x].a.data < arrays_[y].a.data; });
     for (int i : order) {
         HostArray &a = arrays_[i].a;
+        if (arrays_[i].own_buffer) continue;
         char *begin = align_down(a.data, align), *end = a.data + a.span_bytes;
         if (groups_.empty() || begin >= groups_.back().end) groups_.push_back({begin, end});
         Group &g = groups_.back();
@@ -52,10 +53,20 @@ cl_int DeviceBuffers::create(std::string *what) {
         (a.output ? g.has_output : g.has_input) = true;
         arrays_[i].group = (int)groups_.size() - 1;
     }
+    for (size_t i = 0; i < arrays_.size(); ++i) {
+        if (!arrays_[i].own_buffer) continue;
+        const HostArray &a = arrays_[i].a;
+        Group g;
+        g.begin = a.data;
+        g.end = a.data + a.span_bytes;
+        g.has_input = g.copy = true;
+        groups_.push_back(g);
+        arrays_[i].group = (int)groups_.size() - 1;
+    }
     for (Group &g : groups_) {
         const size_t bytes = (size_t)(g.end - g.begin);
         cl_int err = CL_SUCCESS;
-        if (zero_copy) {
+        if (zero_copy && !g.copy) {
             g.mem = clCreateBuffer(context_, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, g.begin, &err);
             if (stats_ && err == CL_SUCCESS) stats_->zero_copy_buffers++;
         } else {

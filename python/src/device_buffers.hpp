@@ -39,8 +39,11 @@ class DeviceBuffers {
     DeviceBuffers &operator=(const DeviceBuffers &) = delete;
     ~DeviceBuffers();
 
-    // Registers an array (before create()); returns its handle.
-    int add(const HostArray &a);
+    // Registers an array (before create()); returns its handle. An input
+    // with own_buffer gets a buffer of its own that starts at its first
+    // element (the descriptor's cu_seqlens have no offset field); it is
+    // small, so it is copied.
+    int add(const HostArray &a, bool own_buffer = false);
     // Creates the buffers. Runs without the GIL. Returns an OpenCL status.
     cl_int create(std::string *what);
     const HostArray &array(int handle) const { return arrays_[handle].a; }
@@ -54,6 +57,7 @@ class DeviceBuffers {
   private:
     struct Entry {
         HostArray a;
+        bool own_buffer = false;
         int group = -1;
     };
     struct Group {
@@ -61,6 +65,7 @@ class DeviceBuffers {
         char *end = nullptr;
         bool has_output = false;
         bool has_input = false;
+        bool copy = false; // copied even where the device could use host memory
         cl_mem mem = nullptr;
     };
     cl_context context_;
