@@ -43,7 +43,11 @@ def _split(packing, inputs):
 
 def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False):
     """out, or (out, softmax_lse[, S_dmask]); autograd for tensors."""
-    if _arrays.is_torch(inputs[0]):
+    names = {"none": ("q", "k", "v"), "qkv": ("qkv",), "kv": ("q", "kv")}[packing]
+    if _arrays.kind_check(list(zip(names, inputs)) + spec.arrays()):
+        for name, x in zip(names, inputs):
+            if x.device.type == "meta":
+                raise ValueError(f"{name} is on device meta, which holds no data")
         from . import _torch
 
         out, lse, rng_state = _torch.attention(inputs, spec, packing)
