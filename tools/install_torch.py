@@ -47,7 +47,12 @@ CUDA_NAMES = re.compile(r"^(nvidia-|cuda-|triton)", re.IGNORECASE)
 
 
 def pip(*args):
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], check=True)
+    # Quiet unless it fails: with torch's CUDA requirements left out on
+    # purpose, pip reports them as conflicts on every install.
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"install_torch: pip install {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
 
 
 def import_error():
@@ -94,7 +99,10 @@ def wheel_for(error, cuda):
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    want = sys.argv[1]
+    want = sys.argv[1].strip()
+    if not import_error() and importlib.metadata.version("torch") == want.partition("==")[2]:
+        print(f"install_torch: {want} already imports")
+        return
     pip("--no-deps", want)
     plain, cuda = torch_requirements()
     pip(*plain)

@@ -70,8 +70,9 @@ def _shape(x):
 
 
 def _need(cond, message):
+    """ValueError(message) unless cond; message may be a function (formatted only on failure)."""
     if not cond:
-        raise ValueError(message)
+        raise ValueError(message() if callable(message) else message)
 
 
 class Problem:
@@ -86,16 +87,16 @@ class Problem:
         self.dtype = _arrays.storage_code("q", q)
         for name, x in (("k", k), ("v", v)):
             _need(_arrays.dtype_name(x) == _arrays.dtype_name(q),
-                  f"q, k and v must have one dtype: q is {_arrays.dtype_name(q)}, {name} is {_arrays.dtype_name(x)}")
+                  lambda: f"q, k and v must have one dtype: q is {_arrays.dtype_name(q)}, {name} is {_arrays.dtype_name(x)}")
         qs, ks, vs = _shape(q), _shape(k), _shape(v)
         if self.varlen:
             _need(spec.cu_seqlens_q is not None and spec.cu_seqlens_k is not None,
                   "varlen needs both cu_seqlens_q and cu_seqlens_k")
             for name, s in (("q", qs), ("k", ks), ("v", vs)):
-                _need(len(s) == 3, f"{name} must be (total, heads, head_dim) with cu_seqlens, got shape {s}")
+                _need(len(s) == 3, lambda: f"{name} must be (total, heads, head_dim) with cu_seqlens, got shape {s}")
             cu_q, cu_k = _shape(spec.cu_seqlens_q), _shape(spec.cu_seqlens_k)
-            _need(len(cu_q) == 1 and cu_q[0] >= 2, f"cu_seqlens_q must be (batch + 1,), got shape {cu_q}")
-            _need(cu_k == cu_q, f"cu_seqlens_k has shape {cu_k}, cu_seqlens_q {cu_q}: one entry per sequence + 1")
+            _need(len(cu_q) == 1 and cu_q[0] >= 2, lambda: f"cu_seqlens_q must be (batch + 1,), got shape {cu_q}")
+            _need(cu_k == cu_q, lambda: f"cu_seqlens_k has shape {cu_k}, cu_seqlens_q {cu_q}: one entry per sequence + 1")
             self.batch = cu_q[0] - 1
             self.seqlen_q, self.heads_q, self.head_dim = qs
             self.seqlen_k, self.heads_kv, _ = ks
@@ -106,16 +107,16 @@ class Problem:
             kv_rows = (0,)
         else:
             for name, s in (("q", qs), ("k", ks), ("v", vs)):
-                _need(len(s) == 4, f"{name} must be (batch, seqlen, heads, head_dim), got shape {s}")
+                _need(len(s) == 4, lambda: f"{name} must be (batch, seqlen, heads, head_dim), got shape {s}")
             self.batch, self.seqlen_q, self.heads_q, self.head_dim = qs
             _, self.seqlen_k, self.heads_kv, _ = ks
-            _need(ks[0] == self.batch, f"k has batch {ks[0]}, q has {self.batch}")
+            _need(ks[0] == self.batch, lambda: f"k has batch {ks[0]}, q has {self.batch}")
             self.max_seqlen_q, self.max_seqlen_k = self.seqlen_q, self.seqlen_k
             kv_rows = (0, 1)
         self.head_dim_v = vs[-1]
-        _need(ks[-1] == self.head_dim, f"k's head_dim is {ks[-1]}, q's is {self.head_dim}")
+        _need(ks[-1] == self.head_dim, lambda: f"k's head_dim is {ks[-1]}, q's is {self.head_dim}")
         _need(all(vs[i] == ks[i] for i in kv_rows) and vs[-2] == ks[-2],
-              f"v has shape {vs}, k {ks}: they must agree but for the last dimension")
+              lambda: f"v has shape {vs}, k {ks}: they must agree but for the last dimension")
 
     def lse_shape(self):
         return (self.heads_q, self.seqlen_q) if self.varlen else (self.batch, self.heads_q, self.seqlen_q)
@@ -134,25 +135,25 @@ def _check_features(p, spec):
     h, b = p.heads_q, p.batch
     if spec.alibi_slopes is not None:
         s = _shape(spec.alibi_slopes)
-        _need(s in ((h,), (b, h)), f"alibi_slopes must be ({h},) or ({b}, {h}), got {s}")
+        _need(s in ((h,), (b, h)), lambda: f"alibi_slopes must be ({h},) or ({b}, {h}), got {s}")
     if spec.sinks is not None:
         s = _shape(spec.sinks)
-        _need(s == (h,), f"sinks must be ({h},), got {s}")
+        _need(s == (h,), lambda: f"sinks must be ({h},), got {s}")
     rows, cols = p.max_seqlen_q, p.max_seqlen_k
     for name in ("bias", "mask"):
         x = getattr(spec, name)
         if x is not None:
             s = _shape(x)
             _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] == (rows, cols),
-                  f"{name} must be ({b} or 1, {h} or 1, {rows}, {cols}), got {s}")
+                  lambda: f"{name} must be ({b} or 1, {h} or 1, {rows}, {cols}), got {s}")
     if spec.block_mask is not None:
         _need(spec.block_size is not None, "block_mask needs block_size=(block_q, block_k)")
         bq, bk = spec.block_size
-        _need(bq >= 1 and bk >= 1, f"block_size must be positive, got {spec.block_size}")
+        _need(bq >= 1 and bk >= 1, lambda: f"block_size must be positive, got {spec.block_size}")
         nq, nk = -(-rows // bq), -(-cols // bk)
         s = _shape(spec.block_mask)
         _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] == (nq, nk),
-              f"block_mask must be ({b} or 1, {h} or 1, {nq}, {nk}) for block_size {tuple(spec.block_size)}, got {s}")
+              lambda: f"block_mask must be ({b} or 1, {h} or 1, {nq}, {nk}) for block_size {tuple(spec.block_size)}, got {s}")
 
 
 def make_desc(p, spec):
@@ -169,23 +170,23 @@ def make_desc(p, spec):
         scale = 1.0 / math.sqrt(p.head_dim)
     # The C descriptor reads 0 as "the default"; an explicit 0 (or a negative
     # or NaN scale) is refused here rather than silently replaced.
-    _need(scale > 0 and math.isfinite(scale), f"softmax_scale must be positive and finite, got {scale}")
+    _need(scale > 0 and math.isfinite(scale), lambda: f"softmax_scale must be positive and finite, got {scale}")
     d.scale = scale
     d.causal = 1 if spec.causal else 0
     left, right = spec.window_size
     if (left, right) != (-1, -1):
-        _need(left >= -1 and right >= -1, f"window_size entries must be >= -1, got {tuple(spec.window_size)}")
+        _need(left >= -1 and right >= -1, lambda: f"window_size entries must be >= -1, got {tuple(spec.window_size)}")
         d.window, d.window_left, d.window_right = 1, int(left), int(right)
     d.softcap = float(spec.softcap or 0.0)
-    _need(d.softcap >= 0, f"softcap must be >= 0, got {spec.softcap}")
+    _need(d.softcap >= 0, lambda: f"softcap must be >= 0, got {spec.softcap}")
     if spec.dropout_p:
-        _need(0 <= spec.dropout_p < 1, f"dropout_p must be in [0, 1), got {spec.dropout_p}")
+        _need(0 <= spec.dropout_p < 1, lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
         d.dropout_p = float(spec.dropout_p)
         d.dropout_seed = int(spec.dropout_seed) & (2**64 - 1)
         d.dropout_offset = int(spec.dropout_offset or 0) & (2**64 - 1)
     if spec.block_mask is not None:
         d.block_q, d.block_k = (int(n) for n in spec.block_size)
-    _need(spec.path in ("flash", "standard"), f"path must be 'flash' or 'standard', got {spec.path!r}")
+    _need(spec.path in ("flash", "standard"), lambda: f"path must be 'flash' or 'standard', got {spec.path!r}")
     d.path = _flashcl.PATH_STANDARD if spec.path == "standard" else _flashcl.PATH_FLASH
     return d
 
@@ -218,11 +219,11 @@ def forward(q, k, v, spec, context=None):
 def backward(dout, q, k, v, out, lse, spec, dq=None, dk=None, dv=None, want_dsinks=False, context=None):
     """(dq, dk, dv, dsinks or None); dq, dk, dv may be given (views of one packed gradient, say)."""
     p, d = prepare(q, k, v, spec)
-    _need(_shape(dout) == p.out_shape(), f"dout has shape {_shape(dout)}, out is {p.out_shape()}")
-    _need(_shape(out) == p.out_shape(), f"out has shape {_shape(out)}, expected {p.out_shape()}")
-    _need(_shape(lse) == p.lse_shape(), f"softmax_lse has shape {_shape(lse)}, expected {p.lse_shape()}")
+    _need(_shape(dout) == p.out_shape(), lambda: f"dout has shape {_shape(dout)}, out is {p.out_shape()}")
+    _need(_shape(out) == p.out_shape(), lambda: f"out has shape {_shape(out)}, expected {p.out_shape()}")
+    _need(_shape(lse) == p.lse_shape(), lambda: f"softmax_lse has shape {_shape(lse)}, expected {p.lse_shape()}")
     for name, x in (("dout", dout), ("out", out)):
-        _need(_arrays.dtype_name(x) == _arrays.dtype_name(q), f"{name} has dtype {_arrays.dtype_name(x)}, q has "
+        _need(_arrays.dtype_name(x) == _arrays.dtype_name(q), lambda: f"{name} has dtype {_arrays.dtype_name(x)}, q has "
                                                               f"{_arrays.dtype_name(q)}")
     dq = _arrays.empty(q, _shape(q)) if dq is None else dq
     dk = _arrays.empty(k, _shape(k)) if dk is None else dk

@@ -48,8 +48,7 @@ def _flat(spec):
             int(spec.dropout_offset or 0), int(bq), int(bk), spec.path)
 
 
-@torch.library.custom_op("flashcl::forward", mutates_args=())
-def forward_op(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], sinks: Optional[Tensor],
+def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], sinks: Optional[Tensor],
                bias: Optional[Tensor], mask: Optional[Tensor], block_mask: Optional[Tensor],
                cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
                max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
@@ -66,6 +65,12 @@ def forward_op(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], 
     return out, lse, rng_state
 
 
+# Eager calls use _forward and _backward directly: the dispatcher in front of
+# a Python custom op costs about 100 us a call here, and autograd is ours
+# anyway. Only traced code (torch.compile) goes through the operators.
+forward_op = torch.library.custom_op("flashcl::forward", mutates_args=())(_forward)
+
+
 @forward_op.register_fake
 def _(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed, dropout_offset, block_q,
@@ -78,8 +83,7 @@ def _(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seq
     return out, q.new_empty(lse_shape, dtype=torch.float32), q.new_empty((2,), dtype=torch.int64)
 
 
-@torch.library.custom_op("flashcl::backward", mutates_args=("dq", "dk", "dv", "dsinks"))
-def backward_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor, dq: Tensor,
+def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor, dq: Tensor,
                 dk: Tensor, dv: Tensor, dsinks: Optional[Tensor], rng_state: Tensor,
                 alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], bias: Optional[Tensor],
                 mask: Optional[Tensor], block_mask: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
@@ -99,6 +103,9 @@ def backward_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, soft
         dq.copy_(gq), dk.copy_(gk), dv.copy_(gv)
     if dsinks is not None:
         dsinks.copy_(gs)
+
+
+backward_op = torch.library.custom_op("flashcl::backward", mutates_args=("dq", "dk", "dv", "dsinks"))(_backward)
 
 
 @backward_op.register_fake
@@ -137,7 +144,8 @@ class AttentionFunction(torch.autograd.Function):
     def forward(ctx, packing, scalars, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
                 *inputs):
         q, k, v = _Packing.split(packing, inputs)
-        out, lse, rng_state = forward_op(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q,
+        fwd = forward_op if torch.compiler.is_compiling() else _forward
+        out, lse, rng_state = fwd(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q,
                                          cu_seqlens_k, *scalars)
         ctx.packing, ctx.scalars = packing, scalars
         ctx.sinks_grad = sinks is not None and sinks.requires_grad
@@ -153,7 +161,8 @@ class AttentionFunction(torch.autograd.Function):
         grads, (dq, dk, dv) = _Packing.gradients(ctx.packing, inputs)
         dsinks = torch.empty_like(sinks, dtype=torch.float32) if ctx.sinks_grad else None
         (max_q, max_k, scale, causal, left, right, softcap, dropout_p, _seed, _offset, bq, bk, path) = ctx.scalars
-        backward_op(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask,
+        bwd = backward_op if torch.compiler.is_compiling() else _backward
+        bwd(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask,
                     block_mask, cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk,
                     path)
         return (None, None, None, dsinks, None, None, None, None, None) + tuple(grads)
@@ -174,5 +183,5 @@ def attention(inputs, spec, packing="none"):
     flat = _flat(spec)
     if not needs_grad:
         q, k, v = _Packing.split(packing, inputs)
-        return forward_op(q, k, v, *flat)
+        return (forward_op if torch.compiler.is_compiling() else _forward)(q, k, v, *flat)
     return AttentionFunction.apply(packing, flat[7:], *flat[:7], *inputs)

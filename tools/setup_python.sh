@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The Python package (python/, issue 16): a virtual environment in .venv with
+# the package built from this checkout and its test dependencies (pytest,
+# ml_dtypes, PyTorch, transformers). Run by tools/setup.sh; run it again after
+# changing python/ (the build in build-python/ is incremental). Python:
+# FLASHCL_PYTHON_EXE, else Debian's /usr/bin/python3, else python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+py=${FLASHCL_PYTHON_EXE:-}
+if [ -z "$py" ]; then
+  if [ -x /usr/bin/python3 ]; then py=/usr/bin/python3; else py=python3; fi
+fi
+step() { echo "setup_python: $1 ($(( $(date +%s) - start )) s)"; }
+start=$(date +%s)
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+  step "created .venv with $("$py" --version)"
+fi
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+"${pip[@]}" -r python/requirements-test.txt
+step "test dependencies"
+# --no-build-isolation: the build requirements are in .venv already, and the
+# CMake tree in build-python/ stays valid from one run to the next.
+"${pip[@]}" --no-build-isolation -C build-dir=build-python .
+step "flashcl $(.venv/bin/python -c 'import flashcl; print(flashcl.__version__)') installed"
+# Last: the light torch install leaves torch's CUDA requirements unmet, and
+# pip would complain about that on every later install.
+.venv/bin/python tools/install_torch.py "$(cat python/requirements-torch.txt)"
+step "torch"
