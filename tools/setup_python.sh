@@ -13,16 +13,17 @@ if [ -z "$py" ]; then
 fi
 step() { echo "setup_python: $1 ($(( $(date +%s) - start )) s)"; }
 start=$(date +%s)
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
+  "${pip[@]}" --upgrade pip  # Debian 12's pip 23.0 predates parts of the build interface used here
   step "created .venv with $("$py" --version)"
 fi
-pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${pip[@]}" -r python/requirements-test.txt
 step "test dependencies"
 # --no-build-isolation: the build requirements are in .venv already, and the
 # CMake tree in build-python/ stays valid from one run to the next.
-"${pip[@]}" --no-build-isolation -C build-dir=build-python .
+"${pip[@]}" --no-build-isolation --config-settings=build-dir=build-python .
 step "flashcl $(.venv/bin/python -c 'import flashcl; print(flashcl.__version__)') installed"
 # Last: the light torch install leaves torch's CUDA requirements unmet, and
 # pip would complain about that on every later install.

@@ -128,9 +128,10 @@ Context::Context(std::optional<std::string> device_spec, bool zero_copy) {
     policy_.zero_copy = zero_copy && unified_;
     policy_.base_align = align_bits / 8 ? align_bits / 8 : 1;
     device_name_ = device_string(dev, CL_DEVICE_NAME);
-    device_type_ = (type & CL_DEVICE_TYPE_GPU) ? "gpu" : (type & CL_DEVICE_TYPE_CPU) ? "cpu"
-                   : (type & CL_DEVICE_TYPE_ACCELERATOR)              ? "accelerator"
-                                                                      : "other";
+    device_type_ = (type & CL_DEVICE_TYPE_GPU)           ? "gpu"
+                   : (type & CL_DEVICE_TYPE_CPU)         ? "cpu"
+                   : (type & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator"
+                                                         : "other";
     size_t n = 0;
     if (platform && clGetPlatformInfo(platform, CL_PLATFORM_NAME, 0, nullptr, &n) == CL_SUCCESS && n > 0) {
         platform_name_.assign(n, '\0');

@@ -96,8 +96,8 @@ cl_int DeviceBuffers::finish(std::string *what) {
         if (zero_copy) {
             // The spec makes host memory under CL_MEM_USE_HOST_PTR current only
             // through a map; on a device that uses it in place this copies nothing.
-            void *p = clEnqueueMapBuffer(queue_, g.mem, CL_TRUE, CL_MAP_READ, at, e.a.span_bytes, 0, nullptr,
-                                         nullptr, &err);
+            void *p =
+                clEnqueueMapBuffer(queue_, g.mem, CL_TRUE, CL_MAP_READ, at, e.a.span_bytes, 0, nullptr, nullptr, &err);
             if (err == CL_SUCCESS) err = clEnqueueUnmapMemObject(queue_, g.mem, p, 0, nullptr, nullptr);
             if (err != CL_SUCCESS) *what = std::string("clEnqueueMapBuffer (") + e.a.name + "): " + cl_name(err);
         } else {

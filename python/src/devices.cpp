@@ -35,9 +35,8 @@ nb::list list_devices() {
     std::vector<cl_platform_id> platforms(np);
     check(clGetPlatformIDs(np, platforms.data(), nullptr), "clGetPlatformIDs");
     for (cl_uint p = 0; p < np; ++p) {
-        std::string pname = info_string([&](size_t n, void *v, size_t *r) {
-            return clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, n, v, r);
-        });
+        std::string pname = info_string(
+            [&](size_t n, void *v, size_t *r) { return clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, n, v, r); });
         cl_uint nd = 0;
         if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 0, nullptr, &nd) != CL_SUCCESS) continue;
         std::vector<cl_device_id> devs(nd);

@@ -37,9 +37,7 @@ struct HostArray {
 
 // Checks device (host memory), element type, rank, non-negative strides,
 // a contiguous last dimension and element alignment.
-HostArray host_array(const char *name, const InArray &a, Elem elem, flashcl_dtype storage, int min_ndim,
-                     int max_ndim);
-HostArray host_array(const char *name, const OutArray &a, Elem elem, flashcl_dtype storage, int min_ndim,
-                     int max_ndim);
+HostArray host_array(const char *name, const InArray &a, Elem elem, flashcl_dtype storage, int min_ndim, int max_ndim);
+HostArray host_array(const char *name, const OutArray &a, Elem elem, flashcl_dtype storage, int min_ndim, int max_ndim);
 
 } // namespace flashcl_py

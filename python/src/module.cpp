@@ -38,9 +38,9 @@ Features features(Opt alibi, Opt sinks, Opt bias, Opt mask, Opt block_mask, Opt 
 }
 
 // The keyword arguments every call takes for the descriptor's array fields.
-#define FEATURE_ARGS                                                                                                \
-    "alibi_slopes"_a = nb::none(), "sinks"_a = nb::none(), "bias"_a = nb::none(), "mask"_a = nb::none(),            \
-        "block_mask"_a = nb::none(), "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none()
+#define FEATURE_ARGS                                                                                                   \
+    "alibi_slopes"_a = nb::none(), "sinks"_a = nb::none(), "bias"_a = nb::none(), "mask"_a = nb::none(),               \
+    "block_mask"_a = nb::none(), "cu_seqlens_q"_a = nb::none(), "cu_seqlens_k"_a = nb::none()
 
 } // namespace
 
@@ -64,7 +64,8 @@ NB_MODULE(_flashcl, m) {
 
     // The descriptor's scalar fields; the array fields are call arguments.
     nb::class_<flashcl_attention_desc>(m, "Desc")
-        .def("__init__", [](flashcl_attention_desc *d) { new (d) flashcl_attention_desc(flashcl_attention_desc_init()); })
+        .def("__init__",
+             [](flashcl_attention_desc *d) { new (d) flashcl_attention_desc(flashcl_attention_desc_init()); })
         .def_prop_rw(
             "dtype", [](const flashcl_attention_desc &d) { return (int)d.dtype; },
             [](flashcl_attention_desc &d, int v) { d.dtype = (flashcl_dtype)v; })
@@ -98,9 +99,8 @@ NB_MODULE(_flashcl, m) {
             "forward",
             [](Context &c, const flashcl_attention_desc &d, const InArray &q, const InArray &k, const InArray &v,
                const OutArray &o, std::optional<OutArray> lse, Opt alibi, Opt sinks, Opt bias, Opt mask, Opt bm,
-               Opt cu_q, Opt cu_k) {
-                c.forward(d, q, k, v, o, lse, features(alibi, sinks, bias, mask, bm, cu_q, cu_k));
-            },
+               Opt cu_q,
+               Opt cu_k) { c.forward(d, q, k, v, o, lse, features(alibi, sinks, bias, mask, bm, cu_q, cu_k)); },
             "desc"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a = nb::none(), FEATURE_ARGS)
         .def(
             "backward",
@@ -111,8 +111,8 @@ NB_MODULE(_flashcl, m) {
                 c.backward(d, q, k, v, o, dout, lse, dq, dk, dv,
                            features(alibi, sinks, bias, mask, bm, cu_q, cu_k, std::move(dsinks)));
             },
-            "desc"_a, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
-            "dsinks"_a = nb::none(), FEATURE_ARGS)
+            "desc"_a, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, "dsinks"_a = nb::none(),
+            FEATURE_ARGS)
         .def(
             "dropout_mask",
             [](Context &c, const flashcl_attention_desc &d, const OutArray &out, Opt cu_q, Opt cu_k) {
@@ -122,9 +122,8 @@ NB_MODULE(_flashcl, m) {
         .def(
             "plan",
             [](Context &c, const flashcl_attention_desc &d, bool backward, Opt alibi, Opt sinks, Opt bias, Opt mask,
-               Opt bm, Opt cu_q, Opt cu_k) {
-                return c.plan(d, backward, features(alibi, sinks, bias, mask, bm, cu_q, cu_k));
-            },
+               Opt bm, Opt cu_q,
+               Opt cu_k) { return c.plan(d, backward, features(alibi, sinks, bias, mask, bm, cu_q, cu_k)); },
             "desc"_a, "backward"_a = false, FEATURE_ARGS)
         .def_prop_ro("device_name", &Context::device_name)
         .def_prop_ro("platform_name", &Context::platform_name)
