@@ -82,7 +82,9 @@ def torch_requirements():
 
 def wheel_for(error, cuda):
     """The requirement that ships the library an import error is about, or None."""
-    missing = re.search(r"(lib[\w.+-]+?)\.so[.\d]*: cannot open shared object", error)
+    # The loader's "libX.so.N: cannot open shared object file", or torch's own
+    # preloader's "libX.so.*[0-9] not found in the system path".
+    missing = re.search(r"(lib[A-Za-z0-9_+-]+)\.so\S*:? (?:cannot open shared object|not found)", error)
     symbol = re.search(r"undefined symbol: (\w+)", error)
     for lib, sym, ships in LIBRARIES:
         if (missing and missing.group(1).startswith(lib)) or (symbol and symbol.group(1).startswith(sym)):

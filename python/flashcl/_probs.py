@@ -16,7 +16,7 @@ _CHUNK = 512  # columns per call: V's head dim, at most FLASHCL_MAX_HEAD_DIM
 def _as_f32(x):
     if isinstance(x, np.ndarray):
         return x.astype(np.float32)
-    return x.detach().float()
+    return _arrays.host(x.detach()).float()
 
 
 def probabilities(q, k, spec):
