@@ -141,3 +141,28 @@ def test_standard_path(rng):
                                flashcl.attention(q, k, v, causal=True), atol=2e-6)
     with pytest.raises(flashcl.Error, match="FLASHCL_ERR_UNSUPPORTED_VARIANT"):
         flashcl.attention(q, k, v, softcap=2.0, path="standard")
+
+
+def test_threads_sharing_one_context(rng):
+    """Calls from several threads on one Context are serialised and all correct."""
+    ctx = flashcl.Context()
+    inputs = [tuple(rand(rng, (1, 40, 2, 32)) for _ in range(3)) for _ in range(4)]
+    want = [flashcl.attention(*x, causal=True, context=ctx) for x in inputs]
+    got = [None] * 4
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                got[i] = flashcl.attention(*inputs[i], causal=True, context=ctx)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
