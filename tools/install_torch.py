@@ -19,6 +19,7 @@ The import check runs with the same dlopen flags as Python's (RTLD_NOW), so a
 successful import means every symbol resolved.
 """
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -44,15 +45,26 @@ LIBRARIES = [
     ("libcudart", "cuda", "cuda-toolkit[cudart]"),
 ]
 CUDA_NAMES = re.compile(r"^(nvidia-|cuda-|triton)", re.IGNORECASE)
+# Downloaded wheels are kept here (setup_python.sh says why); "off" downloads every time.
+WHEELHOUSE = os.environ.get("FLASHCL_WHEELHOUSE") or os.path.expanduser("~/.cache/flashcl-wheels")
+
+
+def _pip(command, *args):
+    # Quiet unless it fails: with torch's CUDA requirements left out on
+    # purpose, pip reports them as conflicts on every install.
+    r = subprocess.run([sys.executable, "-m", "pip", command, "-q", "--disable-pip-version-check", *args],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"install_torch: pip {command} {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
 
 
 def pip(*args):
-    # Quiet unless it fails: with torch's CUDA requirements left out on
-    # purpose, pip reports them as conflicts on every install.
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"install_torch: pip install {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    """pip install args, through the wheelhouse: download what it lacks, install from it."""
+    if WHEELHOUSE == "off":
+        _pip("install", *args)
+        return
+    _pip("download", "-d", WHEELHOUSE, *args)
+    _pip("install", "--no-index", "--find-links", WHEELHOUSE, *args)
 
 
 def import_error():
