@@ -49,11 +49,11 @@ def _flat(spec):
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], sinks: Optional[Tensor],
-               bias: Optional[Tensor], mask: Optional[Tensor], block_mask: Optional[Tensor],
-               cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
-               max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
-               window_right: int, softcap: float, dropout_p: float, dropout_seed: int, dropout_offset: int,
-               block_q: int, block_k: int, path: str) -> Tuple[Tensor, Tensor, Tensor]:
+             bias: Optional[Tensor], mask: Optional[Tensor], block_mask: Optional[Tensor],
+             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+             max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
+             window_right: int, softcap: float, dropout_p: float, dropout_seed: int, dropout_offset: int,
+             block_q: int, block_k: int, path: str) -> Tuple[Tensor, Tensor, Tensor]:
     """(out, softmax_lse, rng_state): rng_state = [seed, offset] of the dropout (a seed < 0 draws one)."""
     spec = _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                  max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed,
@@ -84,12 +84,12 @@ def _(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seq
 
 
 def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor, dq: Tensor,
-                dk: Tensor, dv: Tensor, dsinks: Optional[Tensor], rng_state: Tensor,
-                alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], bias: Optional[Tensor],
-                mask: Optional[Tensor], block_mask: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
-                cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-                softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int, softcap: float,
-                dropout_p: float, block_q: int, block_k: int, path: str) -> None:
+              dk: Tensor, dv: Tensor, dsinks: Optional[Tensor], rng_state: Tensor,
+              alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], bias: Optional[Tensor],
+              mask: Optional[Tensor], block_mask: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+              cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+              softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int, softcap: float,
+              dropout_p: float, block_q: int, block_k: int, path: str) -> None:
     """Writes dq, dk, dv (and dsinks when given) in place, as flash_attn's _flash_attn_backward."""
     seed, offset = (int(x) for x in rng_state.tolist())
     spec = _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -145,8 +145,8 @@ class AttentionFunction(torch.autograd.Function):
                 *inputs):
         q, k, v = _Packing.split(packing, inputs)
         fwd = forward_op if torch.compiler.is_compiling() else _forward
-        out, lse, rng_state = fwd(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q,
-                                         cu_seqlens_k, *scalars)
+        out, lse, rng_state = fwd(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
+                                  *scalars)
         ctx.packing, ctx.scalars = packing, scalars
         ctx.sinks_grad = sinks is not None and sinks.requires_grad
         ctx.save_for_backward(out, lse, rng_state, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q,
@@ -162,9 +162,8 @@ class AttentionFunction(torch.autograd.Function):
         dsinks = torch.empty_like(sinks, dtype=torch.float32) if ctx.sinks_grad else None
         (max_q, max_k, scale, causal, left, right, softcap, dropout_p, _seed, _offset, bq, bk, path) = ctx.scalars
         bwd = backward_op if torch.compiler.is_compiling() else _backward
-        bwd(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask,
-                    block_mask, cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk,
-                    path)
+        bwd(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask, block_mask,
+            cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk, path)
         return (None, None, None, dsinks, None, None, None, None, None) + tuple(grads)
 
 

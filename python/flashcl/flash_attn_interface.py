@@ -24,8 +24,6 @@ Differences from flash_attn, all documented in the README:
     from torch's, or numpy's, global generator), so masks differ from CUDA's;
   - block_table (paged KV) and flash_attn_with_kvcache are not here yet.
 """
-import numpy as np
-
 from . import _arrays, _core, _probs
 
 
