@@ -1,0 +1,39 @@
+"""FlashCL: exact FlashAttention on any OpenCL device, with FlashAttention-2's Python API.
+
+    from flashcl import flash_attn_func
+    out = flash_attn_func(q, k, v, causal=True)     # numpy arrays or torch tensors, (batch, seqlen, heads, dim)
+
+See the README's "Python" section. FlashAttention-2's functions are in
+flashcl.flash_attn_interface (also importable from here); FlashCL's own
+features are attention(), attention_backward(), dropout_mask() and plan();
+devices: devices(), Context, use_device(), FLASHCL_DEVICE.
+"""
+from . import _flashcl
+from ._context import Context, current as current_context, use_device
+from .errors import Error, InvalidArgumentError
+from .extras import attention, attention_backward, dropout_mask, plan
+from .flash_attn_interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+
+__version__ = _flashcl.version()
+MAX_HEAD_DIM = _flashcl.MAX_HEAD_DIM
+
+
+def devices():
+    """The OpenCL devices: dicts with spec ("P:D", for Context and FLASHCL_DEVICE), name, vendor,
+    platform, type and host_unified_memory. Empty when there is no OpenCL platform."""
+    return _flashcl.devices()
+
+
+__all__ = [
+    "Context", "Error", "InvalidArgumentError", "MAX_HEAD_DIM", "attention", "attention_backward", "current_context",
+    "devices", "dropout_mask", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "plan",
+    "use_device",
+]

@@ -1,0 +1,97 @@
+"""numpy arrays and PyTorch tensors, seen the same way.
+
+A call takes either numpy arrays or PyTorch tensors and returns the same
+kind. Neither library is imported here unless the caller already uses it:
+torch is looked up in sys.modules, ml_dtypes (numpy's bfloat16) only when a
+bfloat16 array appears.
+"""
+import sys
+
+import numpy as np
+
+from . import _flashcl
+
+# Storage codes of the C descriptor (flashcl_dtype) by dtype name; the same
+# names in numpy (ml_dtypes adds "bfloat16") and in torch ("torch.float16").
+_STORAGE = {"float32": _flashcl.DTYPE_F32, "float16": _flashcl.DTYPE_F16, "bfloat16": _flashcl.DTYPE_BF16}
+
+
+def torch_module():
+    """torch if the program has imported it, else None (we never import it ourselves)."""
+    return sys.modules.get("torch")
+
+
+def is_torch(x):
+    torch = torch_module()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+_NAMES = {}  # dtype object -> name; str(dtype) is slow enough to show in a call's overhead
+
+
+def dtype_name(x):
+    """'float32', 'float16', 'bfloat16', ... for an array or a tensor."""
+    dt = x.dtype
+    name = _NAMES.get(dt)
+    if name is None:
+        name = str(dt)
+        name = _NAMES[dt] = name[6:] if name.startswith("torch.") else name
+    return name
+
+
+def storage_code(name, x):
+    """The C storage code for q/k/v's dtype; ValueError naming the argument otherwise."""
+    code = _STORAGE.get(dtype_name(x))
+    if code is None:
+        raise ValueError(f"{name} has dtype {dtype_name(x)}; FlashCL stores float32, float16 or bfloat16")
+    return code
+
+
+def kind_check(names_values):
+    """All given arrays are numpy or all are torch tensors; returns True for torch."""
+    kinds = {name: is_torch(x) for name, x in names_values if x is not None}
+    if len(set(kinds.values())) > 1:
+        torch_names = [n for n, t in kinds.items() if t]
+        other = [n for n, t in kinds.items() if not t]
+        raise ValueError(f"mixed array kinds: {', '.join(torch_names)} are torch tensors, {', '.join(other)} are not")
+    for name, x in names_values:
+        if x is not None and not kinds[name] and not isinstance(x, np.ndarray):
+            raise ValueError(f"{name} must be a numpy array or a torch tensor, not {type(x).__name__}")
+    return any(kinds.values())
+
+
+def raw(x):
+    """What the extension reads: host memory with a dtype nanobind understands.
+
+    numpy has no bfloat16 of its own: ml_dtypes' bfloat16 arrays go as their
+    16-bit patterns (a view, no copy). Tensors are detached (DLPack refuses
+    tensors that require grad; the memory is the same) and must be on the CPU
+    by now (see host()).
+    """
+    if x is None:
+        return None
+    if isinstance(x, np.ndarray):
+        return x.view(np.uint16) if x.dtype.name == "bfloat16" else x
+    return x.detach()
+
+
+def host(x):
+    """A tensor on another device (CUDA, MPS, XPU, ...) is copied to host memory."""
+    if x is not None and is_torch(x) and x.device.type != "cpu":
+        return x.cpu()
+    return x
+
+
+def empty(like, shape, dtype=None):
+    """An uninitialised array of `like`'s kind (in host memory) and dtype (or one named)."""
+    if isinstance(like, np.ndarray):
+        return np.empty(shape, dtype=like.dtype if dtype is None else np.dtype(dtype))
+    torch = torch_module()
+    dt = like.dtype if dtype is None else getattr(torch, dtype)
+    return torch.empty(shape, dtype=dt, device="cpu")
+
+
+def zeros(like, shape, dtype=None):
+    out = empty(like, shape, dtype)
+    out[...] = 0
+    return out

@@ -1,0 +1,91 @@
+"""Contexts: which OpenCL device the calls run on.
+
+A flashcl_context is not thread-safe, so each thread gets its own default
+context, created on first use on the device FLASHCL_DEVICE names (else the
+first GPU, else the first device). use_device() changes the device of the
+default contexts of every thread; `with Context(...)` runs the calls of one
+thread on a given context.
+"""
+import threading
+
+from . import _flashcl
+
+_local = threading.local()
+_default_spec = None
+_default_generation = 0  # bumped by use_device(): threads rebuild their default context
+
+
+class Context:
+    """An OpenCL device with FlashCL's programs, plans and scratch memory for it.
+
+    device: "P:D" (platform, device index as flashcl.devices() lists them) or
+    text matched against device, vendor and platform names; None uses
+    FLASHCL_DEVICE, else the first GPU, else the first device.
+    zero_copy: on devices that share host memory (POCL, integrated GPUs) the
+    kernels work on the arrays' memory in place; False copies through device
+    buffers instead (what a discrete GPU always does).
+
+    Used as `with ctx:` it becomes the context of this thread's calls.
+    Calls on one context from several threads are serialised.
+    """
+
+    def __init__(self, device=None, zero_copy=True):
+        self._c = _flashcl.Context(device, zero_copy)
+
+    device_name = property(lambda self: self._c.device_name)
+    platform_name = property(lambda self: self._c.platform_name)
+    device_type = property(lambda self: self._c.device_type, doc="'cpu', 'gpu', 'accelerator' or 'other'")
+    host_unified_memory = property(lambda self: self._c.host_unified_memory)
+    zero_copy = property(lambda self: self._c.zero_copy, doc="whether calls use the arrays' memory in place")
+    cache_dir = property(lambda self: self._c.cache_dir, doc="the on-disk program cache ('' when off)")
+    scratch_bytes = property(lambda self: self._c.scratch_bytes)
+
+    def release_scratch(self):
+        self._c.release_scratch()
+
+    def transfer_stats(self):
+        """Buffers made in place and by copying, and bytes copied, since the context was made."""
+        return self._c.transfer_stats()
+
+    def __enter__(self):
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _stack().pop()
+        return False
+
+    def __repr__(self):
+        return f"flashcl.Context({self.device_name!r}, {self.platform_name!r})"
+
+
+def _stack():
+    s = getattr(_local, "stack", None)
+    if s is None:
+        s = _local.stack = []
+    return s
+
+
+def current():
+    """The context this thread's calls use now."""
+    s = getattr(_local, "stack", None)
+    if s:
+        return s[-1]
+    ctx = getattr(_local, "default", None)
+    if ctx is None or _local.generation != _default_generation:
+        ctx = _local.default = Context(_default_spec)
+        _local.generation = _default_generation
+    return ctx
+
+
+def use_device(device=None):
+    """Sets the device of every thread's default context (None: back to FLASHCL_DEVICE's rule).
+
+    Checks the device now, on this thread, and raises flashcl.Error if it does not exist.
+    """
+    global _default_spec, _default_generation
+    ctx = Context(device)
+    _default_spec = device
+    _default_generation += 1
+    _local.default, _local.generation = ctx, _default_generation
+    return ctx

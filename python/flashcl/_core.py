@@ -1,0 +1,254 @@
+"""One attention call: FlashAttention-2's arguments checked and turned into a
+FlashCL descriptor, outputs allocated, the extension called.
+
+Works on numpy arrays and CPU tensors alike (no autograd here: _torch.py
+builds that on top). Every shape is checked against q's here, before the C
+library sees a descriptor, because a view that is too small for the
+descriptor is an error there but one that is too large would be read in part.
+"""
+import math
+
+import numpy as np
+
+from . import _arrays, _context, _flashcl
+
+
+class Spec:
+    """Everything of a call except q, k, v (and the backward's tensors).
+
+    Scalars as FlashAttention-2 names them; the arrays (alibi_slopes, sinks,
+    bias, mask, block_mask, cu_seqlens_*) of the caller's kind.
+    """
+
+    __slots__ = ("softmax_scale", "causal", "window_size", "softcap", "alibi_slopes", "dropout_p", "dropout_seed",
+                 "dropout_offset", "sinks", "bias", "mask", "block_mask", "block_size", "cu_seqlens_q",
+                 "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "path")
+
+    def __init__(self, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                 dropout_p=0.0, dropout_seed=None, dropout_offset=0, sinks=None, bias=None, mask=None,
+                 block_mask=None, block_size=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                 max_seqlen_k=None, path="flash"):
+        self.softmax_scale = softmax_scale
+        self.causal = bool(causal)
+        self.window_size = window_size
+        self.softcap = softcap
+        self.alibi_slopes = alibi_slopes
+        self.dropout_p = dropout_p
+        self.dropout_seed = dropout_seed
+        self.dropout_offset = dropout_offset
+        self.sinks = sinks
+        self.bias = bias
+        self.mask = mask
+        self.block_mask = block_mask
+        self.block_size = block_size
+        self.cu_seqlens_q = cu_seqlens_q
+        self.cu_seqlens_k = cu_seqlens_k
+        self.max_seqlen_q = max_seqlen_q
+        self.max_seqlen_k = max_seqlen_k
+        self.path = path
+
+    @property
+    def varlen(self):
+        return self.cu_seqlens_q is not None or self.cu_seqlens_k is not None
+
+    def arrays(self):
+        return [("alibi_slopes", self.alibi_slopes), ("sinks", self.sinks), ("bias", self.bias), ("mask", self.mask),
+                ("block_mask", self.block_mask), ("cu_seqlens_q", self.cu_seqlens_q),
+                ("cu_seqlens_k", self.cu_seqlens_k)]
+
+
+def new_seed(torch_kind):
+    """A dropout seed from the caller's generator: torch.manual_seed or numpy.random.seed reproduce it."""
+    if torch_kind:
+        torch = _arrays.torch_module()
+        return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
+    return int(np.random.randint(0, 2**62, dtype=np.int64))
+
+
+def _shape(x):
+    return tuple(int(n) for n in x.shape)
+
+
+def _need(cond, message):
+    """ValueError(message) unless cond; message may be a function (formatted only on failure)."""
+    if not cond:
+        raise ValueError(message() if callable(message) else message)
+
+
+class Problem:
+    """The sizes of a call, read from q, k, v and checked against each other."""
+
+    __slots__ = ("varlen", "batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "head_dim_v",
+                 "max_seqlen_q", "max_seqlen_k", "dtype", "torch")
+
+    def __init__(self, q, k, v, spec):
+        self.torch = _arrays.kind_check([("q", q), ("k", k), ("v", v)] + spec.arrays())
+        self.varlen = spec.varlen
+        self.dtype = _arrays.storage_code("q", q)
+        for name, x in (("k", k), ("v", v)):
+            _need(_arrays.dtype_name(x) == _arrays.dtype_name(q),
+                  lambda: f"q, k and v must have one dtype: q is {_arrays.dtype_name(q)}, {name} is {_arrays.dtype_name(x)}")
+        qs, ks, vs = _shape(q), _shape(k), _shape(v)
+        if self.varlen:
+            _need(spec.cu_seqlens_q is not None and spec.cu_seqlens_k is not None,
+                  "varlen needs both cu_seqlens_q and cu_seqlens_k")
+            for name, s in (("q", qs), ("k", ks), ("v", vs)):
+                _need(len(s) == 3, lambda: f"{name} must be (total, heads, head_dim) with cu_seqlens, got shape {s}")
+            cu_q, cu_k = _shape(spec.cu_seqlens_q), _shape(spec.cu_seqlens_k)
+            _need(len(cu_q) == 1 and cu_q[0] >= 2, lambda: f"cu_seqlens_q must be (batch + 1,), got shape {cu_q}")
+            _need(cu_k == cu_q, lambda: f"cu_seqlens_k has shape {cu_k}, cu_seqlens_q {cu_q}: one entry per sequence + 1")
+            self.batch = cu_q[0] - 1
+            self.seqlen_q, self.heads_q, self.head_dim = qs
+            self.seqlen_k, self.heads_kv, _ = ks
+            _need(spec.max_seqlen_q is not None and spec.max_seqlen_k is not None,
+                  "varlen needs max_seqlen_q and max_seqlen_k")
+            self.max_seqlen_q, self.max_seqlen_k = int(spec.max_seqlen_q), int(spec.max_seqlen_k)
+            _need(self.max_seqlen_q >= 1 and self.max_seqlen_k >= 1, "max_seqlen_q and max_seqlen_k must be >= 1")
+            kv_rows = (0,)
+        else:
+            for name, s in (("q", qs), ("k", ks), ("v", vs)):
+                _need(len(s) == 4, lambda: f"{name} must be (batch, seqlen, heads, head_dim), got shape {s}")
+            self.batch, self.seqlen_q, self.heads_q, self.head_dim = qs
+            _, self.seqlen_k, self.heads_kv, _ = ks
+            _need(ks[0] == self.batch, lambda: f"k has batch {ks[0]}, q has {self.batch}")
+            self.max_seqlen_q, self.max_seqlen_k = self.seqlen_q, self.seqlen_k
+            kv_rows = (0, 1)
+        self.head_dim_v = vs[-1]
+        _need(ks[-1] == self.head_dim, lambda: f"k's head_dim is {ks[-1]}, q's is {self.head_dim}")
+        _need(all(vs[i] == ks[i] for i in kv_rows) and vs[-2] == ks[-2],
+              lambda: f"v has shape {vs}, k {ks}: they must agree but for the last dimension")
+
+    def lse_shape(self):
+        return (self.heads_q, self.seqlen_q) if self.varlen else (self.batch, self.heads_q, self.seqlen_q)
+
+    def out_shape(self):
+        rows = (self.seqlen_q,) if self.varlen else (self.batch, self.seqlen_q)
+        return rows + (self.heads_q, self.head_dim_v)
+
+    def score_shape(self):
+        """(b|1, h|1, rows, cols) of a bias or mask (per sequence with varlen)."""
+        return self.batch, self.heads_q, self.max_seqlen_q, self.max_seqlen_k
+
+
+def _check_features(p, spec):
+    """Shapes of the array-valued features (their dtypes: the extension checks)."""
+    h, b = p.heads_q, p.batch
+    if spec.alibi_slopes is not None:
+        s = _shape(spec.alibi_slopes)
+        _need(s in ((h,), (b, h)), lambda: f"alibi_slopes must be ({h},) or ({b}, {h}), got {s}")
+    if spec.sinks is not None:
+        s = _shape(spec.sinks)
+        _need(s == (h,), lambda: f"sinks must be ({h},), got {s}")
+    rows, cols = p.max_seqlen_q, p.max_seqlen_k
+    for name in ("bias", "mask"):
+        x = getattr(spec, name)
+        if x is not None:
+            s = _shape(x)
+            _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] == (rows, cols),
+                  lambda: f"{name} must be ({b} or 1, {h} or 1, {rows}, {cols}), got {s}")
+    if spec.block_mask is not None:
+        _need(spec.block_size is not None, "block_mask needs block_size=(block_q, block_k)")
+        bq, bk = spec.block_size
+        _need(bq >= 1 and bk >= 1, lambda: f"block_size must be positive, got {spec.block_size}")
+        nq, nk = -(-rows // bq), -(-cols // bk)
+        s = _shape(spec.block_mask)
+        _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] == (nq, nk),
+              lambda: f"block_mask must be ({b} or 1, {h} or 1, {nq}, {nk}) for block_size {tuple(spec.block_size)}, got {s}")
+
+
+def make_desc(p, spec):
+    """The C descriptor for a checked problem."""
+    d = _flashcl.Desc()
+    d.dtype = p.dtype
+    d.batch, d.heads_q, d.heads_kv = p.batch, p.heads_q, p.heads_kv
+    d.seqlen_q, d.seqlen_k = p.seqlen_q, p.seqlen_k
+    d.head_dim, d.head_dim_v = p.head_dim, p.head_dim_v
+    if p.varlen:
+        d.max_seqlen_q, d.max_seqlen_k = p.max_seqlen_q, p.max_seqlen_k
+    scale = spec.softmax_scale
+    if scale is None:
+        scale = 1.0 / math.sqrt(p.head_dim)
+    # The C descriptor reads 0 as "the default"; an explicit 0 (or a negative
+    # or NaN scale) is refused here rather than silently replaced.
+    _need(scale > 0 and math.isfinite(scale), lambda: f"softmax_scale must be positive and finite, got {scale}")
+    d.scale = scale
+    d.causal = 1 if spec.causal else 0
+    left, right = spec.window_size
+    if (left, right) != (-1, -1):
+        _need(left >= -1 and right >= -1, lambda: f"window_size entries must be >= -1, got {tuple(spec.window_size)}")
+        d.window, d.window_left, d.window_right = 1, int(left), int(right)
+    d.softcap = float(spec.softcap or 0.0)
+    _need(d.softcap >= 0, lambda: f"softcap must be >= 0, got {spec.softcap}")
+    if spec.dropout_p:
+        _need(0 <= spec.dropout_p < 1, lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
+        d.dropout_p = float(spec.dropout_p)
+        d.dropout_seed = int(spec.dropout_seed) & (2**64 - 1)
+        d.dropout_offset = int(spec.dropout_offset or 0) & (2**64 - 1)
+    if spec.block_mask is not None:
+        d.block_q, d.block_k = (int(n) for n in spec.block_size)
+    _need(spec.path in ("flash", "standard"), lambda: f"path must be 'flash' or 'standard', got {spec.path!r}")
+    d.path = _flashcl.PATH_STANDARD if spec.path == "standard" else _flashcl.PATH_FLASH
+    return d
+
+
+def _features(spec):
+    """The extension's keyword arguments for the array-valued features."""
+    return {name: _arrays.raw(x) for name, x in spec.arrays() if x is not None}
+
+
+def prepare(q, k, v, spec):
+    """Checks a call; returns (problem, descriptor). Draws the dropout seed if none was given."""
+    p = Problem(q, k, v, spec)
+    _check_features(p, spec)
+    if spec.dropout_p and spec.dropout_seed is None:
+        spec.dropout_seed = new_seed(p.torch)
+    return p, make_desc(p, spec)
+
+
+def forward(q, k, v, spec, context=None):
+    """(out, softmax_lse) for host arrays or CPU tensors of one kind."""
+    p, d = prepare(q, k, v, spec)
+    out = _arrays.empty(q, p.out_shape())
+    lse = _arrays.empty(q, p.lse_shape(), "float32")
+    ctx = context or _context.current()
+    ctx._c.forward(d, _arrays.raw(q), _arrays.raw(k), _arrays.raw(v), _arrays.raw(out), _arrays.raw(lse),
+                   **_features(spec))
+    return out, lse
+
+
+def backward(dout, q, k, v, out, lse, spec, dq=None, dk=None, dv=None, want_dsinks=False, context=None):
+    """(dq, dk, dv, dsinks or None); dq, dk, dv may be given (views of one packed gradient, say)."""
+    p, d = prepare(q, k, v, spec)
+    _need(_shape(dout) == p.out_shape(), lambda: f"dout has shape {_shape(dout)}, out is {p.out_shape()}")
+    _need(_shape(out) == p.out_shape(), lambda: f"out has shape {_shape(out)}, expected {p.out_shape()}")
+    _need(_shape(lse) == p.lse_shape(), lambda: f"softmax_lse has shape {_shape(lse)}, expected {p.lse_shape()}")
+    for name, x in (("dout", dout), ("out", out)):
+        _need(_arrays.dtype_name(x) == _arrays.dtype_name(q), lambda: f"{name} has dtype {_arrays.dtype_name(x)}, q has "
+                                                              f"{_arrays.dtype_name(q)}")
+    dq = _arrays.empty(q, _shape(q)) if dq is None else dq
+    dk = _arrays.empty(k, _shape(k)) if dk is None else dk
+    dv = _arrays.empty(v, _shape(v)) if dv is None else dv
+    dsinks = _arrays.empty(q, (p.heads_q,), "float32") if want_dsinks and spec.sinks is not None else None
+    ctx = context or _context.current()
+    ctx._c.backward(d, _arrays.raw(q), _arrays.raw(k), _arrays.raw(v), _arrays.raw(out), _arrays.raw(dout),
+                    _arrays.raw(lse), _arrays.raw(dq), _arrays.raw(dk), _arrays.raw(dv), dsinks=_arrays.raw(dsinks),
+                    **_features(spec))
+    return dq, dk, dv, dsinks
+
+
+def dropout_mask(q, k, v, spec, context=None):
+    """The keep mask (bool) a call with these arguments applies: (b, h, max_sq, max_sk)."""
+    p, d = prepare(q, k, v, spec)
+    _need(d.dropout_p > 0, "dropout_mask needs dropout_p > 0")
+    mask = _arrays.empty(q, p.score_shape(), "uint8")
+    ctx = context or _context.current()
+    ctx._c.dropout_mask(d, _arrays.raw(mask), cu_seqlens_q=_arrays.raw(spec.cu_seqlens_q),
+                        cu_seqlens_k=_arrays.raw(spec.cu_seqlens_k))
+    return mask.view(np.bool_) if isinstance(mask, np.ndarray) else mask.view(_arrays.torch_module().bool)
+
+
+def plan(q, k, v, spec, backward=False, context=None):
+    """What the forward (or backward) of this call runs on the context's device, and why."""
+    _, d = prepare(q, k, v, spec)
+    ctx = context or _context.current()
+    return ctx._c.plan(d, backward, **_features(spec))

@@ -1,0 +1,186 @@
+"""PyTorch: autograd and torch.compile.
+
+Two custom operators, flashcl::forward and flashcl::backward
+(torch.library.custom_op, with fake implementations for tracing), so that
+torch.compile keeps a FlashCL call as one opaque node instead of breaking the
+graph at the extension; and one torch.autograd.Function over them that saves
+q, k, v, out, the LSE and the dropout (seed, offset), so the backward pass
+regenerates the forward's dropout mask. Imported only when tensors arrive.
+
+Tensors on another device than the CPU are copied to host memory for the
+call and the results copied back to their device.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _core
+
+Tensor = torch.Tensor
+
+
+def _host(x):
+    return x if x is None or x.device.type == "cpu" else x.cpu()
+
+
+def _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+          softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed, dropout_offset,
+          block_q, block_k, path):
+    """A Spec from the operators' flat arguments (their schema has no objects)."""
+    return _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+                      softcap=softcap, alibi_slopes=_host(alibi_slopes), dropout_p=dropout_p,
+                      dropout_seed=dropout_seed if dropout_seed >= 0 else None, dropout_offset=dropout_offset,
+                      sinks=_host(sinks), bias=_host(bias), mask=_host(mask), block_mask=_host(block_mask),
+                      block_size=(block_q, block_k) if block_mask is not None else None,
+                      cu_seqlens_q=_host(cu_seqlens_q), cu_seqlens_k=_host(cu_seqlens_k),
+                      max_seqlen_q=max_seqlen_q if max_seqlen_q > 0 else None,
+                      max_seqlen_k=max_seqlen_k if max_seqlen_k > 0 else None, path=path)
+
+
+def _flat(spec):
+    """The operators' flat arguments for a Spec (the inverse of _spec)."""
+    left, right = spec.window_size
+    bq, bk = spec.block_size if spec.block_size is not None else (0, 0)
+    seed = -1 if spec.dropout_seed is None else int(spec.dropout_seed)
+    return (spec.alibi_slopes, spec.sinks, spec.bias, spec.mask, spec.block_mask, spec.cu_seqlens_q,
+            spec.cu_seqlens_k, int(spec.max_seqlen_q or 0), int(spec.max_seqlen_k or 0), spec.softmax_scale,
+            bool(spec.causal), int(left), int(right), float(spec.softcap or 0.0), float(spec.dropout_p or 0.0), seed,
+            int(spec.dropout_offset or 0), int(bq), int(bk), spec.path)
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], sinks: Optional[Tensor],
+             bias: Optional[Tensor], mask: Optional[Tensor], block_mask: Optional[Tensor],
+             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+             max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
+             window_right: int, softcap: float, dropout_p: float, dropout_seed: int, dropout_offset: int,
+             block_q: int, block_k: int, path: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out, softmax_lse, rng_state): rng_state = [seed, offset] of the dropout (a seed < 0 draws one)."""
+    spec = _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                 max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed,
+                 dropout_offset, block_q, block_k, path)
+    out, lse = _core.forward(_host(q), _host(k), _host(v), spec)
+    rng_state = torch.tensor([spec.dropout_seed or 0, spec.dropout_offset or 0], dtype=torch.int64)
+    if q.device.type != "cpu":
+        out, lse, rng_state = out.to(q.device), lse.to(q.device), rng_state.to(q.device)
+    return out, lse, rng_state
+
+
+# Eager calls use _forward and _backward directly: the dispatcher in front of
+# a Python custom op costs about 100 us a call here, and autograd is ours
+# anyway. Only traced code (torch.compile) goes through the operators.
+forward_op = torch.library.custom_op("flashcl::forward", mutates_args=())(_forward)
+
+
+@forward_op.register_fake
+def _(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed, dropout_offset, block_q,
+      block_k, path):
+    if cu_seqlens_q is not None:  # (total, h, d): LSE is (h, total)
+        lse_shape = (q.shape[1], q.shape[0])
+    else:
+        lse_shape = (q.shape[0], q.shape[2], q.shape[1])
+    out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
+    return out, q.new_empty(lse_shape, dtype=torch.float32), q.new_empty((2,), dtype=torch.int64)
+
+
+def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor, dq: Tensor,
+              dk: Tensor, dv: Tensor, dsinks: Optional[Tensor], rng_state: Tensor,
+              alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], bias: Optional[Tensor],
+              mask: Optional[Tensor], block_mask: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+              cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+              softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int, softcap: float,
+              dropout_p: float, block_q: int, block_k: int, path: str) -> None:
+    """Writes dq, dk, dv (and dsinks when given) in place, as flash_attn's _flash_attn_backward."""
+    seed, offset = (int(x) for x in rng_state.tolist())
+    spec = _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                 max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p, seed, offset,
+                 block_q, block_k, path)
+    on_host = dq.device.type == "cpu"
+    grads = (dq, dk, dv) if on_host else (None, None, None)
+    gq, gk, gv, gs = _core.backward(_host(dout), _host(q), _host(k), _host(v), _host(out), _host(softmax_lse), spec,
+                                    *grads, want_dsinks=dsinks is not None)
+    if not on_host:
+        dq.copy_(gq), dk.copy_(gk), dv.copy_(gv)
+    if dsinks is not None:
+        dsinks.copy_(gs)
+
+
+backward_op = torch.library.custom_op("flashcl::backward", mutates_args=("dq", "dk", "dv", "dsinks"))(_backward)
+
+
+@backward_op.register_fake
+def _(dout, q, k, v, out, softmax_lse, dq, dk, dv, dsinks, rng_state, *args):
+    return None
+
+
+class _Packing:
+    """How the differentiable inputs hold q, k, v: separately, (q, kv) or qkv (dimension -3)."""
+
+    @staticmethod
+    def split(packing, inputs):
+        if packing == "qkv":
+            return inputs[0].unbind(-3)
+        if packing == "kv":
+            return (inputs[0],) + tuple(inputs[1].unbind(-3))
+        return inputs
+
+    @staticmethod
+    def gradients(packing, inputs):
+        """Gradient tensors of the inputs' shapes, and the dq, dk, dv views into them."""
+        if packing == "qkv":
+            g = torch.empty_like(inputs[0])
+            return (g,), g.unbind(-3)
+        if packing == "kv":
+            gq, gkv = torch.empty_like(inputs[0]), torch.empty_like(inputs[1])
+            return (gq, gkv), (gq,) + tuple(gkv.unbind(-3))
+        g = tuple(torch.empty_like(x) for x in inputs)
+        return g, g
+
+
+class AttentionFunction(torch.autograd.Function):
+    """out, softmax_lse = attention(q, k, v); backward through flashcl::backward."""
+
+    @staticmethod
+    def forward(ctx, packing, scalars, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
+                *inputs):
+        q, k, v = _Packing.split(packing, inputs)
+        fwd = forward_op if torch.compiler.is_compiling() else _forward
+        out, lse, rng_state = fwd(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
+                                  *scalars)
+        ctx.packing, ctx.scalars = packing, scalars
+        ctx.sinks_grad = sinks is not None and sinks.requires_grad
+        ctx.save_for_backward(out, lse, rng_state, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q,
+                              cu_seqlens_k, *inputs)
+        ctx.mark_non_differentiable(lse, rng_state)
+        return out, lse, rng_state
+
+    @staticmethod
+    def backward(ctx, dout, _dlse, _drng):
+        out, lse, rng_state, alibi, sinks, bias, mask, block_mask, cu_q, cu_k, *inputs = ctx.saved_tensors
+        q, k, v = _Packing.split(ctx.packing, inputs)
+        grads, (dq, dk, dv) = _Packing.gradients(ctx.packing, inputs)
+        dsinks = torch.empty_like(sinks, dtype=torch.float32) if ctx.sinks_grad else None
+        (max_q, max_k, scale, causal, left, right, softcap, dropout_p, _seed, _offset, bq, bk, path) = ctx.scalars
+        bwd = backward_op if torch.compiler.is_compiling() else _backward
+        bwd(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask, block_mask,
+            cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk, path)
+        return (None, None, None, dsinks, None, None, None, None, None) + tuple(grads)
+
+
+def _check_no_grad(spec):
+    for name in ("alibi_slopes", "bias"):
+        x = getattr(spec, name)
+        if x is not None and x.requires_grad:
+            raise ValueError(f"{name} requires grad, but FlashCL computes no gradient for it (detach it)")
+
+
+def attention(inputs, spec, packing="none"):
+    """(out, softmax_lse, rng_state) for tensors; differentiable in the inputs (and sinks)."""
+    _check_no_grad(spec)
+    needs_grad = torch.is_grad_enabled() and (
+        any(x.requires_grad for x in inputs) or (spec.sinks is not None and spec.sinks.requires_grad))
+    flat = _flat(spec)
+    if not needs_grad:
+        q, k, v = _Packing.split(packing, inputs)
+        return (forward_op if torch.compiler.is_compiling() else _forward)(q, k, v, *flat)
+    return AttentionFunction.apply(packing, flat[7:], *flat[:7], *inputs)

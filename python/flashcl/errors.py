@@ -1,0 +1,31 @@
+"""FlashCL's exceptions.
+
+Arguments the package can check itself (shapes, dtypes, layouts, devices)
+raise ValueError before anything runs. A call the C library rejects or that
+fails on the device raises Error, which carries the status name
+(``"FLASHCL_ERR_INVALID_HEADS"``, ``"CL_OUT_OF_RESOURCES"``), its number and
+the library's message, which names the field (``heads_kv (3) must divide
+heads_q (8)``). The library's invalid-argument statuses (-10000 to -10099)
+raise InvalidArgumentError, which is both an Error and a ValueError. Nothing
+has been written to the outputs when either is raised for an argument.
+"""
+
+
+class Error(RuntimeError):
+    """A FlashCL or OpenCL status other than success."""
+
+    def __init__(self, name, message, status):
+        super().__init__(f"{name}: {message}" if message else name)
+        self.name = name  # e.g. "FLASHCL_ERR_INVALID_HEADS"
+        self.status = status  # the flashcl_status number
+        self.message = message  # flashcl_last_error's text
+
+
+class InvalidArgumentError(Error, ValueError):
+    """The library rejected an argument (status -10000 to -10099)."""
+
+
+def _from_status(status, name, message):
+    """The exception for a status (called by the extension module)."""
+    cls = InvalidArgumentError if -10099 <= status <= -10000 else Error
+    return cls(name, message, status)

@@ -1,0 +1,121 @@
+"""FlashCL's own features, under their own names (flash_attn has no such arguments).
+
+attention() takes everything flash_attn_func does plus attention sinks, an
+additive bias, a boolean mask, a block-sparse mask, varlen, explicit dropout
+seeds and the standard (non-flash) path; attention_backward() is the
+backward pass without autograd (for numpy); dropout_mask() and plan() say
+what a call does. All accept numpy arrays or PyTorch tensors.
+"""
+import contextlib
+
+from . import _arrays, _core, flash_attn_interface
+
+
+def _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset, sinks,
+          bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, path):
+    return _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                      alibi_slopes=alibi_slopes, dropout_p=dropout_p, dropout_seed=dropout_seed,
+                      dropout_offset=dropout_offset, sinks=sinks, bias=_matrix(bias), mask=_matrix(mask),
+                      block_mask=_matrix(block_mask), block_size=block_size, cu_seqlens_q=cu_seqlens_q,
+                      cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, path=path)
+
+
+def _matrix(x):
+    """A bias or mask as (b|1, h|1, rows, cols): a (rows, cols) matrix gets two leading
+    dimensions of 1; a broadcast row (stride 0, e.g. from expand) is materialised.
+    Masks are bytes, nonzero = attend: bool and uint8 arrays pass as they are."""
+    if x is None:
+        return None
+    if x.ndim == 2:
+        x = x[None, None]
+    if x.ndim == 4 and x.shape[2] > 1:
+        torch_kind = _arrays.is_torch(x)
+        if (x.stride()[2] if torch_kind else x.strides[2]) == 0:
+            x = x.contiguous() if torch_kind else x.copy()
+    return x
+
+
+@contextlib.contextmanager
+def _using(context):
+    if context is None:
+        yield
+    else:
+        with context:
+            yield
+
+
+def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+              dropout_p=0.0, dropout_seed=None, dropout_offset=0, sinks=None, bias=None, mask=None, block_mask=None,
+              block_size=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+              return_lse=False, path="flash", context=None):
+    """flash_attn_func / flash_attn_varlen_func with every FlashCL feature.
+
+    sinks: float32 (nheads,) logits added to each row's softmax denominator
+      (gpt-oss); differentiable when it requires grad.
+    bias: float32 (batch|1, nheads|1, seqlen_q, seqlen_k) added to the scores
+      (after scale and softcap); mask: bool/uint8 of that shape, True = attend.
+      With varlen the last two dimensions are max_seqlen_q, max_seqlen_k.
+    block_mask: bool/uint8 (batch|1, nheads|1, ceil(sq/bq), ceil(sk/bk)) with
+      block_size=(bq, bk): a False block is neither loaded nor computed.
+    dropout_seed/offset: the Philox key and counter offset (a seed is drawn
+      from torch's or numpy's generator when None).
+    path: "flash" (default) or "standard", the S = QK^T baseline (plain float32 only).
+    context: a flashcl.Context (default: this thread's).
+    Returns out, or (out, softmax_lse) with return_lse.
+    """
+    spec = _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset,
+                 sinks, bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 path)
+    with _using(context):
+        return flash_attn_interface.run((q, k, v), spec, "none", return_lse=return_lse)
+
+
+def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, causal=False, window_size=(-1, -1),
+                       softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0,
+                       sinks=None, bias=None, mask=None, block_mask=None, block_size=None, cu_seqlens_q=None,
+                       cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, path="flash", context=None):
+    """(dq, dk, dv), or (dq, dk, dv, dsinks) with sinks: the backward of attention() without autograd.
+
+    Takes the forward's out and softmax_lse and the same keyword arguments;
+    with dropout, the forward's dropout_seed (and offset) regenerate its mask.
+    """
+    if dropout_p and dropout_seed is None:
+        raise ValueError("attention_backward with dropout needs the forward's dropout_seed")
+    spec = _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset,
+                 sinks, bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 path)
+    args = [_arrays.host(x) for x in (dout, q, k, v, out, softmax_lse)]
+    with _using(context):
+        dq, dk, dv, dsinks = _core.backward(*args, spec, want_dsinks=sinks is not None)
+    return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
+
+
+def dropout_mask(q, k, dropout_p, dropout_seed, dropout_offset=0, *, cu_seqlens_q=None, cu_seqlens_k=None,
+                 max_seqlen_q=None, max_seqlen_k=None, context=None):
+    """The keep mask (bool, True = kept) that a call with these q, k and dropout arguments applies:
+    (batch, nheads, seqlen_q, seqlen_k), or (batch, nheads, max_seqlen_q, max_seqlen_k) with varlen
+    (False outside each sequence). It depends only on the seed, offset and positions."""
+    spec = _core.Spec(dropout_p=dropout_p, dropout_seed=dropout_seed, dropout_offset=dropout_offset,
+                      cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                      max_seqlen_k=max_seqlen_k)
+    with _using(context):
+        return _core.dropout_mask(_arrays.host(q), _arrays.host(k), _arrays.host(k), spec)
+
+
+def plan(q, k, v, *, backward=False, context=None, **features):
+    """What attention(q, k, v, **features) (or its backward) runs on the device, and why: a dict
+    with the kernel, its tiles, work-group size, local/private/scratch bytes, origin and reason."""
+    features.pop("return_lse", None)
+    args = {name: None for name in ("softmax_scale", "alibi_slopes", "dropout_seed", "sinks", "bias", "mask",
+                                    "block_mask", "block_size", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                                    "max_seqlen_k")}
+    args.update(causal=False, window_size=(-1, -1), softcap=0.0, dropout_p=0.0, dropout_offset=0, path="flash")
+    unknown = set(features) - set(args)
+    if unknown:
+        raise TypeError(f"plan() got unexpected keyword arguments {sorted(unknown)}")
+    args.update(features)
+    if args["dropout_p"] and args["dropout_seed"] is None:
+        args["dropout_seed"] = 0  # the plan does not depend on it
+    spec = _spec(**args)
+    with _using(context):
+        return _core.plan(_arrays.host(q), _arrays.host(k), _arrays.host(v), spec, backward=backward)

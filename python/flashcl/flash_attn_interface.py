@@ -1,0 +1,135 @@
+"""FlashAttention-2's Python API (flash_attn 2.x) on FlashCL.
+
+Same names, arguments, defaults, shapes and return values as
+flash_attn.flash_attn_interface, so that switching is an import:
+
+    from flashcl import flash_attn_func      # was: from flash_attn import flash_attn_func
+
+Inputs are numpy arrays (float32, float16, ml_dtypes.bfloat16) or PyTorch
+tensors (float32, float16, bfloat16), and the outputs are of the same kind.
+Tensors are differentiable (torch.autograd); tensors on another device than
+the CPU are copied to host memory for the call and back (FlashCL runs on an
+OpenCL device, not through PyTorch's device).
+
+Differences from flash_attn, all documented in the README:
+  - float32 storage is accepted too, and V may have its own head dim (d_v != d);
+  - `deterministic` is accepted and ignored: FlashCL's backward is always
+    deterministic (no atomics);
+  - softcap combines with dropout (flash_attn refuses the combination);
+  - S_dmask (return_attn_probs=True with dropout_p > 0) is the probability
+    matrix P, float32, (batch, heads, seqlen_q, seqlen_k) without
+    flash_attn's rounding of the lengths up to 128, with the entries dropout
+    removed negated, as flash_attn encodes them; an empty array without dropout;
+  - the dropout RNG is FlashCL's (Philox4x32-10 on absolute positions, seeded
+    from torch's, or numpy's, global generator), so masks differ from CUDA's;
+  - block_table (paged KV) and flash_attn_with_kvcache are not here yet.
+"""
+from . import _arrays, _core, _probs
+
+
+def _split(packing, inputs):
+    """q, k, v views of packed numpy inputs (dimension -3 holds the 3 or 2 parts)."""
+    def part(x, i):
+        return x[(Ellipsis, i, slice(None), slice(None))]
+
+    if packing == "qkv":
+        return part(inputs[0], 0), part(inputs[0], 1), part(inputs[0], 2)
+    if packing == "kv":
+        return inputs[0], part(inputs[1], 0), part(inputs[1], 1)
+    return inputs
+
+
+def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False):
+    """out, or (out, softmax_lse[, S_dmask]); autograd for tensors."""
+    names = {"none": ("q", "k", "v"), "qkv": ("qkv",), "kv": ("q", "kv")}[packing]
+    if _arrays.kind_check(list(zip(names, inputs)) + spec.arrays()):
+        for name, x in zip(names, inputs):
+            if x.device.type == "meta":
+                raise ValueError(f"{name} is on device meta, which holds no data")
+        from . import _torch
+
+        out, lse, rng_state = _torch.attention(inputs, spec, packing)
+        if spec.dropout_p and return_attn_probs:
+            spec.dropout_seed, spec.dropout_offset = (int(x) for x in rng_state.tolist())
+        q, k, _ = _torch._Packing.split(packing, inputs)
+    else:
+        q, k, v = _split(packing, inputs)
+        out, lse = _core.forward(q, k, v, spec)
+    if return_attn_probs:
+        return out, lse, _probs.s_dmask(q, k, spec)
+    return (out, lse) if return_lse else out
+
+
+def _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, **varlen):
+    return _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                      alibi_slopes=alibi_slopes, dropout_p=dropout_p, **varlen)
+
+
+def _no_paging(block_table):
+    if block_table is not None:
+        raise NotImplementedError("block_table (paged KV) needs FlashCL's decode work, which is not in this version")
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (batch, seqlen_q, nheads, d), k (batch, seqlen_k, nheads_k, d), v (batch, seqlen_k, nheads_k, d_v).
+
+    nheads % nheads_k == 0 (GQA/MQA). causal is aligned to the bottom right
+    (key j visible to query i iff j <= i + seqlen_k - seqlen_q); a query row
+    that sees no key gets out = 0. window_size (left, right), -1 = unbounded.
+    softcap > 0: scores become softcap * tanh(scores / softcap). alibi_slopes
+    (nheads,) or (batch, nheads) float32: bias -slope * |i + seqlen_k - seqlen_q - j|.
+    softmax_scale defaults to 1 / sqrt(d).
+
+    Returns out (batch, seqlen_q, nheads, d_v); with return_attn_probs also
+    softmax_lse (batch, nheads, seqlen_q) float32 (natural log) and S_dmask.
+    """
+    spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    return run((q, k, v), spec, "none", return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """qkv (batch, seqlen, 3, nheads, d); the gradient comes back packed the same way."""
+    spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    return run((qkv,), spec, "qkv", return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (batch, seqlen_q, nheads, d), kv (batch, seqlen_k, 2, nheads_k, d)."""
+    spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    return run((q, kv), spec, "kv", return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """Packed sequences: q (total_q, nheads, d), k, v (total_k, nheads_k, d[_v]).
+
+    cu_seqlens_q/k: int32 (batch + 1,) cumulative lengths; sequence b owns rows
+    cu[b] .. cu[b+1]-1. max_seqlen_q/k bound the lengths. causal, window and
+    ALiBi align per sequence. softmax_lse is (nheads, total_q).
+    """
+    _no_paging(block_table)
+    spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                 cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return run((q, k, v), spec, "none", return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """qkv (total, 3, nheads, d) with one cu_seqlens for queries and keys."""
+    spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens,
+                 cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen)
+    return run((qkv,), spec, "qkv", return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (total_q, nheads, d), kv (total_k, 2, nheads_k, d)."""
+    spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+                 cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return run((q, kv), spec, "kv", return_attn_probs)

@@ -1,0 +1,265 @@
+#include "context.hpp"
+
+#include <string>
+
+#include "status.hpp"
+
+namespace flashcl_py {
+
+namespace {
+
+std::string device_string(cl_device_id dev, cl_device_info what) {
+    size_t n = 0;
+    if (clGetDeviceInfo(dev, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return "";
+    std::string s(n, '\0');
+    clGetDeviceInfo(dev, what, n, &s[0], nullptr);
+    s.resize(s.find('\0') == std::string::npos ? n : s.find('\0'));
+    return s;
+}
+
+// Where each array-valued field went in the call's buffers (-1: absent).
+struct FeatureSlots {
+    int alibi = -1, sinks = -1, dsinks = -1, bias = -1, mask = -1, block_mask = -1, cu_q = -1, cu_k = -1;
+};
+
+void require_packed(const HostArray &a) {
+    size_t packed = 1;
+    for (int i = a.ndim - 1; i >= 0; --i) {
+        if (a.shape[i] > 1 && a.stride[i] != packed)
+            throw nb::value_error((std::string(a.name) + " must be C-contiguous").c_str());
+        packed *= a.shape[i];
+    }
+}
+
+FeatureSlots add_features(DeviceBuffers &b, const Features &f, flashcl_dtype dt) {
+    FeatureSlots s;
+    auto packed = [&](const char *name, const InArray &a, Elem e, bool own_buffer = false) {
+        HostArray h = host_array(name, a, e, dt, 1, 1);
+        require_packed(h);
+        return b.add(h, own_buffer);
+    };
+    if (f.alibi_slopes) s.alibi = b.add(host_array("alibi_slopes", *f.alibi_slopes, Elem::F32, dt, 1, 2));
+    if (f.sinks) s.sinks = packed("sinks", *f.sinks, Elem::F32);
+    if (f.dsinks) {
+        HostArray h = host_array("dsinks", *f.dsinks, Elem::F32, dt, 1, 1);
+        require_packed(h);
+        s.dsinks = b.add(h);
+    }
+    if (f.bias) s.bias = b.add(host_array("bias", *f.bias, Elem::F32, dt, 4, 4));
+    if (f.mask) s.mask = b.add(host_array("mask", *f.mask, Elem::U8, dt, 4, 4));
+    if (f.block_mask) s.block_mask = b.add(host_array("block_mask", *f.block_mask, Elem::U8, dt, 4, 4));
+    if (f.cu_seqlens_q) s.cu_q = packed("cu_seqlens_q", *f.cu_seqlens_q, Elem::I32, true);
+    if (f.cu_seqlens_k) s.cu_k = packed("cu_seqlens_k", *f.cu_seqlens_k, Elem::I32, true);
+    return s;
+}
+
+// [b|1, h|1, rows, cols]: a dimension of size 1 broadcasts (stride 0).
+flashcl_matrix matrix(const DeviceBuffers &b, int slot) {
+    flashcl_matrix m = {};
+    if (slot < 0) return m;
+    const HostArray &a = b.array(slot);
+    m.buffer = b.buffer(slot);
+    m.offset = b.offset(slot);
+    m.stride_batch = a.shape[0] == 1 ? 0 : a.stride[0];
+    m.stride_head = a.shape[1] == 1 ? 0 : a.stride[1];
+    m.stride_row = a.stride[2];
+    return m;
+}
+
+void apply_features(const DeviceBuffers &b, const FeatureSlots &s, flashcl_attention_desc &d) {
+    if (s.alibi >= 0) {
+        const HostArray &a = b.array(s.alibi);
+        d.alibi_slopes = b.buffer(s.alibi);
+        d.alibi_offset = b.offset(s.alibi);
+        d.alibi_stride_batch = a.ndim == 2 ? a.stride[0] : 0;
+    }
+    if (s.sinks >= 0) d.sinks = b.buffer(s.sinks), d.sinks_offset = b.offset(s.sinks);
+    if (s.dsinks >= 0) d.dsinks = b.buffer(s.dsinks), d.dsinks_offset = b.offset(s.dsinks);
+    d.bias = matrix(b, s.bias);
+    d.mask = matrix(b, s.mask);
+    d.block_mask = matrix(b, s.block_mask);
+    if (s.cu_q >= 0) d.cu_seqlens_q = b.buffer(s.cu_q);
+    if (s.cu_k >= 0) d.cu_seqlens_k = b.buffer(s.cu_k);
+}
+
+bool is_varlen(const Features &f) { return f.cu_seqlens_q.has_value() || f.cu_seqlens_k.has_value(); }
+
+template <class Array> int add_view(DeviceBuffers &b, const char *name, const Array &a, flashcl_dtype dt, bool varlen) {
+    const int nd = varlen ? 3 : 4; // [total, h, d] or [b, s, h, d]
+    return b.add(host_array(name, a, Elem::STORAGE, dt, nd, nd));
+}
+
+flashcl_tensor view(const DeviceBuffers &b, int slot, bool varlen) {
+    const HostArray &a = b.array(slot);
+    flashcl_tensor t = {};
+    t.buffer = b.buffer(slot);
+    t.offset = b.offset(slot);
+    t.stride_batch = varlen ? 0 : a.stride[0];
+    t.stride_row = a.stride[varlen ? 0 : 1];
+    t.stride_head = a.stride[varlen ? 1 : 2];
+    return t;
+}
+
+int add_lse(DeviceBuffers &b, const HostArray &h) {
+    require_packed(h);
+    return b.add(h);
+}
+
+} // namespace
+
+Context::Context(std::optional<std::string> device_spec, bool zero_copy) {
+    char err[1024] = "";
+    flashcl_status st;
+    {
+        nb::gil_scoped_release nogil;
+        st = flashcl_context_create(&ctx_, device_spec ? device_spec->c_str() : nullptr, err, sizeof err);
+    }
+    check(st, err);
+    cl_device_id dev = flashcl_context_device(ctx_);
+    cl_bool unified = CL_FALSE;
+    cl_uint align_bits = 8;
+    cl_device_type type = 0;
+    cl_platform_id platform = nullptr;
+    clGetDeviceInfo(dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, nullptr);
+    clGetDeviceInfo(dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, nullptr);
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, nullptr);
+    clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof platform, &platform, nullptr);
+    unified_ = unified == CL_TRUE;
+    policy_.zero_copy = zero_copy && unified_;
+    policy_.base_align = align_bits / 8 ? align_bits / 8 : 1;
+    device_name_ = device_string(dev, CL_DEVICE_NAME);
+    device_type_ = (type & CL_DEVICE_TYPE_GPU)           ? "gpu"
+                   : (type & CL_DEVICE_TYPE_CPU)         ? "cpu"
+                   : (type & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator"
+                                                         : "other";
+    size_t n = 0;
+    if (platform && clGetPlatformInfo(platform, CL_PLATFORM_NAME, 0, nullptr, &n) == CL_SUCCESS && n > 0) {
+        platform_name_.assign(n, '\0');
+        clGetPlatformInfo(platform, CL_PLATFORM_NAME, n, &platform_name_[0], nullptr);
+        platform_name_.resize(n - 1);
+    }
+}
+
+Context::~Context() { flashcl_context_destroy(ctx_); }
+
+template <class Body> void Context::run(DeviceBuffers &bufs, Body body) {
+    cl_int st;
+    std::string what;
+    {
+        nb::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> lock(mutex_);
+        st = bufs.create(&what);
+        if (st == CL_SUCCESS) {
+            st = body();
+            if (st != FLASHCL_SUCCESS) {
+                what = flashcl_last_error(ctx_);
+                clFinish(flashcl_context_queue(ctx_)); // whatever was enqueued must end before the arrays go back
+            } else {
+                st = bufs.finish(&what);
+            }
+        }
+    }
+    check(st, what);
+}
+
+void Context::forward(const flashcl_attention_desc &desc, const InArray &q, const InArray &k, const InArray &v,
+                      const OutArray &o, const std::optional<OutArray> &lse, const Features &f) {
+    const flashcl_dtype dt = desc.dtype;
+    const bool varlen = is_varlen(f);
+    DeviceBuffers b(flashcl_context_cl_context(ctx_), flashcl_context_queue(ctx_), policy_, &stats_);
+    const int sq = add_view(b, "q", q, dt, varlen), sk = add_view(b, "k", k, dt, varlen),
+              sv = add_view(b, "v", v, dt, varlen), so = add_view(b, "out", o, dt, varlen);
+    const int sl = lse ? add_lse(b, host_array("softmax_lse", *lse, Elem::F32, dt, 1, 3)) : -1;
+    const FeatureSlots fs = add_features(b, f, dt);
+    run(b, [&] {
+        flashcl_attention_desc d = desc;
+        apply_features(b, fs, d);
+        const flashcl_tensor tq = view(b, sq, varlen), tk = view(b, sk, varlen), tv = view(b, sv, varlen),
+                             to = view(b, so, varlen);
+        return flashcl_forward(ctx_, &d, &tq, &tk, &tv, &to, sl >= 0 ? b.buffer(sl) : nullptr,
+                               sl >= 0 ? b.offset(sl) : 0, 0, nullptr, nullptr);
+    });
+}
+
+void Context::backward(const flashcl_attention_desc &desc, const InArray &q, const InArray &k, const InArray &v,
+                       const InArray &o, const InArray &dout, const InArray &lse, const OutArray &dq,
+                       const OutArray &dk, const OutArray &dv, const Features &f) {
+    const flashcl_dtype dt = desc.dtype;
+    const bool varlen = is_varlen(f);
+    DeviceBuffers b(flashcl_context_cl_context(ctx_), flashcl_context_queue(ctx_), policy_, &stats_);
+    const int sq = add_view(b, "q", q, dt, varlen), sk = add_view(b, "k", k, dt, varlen),
+              sv = add_view(b, "v", v, dt, varlen), so = add_view(b, "out", o, dt, varlen),
+              sdo = add_view(b, "dout", dout, dt, varlen), sdq = add_view(b, "dq", dq, dt, varlen),
+              sdk = add_view(b, "dk", dk, dt, varlen), sdv = add_view(b, "dv", dv, dt, varlen);
+    const int sl = add_lse(b, host_array("softmax_lse", lse, Elem::F32, dt, 1, 3));
+    const FeatureSlots fs = add_features(b, f, dt);
+    run(b, [&] {
+        flashcl_attention_desc d = desc;
+        apply_features(b, fs, d);
+        const flashcl_tensor tq = view(b, sq, varlen), tk = view(b, sk, varlen), tv = view(b, sv, varlen),
+                             to = view(b, so, varlen), tdo = view(b, sdo, varlen), tdq = view(b, sdq, varlen),
+                             tdk = view(b, sdk, varlen), tdv = view(b, sdv, varlen);
+        return flashcl_backward(ctx_, &d, &tq, &tk, &tv, &to, &tdo, b.buffer(sl), b.offset(sl), &tdq, &tdk, &tdv, 0,
+                                nullptr, nullptr);
+    });
+}
+
+void Context::dropout_mask(const flashcl_attention_desc &desc, const OutArray &out, const Features &f) {
+    DeviceBuffers b(flashcl_context_cl_context(ctx_), flashcl_context_queue(ctx_), policy_, &stats_);
+    HostArray h = host_array("mask", out, Elem::U8, desc.dtype, 4, 4);
+    require_packed(h);
+    const int so = b.add(h);
+    const FeatureSlots fs = add_features(b, f, desc.dtype);
+    run(b, [&] {
+        flashcl_attention_desc d = desc;
+        apply_features(b, fs, d);
+        return flashcl_dropout_mask(ctx_, &d, b.buffer(so), b.offset(so), 0, nullptr, nullptr);
+    });
+}
+
+nb::dict Context::plan(const flashcl_attention_desc &desc, bool backward, const Features &f) {
+    DeviceBuffers b(flashcl_context_cl_context(ctx_), flashcl_context_queue(ctx_), policy_, &stats_);
+    const FeatureSlots fs = add_features(b, f, desc.dtype);
+    flashcl_plan p = {};
+    run(b, [&] {
+        flashcl_attention_desc d = desc;
+        apply_features(b, fs, d);
+        return backward ? flashcl_backward_plan_query(ctx_, &d, &p) : flashcl_plan_query(ctx_, &d, &p);
+    });
+    nb::dict r;
+    r["kernel"] = std::string(p.kernel);
+    r["block_rows"] = p.block_rows;
+    r["block_cols"] = p.block_cols;
+    r["threads_per_row"] = p.threads_per_row;
+    r["staging"] = p.staging == FLASHCL_STAGING_DIRECT ? "direct" : "local";
+    r["work_group_size"] = p.work_group_size;
+    r["local_mem_bytes"] = p.local_mem_bytes;
+    r["private_mem_bytes"] = p.private_mem_bytes;
+    r["scratch_bytes"] = p.scratch_bytes;
+    r["origin"] = std::string(p.origin);
+    r["build_options"] = std::string(p.build_options);
+    r["reason"] = std::string(p.reason);
+    return r;
+}
+
+size_t Context::scratch_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return flashcl_context_scratch_bytes(ctx_);
+}
+
+void Context::release_scratch() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    flashcl_context_release_scratch(ctx_);
+}
+
+std::string Context::cache_dir() const { return flashcl_context_cache_dir(ctx_); }
+
+nb::dict Context::transfer_stats() const {
+    nb::dict r;
+    r["zero_copy_buffers"] = stats_.zero_copy_buffers;
+    r["copied_buffers"] = stats_.copied_buffers;
+    r["bytes_copied"] = stats_.bytes_copied;
+    return r;
+}
+
+} // namespace flashcl_py

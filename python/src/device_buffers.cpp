@@ -1,0 +1,116 @@
+#include "device_buffers.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace flashcl_py {
+
+namespace {
+
+// Aligning a buffer's start down must not leave the page the array starts
+// in: that page is mapped, the one before may not be.
+constexpr size_t kPage = 4096;
+
+char *align_down(char *p, size_t align) { return (char *)((uintptr_t)p / align * align); }
+
+const char *cl_name(cl_int err) { return flashcl_status_name(err); }
+
+} // namespace
+
+DeviceBuffers::~DeviceBuffers() {
+    for (Group &g : groups_)
+        if (g.mem) clReleaseMemObject(g.mem);
+}
+
+int DeviceBuffers::add(const HostArray &a, bool own_buffer) {
+    arrays_.push_back({a, own_buffer, -1});
+    return (int)arrays_.size() - 1;
+}
+
+size_t DeviceBuffers::offset(int handle) const {
+    const Entry &e = arrays_[handle];
+    return (size_t)(e.a.data - groups_[e.group].begin) / e.a.elem_bytes;
+}
+
+cl_int DeviceBuffers::create(std::string *what) {
+    // Element offsets need a buffer start aligned to every element size (at
+    // most 4 bytes here); zero-copy buffers also get the device's base
+    // alignment. Arrays whose (aligned) byte ranges overlap share a buffer:
+    // sort by start, sweep.
+    const bool zero_copy = policy_.zero_copy && policy_.base_align <= kPage;
+    const size_t align = zero_copy ? std::max<size_t>(policy_.base_align, 16) : 16;
+    std::vector<int> order(arrays_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = (int)i;
+    std::sort(order.begin(), order.end(), [&](int x, int y) { return arrays_[x].a.data < arrays_[y].a.data; });
+    for (int i : order) {
+        HostArray &a = arrays_[i].a;
+        if (arrays_[i].own_buffer) continue;
+        char *begin = align_down(a.data, align), *end = a.data + a.span_bytes;
+        if (groups_.empty() || begin >= groups_.back().end) groups_.push_back({begin, end});
+        Group &g = groups_.back();
+        g.end = std::max(g.end, end);
+        (a.output ? g.has_output : g.has_input) = true;
+        arrays_[i].group = (int)groups_.size() - 1;
+    }
+    for (size_t i = 0; i < arrays_.size(); ++i) {
+        if (!arrays_[i].own_buffer) continue;
+        const HostArray &a = arrays_[i].a;
+        Group g;
+        g.begin = a.data;
+        g.end = a.data + a.span_bytes;
+        g.has_input = g.copy = true;
+        groups_.push_back(g);
+        arrays_[i].group = (int)groups_.size() - 1;
+    }
+    for (Group &g : groups_) {
+        const size_t bytes = (size_t)(g.end - g.begin);
+        cl_int err = CL_SUCCESS;
+        if (zero_copy && !g.copy) {
+            g.mem = clCreateBuffer(context_, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, g.begin, &err);
+            if (stats_ && err == CL_SUCCESS) stats_->zero_copy_buffers++;
+        } else {
+            cl_mem_flags flags = CL_MEM_READ_WRITE | (g.has_input ? CL_MEM_COPY_HOST_PTR : 0);
+            g.mem = clCreateBuffer(context_, flags, bytes, g.has_input ? g.begin : nullptr, &err);
+            if (stats_ && err == CL_SUCCESS) {
+                stats_->copied_buffers++;
+                if (g.has_input) stats_->bytes_copied += bytes;
+            }
+        }
+        if (err != CL_SUCCESS) {
+            g.mem = nullptr;
+            *what = std::string("clCreateBuffer (") + std::to_string(bytes) + " bytes): " + cl_name(err);
+            return err;
+        }
+    }
+    return CL_SUCCESS;
+}
+
+cl_int DeviceBuffers::finish(std::string *what) {
+    const bool zero_copy = policy_.zero_copy && policy_.base_align <= kPage;
+    for (const Entry &e : arrays_) {
+        if (!e.a.output) continue;
+        const Group &g = groups_[e.group];
+        const size_t at = (size_t)(e.a.data - g.begin);
+        cl_int err = CL_SUCCESS;
+        if (zero_copy) {
+            // The spec makes host memory under CL_MEM_USE_HOST_PTR current only
+            // through a map; on a device that uses it in place this copies nothing.
+            void *p =
+                clEnqueueMapBuffer(queue_, g.mem, CL_TRUE, CL_MAP_READ, at, e.a.span_bytes, 0, nullptr, nullptr, &err);
+            if (err == CL_SUCCESS) err = clEnqueueUnmapMemObject(queue_, g.mem, p, 0, nullptr, nullptr);
+            if (err != CL_SUCCESS) *what = std::string("clEnqueueMapBuffer (") + e.a.name + "): " + cl_name(err);
+        } else {
+            err = clEnqueueReadBuffer(queue_, g.mem, CL_TRUE, at, e.a.span_bytes, e.a.data, 0, nullptr, nullptr);
+            if (stats_ && err == CL_SUCCESS) stats_->bytes_copied += e.a.span_bytes;
+            if (err != CL_SUCCESS) *what = std::string("clEnqueueReadBuffer (") + e.a.name + "): " + cl_name(err);
+        }
+        if (err != CL_SUCCESS) return err;
+    }
+    // Nothing may still use the arrays once Python has them back.
+    cl_int err = clFinish(queue_);
+    if (err != CL_SUCCESS) *what = std::string("clFinish: ") + cl_name(err);
+    return err;
+}
+
+} // namespace flashcl_py

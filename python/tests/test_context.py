@@ -1,0 +1,167 @@
+"""Devices, contexts per thread, FLASHCL_DEVICE, zero-copy, the GIL, plan()."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import flashcl
+from conftest import rand
+
+
+def test_devices_and_context():
+    devs = flashcl.devices()
+    assert devs and {"spec", "name", "vendor", "platform", "type", "host_unified_memory"} <= set(devs[0])
+    ctx = flashcl.Context(devs[0]["spec"])
+    assert ctx.device_name == devs[0]["name"] and ctx.device_type in ("cpu", "gpu", "accelerator", "other")
+    assert "flashcl.Context" in repr(ctx)
+
+
+def test_bad_device_spec():
+    with pytest.raises(flashcl.Error) as e:
+        flashcl.Context("no such device anywhere")
+    assert e.value.name == "FLASHCL_ERR_INVALID_DEVICE_SPEC"
+
+
+def test_flashcl_device_is_respected():
+    """The default context reads FLASHCL_DEVICE (in a fresh process: the default is made once per thread)."""
+    code = "import flashcl, numpy as np; q = np.zeros((1, 4, 1, 8), np.float32); flashcl.flash_attn_func(q, q, q)"
+    env = dict(os.environ, FLASHCL_DEVICE="no such device anywhere")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "FLASHCL_ERR_INVALID_DEVICE_SPEC" in r.stderr
+    env["FLASHCL_DEVICE"] = flashcl.devices()[0]["spec"]
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr  # and the package never prints
+
+
+def test_one_default_context_per_thread():
+    seen = {}
+
+    def grab(name):
+        seen[name] = flashcl.current_context()
+
+    threads = [threading.Thread(target=grab, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen[0] is not seen[1] and flashcl.current_context() is flashcl.current_context()
+    ctx = flashcl.Context()
+    with ctx:
+        assert flashcl.current_context() is ctx
+    assert flashcl.current_context() is not ctx
+
+
+def test_use_device():
+    spec = flashcl.devices()[0]["spec"]
+    before = flashcl.current_context()
+    try:
+        ctx = flashcl.use_device(spec)
+        assert flashcl.current_context() is ctx and ctx is not before
+        other = []
+        t = threading.Thread(target=lambda: other.append(flashcl.current_context().device_name))
+        t.start()
+        t.join()
+        assert other == [ctx.device_name]
+    finally:
+        flashcl.use_device(None)
+
+
+def test_zero_copy_and_copying_agree(rng):
+    q, k, v = rand(rng, (2, 33, 4, 32)), rand(rng, (2, 40, 2, 32)), rand(rng, (2, 40, 2, 32))
+    in_place = flashcl.Context()
+    copying = flashcl.Context(zero_copy=False)
+    a = flashcl.attention(q, k, v, causal=True, context=in_place)
+    b = flashcl.attention(q, k, v, causal=True, context=copying)
+    np.testing.assert_array_equal(a, b)
+    if in_place.host_unified_memory:  # POCL: the kernels used the arrays' own memory
+        assert in_place.zero_copy
+        stats = in_place.transfer_stats()
+        assert stats["bytes_copied"] == 0 and stats["zero_copy_buffers"] >= 1
+    assert not copying.zero_copy and copying.transfer_stats()["bytes_copied"] > 0
+
+
+def test_zero_copy_with_torch(rng):
+    torch = pytest.importorskip("torch")
+    ctx = flashcl.Context()
+    if not ctx.host_unified_memory:
+        pytest.skip("the device does not share host memory")
+    q = rand(rng, (1, 16, 2, 32), kind="torch")
+    with ctx:
+        out = flashcl.flash_attn_func(q, q, q)
+    assert isinstance(out, torch.Tensor) and ctx.transfer_stats()["bytes_copied"] == 0
+
+
+def test_gil_is_released(rng):
+    """Python keeps running while another thread waits on the device."""
+    q, k, v = rand(rng, (1, 1024, 8, 64)), rand(rng, (1, 1024, 8, 64)), rand(rng, (1, 1024, 8, 64))
+    ctx = flashcl.Context()
+    flashcl.attention(q, k, v, context=ctx)  # build the kernels first
+    done = threading.Event()
+    calls = []
+
+    def work():
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.5:
+            flashcl.attention(q, k, v, context=ctx)
+            calls.append(1)
+        done.set()
+
+    ticks = 0
+    t = threading.Thread(target=work)
+    t.start()
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    t.join()
+    # With the GIL held through each call this thread could only tick between
+    # calls; released, it ticks all along (>= 50 even at 10 ms a sleep).
+    assert ticks >= 3 * len(calls) + 40, (ticks, len(calls))
+
+
+def test_plan(rng):
+    q, k, v = rand(rng, (1, 64, 2, 32)), rand(rng, (1, 64, 2, 32)), rand(rng, (1, 64, 2, 32))
+    fwd = flashcl.plan(q, k, v, causal=True)
+    bwd = flashcl.plan(q, k, v, causal=True, backward=True)
+    for p in (fwd, bwd):
+        assert p["kernel"] and p["reason"] and p["work_group_size"] >= 1
+    with_softcap = flashcl.plan(q, k, v, softcap=3.0)
+    assert "softcap" in with_softcap["reason"] or "softcap" in with_softcap["build_options"].lower()
+    with pytest.raises(TypeError, match="unexpected"):
+        flashcl.plan(q, k, v, nonsense=1)
+
+
+def test_standard_path(rng):
+    q, k, v = rand(rng, (1, 30, 2, 32)), rand(rng, (1, 30, 2, 32)), rand(rng, (1, 30, 2, 32))
+    np.testing.assert_allclose(flashcl.attention(q, k, v, causal=True, path="standard"),
+                               flashcl.attention(q, k, v, causal=True), atol=2e-6)
+    with pytest.raises(flashcl.Error, match="FLASHCL_ERR_UNSUPPORTED_VARIANT"):
+        flashcl.attention(q, k, v, softcap=2.0, path="standard")
+
+
+def test_threads_sharing_one_context(rng):
+    """Calls from several threads on one Context are serialised and all correct."""
+    ctx = flashcl.Context()
+    inputs = [tuple(rand(rng, (1, 40, 2, 32)) for _ in range(3)) for _ in range(4)]
+    want = [flashcl.attention(*x, causal=True, context=ctx) for x in inputs]
+    got = [None] * 4
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                got[i] = flashcl.attention(*inputs[i], causal=True, context=ctx)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

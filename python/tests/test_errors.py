@@ -1,0 +1,127 @@
+"""Bad arguments raise before anything runs: ValueError from the package's own checks, flashcl's
+InvalidArgumentError (a ValueError carrying the status name) with the library's message naming the field."""
+import numpy as np
+import pytest
+
+import flashcl
+from flashcl import _core, _flashcl
+from conftest import rand
+
+
+def qkv(rng, b=1, sq=8, sk=8, hq=2, hkv=2, d=16, dtype="float32"):
+    return rand(rng, (b, sq, hq, d), dtype), rand(rng, (b, sk, hkv, d), dtype), rand(rng, (b, sk, hkv, d), dtype)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda q, k, v: (q.astype(np.float64), k, v), "q has dtype float64; FlashCL stores float32, float16 or bfloat16"),
+    (lambda q, k, v: (q, k.astype(np.float16), v), "q, k and v must have one dtype: q is float32, k is float16"),
+    (lambda q, k, v: (q[0], k, v), r"q must be \(batch, seqlen, heads, head_dim\), got shape \(8, 2, 16\)"),
+    (lambda q, k, v: (q, np.concatenate([k, k]), v), "k has batch 2, q has 1"),
+    (lambda q, k, v: (q, k[..., :8], v), "k's head_dim is 8, q's is 16"),
+    (lambda q, k, v: (q, k, v[:, :5]), r"v has shape \(1, 5, 2, 16\), k \(1, 8, 2, 16\)"),
+    (lambda q, k, v: (q, k, list(v)), "v must be a numpy array or a torch tensor, not list"),
+])
+def test_package_checks(rng, bad, match):
+    with pytest.raises(ValueError, match=match):
+        flashcl.flash_attn_func(*bad(*qkv(rng)))
+
+
+def test_layout_checks(rng):
+    q, k, v = qkv(rng, d=32)
+    with pytest.raises(ValueError, match="q must be contiguous in its last dimension"):
+        flashcl.flash_attn_func(q[..., ::2], k[..., ::2], v[..., ::2])
+    with pytest.raises(ValueError, match="k has a negative stride"):
+        flashcl.flash_attn_func(q, k[:, ::-1], v)
+    # any other strides are fine: a transposed (b, h, s, d) array seen as (b, s, h, d)
+    qt = np.ascontiguousarray(q.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(flashcl.flash_attn_func(qt, k, v), flashcl.flash_attn_func(q, k, v))
+
+
+def test_library_checks_name_the_field(rng):
+    q, k, v = qkv(rng, hq=6, hkv=4)
+    with pytest.raises(flashcl.InvalidArgumentError) as e:
+        flashcl.flash_attn_func(q, k, v)
+    assert e.value.name == "FLASHCL_ERR_INVALID_HEADS" and e.value.status == -10004
+    assert "heads_kv (4) must divide heads_q (6)" in str(e.value)
+    assert isinstance(e.value, ValueError) and isinstance(e.value, flashcl.Error)
+    q, k, v = qkv(rng, d=600)
+    with pytest.raises(flashcl.Error, match="head_dim") as e:
+        flashcl.flash_attn_func(q, k, v)
+    assert e.value.name == "FLASHCL_ERR_INVALID_HEAD_DIM"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(softmax_scale=0.0), "softmax_scale must be positive"),
+    (dict(dropout_p=1.0), r"dropout_p must be in \[0, 1\)"),
+    (dict(window_size=(-2, 0)), "window_size entries must be >= -1"),
+    (dict(softcap=-1.0), "softcap must be >= 0"),
+    (dict(alibi_slopes=np.zeros(3, np.float32)), r"alibi_slopes must be \(2,\) or \(1, 2\)"),
+    (dict(alibi_slopes=np.zeros(2, np.float64)), "alibi_slopes has dtype float64, expected float32"),
+])
+def test_bad_variant_arguments(rng, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        flashcl.flash_attn_func(*qkv(rng), **kwargs)
+
+
+def test_bad_extras(rng):
+    q, k, v = qkv(rng)
+    with pytest.raises(ValueError, match=r"mask must be \(1 or 1, 2 or 1, 8, 8\)"):
+        flashcl.attention(q, k, v, mask=np.ones((1, 1, 8, 9), bool))
+    with pytest.raises(ValueError, match="bias has dtype float16, expected float32"):
+        flashcl.attention(q, k, v, bias=np.zeros((8, 8), np.float16))
+    with pytest.raises(ValueError, match="block_mask needs block_size"):
+        flashcl.attention(q, k, v, block_mask=np.ones((1, 1, 1, 1), bool))
+    with pytest.raises(ValueError, match="sinks must be"):
+        flashcl.attention(q, k, v, sinks=np.zeros(3, np.float32))
+
+
+def test_varlen_checks(rng):
+    q, k, v = (rand(rng, (10, 2, 16)) for _ in range(3))
+    cu = np.array([0, 4, 10], np.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q has dtype int64, expected int32"):
+        flashcl.flash_attn_varlen_func(q, k, v, cu.astype(np.int64), cu, 6, 6)
+    with pytest.raises(ValueError, match=r"q must be \(total, heads, head_dim\)"):
+        flashcl.flash_attn_varlen_func(q[None], k, v, cu, cu, 6, 6)
+    with pytest.raises(ValueError, match="cu_seqlens_k has shape"):
+        flashcl.flash_attn_varlen_func(q, k, v, cu, cu[:2], 6, 6)
+    with pytest.raises(NotImplementedError, match="block_table"):
+        flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, block_table=cu)
+
+
+def test_nothing_written_on_error(rng):
+    """A call the library rejects leaves its outputs as they were."""
+    q, k, v = qkv(rng, hq=2, hkv=2)
+    spec = _core.Spec(causal=True)
+    p, desc = _core.prepare(q, k, v, spec)
+    out = np.full(p.out_shape(), 7.0, np.float32)
+    lse = np.full(p.lse_shape(), 7.0, np.float32)
+    desc.heads_kv = 3  # what the arrays do not say: the library must refuse it
+    with pytest.raises(flashcl.InvalidArgumentError, match="heads_kv"):
+        flashcl.current_context()._c.forward(desc, q, k, v, out, lse)
+    assert np.all(out == 7.0) and np.all(lse == 7.0)
+    o, l = flashcl.attention(q, k, v, causal=True, return_lse=True)
+    dq, dk, dv = (np.full_like(x, 7.0) for x in (q, k, v))
+    spec = _core.Spec(causal=True, softmax_scale=-1.0)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        _core.backward(o, q, k, v, o, l, spec, dq, dk, dv)
+    desc.heads_kv = 2
+    desc.head_dim = 17
+    with pytest.raises(flashcl.Error):
+        flashcl.current_context()._c.backward(desc, q, k, v, o, o, l, dq, dk, dv)
+    assert all(np.all(x == 7.0) for x in (dq, dk, dv))
+
+
+def test_torch_checks(rng):
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(1, 8, 2, 16)
+    with pytest.raises(ValueError, match="mixed array kinds: q are torch tensors, k, v are not"):
+        flashcl.flash_attn_func(q, np.zeros((1, 8, 2, 16), np.float32), np.zeros((1, 8, 2, 16), np.float32))
+    with pytest.raises(ValueError, match="q has dtype float64"):
+        flashcl.flash_attn_func(q.double(), q, q)
+    with pytest.raises(ValueError, match="q must be contiguous in its last dimension"):
+        x = torch.zeros(1, 8, 2, 32)[..., ::2]
+        flashcl.flash_attn_func(x, x, x)
+    meta = torch.empty(1, 8, 2, 16, device="meta")
+    with pytest.raises(ValueError, match="meta"):
+        flashcl.flash_attn_func(meta, meta, meta)
+    assert _flashcl.status_name(-10004) == "FLASHCL_ERR_INVALID_HEADS"

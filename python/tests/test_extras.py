@@ -1,0 +1,103 @@
+"""FlashCL's own features through flashcl.attention: sinks, bias, boolean mask, block mask, d_v != d,
+the standard path; forward against the float64 numpy reference, backward against the torch one."""
+import numpy as np
+import pytest
+
+import flashcl
+from conftest import assert_close, f64, rand
+from reference import numpy_attention
+
+B, SQ, SK, HQ, HKV, D = 2, 37, 53, 4, 2, 32
+
+
+def _qkv(rng, kind="numpy", dv=D):
+    return rand(rng, (B, SQ, HQ, D), kind=kind), rand(rng, (B, SK, HKV, D), kind=kind), \
+        rand(rng, (B, SK, HKV, dv), kind=kind)
+
+
+def _as(kind, x):
+    if kind == "torch":
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(x))
+    return x
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_bias_mask_sinks(rng, kind):
+    if kind == "torch":
+        pytest.importorskip("torch")
+    q, k, v = _qkv(rng, kind)
+    bias = rng.standard_normal((1, HQ, SQ, SK)).astype(np.float32)  # broadcast over the batch
+    mask = rng.random((B, 1, SQ, SK)) > 0.3  # broadcast over heads
+    mask[:, :, 3] = False  # a row that sees nothing: out 0, LSE = its sink
+    sinks = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+    out, lse = flashcl.attention(q, k, v, bias=_as(kind, bias), mask=_as(kind, mask), sinks=_as(kind, sinks),
+                                 causal=True, return_lse=True)
+    ref, ref_lse = numpy_attention(f64(q), f64(k), f64(v), causal=True, bias=bias, mask=mask, sinks=sinks)
+    assert_close(out, ref)
+    assert_close(lse, ref_lse, what="softmax_lse")
+    assert np.all(f64(out)[:, 3] == 0)
+
+
+def test_mask_as_uint8_and_2d(rng):
+    q, k, v = _qkv(rng)
+    mask = np.tril(np.ones((SQ, SK), bool), k=SK - SQ)
+    a = flashcl.attention(q, k, v, mask=mask)
+    b = flashcl.attention(q, k, v, mask=mask.astype(np.uint8))
+    c = flashcl.attention(q, k, v, causal=True)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, c, atol=1e-6)
+
+
+def test_block_mask(rng):
+    q, k, v = _qkv(rng)
+    bq, bk = 16, 16
+    blocks = rng.random((1, HQ, -(-SQ // bq), -(-SK // bk))) > 0.4
+    blocks[..., 0] = True
+    out = flashcl.attention(q, k, v, block_mask=blocks, block_size=(bq, bk))
+    dense = np.repeat(np.repeat(blocks, bq, axis=2), bk, axis=3)[:, :, :SQ, :SK]
+    ref, _ = numpy_attention(q, k, v, mask=dense)
+    assert_close(out, ref)
+
+
+def test_dv_ne_d_and_standard_path(rng):
+    q, k, v = _qkv(rng, dv=48)
+    out = flashcl.attention(q, k, v, causal=True)
+    assert out.shape == (B, SQ, HQ, 48)
+    ref, _ = numpy_attention(q, k, v, causal=True)
+    assert_close(out, ref)
+    q, k, v = _qkv(rng)
+    assert_close(flashcl.attention(q, k, v, path="standard"), numpy_attention(q, k, v)[0])
+
+
+def test_backward_with_bias_and_mask(rng):
+    torch = pytest.importorskip("torch")
+    from reference import torch_attention
+
+    q, k, v = (x.requires_grad_() for x in _qkv(rng, "torch"))
+    bias = torch.from_numpy(rng.standard_normal((B, 1, SQ, SK)).astype(np.float32))
+    mask = torch.from_numpy(rng.random((1, HQ, SQ, SK)) > 0.2)
+    out = flashcl.attention(q, k, v, bias=bias, mask=mask, softcap=3.0)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    x64 = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = torch_attention(*x64, bias=bias.numpy(), mask=mask.numpy(), softcap=3.0)
+    ref.backward(dout.double())
+    assert_close(out, ref)
+    for x, r in zip((q, k, v), x64):
+        assert_close(x.grad, r.grad, what="grad")
+
+
+def test_varlen_with_mask(rng):
+    lens = [9, 20]
+    cu = np.cumsum([0] + lens).astype(np.int32)
+    q, k, v = (rand(rng, (cu[-1], 2, 16)) for _ in range(3))
+    mask = rng.random((2, 1, 20, 20)) > 0.3
+    mask[:, :, :, 0] = True
+    out = flashcl.attention(q, k, v, mask=mask, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=20, max_seqlen_k=20)
+    for i in range(2):
+        rows = slice(cu[i], cu[i + 1])
+        n = lens[i]
+        ref, _ = numpy_attention(q[rows][None], k[rows][None], v[rows][None], mask=mask[i:i + 1, :, :n, :n])
+        assert_close(out[rows][None], ref)
