@@ -298,31 +298,49 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
         qpos[r] = (int)(qi[r] + hd.off);
     }
 
+#if PAGED
+    /* 32-bit page arithmetic: the host keeps every cache position below 2^31. Page sizes are
+       powers of two in practice (16, 256): a shift and a mask then, not a division per key. */
+    const uint psz = (uint)page_size, pshift = 31u - clz(psz);
+    const int pow2 = (psz & (psz - 1u)) == 0u;
+#define PAGE_OF(at) (pow2 ? (at) >> pshift : (at) / psz)
+#define TABLE_AT(key) table[(long)b * max_pages + (long)PAGE_OF((uint)(kv_start + (key)))]
+#define ROW_OFFSETS_IN(key, page)                                                                               \
+    const uint at_ = (uint)(kv_start + (key)), in_ = pow2 ? at_ & (psz - 1u) : at_ - PAGE_OF(at_) * psz;      \
+    const ulong kr = k_off + (ulong)(page) * k_sp + (ulong)hk * k_sh + (ulong)in_ * k_sr;                     \
+    const ulong vr = v_off + (ulong)(page) * v_sp + (ulong)hk * v_sh + (ulong)in_ * v_sr;
+#define ROW_OFFSETS(key) ROW_OFFSETS_IN(key, TABLE_AT(key))
+#else
+#define ROW_OFFSETS(key) const ulong kr = k_base + (ulong)(key) * k_sr, vr = v_base + (ulong)(key) * v_sr;
+#endif
+
 #if FAST
     /* Raw K/V of the next step, fetched a step ahead. Keys are clamped into [kv_lo, kv_hi):
        past the end a lane re-reads a row it is allowed to (masked out below). */
     uint4 kraw[UNROLL][NCH], vraw[UNROLL][NCHV];
+#if PAGED
+    /* The page-table entries of the keys the next FETCH loads, read one step before it, so a
+       step's K/V loads never wait on a table load issued in the same step. */
+    int page_next[UNROLL] = {0};
+#define STEP_KEY(first, u) (int)min((first) + (u) * GROUPS + g, kv_hi - 1)
+#define FETCH_ROW_OFFSETS(first, u)                                                                            \
+    ROW_OFFSETS_IN(STEP_KEY(first, u), page_next[u])                                                            \
+    page_next[u] = TABLE_AT(STEP_KEY((first) + BLOCK_N, u));
+#else
+#define FETCH_ROW_OFFSETS(first, u) ROW_OFFSETS((int)min((first) + (u) * GROUPS + g, kv_hi - 1))
+#endif
 #define FETCH(first)                                                                                            \
     _Pragma("unroll") for (int u = 0; u < UNROLL; ++u) {                                                        \
-        const int key = (int)min((first) + u * GROUPS + g, kv_hi - 1);                                          \
-        ROW_OFFSETS(key)                                                                                        \
+        FETCH_ROW_OFFSETS(first, u)                                                                             \
         _Pragma("unroll") for (int c = 0; c < NCH; ++c) kraw[u][c] = raw_load(K + kr, (c * LANES + lane) * VEC, HEAD_DIM); \
         _Pragma("unroll") for (int c = 0; c < NCHV; ++c)                                                        \
             vraw[u][c] = raw_load(V + vr, (c * LANES + lane) * VEC, HEAD_DIM_V);                                \
     }
-#endif
-#if PAGED
-    /* 32-bit page arithmetic: the host keeps every cache position below 2^31. */
-#define ROW_OFFSETS(key)                                                                                        \
-    const uint at_ = (uint)(kv_start + (key)), pg_ = at_ / (uint)page_size;                                    \
-    const ulong page_ = (ulong)table[(long)b * max_pages + (long)pg_], in_ = (ulong)(at_ - pg_ * (uint)page_size); \
-    const ulong kr = k_off + page_ * k_sp + (ulong)hk * k_sh + in_ * k_sr;                                      \
-    const ulong vr = v_off + page_ * v_sp + (ulong)hk * v_sh + in_ * v_sr;
-#else
-#define ROW_OFFSETS(key) const ulong kr = k_base + (ulong)(key) * k_sr, vr = v_base + (ulong)(key) * v_sr;
-#endif
-#if FAST
     if (kv_lo < kv_hi) {
+#if PAGED
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) page_next[u] = TABLE_AT(STEP_KEY(kv_lo, u));
+#endif
         FETCH(kv_lo)
     }
 #endif
