@@ -41,6 +41,7 @@ typedef struct flashcl__decode_plan {
     size_t wg;         /* work-items per group */
     size_t local_bytes; /* __local the GPU kernel declares (the plan's figure when the driver reports none) */
     int cpu;           /* the CPU kernel */
+    int groups_per_cu; /* work-groups a compute unit runs at once, as the split count assumes (1 to 4) */
     char key[640];
     struct flashcl__decode_plan *next;
 } flashcl__decode_plan;

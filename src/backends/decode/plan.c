@@ -110,7 +110,7 @@ int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_d
     if (d->num_splits > 0) return (int)((long)d->num_splits < cap ? (long)d->num_splits : cap);
     const int row_blocks = (packed_rows(d) + plan->rows - 1) / plan->rows;
     const double grid = (double)d->batch * (double)d->heads_kv * row_blocks;
-    const double slots = (double)ctx->info.compute_units * (plan->cpu ? 1 : 4);
+    const double slots = (double)ctx->info.compute_units * plan->groups_per_cu;
     if (grid >= 0.8 * slots) return 1;
     double eff[MAX_SPLITS + 1], best = 0.0;
     for (long n = 1; n <= cap; ++n) {
@@ -132,13 +132,19 @@ size_t flashcl__decode_scratch_bytes(const flashcl_attention_desc *d, const flas
     return rows * (pitch + 1) * sizeof(float);
 }
 
-static flashcl_status kernel_fits(flashcl_context *ctx, cl_kernel k, size_t wg, const char *name) {
+/* Fails unless the built kernel takes `wg` work-items per group. On a GPU, its limit also says
+   how many of our groups a compute unit holds at once: a driver caps a group at what the
+   registers of one compute unit allow (NVIDIA: 161 registers -> 384 work-items -> 3 groups of
+   128), and the split count fills the device in whole waves of that many groups. */
+static flashcl_status kernel_fits(flashcl_context *ctx, cl_kernel k, size_t wg, const char *name, int *groups_per_cu) {
     size_t max_wg = 0;
     cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clGetKernelWorkGroupInfo(decode)");
     if (max_wg < wg)
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "%s accepts %zu work-items per group, the plan needs %zu", name,
                              max_wg, wg);
+    const size_t fit = max_wg / wg;
+    *groups_per_cu = fit >= 4 ? 4 : (int)fit;
     return FLASHCL_SUCCESS;
 }
 
@@ -159,7 +165,8 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
     cl_program program = NULL;
     flashcl_status st = flashcl__get_program(ctx, source, options, &program);
     if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, name, &p->attend);
-    if (st == FLASHCL_SUCCESS) st = kernel_fits(ctx, p->attend, p->wg, name);
+    if (st == FLASHCL_SUCCESS) st = kernel_fits(ctx, p->attend, p->wg, name, &p->groups_per_cu);
+    if (p->cpu) p->groups_per_cu = 1; /* a CPU core runs one work-group of one at a time */
     if (st == FLASHCL_SUCCESS) st = flashcl__merge_kernel(ctx, d, &p->merge);
     if (st != FLASHCL_SUCCESS) return st;
     cl_ulong local = 0, priv = 0;
