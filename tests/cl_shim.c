@@ -9,7 +9,9 @@
  *   - can fail one call on purpose: the n-th call (from 1) of a named entry
  *     point returns a chosen error without reaching the driver. Set it with
  *     cl_shim_set_fault() or, for whole programs such as the CLI, with
- *     FLASHCL_FAULT=clCreateBuffer:2[:-5] (default error CL_OUT_OF_RESOURCES).
+ *     FLASHCL_FAULT=clCreateBuffer:2[:-5] (default error CL_OUT_OF_RESOURCES);
+ *   - refuses an enqueue's wait list the way NVIDIA does (a pointer with
+ *     no events: CL_INVALID_EVENT_WAIT_LIST), which POCL accepts.
  * Retain and release are counted but never failed: the library cannot
  * report a failed release, and its callers have nothing to do about it.
  * The test finds the control functions with dlsym(RTLD_DEFAULT), so it can
@@ -161,8 +163,11 @@ SHIM_API long cl_shim_created(int type) { return type >= 0 && type < CL_SHIM_TYP
     return REAL(fn)(__VA_ARGS__);
 
 /* An enqueue with an event out-parameter: an event returned counts as created. */
-#define ENQUEUE_BODY(fn, event, ...)                          \
+/* The wait list judged as the strictest driver does (NVIDIA's): a list pointer with no events, or
+   events with no list, is CL_INVALID_EVENT_WAIT_LIST even where POCL lets it pass. */
+#define ENQUEUE_BODY(fn, event, nw, wl, ...)                  \
     if (should_fail(#fn)) return fault_error;                 \
+    if (((nw) == 0) != ((wl) == NULL)) return CL_INVALID_EVENT_WAIT_LIST; \
     cl_int e_ = REAL(fn)(__VA_ARGS__);                        \
     if (e_ == CL_SUCCESS && (event)) count(CL_SHIM_EVENT, 1); \
     return e_;
@@ -284,21 +289,21 @@ SHIM_API cl_int clGetKernelWorkGroupInfo(cl_kernel k, cl_device_id d, cl_kernel_
 SHIM_API cl_int clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint dims, const size_t *offset,
                                        const size_t *global, const size_t *local, cl_uint nw, const cl_event *wl,
                                        cl_event *event) {
-    ENQUEUE_BODY(clEnqueueNDRangeKernel, event, q, k, dims, offset, global, local, nw, wl, event)
+    ENQUEUE_BODY(clEnqueueNDRangeKernel, event, nw, wl, q, k, dims, offset, global, local, nw, wl, event)
 }
 
 SHIM_API cl_int clEnqueueReadBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t offset, size_t size,
                                     void *ptr, cl_uint nw, const cl_event *wl, cl_event *event) {
-    ENQUEUE_BODY(clEnqueueReadBuffer, event, q, m, blocking, offset, size, ptr, nw, wl, event)
+    ENQUEUE_BODY(clEnqueueReadBuffer, event, nw, wl, q, m, blocking, offset, size, ptr, nw, wl, event)
 }
 
 SHIM_API cl_int clEnqueueWriteBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t offset, size_t size,
                                      const void *ptr, cl_uint nw, const cl_event *wl, cl_event *event) {
-    ENQUEUE_BODY(clEnqueueWriteBuffer, event, q, m, blocking, offset, size, ptr, nw, wl, event)
+    ENQUEUE_BODY(clEnqueueWriteBuffer, event, nw, wl, q, m, blocking, offset, size, ptr, nw, wl, event)
 }
 
 SHIM_API cl_int clEnqueueMarkerWithWaitList(cl_command_queue q, cl_uint nw, const cl_event *wl, cl_event *event) {
-    ENQUEUE_BODY(clEnqueueMarkerWithWaitList, event, q, nw, wl, event)
+    ENQUEUE_BODY(clEnqueueMarkerWithWaitList, event, nw, wl, q, nw, wl, event)
 }
 
 SHIM_API cl_int clRetainContext(cl_context c) { REF_BODY(CL_SHIM_CONTEXT, 1, clRetainContext, c) }
