@@ -8,6 +8,8 @@ what a call does. All accept numpy arrays or PyTorch tensors.
 """
 import contextlib
 
+import numpy as np
+
 from . import _arrays, _core, _flashcl, flash_attn_interface
 
 
@@ -135,9 +137,7 @@ def merge_states(states, lse_states):
       lse = log sum_i exp(lse_i), out = sum_i exp(lse_i - lse) out_i; a row whose every
       lse_i is -inf gets out = 0 and lse = -inf.
     """
-    import numpy as np
-
-    torch_kind = _arrays.is_torch(states[0] if isinstance(states, (list, tuple)) else states)
+    torch_kind = _arrays.is_torch(states[0] if isinstance(states, (list, tuple)) and states else states)
     torch = _arrays.torch_module() if torch_kind else None
 
     def stacked(name, x, rank):
