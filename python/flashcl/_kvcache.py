@@ -67,7 +67,7 @@ def _raw_cache(x):
     return _arrays.raw(x)
 
 
-def _scale(name, x, heads_kv, torch_kind):
+def _scale(name, x, heads_kv):
     """k_scale / v_scale: a number, or (1,) or (nheads_k,) floats, > 0 and finite; float32 for the library."""
     if isinstance(x, numbers.Real):
         x = np.array([x], np.float32)
@@ -195,8 +195,8 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     if cache_dtype == _flashcl.CACHE_DTYPE_SAME:
         _need(k_scale is None and v_scale is None, "k_scale and v_scale are for float8 caches")
     else:
-        k_scale = _scale("k_scale", 1.0 if k_scale is None else k_scale, p.heads_kv, torch_kind)
-        v_scale = _scale("v_scale", 1.0 if v_scale is None else v_scale, p.heads_kv, torch_kind)
+        k_scale = _scale("k_scale", 1.0 if k_scale is None else k_scale, p.heads_kv)
+        v_scale = _scale("v_scale", 1.0 if v_scale is None else v_scale, p.heads_kv)
         # One layout for both (the library's scale_per_head covers both): a per-tensor one is repeated.
         if k_scale.shape != v_scale.shape:
             k_scale, v_scale = (np.full((p.heads_kv,), x[0], np.float32) if x.shape[0] == 1 else x

@@ -116,7 +116,9 @@ HostArray cache_array(const char *name, nb::handle h, bool written, Elem elem, f
     OutArray out;
     if (!nb::try_cast(h, out, false))
         throw nb::value_error((std::string(name) + " is read-only, but k and v are appended into it").c_str());
-    return host_array(name, out, elem, dt, 4, 4);
+    HostArray a = host_array(name, out, elem, dt, 4, 4);
+    a.read_too = true; // the rows before cache_seqlens are attended to: a copying buffer must start from them
+    return a;
 }
 
 // An int32 table the library reads on the host (block_table, cache_seqlens, ...): packed, so that

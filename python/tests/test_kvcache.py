@@ -134,6 +134,19 @@ def test_bfloat16(kind):
     _check("append_rotary_gptj_causal", "bfloat16", kind)
 
 
+def test_append_through_copied_buffers():
+    """Where the device does not use host memory in place (zero_copy=False: copied buffers, as on a
+    discrete GPU) the appended caches are read back into the caller's arrays."""
+    a, kw = _inputs("paged_append_causal")
+    ref_out, _, ref_k, ref_v = _reference(a, kw, "float32")
+    with flashcl.Context(zero_copy=False) as ctx:
+        out = flashcl.flash_attn_with_kvcache(**a, **kw)
+        assert ctx.transfer_stats()["zero_copy_buffers"] == 0
+    np.testing.assert_allclose(a["k_cache"], ref_k, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(a["v_cache"], ref_v)
+    assert_close(out, ref_out)
+
+
 def test_return_value_and_readonly_cache_without_append():
     """Without return_softmax_lse only out comes back (as flash_attn); a cache that is not appended
     to may be read-only."""
