@@ -207,6 +207,26 @@ def test_fp8_cache():
     assert_close(lse, ref_lse, what="softmax_lse")
 
 
+def test_fp8_cache_next_to_q_in_one_buffer():
+    """Arrays that share memory pages share one zero-copy buffer: an fp8 cache (bytes) written by the
+    append, followed in memory by q (float32), is no alias of it (views of different element sizes;
+    compared as elements, q's offset in float32 units would land inside the cache's bytes)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    fp8 = ml_dtypes.float8_e4m3fn
+    a, kw = _inputs("paged_append_causal")
+    cache = a["k_cache"].astype(fp8)
+    memory = np.zeros(a["q"].nbytes + cache.nbytes, np.uint8)
+    k_cache = memory[:cache.nbytes].view(fp8).reshape(cache.shape)
+    q = memory[cache.nbytes:].view(np.float32).reshape(a["q"].shape)
+    q[...], k_cache[...] = a["q"], cache
+    v_cache = a["v_cache"].astype(fp8)
+    args = dict(a, v_cache=v_cache.copy())
+    out = flashcl.flash_attn_with_kvcache(**dict(args, q=q, k_cache=k_cache), **kw)
+    apart = dict(args, k_cache=cache, v_cache=v_cache)
+    np.testing.assert_array_equal(out, flashcl.flash_attn_with_kvcache(**apart, **kw))
+    np.testing.assert_array_equal(k_cache.view(np.uint8), cache.view(np.uint8))
+
+
 def test_merge_states_of_two_cache_halves():
     """Attention over a cache split in two (the second half through cache_leftpad) merged by the LSE
     equals attention over all of it: FlashInfer's merge_states, in flash_attn's layouts."""
