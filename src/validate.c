@@ -232,10 +232,12 @@ static int views_share_element(const flashcl__view_spec *sa, const flashcl_tenso
                                const flashcl__view_spec *sb, const flashcl_tensor *b, size_t shift_b,
                                const flashcl_attention_desc *d, const size_t *begin, const size_t *end, int ia,
                                int ib) {
+    /* The caller found their byte extents intersecting; views of different element sizes (an fp8
+       cache next to a float32 output) are not compared element by element: they conflict. */
+    if (spec_elem(sa, d) != spec_elem(sb, d)) return 1;
     size_t a0 = begin[ia] + shift_a, a1 = end[ia] + shift_a, b0 = begin[ib] + shift_b, b1 = end[ib] + shift_b;
     if (a1 <= b0 || b1 <= a0) return 0;
-    if (a->stride_batch != b->stride_batch || a->stride_head != b->stride_head || a->stride_row != b->stride_row ||
-        spec_elem(sa, d) != spec_elem(sb, d))
+    if (a->stride_batch != b->stride_batch || a->stride_head != b->stride_head || a->stride_row != b->stride_row)
         return 1;
     long long stride[3] = {(long long)a->stride_batch, (long long)a->stride_head, (long long)a->stride_row};
     const long long dim = (long long)(sa->dim > sb->dim ? sa->dim : sb->dim);
@@ -300,12 +302,16 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
         const size_t elem = spec_elem(&views[o], d);
         const size_t o_b0 = begin[o] * elem + shift[o], o_b1 = end[o] * elem + shift[o];
         if (!views[o].is_output) continue;
-        for (int i = 0; i < count; ++i)
-            if (i != o && root[o] == root[i] &&
+        for (int i = 0; i < count; ++i) {
+            if (i == o || root[o] != root[i]) continue;
+            /* Bytes first: views of different element sizes (fp8 caches) may share a buffer without sharing memory. */
+            const size_t ie = spec_elem(&views[i], d), i_b0 = begin[i] * ie + shift[i], i_b1 = end[i] * ie + shift[i];
+            if (i_b0 < o_b1 && o_b0 < i_b1 &&
                 views_share_element(&views[o], &resolved[o], shift_elems[o], &views[i], &resolved[i], shift_elems[i], d,
                                     begin, end, o, i))
                 return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps %s in the same buffer", views[o].name,
                                      views[i].name);
+        }
         if (lse->buffer && root[count] == root[o] && lse_b0 < o_b1 && o_b0 < lse_b1)
             return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps lse in the same buffer", views[o].name);
     }

@@ -5,13 +5,13 @@
 
 See the README's "Python" section. FlashAttention-2's functions are in
 flashcl.flash_attn_interface (also importable from here); FlashCL's own
-features are attention(), attention_backward(), dropout_mask() and plan();
+features are attention(), attention_backward(), dropout_mask(), merge_states() and plan();
 devices: devices(), Context, use_device(), FLASHCL_DEVICE.
 """
 from . import _flashcl
 from ._context import Context, current as current_context, use_device
 from .errors import Error, InvalidArgumentError
-from .extras import attention, attention_backward, dropout_mask, plan
+from .extras import attention, attention_backward, dropout_mask, merge_states, plan
 from .flash_attn_interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -19,6 +19,7 @@ from .flash_attn_interface import (
     flash_attn_varlen_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
+    flash_attn_with_kvcache,
 )
 
 __version__ = _flashcl.version()
@@ -34,6 +35,6 @@ def devices():
 __all__ = [
     "Context", "Error", "InvalidArgumentError", "MAX_HEAD_DIM", "attention", "attention_backward", "current_context",
     "devices", "dropout_mask", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
-    "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "plan",
-    "use_device",
+    "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache", "merge_states", "plan", "use_device",
 ]

@@ -8,7 +8,9 @@ what a call does. All accept numpy arrays or PyTorch tensors.
 """
 import contextlib
 
-from . import _arrays, _core, flash_attn_interface
+import numpy as np
+
+from . import _arrays, _core, _flashcl, flash_attn_interface
 
 
 def _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset, sinks,
@@ -119,3 +121,53 @@ def plan(q, k, v, *, backward=False, context=None, **features):
     spec = _spec(**args)
     with _using(context):
         return _core.plan(_arrays.host(q), _arrays.host(k), _arrays.host(v), spec, backward=backward)
+
+
+def merge_states(states, lse_states):
+    """Partial attention results over the same queries merged by their LSE (FlashInfer's
+    merge_states, in flash_attn's layouts): split-KV, cascade attention (a shared prefix
+    attended once, each sequence's own suffix apart), context parallelism.
+
+    states: (num_states, batch, seqlen_q, nheads, d), or a list of (batch, seqlen_q, nheads, d)
+      outputs; lse_states: (num_states, batch, nheads, seqlen_q), or a list of (batch, nheads,
+      seqlen_q): natural-log LSEs, as flash_attn_with_kvcache(..., return_softmax_lse=True) and
+      flash_attn_func(..., return_attn_probs=True) return them (FlashInfer's are base 2:
+      multiply those by ln 2). Any float dtype; computed in float64 on the host.
+    Returns (out (batch, seqlen_q, nheads, d), lse (batch, nheads, seqlen_q)), float32:
+      lse = log sum_i exp(lse_i), out = sum_i exp(lse_i - lse) out_i; a row whose every
+      lse_i is -inf gets out = 0 and lse = -inf.
+    """
+    torch_kind = _arrays.is_torch(states[0] if isinstance(states, (list, tuple)) and states else states)
+    torch = _arrays.torch_module() if torch_kind else None
+
+    def stacked(name, x, rank):
+        if isinstance(x, (list, tuple)):
+            if not x:
+                raise ValueError(f"{name} is empty: merge_states needs at least one state")
+            _arrays.kind_check([(f"{name}[{i}]", part) for i, part in enumerate(x)])
+            x = torch.stack([_arrays.host(p).detach() for p in x]) if torch_kind else np.stack(x)
+        _arrays.kind_check([(name, x)])
+        if _arrays.is_torch(x) != torch_kind:
+            raise ValueError("states and lse_states must both be numpy arrays or both torch tensors")
+        if len(x.shape) != rank:
+            layout = "(num_states, batch, seqlen_q, nheads, d)" if rank == 5 else "(num_states, batch, nheads, seqlen_q)"
+            raise ValueError(f"{name} must be {layout} or a list of its states, got shape {tuple(x.shape)}")
+        if torch_kind:
+            return _arrays.host(x).detach().float().contiguous()
+        if not (x.dtype.kind == "f" or x.dtype.name == "bfloat16"):
+            raise ValueError(f"{name} must be floating-point, got dtype {x.dtype}")
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    o = stacked("states", states, 5)
+    lse = stacked("lse_states", lse_states, 4)
+    n, b, s, h, d = (int(x) for x in o.shape)
+    if tuple(lse.shape) != (n, b, h, s):
+        raise ValueError(f"lse_states has shape {tuple(lse.shape)}, expected {(n, b, h, s)} for states of shape "
+                         f"{(n, b, s, h, d)}")
+    m = _flashcl.MergeDesc()
+    m.num_states, m.batch, m.heads, m.seqlen, m.head_dim = n, b, h, s, d
+    out = _arrays.empty(o, (b, s, h, d))
+    out_lse = _arrays.empty(o, (b, h, s))
+    # Flattened: the extension's arrays have at most 4 dimensions; all four are packed.
+    _flashcl.merge_states(m, o.reshape(n, b * s, h, d), lse.reshape(n, b * h, s), out, out_lse)
+    return out, out_lse

@@ -22,9 +22,15 @@ Differences from flash_attn, all documented in the README:
     removed negated, as flash_attn encodes them; an empty array without dropout;
   - the dropout RNG is FlashCL's (Philox4x32-10 on absolute positions, seeded
     from torch's, or numpy's, global generator), so masks differ from CUDA's;
-  - block_table (paged KV) and flash_attn_with_kvcache are not here yet.
+  - flash_attn_with_kvcache takes any page_block_size (flash_attn: a multiple
+    of 256) and any even rotary_dim (flash_attn: a multiple of 16); its
+    in-place append into k_cache/v_cache goes through host memory, so a cache
+    on another torch device is copied whole to the host and back when k, v are
+    appended; fp8 caches (k_scale, v_scale) are FlashCL's extra keywords;
+  - block_table in flash_attn_varlen_func (paged varlen prefill) is not here
+    (use flash_attn_with_kvcache's block_table).
 """
-from . import _arrays, _core, _probs
+from . import _arrays, _core, _kvcache, _probs
 
 
 def _split(packing, inputs):
@@ -67,7 +73,8 @@ def _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, 
 
 def _no_paging(block_table):
     if block_table is not None:
-        raise NotImplementedError("block_table (paged KV) needs FlashCL's decode work, which is not in this version")
+        raise NotImplementedError("block_table in flash_attn_varlen_func is not supported: flash_attn_with_kvcache "
+                                  "takes a paged cache")
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -133,3 +140,40 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                  cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     return run((q, kv), spec, "kv", return_attn_probs)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
+                            *, k_scale=None, v_scale=None):
+    """Attention of q against a KV cache, after appending k, v into it in place (the decode step).
+
+    q (batch, seqlen_q, nheads, d). k_cache, v_cache (batch_cache, seqlen_cache, nheads_k, d[_v]), or
+    with block_table (batch, max_num_blocks_per_seq) int32 a paged pool (num_blocks, page_block_size,
+    nheads_k, d[_v]) whose block block_table[b][j] holds rows j * page_block_size .. of sequence b.
+    cache_seqlens: int, or int32 (batch,): the rows of each sequence in the cache before the call.
+    k, v (batch, seqlen_new, nheads_k, d[_v]): written into the cache at rows cache_seqlens[b] ..
+    (the caller advances cache_seqlens); the keys attended are the cache's first cache_seqlens[b] +
+    seqlen_new rows. rotary_cos, rotary_sin (seqlen_ro, rotary_dim / 2): rotary embedding of the new
+    keys (at positions cache_seqlens[b] + i) and of q (at cache_seqlens[b] + i when causal or
+    windowed, else all at cache_seqlens[b]), rotary_interleaved: pairs (0, 1), (2, 3) .. (GPT-J),
+    else the halves (GPT-NeoX); q itself is not modified. cache_batch_idx int32 (batch,): the cache
+    sequence of each batch entry (contiguous caches). cache_leftpad int32 (batch,): the keys of
+    sequence b start at row cache_leftpad[b] (positions counted from there). causal is bottom-right
+    against each sequence's keys; window_size, softcap, alibi_slopes, softmax_scale as in
+    flash_attn_func. num_splits: split-KV partitions (0: chosen by the library).
+
+    FlashCL's extras (keyword only): a float8_e4m3fn or float8_e5m2 cache (ml_dtypes or torch) holds
+    x / scale; k_scale, v_scale: a number, (1,) or (nheads_k,) floats (default 1); k, v are quantised
+    into it when appended.
+
+    Returns out (batch, seqlen_q, nheads, d_v), or (out, softmax_lse) with softmax_lse
+    (batch, nheads, seqlen_q) float32 (natural log) when return_softmax_lse.
+    """
+    spec = _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                      alibi_slopes=alibi_slopes)
+    out, lse = _kvcache.forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                        cache_batch_idx, cache_leftpad, block_table, spec, rotary_interleaved,
+                                        num_splits, return_softmax_lse, k_scale, v_scale)
+    return (out, lse) if return_softmax_lse else out

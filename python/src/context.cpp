@@ -105,6 +105,33 @@ int add_lse(DeviceBuffers &b, const HostArray &h) {
     return b.add(h);
 }
 
+// A cache pool, [batch_cache | num_blocks, rows, heads_kv, d]. Written in
+// place when rows are appended: then it must be writable (a read-only numpy
+// array is refused rather than copied, since a copy would lose the append).
+HostArray cache_array(const char *name, nb::handle h, bool written, Elem elem, flashcl_dtype dt) {
+    InArray in;
+    if (!nb::try_cast(h, in, false))
+        throw nb::value_error((std::string(name) + " must be a numpy array or a CPU tensor").c_str());
+    if (!written) return host_array(name, in, elem, dt, 4, 4);
+    OutArray out;
+    if (!nb::try_cast(h, out, false))
+        throw nb::value_error((std::string(name) + " is read-only, but k and v are appended into it").c_str());
+    HostArray a = host_array(name, out, elem, dt, 4, 4);
+    a.read_too = true; // the rows before cache_seqlens are attended to: a copying buffer must start from them
+    return a;
+}
+
+// An int32 table the library reads on the host (block_table, cache_seqlens, ...): packed, so that
+// its data pointer is the C array flashcl_kv_cache expects. Null when absent.
+const int32_t *host_table(const char *name, const std::optional<InArray> &a, int ndim, flashcl_dtype dt,
+                          size_t *columns = nullptr) {
+    if (!a) return nullptr;
+    HostArray h = host_array(name, *a, Elem::I32, dt, ndim, ndim);
+    require_packed(h);
+    if (columns) *columns = h.shape[ndim - 1];
+    return (const int32_t *)h.data;
+}
+
 } // namespace
 
 Context::Context(std::optional<std::string> device_spec, bool zero_copy) {
@@ -202,6 +229,91 @@ void Context::backward(const flashcl_attention_desc &desc, const InArray &q, con
         return flashcl_backward(ctx_, &d, &tq, &tk, &tv, &to, &tdo, b.buffer(sl), b.offset(sl), &tdq, &tdk, &tdv, 0,
                                 nullptr, nullptr);
     });
+}
+
+void Context::forward_kvcache(const flashcl_attention_desc &desc, const InArray &q, const OutArray &o,
+                              const std::optional<OutArray> &lse, const KvCacheArgs &kv, const Features &f) {
+    const flashcl_dtype dt = desc.dtype;
+    const bool append = kv.k_new.has_value() && kv.v_new.has_value();
+    const Elem cache_elem = kv.cache_dtype == FLASHCL_CACHE_DTYPE_SAME ? Elem::STORAGE : Elem::U8; // fp8: bytes
+    DeviceBuffers b(flashcl_context_cl_context(ctx_), flashcl_context_queue(ctx_), policy_, &stats_);
+    const HostArray hk = cache_array("k_cache", kv.k_cache, append, cache_elem, dt),
+                    hv = cache_array("v_cache", kv.v_cache, append, cache_elem, dt);
+    const int sq = add_view(b, "q", q, dt, false), so = add_view(b, "out", o, dt, false), sk = b.add(hk),
+              sv = b.add(hv);
+    const int skn = append ? add_view(b, "k", *kv.k_new, dt, false) : -1,
+              svn = append ? add_view(b, "v", *kv.v_new, dt, false) : -1;
+    // Small float32 inputs the cache descriptor has no offset for: buffers of their own.
+    auto small = [&](const char *name, const std::optional<InArray> &a, int ndim) {
+        if (!a) return -1;
+        HostArray h = host_array(name, *a, Elem::F32, dt, ndim, ndim);
+        require_packed(h);
+        return b.add(h, true);
+    };
+    const int scos = small("rotary_cos", kv.rotary_cos, 2), ssin = small("rotary_sin", kv.rotary_sin, 2),
+              sks = small("k_scale", kv.k_scale, 1), svs = small("v_scale", kv.v_scale, 1);
+    const int sl = lse ? add_lse(b, host_array("softmax_lse", *lse, Elem::F32, dt, 1, 3)) : -1;
+    const FeatureSlots fs = add_features(b, f, dt);
+
+    flashcl_kv_cache c = flashcl_kv_cache_init();
+    size_t max_pages = 0;
+    c.block_table = host_table("block_table", kv.block_table, 2, dt, &max_pages);
+    c.cache_seqlens = host_table("cache_seqlens", kv.cache_seqlens, 1, dt);
+    c.cache_batch_idx = host_table("cache_batch_idx", kv.cache_batch_idx, 1, dt);
+    c.cache_leftpad = host_table("cache_leftpad", kv.cache_leftpad, 1, dt);
+    if (c.block_table) {
+        c.num_pages = hk.shape[0], c.page_size = hk.shape[1], c.max_pages = max_pages;
+    } else {
+        c.batch_cache = hk.shape[0], c.capacity = hk.shape[1];
+    }
+    if (append) c.seqlen_new = b.array(skn).shape[1];
+    if (scos >= 0) {
+        c.seqlen_ro = b.array(scos).shape[0];
+        c.rotary_dim = 2 * b.array(scos).shape[1];
+        c.rotary_interleaved = kv.rotary_interleaved ? 1 : 0;
+    }
+    c.dtype = (flashcl_cache_dtype)kv.cache_dtype;
+    c.scale_per_head = (sks >= 0 && b.array(sks).shape[0] > 1) || (svs >= 0 && b.array(svs).shape[0] > 1);
+    run(b, [&] {
+        flashcl_attention_desc d = desc;
+        apply_features(b, fs, d);
+        flashcl_kv_cache cc = c;
+        cc.k = view(b, sk, false), cc.v = view(b, sv, false);
+        if (append) cc.k_new = view(b, skn, false), cc.v_new = view(b, svn, false);
+        if (scos >= 0) cc.rotary_cos = b.buffer(scos), cc.rotary_sin = b.buffer(ssin);
+        if (sks >= 0) cc.k_scale = b.buffer(sks);
+        if (svs >= 0) cc.v_scale = b.buffer(svs);
+        const flashcl_tensor tq = view(b, sq, false), to = view(b, so, false);
+        return flashcl_forward_kvcache(ctx_, &d, &tq, &cc, &to, sl >= 0 ? b.buffer(sl) : nullptr,
+                                       sl >= 0 ? b.offset(sl) : 0, 0, nullptr, nullptr);
+    });
+}
+
+void merge_states_host(const flashcl_merge_desc &m, const InArray &o_states, const InArray &lse_states,
+                       const OutArray &o, const std::optional<OutArray> &lse) {
+    // The host merge reads packed float32 arrays of fixed sizes; the package passes them flattened
+    // (a HostArray has at most 4 dimensions), so the sizes are what is checked here.
+    const size_t rows = m.batch * m.heads * m.seqlen, n = m.num_states;
+    auto packed = [&](const char *name, const auto &a, size_t count) {
+        HostArray h = host_array(name, a, Elem::F32, FLASHCL_DTYPE_F32, 1, 4);
+        require_packed(h);
+        if (h.span_bytes != count * sizeof(float))
+            throw nb::value_error((std::string(name) + " has " + std::to_string(h.span_bytes / sizeof(float)) +
+                                   " elements, expected " + std::to_string(count))
+                                      .c_str());
+        return (float *)h.data;
+    };
+    const float *os = packed("states", o_states, n * rows * m.head_dim);
+    const float *ls = packed("lse_states", lse_states, n * rows);
+    float *out = packed("out", o, rows * m.head_dim);
+    float *lse_out = lse ? packed("lse", *lse, rows) : nullptr;
+    flashcl_status st;
+    {
+        // No device and no context: only the GIL is let go.
+        nb::gil_scoped_release nogil;
+        st = flashcl_merge_states_host(&m, os, ls, out, lse_out);
+    }
+    check(st, "");
 }
 
 void Context::dropout_mask(const flashcl_attention_desc &desc, const OutArray &out, const Features &f) {

@@ -26,6 +26,18 @@ struct Features {
     std::optional<OutArray> dsinks;
 };
 
+// The KV-cache call's arrays beyond q and out (flashcl_kv_cache holds them as
+// cl_mem and host pointers; here they are the caller's arrays). The caches
+// come as Python objects: they are cast to writable arrays only when k_new and
+// v_new are appended into them, so that a read-only cache is fine otherwise.
+struct KvCacheArgs {
+    nb::handle k_cache, v_cache;
+    std::optional<InArray> k_new, v_new, rotary_cos, rotary_sin, k_scale, v_scale;
+    std::optional<InArray> block_table, cache_seqlens, cache_batch_idx, cache_leftpad; // host int32 tables
+    bool rotary_interleaved = true;
+    int cache_dtype = FLASHCL_CACHE_DTYPE_SAME;
+};
+
 class Context {
   public:
     // device_spec: as flashcl_context_create (None/"" = FLASHCL_DEVICE, else the first GPU, else any).
@@ -40,6 +52,9 @@ class Context {
     void backward(const flashcl_attention_desc &desc, const InArray &q, const InArray &k, const InArray &v,
                   const InArray &o, const InArray &dout, const InArray &lse, const OutArray &dq, const OutArray &dk,
                   const OutArray &dv, const Features &f);
+    // Appends k_new/v_new into the caches (in place) and attends q against them.
+    void forward_kvcache(const flashcl_attention_desc &desc, const InArray &q, const OutArray &o,
+                         const std::optional<OutArray> &lse, const KvCacheArgs &kv, const Features &f);
     void dropout_mask(const flashcl_attention_desc &desc, const OutArray &out, const Features &f);
     nb::dict plan(const flashcl_attention_desc &desc, bool backward, const Features &f);
 
@@ -63,5 +78,9 @@ class Context {
     bool unified_ = false;
     std::string device_name_, platform_name_, device_type_;
 };
+
+// flashcl_merge_states_host over packed float32 arrays: a loop on the host, no device, no context.
+void merge_states_host(const flashcl_merge_desc &m, const InArray &o_states, const InArray &lse_states,
+                       const OutArray &o, const std::optional<OutArray> &lse);
 
 } // namespace flashcl_py

@@ -50,7 +50,8 @@ cl_int DeviceBuffers::create(std::string *what) {
         if (groups_.empty() || begin >= groups_.back().end) groups_.push_back({begin, end});
         Group &g = groups_.back();
         g.end = std::max(g.end, end);
-        (a.output ? g.has_output : g.has_input) = true;
+        if (a.output) g.has_output = true;
+        if (!a.output || a.read_too) g.has_input = true;
         arrays_[i].group = (int)groups_.size() - 1;
     }
     for (size_t i = 0; i < arrays_.size(); ++i) {

@@ -33,6 +33,7 @@ struct HostArray {
     size_t shape[4] = {0, 0, 0, 0};
     size_t stride[4] = {0, 0, 0, 0}; // elements; size-1 dimensions get the packed stride
     bool output = false;
+    bool read_too = false; // an output whose contents are also read (a cache appended to): copied in and out
 };
 
 // Checks device (host memory), element type, rank, non-negative strides,

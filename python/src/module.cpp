@@ -17,6 +17,7 @@ using namespace nb::literals;
 using flashcl_py::Context;
 using flashcl_py::Features;
 using flashcl_py::InArray;
+using flashcl_py::KvCacheArgs;
 using flashcl_py::OutArray;
 
 namespace {
@@ -61,6 +62,9 @@ NB_MODULE(_flashcl, m) {
     m.attr("DTYPE_BF16") = (int)FLASHCL_DTYPE_BF16;
     m.attr("PATH_FLASH") = (int)FLASHCL_PATH_FLASH;
     m.attr("PATH_STANDARD") = (int)FLASHCL_PATH_STANDARD;
+    m.attr("CACHE_DTYPE_SAME") = (int)FLASHCL_CACHE_DTYPE_SAME;
+    m.attr("CACHE_DTYPE_FP8_E4M3") = (int)FLASHCL_CACHE_DTYPE_FP8_E4M3;
+    m.attr("CACHE_DTYPE_FP8_E5M2") = (int)FLASHCL_CACHE_DTYPE_FP8_E5M2;
 
     // The descriptor's scalar fields; the array fields are call arguments.
     nb::class_<flashcl_attention_desc>(m, "Desc")
@@ -89,9 +93,22 @@ NB_MODULE(_flashcl, m) {
         .def_rw("block_k", &flashcl_attention_desc::block_k)
         .def_rw("max_seqlen_q", &flashcl_attention_desc::max_seqlen_q)
         .def_rw("max_seqlen_k", &flashcl_attention_desc::max_seqlen_k)
+        .def_rw("num_splits", &flashcl_attention_desc::num_splits)
         .def_prop_rw(
             "path", [](const flashcl_attention_desc &d) { return (int)d.path; },
             [](flashcl_attention_desc &d, int v) { d.path = (flashcl_path)v; });
+
+    // The merge's sizes; the states are call arguments.
+    nb::class_<flashcl_merge_desc>(m, "MergeDesc")
+        .def("__init__", [](flashcl_merge_desc *d) { new (d) flashcl_merge_desc(flashcl_merge_desc_init()); })
+        .def_rw("num_states", &flashcl_merge_desc::num_states)
+        .def_rw("batch", &flashcl_merge_desc::batch)
+        .def_rw("heads", &flashcl_merge_desc::heads)
+        .def_rw("seqlen", &flashcl_merge_desc::seqlen)
+        .def_rw("head_dim", &flashcl_merge_desc::head_dim);
+
+    m.def("merge_states", &flashcl_py::merge_states_host, "desc"_a, "states"_a, "lse_states"_a, "out"_a,
+          "lse"_a = nb::none());
 
     nb::class_<Context>(m, "Context")
         .def(nb::init<std::optional<std::string>, bool>(), "device"_a = nb::none(), "zero_copy"_a = true)
@@ -113,6 +130,28 @@ NB_MODULE(_flashcl, m) {
             },
             "desc"_a, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, "dsinks"_a = nb::none(),
             FEATURE_ARGS)
+        .def(
+            "forward_kvcache",
+            [](Context &c, const flashcl_attention_desc &d, const InArray &q, nb::handle k_cache, nb::handle v_cache,
+               const OutArray &o, std::optional<OutArray> lse, Opt k, Opt v, Opt rotary_cos, Opt rotary_sin,
+               bool rotary_interleaved, Opt cache_seqlens, Opt cache_batch_idx, Opt cache_leftpad, Opt block_table,
+               int cache_dtype, Opt k_scale, Opt v_scale, Opt alibi) {
+                KvCacheArgs kv;
+                kv.k_cache = k_cache, kv.v_cache = v_cache;
+                kv.k_new = std::move(k), kv.v_new = std::move(v);
+                kv.rotary_cos = std::move(rotary_cos), kv.rotary_sin = std::move(rotary_sin);
+                kv.rotary_interleaved = rotary_interleaved;
+                kv.cache_seqlens = std::move(cache_seqlens), kv.cache_batch_idx = std::move(cache_batch_idx);
+                kv.cache_leftpad = std::move(cache_leftpad), kv.block_table = std::move(block_table);
+                kv.cache_dtype = cache_dtype;
+                kv.k_scale = std::move(k_scale), kv.v_scale = std::move(v_scale);
+                c.forward_kvcache(d, q, o, lse, kv, features(alibi, {}, {}, {}, {}, {}, {}));
+            },
+            "desc"_a, "q"_a, "k_cache"_a, "v_cache"_a, "out"_a, "lse"_a = nb::none(), "k"_a = nb::none(),
+            "v"_a = nb::none(), "rotary_cos"_a = nb::none(), "rotary_sin"_a = nb::none(),
+            "rotary_interleaved"_a = true, "cache_seqlens"_a = nb::none(), "cache_batch_idx"_a = nb::none(),
+            "cache_leftpad"_a = nb::none(), "block_table"_a = nb::none(), "cache_dtype"_a = 0,
+            "k_scale"_a = nb::none(), "v_scale"_a = nb::none(), "alibi_slopes"_a = nb::none())
         .def(
             "dropout_mask",
             [](Context &c, const flashcl_attention_desc &d, const OutArray &out, Opt cu_q, Opt cu_k) {

@@ -123,3 +123,89 @@ def per_sequence(cu_q, cu_k):
     """[(rows of q, rows of k)] slices of a varlen batch."""
     cu_q, cu_k = np.asarray(cu_q), np.asarray(cu_k)
     return [(slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])) for i in range(len(cu_q) - 1)]
+
+
+def rotary(x, cos, sin, positions, interleaved):
+    """Rows x (n, h, d) turned to positions (n,): the first rotary_dim = 2 * cos.shape[1] dims,
+    pairs (0, 1), (2, 3) .. when interleaved (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX)."""
+    x = np.array(x, np.float64)
+    half = cos.shape[1]
+    c = np.asarray(cos, np.float64)[positions][:, None, :]
+    s = np.asarray(sin, np.float64)[positions][:, None, :]
+    if interleaved:
+        a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
+        x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
+        x[..., :half], x[..., half:2 * half] = a * c - b * s, a * s + b * c
+    return x
+
+
+def kvcache_attention(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                      cache_batch_idx=None, cache_leftpad=None, block_table=None, rotary_interleaved=True,
+                      round_k=None, round_v=None, round_q=None, **attention):
+    """flash_attn_with_kvcache from its definition, in float64: (out, lse, k_cache, v_cache after the append).
+
+    Sequence b's row j lives in k_cache[cache_batch_idx[b], j], or paged in
+    k_cache[block_table[b, j // page], j % page]. k, v rows go to rows cache_seqlens[b] + t,
+    k rotated to position cache_seqlens[b] - cache_leftpad[b] + t; the keys are rows
+    cache_leftpad[b] .. cache_seqlens[b] + seqlen_new; q is rotated to position
+    cache_seqlens[b] - cache_leftpad[b] (+ i when causal or windowed). round_k / round_q: what
+    storing a row does (the cache's rounding: k after its rotation; the library keeps the rotated q in q's dtype).
+    attention: numpy_attention's keywords (scale, causal, window, softcap, alibi, storage);
+    alibi may be (b, h).
+    """
+    q = np.asarray(q, np.float64)
+    kc, vc = np.array(k_cache, np.float64), np.array(v_cache, np.float64)
+    b, sq = q.shape[:2]
+    rows = kc.shape[1]
+    paged = block_table is not None
+    capacity = np.asarray(block_table).shape[1] * rows if paged else rows
+    lens = np.full(b, capacity) if cache_seqlens is None else np.asarray(cache_seqlens, np.int64).reshape(-1)
+    lens = np.broadcast_to(lens, (b,))
+    pad = np.zeros(b, np.int64) if cache_leftpad is None else np.asarray(cache_leftpad, np.int64)
+    seq = np.arange(b) if cache_batch_idx is None else np.asarray(cache_batch_idx)
+    s_new = 0 if k is None else k.shape[1]
+    keep = lambda x: x  # noqa: E731
+    round_k, round_v, round_q = round_k or keep, round_v or keep, round_q or keep
+
+    def at(i, j):
+        return (int(block_table[i][j // rows]), j % rows) if paged else (int(seq[i]), j)
+
+    window = attention.get("window", (-1, -1))
+    per_row = attention.get("causal", False) or tuple(window) != (-1, -1)
+    alibi = attention.pop("alibi", None)
+    outs, lses = [], []
+    for i in range(b):
+        start = int(lens[i] - pad[i])
+        for t in range(s_new):
+            row = np.asarray(k[i, t:t + 1], np.float64)
+            if rotary_cos is not None:
+                row = rotary(row, rotary_cos, rotary_sin, [start + t], rotary_interleaved)
+            kc[at(i, int(lens[i]) + t)] = round_k(row[0])
+            vc[at(i, int(lens[i]) + t)] = round_v(np.asarray(v[i, t], np.float64))
+        keys = range(int(pad[i]), int(lens[i]) + s_new)
+        kk = np.stack([kc[at(i, j)] for j in keys])[None]
+        vv = np.stack([vc[at(i, j)] for j in keys])[None]
+        qi = q[i]
+        if rotary_cos is not None:
+            positions = start + (np.arange(sq) if per_row else np.zeros(sq, np.int64))
+            qi = round_q(rotary(qi, rotary_cos, rotary_sin, positions, rotary_interleaved))
+        slopes = None if alibi is None else (alibi[i] if np.ndim(alibi) == 2 else alibi)
+        o, lse = numpy_attention(qi[None], kk, vv, alibi=slopes, **attention)
+        outs.append(o[0])
+        lses.append(lse[0])
+    return np.stack(outs), np.stack(lses), kc, vc
+
+
+def merge_reference(states, lses):
+    """(out, lse) of partial results (n, b, s, h, d) and their LSEs (n, b, h, s), in float64."""
+    states, lses = np.asarray(states, np.float64), np.asarray(lses, np.float64)
+    m = lses.max(0)
+    m = np.where(np.isfinite(m), m, 0.0)
+    w = np.exp(lses - m)  # (n, b, h, s)
+    total = w.sum(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.where(total > 0, np.log(total) + m, -np.inf)
+        out = np.einsum("nbhs,nbshd->bshd", w, states) / np.where(total > 0, total, 1).transpose(0, 2, 1)[..., None]
+    return out, lse

@@ -23,10 +23,17 @@ def test_signatures():
         assert getattr(flashcl, name) is getattr(fai, name)
 
 
-def test_no_kvcache_yet():
-    """flash_attn_with_kvcache and merge_states wait for the decode work: absent, not stubbed."""
-    assert not hasattr(flashcl, "flash_attn_with_kvcache") and not hasattr(fai, "flash_attn_with_kvcache")
-    assert not hasattr(flashcl, "merge_states")
+KVCACHE = ("(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None, "
+           "cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False, "
+           "window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0, "
+           "return_softmax_lse=False, *, k_scale=None, v_scale=None)")
+
+
+def test_kvcache_signature():
+    """flash_attn 2.x's flash_attn_with_kvcache, then FlashCL's keyword-only fp8 extras; merge_states is an extra."""
+    assert str(inspect.signature(fai.flash_attn_with_kvcache)) == KVCACHE
+    assert flashcl.flash_attn_with_kvcache is fai.flash_attn_with_kvcache
+    assert callable(flashcl.merge_states) and not hasattr(fai, "merge_states")
 
 
 def test_version():
