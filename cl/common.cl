@@ -14,7 +14,7 @@
 
 /* A tensor view: element offset plus strides for (batch, head, row). */
 #define VIEW_ARGS(name) ulong name##_off, ulong name##_sb, ulong name##_sh, ulong name##_sr
-#define VIEW_BASE(name, b, h) (name##_off + (ulong)(b) * name##_sb + (ulong)(h) * name##_sh)
+#define VIEW_BASE(name, b, h) (name##_off + (ulong)(b)*name##_sb + (ulong)(h)*name##_sh)
 
 /*
  * The exp2 base for a row whose running max is m: a fully masked row has
@@ -57,9 +57,7 @@ inline flashcl_online flashcl_online_update(float m, float tile_max) {
 }
 
 /* Last key (inclusive) query row i may see under a bottom-right causal mask. */
-inline long flashcl_causal_limit(long i, long seqlen_q, long seqlen_k) {
-    return i + seqlen_k - seqlen_q;
-}
+inline long flashcl_causal_limit(long i, long seqlen_q, long seqlen_k) { return i + seqlen_k - seqlen_q; }
 
 #ifdef HEAD_DIM
 /* Four elements c4*4 .. c4*4+3 of a head_dim row, zero past HEAD_DIM (kernels
@@ -113,8 +111,8 @@ inline float flashcl_sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
  * follows a skip decision gets a barrier of its own. test_shared_loop
  * (tests/pocl_shared_loop.c) reproduces the loop-guard case on the device.
  */
-#define FLASHCL_SHARED_FOR(type, v, n, lid, wg)                                                  \
-    for (type v##_base = 0, v = (lid); v##_base < (n); v##_base += (wg), v = v##_base + (lid))  \
+#define FLASHCL_SHARED_FOR(type, v, n, lid, wg)                                                                        \
+    for (type v##_base = 0, v = (lid); v##_base < (n); v##_base += (wg), v = v##_base + (lid))                         \
         if ((n) % (wg) == 0 || v < (n))
 
 #endif

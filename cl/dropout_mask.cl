@@ -6,9 +6,8 @@
  * the mask they use by construction.
  * Grid: (cols rounded up, rows, batch * heads_q).
  */
-__kernel void flash_dropout_mask(__global uchar *out, ulong out_off, int rows, int cols, int heads_q,
-                                 int seqlen_q, int seqlen_k, VARIANT_ARGS)
-{
+__kernel void flash_dropout_mask(__global uchar *out, ulong out_off, int rows, int cols, int heads_q, int seqlen_q,
+                                 int seqlen_k, VARIANT_ARGS) {
     const long j = (long)get_global_id(0);
     const long i = (long)get_global_id(1);
     const int bh = (int)get_global_id(2);

@@ -45,12 +45,9 @@
 inline float bwd_prob(float f, float lse2) { return lse2 != FLASHCL_NEG_INF ? exp2(f - lse2) : 0.0f; }
 
 /* Grid: (ceil(max_seqlen_q / BLOCK_M) * BLOCK_M, heads_q, batch). */
-__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1)))
-void flash_bwd_dot(__global const store_t *dO, VIEW_ARGS(dout),
-                   __global const store_t *O, VIEW_ARGS(o),
-                   __global float *Dsum, int seqlen_q, int seqlen_k, int heads_q,
-                   VARIANT_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void
+flash_bwd_dot(__global const store_t *dO, VIEW_ARGS(dout), __global const store_t *O, VIEW_ARGS(o),
+              __global float *Dsum, int seqlen_q, int seqlen_k, int heads_q, VARIANT_ARGS) {
     const long i = get_global_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
@@ -71,11 +68,9 @@ void flash_bwd_dot(__global const store_t *dO, VIEW_ARGS(dout),
  * in order: deterministic, no atomics.
  * Grid: (BLOCK_M, heads_q, 1).
  */
-__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1)))
-void flash_bwd_dsinks(__global const float *LSE, ulong lse_off, __global const float *Dsum,
-                      __global float *dsinks, ulong dsinks_off,
-                      int batch, int seqlen_q, int seqlen_k, int heads_q, VARIANT_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void
+flash_bwd_dsinks(__global const float *LSE, ulong lse_off, __global const float *Dsum, __global float *dsinks,
+                 ulong dsinks_off, int batch, int seqlen_q, int seqlen_k, int heads_q, VARIANT_ARGS) {
     const int lid = (int)get_local_id(0);
     const int h = (int)get_group_id(1);
     __local float part[BLOCK_M];
@@ -100,18 +95,12 @@ void flash_bwd_dsinks(__global const float *LSE, ulong lse_off, __global const f
 #endif
 
 /* Grid: (ceil(max_seqlen_k / BLOCK_N) * BLOCK_N, heads_kv, batch). */
-__kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1)))
-void flash_bwd_dkdv(__global const store_t *Q, VIEW_ARGS(q),
-                    __global const store_t *K, VIEW_ARGS(k),
-                    __global const store_t *V, VIEW_ARGS(v),
-                    __global const store_t *dO, VIEW_ARGS(dout),
-                    __global const float *LSE, ulong lse_off,
-                    __global const float *Dsum,
-                    __global store_t *dK, VIEW_ARGS(dk),
-                    __global store_t *dV, VIEW_ARGS(dv),
-                    int seqlen_q, int seqlen_k, int heads_q, int group,
-                    float scale_log2, float scale, VARIANT_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(BLOCK_N, 1, 1))) void
+flash_bwd_dkdv(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
+               __global const store_t *V, VIEW_ARGS(v), __global const store_t *dO, VIEW_ARGS(dout),
+               __global const float *LSE, ulong lse_off, __global const float *Dsum, __global store_t *dK,
+               VIEW_ARGS(dk), __global store_t *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q, int group,
+               float scale_log2, float scale, VARIANT_ARGS) {
     const int lid = (int)get_local_id(0);
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
     /* The sequence geometry (lengths, packed offsets) is the same for every head of the group. */
@@ -153,12 +142,12 @@ void flash_bwd_dkdv(__global const store_t *Q, VIEW_ARGS(q),
         __global const store_t *Gb = dO + VIEW_BASE(dout, b, h) + hd.q0 * dout_sr;
         for (long row0 = q_begin; row0 < q_end; row0 += BLOCK_M) {
             if (flashcl_tile_skipped(hd, row0, row0 + BLOCK_M - 1, key0, key0 + BLOCK_N - 1, VARIANT_PASS)) continue;
-            FLASHCL_SHARED_FOR(int, e, BLOCK_M * D4, lid, BLOCK_N) {
+            FLASHCL_SHARED_FOR(int, e, BLOCK_M *D4, lid, BLOCK_N) {
                 int r = e / D4, c4 = e - r * D4;
                 long i = row0 + r;
                 Qt[e] = i < hd.sq ? flashcl_ld4(Qb + i * q_sr, c4, HEAD_DIM) : (float4)(0.0f);
             }
-            FLASHCL_SHARED_FOR(int, e, BLOCK_M * DV4, lid, BLOCK_N) {
+            FLASHCL_SHARED_FOR(int, e, BLOCK_M *DV4, lid, BLOCK_N) {
                 int r = e / DV4, c4 = e - r * DV4;
                 long i = row0 + r;
                 Gt[e] = i < hd.sq ? flashcl_ld4(Gb + i * dout_sr, c4, HEAD_DIM_V) : (float4)(0.0f);
@@ -197,17 +186,11 @@ void flash_bwd_dkdv(__global const store_t *Q, VIEW_ARGS(q),
 }
 
 /* Grid: (ceil(max_seqlen_q / BLOCK_M) * BLOCK_M, heads_q, batch). */
-__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1)))
-void flash_bwd_dq(__global const store_t *Q, VIEW_ARGS(q),
-                  __global const store_t *K, VIEW_ARGS(k),
-                  __global const store_t *V, VIEW_ARGS(v),
-                  __global const store_t *dO, VIEW_ARGS(dout),
-                  __global const float *LSE, ulong lse_off,
-                  __global const float *Dsum,
-                  __global store_t *dQ, VIEW_ARGS(dq),
-                  int seqlen_q, int seqlen_k, int heads_q, int group,
-                  float scale_log2, float scale, VARIANT_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void
+flash_bwd_dq(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
+             __global const store_t *V, VIEW_ARGS(v), __global const store_t *dO, VIEW_ARGS(dout),
+             __global const float *LSE, ulong lse_off, __global const float *Dsum, __global store_t *dQ, VIEW_ARGS(dq),
+             int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, VARIANT_ARGS) {
     const int lid = (int)get_local_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int hk = h / group;
@@ -244,12 +227,12 @@ void flash_bwd_dq(__global const store_t *Q, VIEW_ARGS(q),
 
     for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
         if (flashcl_tile_skipped(hd, row0, row_last, key0, key0 + BLOCK_N - 1, VARIANT_PASS)) continue;
-        FLASHCL_SHARED_FOR(int, e, BLOCK_N * D4, lid, BLOCK_M) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N *D4, lid, BLOCK_M) {
             int r = e / D4, c4 = e - r * D4;
             long jj = key0 + r;
             Kt[e] = jj < hd.sk ? flashcl_ld4(Kb + jj * k_sr, c4, HEAD_DIM) : (float4)(0.0f);
         }
-        FLASHCL_SHARED_FOR(int, e, BLOCK_N * DV4, lid, BLOCK_M) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N *DV4, lid, BLOCK_M) {
             int r = e / DV4, c4 = e - r * DV4;
             long jj = key0 + r;
             Vt[e] = jj < hd.sk ? flashcl_ld4(Vb + jj * v_sr, c4, HEAD_DIM_V) : (float4)(0.0f);

@@ -31,7 +31,7 @@
 #define MMA_WARPS 4
 #endif
 #ifndef MMA_BWD_BR
-#define MMA_BWD_BR 32  /* query rows per step of the dK/dV kernel */
+#define MMA_BWD_BR 32 /* query rows per step of the dK/dV kernel */
 #endif
 #ifndef MMA_BWD_BCQ
 #define MMA_BWD_BCQ 32 /* keys per step of the dQ kernel */
@@ -76,8 +76,8 @@ inline void mb_frags_a(__local const ushort *tile, int row, int lane, uint f[MB_
 
 /* Per-lane byte offsets of ldmatrix inside a padded tile: B operand read
    from rows-as-n (non-transposed) and rows-as-k (transposed). */
-#define MB_LANE_N(lane) ((uint)((((lane) & 7) + (((lane) >> 4) << 3)) * MB_LD + ((((lane) >> 3) & 1) << 3)) * 2)
-#define MB_LANE_K(lane) ((uint)((((lane) & 7) + ((((lane) >> 3) & 1) << 3)) * MB_LD + (((lane) >> 4) << 3)) * 2)
+#define MB_LANE_N(lane) ((uint)((((lane)&7) + (((lane) >> 4) << 3)) * MB_LD + ((((lane) >> 3) & 1) << 3)) * 2)
+#define MB_LANE_K(lane) ((uint)((((lane)&7) + ((((lane) >> 3) & 1) << 3)) * MB_LD + (((lane) >> 4) << 3)) * 2)
 
 /* Stores 16 rows x HEAD_DIM of accumulator fragments times `mul`, rows >= limit skipped. */
 inline void mb_store(__global ushort *base, ulong stride_row, long row0, long limit, int lane, float mul,
@@ -118,13 +118,12 @@ __kernel void flash_bwd_mma_dot(__global const ushort *dO, VIEW_ARGS(do), __glob
 /* LSE (natural log) -> log2 domain; a row with no visible key gets +inf so its P is 0. */
 inline float mb_lse2(float lse) { return lse == FLASHCL_NEG_INF ? INFINITY : lse * FLASHCL_LOG2E_F; }
 
-__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1)))
-void flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
-                        __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
-                        __global const float *LSE, ulong lse_off, __global const float *Dsum,
-                        __global ushort *dK, VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv),
-                        int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
-                        int causal) {
+__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
+flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                   __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
+                   __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dK,
+                   VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
+                   int group, float scale_log2, float scale, int causal) {
     /* K and V of the block first (for the fragments), then Q and dO tiles. */
 #define MB_KV_E (MMA_BWD_BC * MB_LD)
 #define MB_QT_E (MMA_BWD_BR * MB_LD)
@@ -231,7 +230,7 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const u
                     PTX_MMA(dp_[2 * np], vf[kk], b0, b1);
                     PTX_MMA(dp_[2 * np + 1], vf[kk], b2, b3);
                 }
-            /* dS^T = P^T (dP^T - D), packed as the A operand of dK += dS^T Q. */
+                /* dS^T = P^T (dP^T - D), packed as the A operand of dK += dS^T Q. */
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
                 const int qc = n * 8 + (lane & 3) * 2;
@@ -258,12 +257,12 @@ void flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const u
 #undef MB_SM_E
 }
 
-__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1)))
-void flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
-                      __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
-                      __global const float *LSE, ulong lse_off, __global const float *Dsum,
-                      __global ushort *dQ, VIEW_ARGS(dq),
-                      int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, int causal) {
+__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
+flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                 __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
+                 __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dQ,
+                 VIEW_ARGS(dq), int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
+                 int causal) {
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
 #define MB_SM_E (2 * MB_QB_E > 2 * MB_KT_E ? 2 * MB_QB_E : 2 * MB_KT_E)

@@ -103,7 +103,7 @@
  */
 inline void bwdt_stage_slice(__local float *dst, int ld, __global const store_t *base, ulong stride, long first,
                              long end, int nrows, int c0, int dim, float mul, int lid) {
-    FLASHCL_SHARED_FOR(int, e, SLICE * nrows, lid, WG_ITEMS) {
+    FLASHCL_SHARED_FOR(int, e, SLICE *nrows, lid, WG_ITEMS) {
         int r = e / SLICE, c = e - r * SLICE;
         long row = first + r;
         dst[c * ld + r] = (row < end && c0 + c < dim) ? FLASHCL_LOAD(base, row * stride + c0 + c) * mul : 0.0f;
@@ -113,7 +113,7 @@ inline void bwdt_stage_slice(__local float *dst, int ld, __global const store_t 
 /* Stages ROW_SLICE whole rows [first, first + ROW_SLICE) of `dim` elements into dst[row * dim + c]; zero at or past `end`. */
 inline void bwdt_stage_rows(__local float *dst, __global const store_t *base, ulong stride, long first, long end,
                             int dim, int lid) {
-    FLASHCL_SHARED_FOR(int, e, ROW_SLICE * dim, lid, WG_ITEMS) {
+    FLASHCL_SHARED_FOR(int, e, ROW_SLICE *dim, lid, WG_ITEMS) {
         int r = e / dim, c = e - r * dim;
         long row = first + r;
         dst[e] = row < end ? FLASHCL_LOAD(base, row * stride + c) : 0.0f;
@@ -194,18 +194,12 @@ inline int bwdt_dim(int tx, int k, int dim) {
 }
 
 /* Grid: (ceil(max_seqlen_k / BLOCK_N) * 256, heads_kv, batch). */
-__kernel __attribute__((reqd_work_group_size(WG_ITEMS, 1, 1)))
-void flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q),
-                          __global const store_t *K, VIEW_ARGS(k),
-                          __global const store_t *V, VIEW_ARGS(v),
-                          __global const store_t *dO, VIEW_ARGS(dout),
-                          __global const float *LSE, ulong lse_off,
-                          __global const float *Dsum,
-                          __global store_t *dK, VIEW_ARGS(dk),
-                          __global store_t *dV, VIEW_ARGS(dv),
-                          int seqlen_q, int seqlen_k, int heads_q, int group,
-                          float scale_log2, float scale, VARIANT_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(WG_ITEMS, 1, 1))) void
+flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
+                     __global const store_t *V, VIEW_ARGS(v), __global const store_t *dO, VIEW_ARGS(dout),
+                     __global const float *LSE, ulong lse_off, __global const float *Dsum, __global store_t *dK,
+                     VIEW_ARGS(dk), __global store_t *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
+                     int group, float scale_log2, float scale, VARIANT_ARGS) {
     const int lid = (int)get_local_id(0);
     const int tx = lid % GRID, ty = lid / GRID;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
@@ -266,7 +260,8 @@ void flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q),
                                scale_log2, lid, tx, ty);
 
             /* dS overwrites dP; P Z goes to Pb for the dV pass. */
-            const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_end, key0, key_end, win_left, win_right);
+            const int plain =
+                !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_end, key0, key_end, win_left, win_right);
             for (int i = 0; i < TILE_M; ++i) {
                 const int r = ty + GRID * i;
                 const float lse2 = Ls[r], drow = Ds[r];
@@ -332,17 +327,12 @@ void flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q),
 }
 
 /* Grid: (ceil(max_seqlen_q / BLOCK_M) * 256, heads_q, batch). */
-__kernel __attribute__((reqd_work_group_size(WG_ITEMS, 1, 1)))
-void flash_bwd_dq_tiles(__global const store_t *Q, VIEW_ARGS(q),
-                        __global const store_t *K, VIEW_ARGS(k),
-                        __global const store_t *V, VIEW_ARGS(v),
-                        __global const store_t *dO, VIEW_ARGS(dout),
-                        __global const float *LSE, ulong lse_off,
-                        __global const float *Dsum,
-                        __global store_t *dQ, VIEW_ARGS(dq),
-                        int seqlen_q, int seqlen_k, int heads_q, int group,
-                        float scale_log2, float scale, VARIANT_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(WG_ITEMS, 1, 1))) void
+flash_bwd_dq_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
+                   __global const store_t *V, VIEW_ARGS(v), __global const store_t *dO, VIEW_ARGS(dout),
+                   __global const float *LSE, ulong lse_off, __global const float *Dsum, __global store_t *dQ,
+                   VIEW_ARGS(dq), int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
+                   VARIANT_ARGS) {
     const int lid = (int)get_local_id(0);
     const int tx = lid % GRID, ty = lid / GRID;
     /* Reverse order: under a causal mask the last query blocks see the most keys, so they start first. */
@@ -392,8 +382,8 @@ void flash_bwd_dq_tiles(__global const store_t *Q, VIEW_ARGS(q),
             for (int j = 0; j < TILE_N; ++j) {
                 float pz;
                 Sb[(ty + GRID * i) * LDP + tx + GRID * j] =
-                    bwdt_grad(s[i][j], dp[i][j], lse2[i], drow[i], plain, hd, row0 + ty + GRID * i, key0 + tx + GRID * j,
-                              &pz, VARIANT_PASS);
+                    bwdt_grad(s[i][j], dp[i][j], lse2[i], drow[i], plain, hd, row0 + ty + GRID * i,
+                              key0 + tx + GRID * j, &pz, VARIANT_PASS);
             }
 
         /* dQ += dS K, ROW_SLICE keys at a time. The first barrier publishes Sb. */

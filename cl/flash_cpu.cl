@@ -87,9 +87,7 @@ inline float16 cpu_exp2_unmasked(float16 x) {
 
 /* 2^x, exactly 0 below -126 (and for masked scores, -inf), so a row that
    sees no key sums to exactly 0. */
-inline float16 cpu_exp2(float16 x) {
-    return select(cpu_exp2_unmasked(x), (float16)(0.0f), x < (float16)(-126.0f));
-}
+inline float16 cpu_exp2(float16 x) { return select(cpu_exp2_unmasked(x), (float16)(0.0f), x < (float16)(-126.0f)); }
 
 /* out[c * 16 + r] = scale * rows[min(first + r, count - 1)][c]: 16 rows transposed. */
 inline void cpu_load_transposed(__global const float *base, ulong stride, int first, int count, float scale,
@@ -157,9 +155,8 @@ inline int cpu_padded(int rows) { return (rows + CHUNK - 1) / CHUNK * CHUNK; }
  * defeat the prefetchers; the dense copy costs one pass over the tensor.
  * Grid: (ceil(rows_padded / BLOCK), heads, batch).
  */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_cpu_pack(__global const float *X, VIEW_ARGS(x), __global float *out, int rows, int heads)
-{
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_cpu_pack(__global const float *X, VIEW_ARGS(x),
+                                                                            __global float *out, int rows, int heads) {
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int padded = cpu_padded(rows);
     __global const float *xb = X + VIEW_BASE(x, b, h);
@@ -239,14 +236,10 @@ inline int cpu_chunk_masked(int j0, int first, int seqlen_q, int seqlen_k, int c
 /* Grid: (ceil(seqlen_q / BLOCK), heads_q, batch), BLOCK = GROUPS * 16 rows;
    blocks in reverse so a causal problem's heavy (late) blocks start first.
    Kp, Vp: K and V packed by flash_cpu_pack; each chunk of them feeds all GROUPS groups. */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_fwd_cpu(__global const float *Q, VIEW_ARGS(q),
-                   __global const float *Kp, __global const float *Vp,
-                   __global float *O, VIEW_ARGS(o),
-                   __global float *LSE, ulong lse_off, int write_lse,
-                   int seqlen_q, int seqlen_k, int heads_q, int group,
-                   float scale_log2, int causal)
-{
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_fwd_cpu(__global const float *Q, VIEW_ARGS(q), __global const float *Kp, __global const float *Vp,
+              __global float *O, VIEW_ARGS(o), __global float *LSE, ulong lse_off, int write_lse, int seqlen_q,
+              int seqlen_k, int heads_q, int group, float scale_log2, int causal) {
     const int row0 = ((int)get_num_groups(0) - 1 - (int)get_group_id(0)) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     __global const float *qb = Q + VIEW_BASE(q, b, h);
@@ -305,11 +298,10 @@ void flash_fwd_cpu(__global const float *Q, VIEW_ARGS(q),
  */
 
 /* D = rowsum(dO * O). Grid: (ceil(seqlen_q / BLOCK), heads_q, batch). */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_bwd_cpu_dot(__global const float *dO, VIEW_ARGS(dout),
-                       __global const float *O, VIEW_ARGS(o),
-                       __global float *Dsum, int seqlen_q, int heads_q)
-{
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_bwd_cpu_dot(__global const float *dO,
+                                                                               VIEW_ARGS(dout), __global const float *O,
+                                                                               VIEW_ARGS(o), __global float *Dsum,
+                                                                               int seqlen_q, int heads_q) {
     const int row0 = (int)get_group_id(0) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     __global const float *gb = dO + VIEW_BASE(dout, b, h);
@@ -326,17 +318,11 @@ void flash_bwd_cpu_dot(__global const float *dO, VIEW_ARGS(dout),
 /* Grid: (ceil(seqlen_k / BLOCK), heads_kv, batch): GROUPS groups of 16 keys in
    the lanes. Qp, dOp: Q and dO packed by flash_cpu_pack; each chunk of query
    rows feeds all groups. */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp,
-                        __global const float *K, VIEW_ARGS(k),
-                        __global const float *V, VIEW_ARGS(v),
-                        __global const float *LSE, ulong lse_off,
-                        __global const float *Dsum,
-                        __global float *dK, VIEW_ARGS(dk),
-                        __global float *dV, VIEW_ARGS(dv),
-                        int seqlen_q, int seqlen_k, int heads_q, int group,
-                        float scale_log2, float scale, int causal)
-{
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global const float *K, VIEW_ARGS(k),
+                   __global const float *V, VIEW_ARGS(v), __global const float *LSE, ulong lse_off,
+                   __global const float *Dsum, __global float *dK, VIEW_ARGS(dk), __global float *dV, VIEW_ARGS(dv),
+                   int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, int causal) {
     const int key0 = (int)get_group_id(0) * BLOCK;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
     const int offset = seqlen_k - seqlen_q; /* key j is visible to row i iff j <= i + offset */
@@ -390,16 +376,11 @@ void flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp,
 
 /* Grid: (ceil(seqlen_q / BLOCK), heads_q, batch): GROUPS groups of 16 query
    rows in the lanes. Kp, Vp: K and V packed by flash_cpu_pack. */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_bwd_cpu_dq(__global const float *Q, VIEW_ARGS(q),
-                      __global const float *dO, VIEW_ARGS(dout),
-                      __global const float *Kp, __global const float *Vp,
-                      __global const float *LSE, ulong lse_off,
-                      __global const float *Dsum,
-                      __global float *dQ, VIEW_ARGS(dq),
-                      int seqlen_q, int seqlen_k, int heads_q, int group,
-                      float scale_log2, float scale, int causal)
-{
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_bwd_cpu_dq(__global const float *Q, VIEW_ARGS(q), __global const float *dO, VIEW_ARGS(dout),
+                 __global const float *Kp, __global const float *Vp, __global const float *LSE, ulong lse_off,
+                 __global const float *Dsum, __global float *dQ, VIEW_ARGS(dq), int seqlen_q, int seqlen_k, int heads_q,
+                 int group, float scale_log2, float scale, int causal) {
     const int row0 = ((int)get_num_groups(0) - 1 - (int)get_group_id(0)) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     __global const float *kb = cpu_packed(Kp, b, heads_q / group, h / group, seqlen_k);

@@ -72,11 +72,11 @@
 #error "LANES must be a power of two of at most 32 that divides WG_SIZE"
 #endif
 #define GROUPS (WG_SIZE / LANES)
-#define BLOCK_N (GROUPS * UNROLL)                            /* keys per step of the work-group */
-#define NCH ((HEAD_DIM + LANES * VEC - 1) / (LANES * VEC))   /* K chunks per lane */
+#define BLOCK_N (GROUPS * UNROLL)                             /* keys per step of the work-group */
+#define NCH ((HEAD_DIM + LANES * VEC - 1) / (LANES * VEC))    /* K chunks per lane */
 #define NCHV ((HEAD_DIM_V + LANES * VEC - 1) / (LANES * VEC)) /* V chunks per lane */
-#define DVP (NCHV * LANES * VEC)                             /* output row pitch in __local */
-#define PART_PITCH (((HEAD_DIM_V + 15) / 16) * 16)           /* floats per partial output row (as the host) */
+#define DVP (NCHV * LANES * VEC)                              /* output row pitch in __local */
+#define PART_PITCH (((HEAD_DIM_V + 15) / 16) * 16)            /* floats per partial output row (as the host) */
 
 /* IEEE half bits (low 16) to float, subnormals, infinities and NaN included. */
 inline float half_bits(uint h) {
@@ -99,7 +99,8 @@ inline float fp8_bits(uint x) {
 #if CACHE_DTYPE == 1
     const float mag = (x & 0x7fu) == 0x7fu ? NAN : as_float((x & 0x7fu) << 20) * 0x1p120f;
 #else
-    const float mag = (x & 0x7cu) == 0x7cu ? as_float(0x7f800000u | ((x & 3u) << 21)) : as_float((x & 0x7fu) << 21) * 0x1p112f;
+    const float mag =
+        (x & 0x7cu) == 0x7cu ? as_float(0x7f800000u | ((x & 3u) << 21)) : as_float((x & 0x7fu) << 21) * 0x1p112f;
 #endif
 #elif CACHE_DTYPE == 1
     const uint e = (x >> 3) & 0xfu, m = x & 7u;
@@ -128,7 +129,8 @@ inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
  * in flight while the previous step is computed. Lanes past the row load its last vector (any
  * valid address: branch-free) and decode to zeros.
  */
-#define FAST (ALIGNED && HEAD_DIM % VEC == 0 && HEAD_DIM_V % VEC == 0 && VEC * (CACHE_DTYPE ? 1 : FLASHCL_DTYPE ? 2 : 4) == 16)
+#define FAST                                                                                                           \
+    (ALIGNED && HEAD_DIM % VEC == 0 && HEAD_DIM_V % VEC == 0 && VEC * (CACHE_DTYPE ? 1 : FLASHCL_DTYPE ? 2 : 4) == 16)
 #if FAST
 inline uint4 raw_load(__global const cache_t *row, int e0, int dim) {
     return *(__global const uint4 *)(row + min(e0, dim - VEC));
@@ -183,31 +185,27 @@ inline void lane_sums(float *v, int lane) {
     }
     /* Lane l now holds elements l*SUM_N/LANES + (0 .. n-1) in v[0 .. n). */
     float out[SUM_N];
-    #pragma unroll
+#pragma unroll
     for (int i = 0; i < SUM_N; ++i) {
         const int src = SUM_N >= LANES ? i / SUM_PER_LANE : i * (LANES / SUM_N);
         out[i] = ptx_shfl_segment(v[i % SUM_PER_LANE], src, LANES);
     }
-    #pragma unroll
+#pragma unroll
     for (int i = 0; i < SUM_N; ++i) v[i] = out[i];
 }
 #endif
 
 /* Grid: (row_blocks * splits * WG_SIZE, heads_kv, batch). */
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
-void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
-                  __global const cache_t *K, ulong k_off, ulong k_sp, ulong k_sh, ulong k_sr,
-                  __global const cache_t *V, ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr,
-                  __global store_t *O, VIEW_ARGS(o),
-                  __global float *LSE, ulong lse_off, int write_lse,
-                  __global float *Opart, __global float *Lpart, /* write_parts: [split][b][hq][part_sq][PART_PITCH], [..][part_sq] */
-                  int write_parts, int part_sq,
-                  __global const int *table, int max_pages, long page_size,
-                  __global const int *seqinfo, /* PAGED: per sequence {kv_start, kv_len, append row, first position} */
-                  __global const float *k_scale, __global const float *v_scale, int scale_per_head,
-                  int seqlen_q, int seqlen_k, int heads_q, int group, int splits, int row_blocks,
-                  float scale_log2, VARIANT_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_decode(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t *K, ulong k_off, ulong k_sp, ulong k_sh,
+             ulong k_sr, __global const cache_t *V, ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr,
+             __global store_t *O, VIEW_ARGS(o), __global float *LSE, ulong lse_off, int write_lse,
+             __global float *Opart,
+             __global float *Lpart, /* write_parts: [split][b][hq][part_sq][PART_PITCH], [..][part_sq] */
+             int write_parts, int part_sq, __global const int *table, int max_pages, long page_size,
+             __global const int *seqinfo, /* PAGED: per sequence {kv_start, kv_len, append row, first position} */
+             __global const float *k_scale, __global const float *v_scale, int scale_per_head, int seqlen_q,
+             int seqlen_k, int heads_q, int group, int splits, int row_blocks, float scale_log2, VARIANT_ARGS) {
     const int lid = (int)get_local_id(0), g = lid / LANES, lane = lid % LANES;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
     const int split = (int)get_group_id(0) / row_blocks, rblock = (int)get_group_id(0) % row_blocks;
@@ -221,7 +219,7 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
 #else
     const long kv_start = 0;
 #endif
-    const int packed = group * (int)hd.sq; /* rows of this (sequence, KV head) */
+    const int packed = group * (int)hd.sq;      /* rows of this (sequence, KV head) */
     const int sqn = hd.sq > 0 ? (int)hd.sq : 1; /* divides row numbers (an empty varlen sequence has none) */
     const int row0 = rblock * ROWS;
     /* A block past a shorter sequence's rows (varlen) has no rows: it runs no key and stores
@@ -236,23 +234,23 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
        past `packed` are zero. Their query positions and ALiBi slopes. */
     float q[ROWS][NCH * VEC], acc[ROWS][NCHV * VEC], m[ROWS], l[ROWS], slope2[ROWS];
     long qi[ROWS];
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < ROWS; ++r) {
         const int pr = row0 + r, h = hk * group + min(pr, max(packed - 1, 0)) / sqn;
         qi[r] = pr % sqn;
-        #pragma unroll
+#pragma unroll
         for (int c = 0; c < NCH; ++c) {
             float x[VEC];
             const int e0 = (c * LANES + lane) * VEC;
-            #pragma unroll
+#pragma unroll
             for (int k = 0; k < VEC; ++k)
                 x[k] = pr < packed && e0 + k < HEAD_DIM
                            ? FLASHCL_LOAD(Q + VIEW_BASE(q, b, h) + (hd.q0 + qi[r]) * q_sr, e0 + k)
                            : 0.0f;
-            #pragma unroll
+#pragma unroll
             for (int k = 0; k < VEC; ++k) q[r][c * VEC + k] = x[k] * (scale_log2 * kscale);
         }
-        #pragma unroll
+#pragma unroll
         for (int e = 0; e < NCHV * VEC; ++e) acc[r][e] = 0.0f;
         m[r] = FLASHCL_NEG_INF;
         l[r] = 0.0f;
@@ -305,13 +303,13 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
     const int pow2 = (psz & (psz - 1u)) == 0u;
 #define PAGE_OF(at) (pow2 ? (at) >> pshift : (at) / psz)
 #define TABLE_AT(key) table[(long)b * max_pages + (long)PAGE_OF((uint)(kv_start + (key)))]
-#define ROW_OFFSETS_IN(key, page)                                                                               \
-    const uint at_ = (uint)(kv_start + (key)), in_ = pow2 ? at_ & (psz - 1u) : at_ - PAGE_OF(at_) * psz;      \
-    const ulong kr = k_off + (ulong)(page) * k_sp + (ulong)hk * k_sh + (ulong)in_ * k_sr;                     \
-    const ulong vr = v_off + (ulong)(page) * v_sp + (ulong)hk * v_sh + (ulong)in_ * v_sr;
+#define ROW_OFFSETS_IN(key, page)                                                                                      \
+    const uint at_ = (uint)(kv_start + (key)), in_ = pow2 ? at_ & (psz - 1u) : at_ - PAGE_OF(at_) * psz;               \
+    const ulong kr = k_off + (ulong)(page)*k_sp + (ulong)hk * k_sh + (ulong)in_ * k_sr;                                \
+    const ulong vr = v_off + (ulong)(page)*v_sp + (ulong)hk * v_sh + (ulong)in_ * v_sr;
 #define ROW_OFFSETS(key) ROW_OFFSETS_IN(key, TABLE_AT(key))
 #else
-#define ROW_OFFSETS(key) const ulong kr = k_base + (ulong)(key) * k_sr, vr = v_base + (ulong)(key) * v_sr;
+#define ROW_OFFSETS(key) const ulong kr = k_base + (ulong)(key)*k_sr, vr = v_base + (ulong)(key)*v_sr;
 #endif
 
 #if FAST
@@ -322,19 +320,20 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
     /* The page-table entries of the keys the next FETCH loads, read one step before it, so a
        step's K/V loads never wait on a table load issued in the same step. */
     int page_next[UNROLL] = {0};
-#define STEP_KEY(first, u) (int)min((first) + (u) * GROUPS + g, kv_hi - 1)
-#define FETCH_ROW_OFFSETS(first, u)                                                                            \
-    ROW_OFFSETS_IN(STEP_KEY(first, u), page_next[u])                                                            \
+#define STEP_KEY(first, u) (int)min((first) + (u)*GROUPS + g, kv_hi - 1)
+#define FETCH_ROW_OFFSETS(first, u)                                                                                    \
+    ROW_OFFSETS_IN(STEP_KEY(first, u), page_next[u])                                                                   \
     page_next[u] = TABLE_AT(STEP_KEY((first) + BLOCK_N, u));
 #else
-#define FETCH_ROW_OFFSETS(first, u) ROW_OFFSETS((int)min((first) + (u) * GROUPS + g, kv_hi - 1))
+#define FETCH_ROW_OFFSETS(first, u) ROW_OFFSETS((int)min((first) + (u)*GROUPS + g, kv_hi - 1))
 #endif
-#define FETCH(first)                                                                                            \
-    _Pragma("unroll") for (int u = 0; u < UNROLL; ++u) {                                                        \
-        FETCH_ROW_OFFSETS(first, u)                                                                             \
-        _Pragma("unroll") for (int c = 0; c < NCH; ++c) kraw[u][c] = raw_load(K + kr, (c * LANES + lane) * VEC, HEAD_DIM); \
-        _Pragma("unroll") for (int c = 0; c < NCHV; ++c)                                                        \
-            vraw[u][c] = raw_load(V + vr, (c * LANES + lane) * VEC, HEAD_DIM_V);                                \
+#define FETCH(first)                                                                                                   \
+    _Pragma("unroll") for (int u = 0; u < UNROLL; ++u) {                                                               \
+        FETCH_ROW_OFFSETS(first, u)                                                                                    \
+        _Pragma("unroll") for (int c = 0; c < NCH; ++c) kraw[u][c] =                                                   \
+            raw_load(K + kr, (c * LANES + lane) * VEC, HEAD_DIM);                                                      \
+        _Pragma("unroll") for (int c = 0; c < NCHV; ++c) vraw[u][c] =                                                  \
+            raw_load(V + vr, (c * LANES + lane) * VEC, HEAD_DIM_V);                                                    \
     }
     if (kv_lo < kv_hi) {
 #if PAGED
@@ -366,7 +365,8 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
             const int live = key[u] < kv_hi;
             ROW_OFFSETS(live ? key[u] : (int)kv_lo)
 #pragma unroll
-            for (int c = 0; c < NCH; ++c) lane_load(K + kr, (c * LANES + lane) * VEC, live ? HEAD_DIM : 0, &kx[u][c * VEC]);
+            for (int c = 0; c < NCH; ++c)
+                lane_load(K + kr, (c * LANES + lane) * VEC, live ? HEAD_DIM : 0, &kx[u][c * VEC]);
 #pragma unroll
             for (int c = 0; c < NCHV; ++c)
                 lane_load(V + vr, (c * LANES + lane) * VEC, live ? HEAD_DIM_V : 0, &vx[u][c * VEC]);
@@ -468,7 +468,7 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
        normalised; one split writes O (sinks folded in) and LSE, several write partials. */
     __local float gm[GROUPS], gl[GROUPS];
     __local float go[GROUPS * DVP];
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < ROWS; ++r) {
         if (lane == 0) gm[g] = m[r], gl[g] = l[r];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -476,9 +476,9 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
         for (int k = 0; k < GROUPS; ++k) mx = fmax(mx, gm[k]);
         const float base = flashcl_safe_base(mx);
         const float mine = exp2(m[r] - base);
-        #pragma unroll
+#pragma unroll
         for (int c = 0; c < NCHV; ++c)
-            #pragma unroll
+#pragma unroll
             for (int k = 0; k < VEC; ++k) go[g * DVP + (c * LANES + lane) * VEC + k] = acc[r][c * VEC + k] * mine;
         float lr = 0.0f;
         for (int k = 0; k < GROUPS; ++k) lr += gl[k] * exp2(gm[k] - base);
@@ -491,7 +491,8 @@ void flash_decode(__global const store_t *Q, VIEW_ARGS(q),
             float mr = mx;
             if (write_parts) {
                 const ulong prow =
-                    (((ulong)split * get_num_groups(2) + (ulong)b) * (ulong)heads_q + (ulong)h) * (ulong)part_sq + (ulong)i;
+                    (((ulong)split * get_num_groups(2) + (ulong)b) * (ulong)heads_q + (ulong)h) * (ulong)part_sq +
+                    (ulong)i;
                 const float inv = lr > 0.0f ? vscale / lr : 0.0f;
                 FLASHCL_SHARED_FOR(int, e, HEAD_DIM_V, lid, WG_SIZE) {
                     float o = 0.0f;

@@ -72,19 +72,14 @@ inline float cpu_sum16(float16 v) {
 }
 
 /* Grid: (row_blocks * splits, heads_kv, batch), work-groups of one. */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q),
-                      __global const cache_t *K, ulong k_off, ulong k_sp, ulong k_sh, ulong k_sr,
-                      __global const cache_t *V, ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr,
-                      __global store_t *O, VIEW_ARGS(o),
-                      __global float *LSE, ulong lse_off, int write_lse,
-                      __global float *Opart, __global float *Lpart, int write_parts, int part_sq,
-                      __global const int *table, int max_pages, long page_size,
-                      __global const int *seqinfo,
-                      __global const float *k_scale, __global const float *v_scale, int scale_per_head,
-                      int seqlen_q, int seqlen_k, int heads_q, int group, int splits, int row_blocks,
-                      float scale_log2, VARIANT_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t *K, ulong k_off, ulong k_sp,
+                 ulong k_sh, ulong k_sr, __global const cache_t *V, ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr,
+                 __global store_t *O, VIEW_ARGS(o), __global float *LSE, ulong lse_off, int write_lse,
+                 __global float *Opart, __global float *Lpart, int write_parts, int part_sq, __global const int *table,
+                 int max_pages, long page_size, __global const int *seqinfo, __global const float *k_scale,
+                 __global const float *v_scale, int scale_per_head, int seqlen_q, int seqlen_k, int heads_q, int group,
+                 int splits, int row_blocks, float scale_log2, VARIANT_ARGS) {
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
     const int split = (int)get_group_id(0) / row_blocks, rblock = (int)get_group_id(0) % row_blocks;
     flashcl_head hd = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
@@ -139,13 +134,17 @@ void flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q),
         const int n = (int)min((long)CHUNK, kv_hi - key0);
         /* The next chunk's rows, while this one is computed. */
         for (long j = key0 + CHUNK; j < min(key0 + 2 * CHUNK, kv_hi); ++j) {
-            cpu_prefetch_row(K + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, k_off, k_sp, k_sh, k_sr, hd.k0), HEAD_DIM);
-            cpu_prefetch_row(V + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, v_off, v_sp, v_sh, v_sr, hd.k0), HEAD_DIM_V);
+            cpu_prefetch_row(
+                K + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, k_off, k_sp, k_sh, k_sr, hd.k0),
+                HEAD_DIM);
+            cpu_prefetch_row(
+                V + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, v_off, v_sp, v_sh, v_sr, hd.k0),
+                HEAD_DIM_V);
         }
         float s[ROWS][CHUNK];
         for (int j = 0; j < n; ++j) {
-            __global const cache_t *krow =
-                K + flashcl_kv_row(b, key0 + j, hk, table, max_pages, page_size, kv_start, k_off, k_sp, k_sh, k_sr, hd.k0);
+            __global const cache_t *krow = K + flashcl_kv_row(b, key0 + j, hk, table, max_pages, page_size, kv_start,
+                                                              k_off, k_sp, k_sh, k_sr, hd.k0);
             float16 kv[D16];
             for (int c = 0; c < D16; ++c) kv[c] = cpu_ld16(krow, c, HEAD_DIM);
             for (int r = 0; r < ROWS; ++r) {
@@ -178,8 +177,8 @@ void flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q),
             for (int c = 0; c < DV16; ++c) acc[r][c] *= alpha[r];
         }
         for (int j = 0; j < n; ++j) {
-            __global const cache_t *vrow =
-                V + flashcl_kv_row(b, key0 + j, hk, table, max_pages, page_size, kv_start, v_off, v_sp, v_sh, v_sr, hd.k0);
+            __global const cache_t *vrow = V + flashcl_kv_row(b, key0 + j, hk, table, max_pages, page_size, kv_start,
+                                                              v_off, v_sp, v_sh, v_sr, hd.k0);
             for (int c = 0; c < DV16; ++c) {
                 const float16 vv = cpu_ld16(vrow, c, HEAD_DIM_V);
                 for (int r = 0; r < ROWS; ++r) acc[r][c] = fma((float16)(s[r][j]), vv, acc[r][c]);

@@ -36,16 +36,16 @@
 #define HEAD_DIM 128
 #endif
 #ifndef MMA_WARPS
-#define MMA_WARPS 4   /* warps per work-group; Br = 16 * MMA_WARPS */
+#define MMA_WARPS 4 /* warps per work-group; Br = 16 * MMA_WARPS */
 #endif
 #ifndef MMA_BC
-#define MMA_BC 64     /* keys per K/V tile */
+#define MMA_BC 64 /* keys per K/V tile */
 #endif
 #ifndef MMA_MT
-#define MMA_MT 2      /* 16-row tiles per warp: 2 halves the __local reads per mma, costs registers */
+#define MMA_MT 2 /* 16-row tiles per warp: 2 halves the __local reads per mma, costs registers */
 #endif
 #ifndef MMA_QLOCAL
-#define MMA_QLOCAL 0  /* 1: Q stays in __local and its fragments are reloaded per key tile (no Q registers) */
+#define MMA_QLOCAL 0 /* 1: Q stays in __local and its fragments are reloaded per key tile (no Q registers) */
 #endif
 
 #define MMA_THREADS (32 * MMA_WARPS)
@@ -59,7 +59,7 @@
 #error "MMA_QLOCAL needs HEAD_DIM 64 or 128"
 #endif
 #define MMA_LD (MMA_SWZ ? HEAD_DIM : HEAD_DIM + 8) /* __local row, in elements */
-#define MMA_CHUNKS (HEAD_DIM / 8)       /* 16-byte chunks per row */
+#define MMA_CHUNKS (HEAD_DIM / 8)                  /* 16-byte chunks per row */
 #define MMA_KV_ELEMS (MMA_BC * MMA_LD)
 #define MMA_Q_ELEMS (MMA_BR * MMA_LD)
 #if MMA_QLOCAL
@@ -74,8 +74,8 @@
 
 /* Copies rows [row0, row0 + rows) of a [*, HEAD_DIM] view into a padded tile;
    rows at or past `limit` become zeros. */
-inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0,
-                          int rows, long limit, int lid) {
+inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0, int rows,
+                          long limit, int lid) {
     for (int c = lid; c < rows * MMA_CHUNKS; c += MMA_THREADS) {
         const int r = c / MMA_CHUNKS, ch = c - r * MMA_CHUNKS;
         const long gr = row0 + r;
@@ -87,15 +87,10 @@ inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulo
     ptx_cp_commit();
 }
 
-__kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1)))
-void flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q),
-                   __global const ushort *K, VIEW_ARGS(k),
-                   __global const ushort *V, VIEW_ARGS(v),
-                   __global ushort *O, VIEW_ARGS(o),
-                   __global float *LSE, ulong lse_off, int write_lse,
-                   int seqlen_q, int seqlen_k, int heads_q, int group,
-                   float scale_log2, int causal)
-{
+__kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void
+flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k), __global const ushort *V,
+              VIEW_ARGS(v), __global ushort *O, VIEW_ARGS(o), __global float *LSE, ulong lse_off, int write_lse,
+              int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, int causal) {
     __local ushort smem[MMA_SMEM_ELEMS] __attribute__((aligned(16)));
 #if MMA_QLOCAL
     __local ushort *ks = smem + MMA_Q_ELEMS;
@@ -270,7 +265,7 @@ void flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q),
         barrier(CLK_LOCAL_MEM_FENCE); /* V(t) is in; every warp is done with K(t) */
         if (t + 1 < n_tiles) mma_load_tile(ks, Kb, k_sr, kv0 + MMA_BC, MMA_BC, seqlen_k, lid);
 
-        /* O += P V: one transposing ldmatrix of V feeds 2 dim tiles x MMA_MT row tiles. */
+            /* O += P V: one transposing ldmatrix of V feeds 2 dim tiles x MMA_MT row tiles. */
 #pragma unroll
         for (int kk = 0; kk < MMA_BC / 16; ++kk) {
 #pragma unroll

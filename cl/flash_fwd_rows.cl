@@ -48,13 +48,9 @@
 #error "BLOCK_N must be a multiple of 4"
 #endif
 
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
-void flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q),
-                    __global const store_t *K, VIEW_ARGS(k),
-                    __global const store_t *V, VIEW_ARGS(v),
-                    __global store_t *O, VIEW_ARGS(o),
-                    FWD_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
+               __global const store_t *V, VIEW_ARGS(v), __global store_t *O, VIEW_ARGS(o), FWD_ARGS) {
     const int lid = (int)get_local_id(0);
     const int nblocks = (int)get_num_groups(0);
     const int block = nblocks - 1 - (int)get_group_id(0);
@@ -75,8 +71,7 @@ void flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q),
     float4 q[D4];
     {
         __global const store_t *Qr = Q + VIEW_BASE(q, b, h) + (hd.q0 + (row_valid ? row : 0)) * q_sr;
-        for (int c4 = 0; c4 < D4; ++c4)
-            q[c4] = row_valid ? flashcl_ld4(Qr, c4, HEAD_DIM) * scale_log2 : (float4)(0.0f);
+        for (int c4 = 0; c4 < D4; ++c4) q[c4] = row_valid ? flashcl_ld4(Qr, c4, HEAD_DIM) * scale_log2 : (float4)(0.0f);
     }
     float4 acc[DV4];
     for (int c4 = 0; c4 < DV4; ++c4) acc[c4] = (float4)(0.0f);
@@ -114,26 +109,27 @@ void flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q),
 #endif
 #if STAGE_LOCAL
         /* Cooperative, coalesced copy of the K and V tiles; rows past the sequence are zero. */
-        FLASHCL_SHARED_FOR(int, e, BLOCK_N * D4, lid, WG_SIZE) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N *D4, lid, WG_SIZE) {
             int j = e / D4, c4 = e - j * D4;
             long key = key0 + j;
             Kt[e] = key < hd.sk ? flashcl_ld4(Kb + key * k_sr, c4, HEAD_DIM) : (float4)(0.0f);
         }
-        FLASHCL_SHARED_FOR(int, e, BLOCK_N * DV4, lid, WG_SIZE) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N *DV4, lid, WG_SIZE) {
             int j = e / DV4, c4 = e - j * DV4;
             long key = key0 + j;
             Vt[e] = key < hd.sk ? flashcl_ld4(Vb + key * v_sr, c4, HEAD_DIM_V) : (float4)(0.0f);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-#define K_ROW4(j, c4) Kt[(j) * D4 + (c4)]
-#define V_ROW4(j, c4) Vt[(j) * DV4 + (c4)]
+#define K_ROW4(j, c4) Kt[(j)*D4 + (c4)]
+#define V_ROW4(j, c4) Vt[(j)*DV4 + (c4)]
 #else
-        /* Direct reads: clamp the row so the tail tile never reads past the view. */
+            /* Direct reads: clamp the row so the tail tile never reads past the view. */
 #define KEY_ROW(j) min(key0 + (j), hd.sk - 1)
 #define K_ROW4(j, c4) flashcl_ld4(Kb + KEY_ROW(j) * k_sr, (c4), HEAD_DIM)
 #define V_ROW4(j, c4) flashcl_ld4(Vb + KEY_ROW(j) * v_sr, (c4), HEAD_DIM_V)
 #endif
-        const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_last, key0, key_last, win_left, win_right);
+        const int plain =
+            !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_last, key0, key_last, win_left, win_right);
         float s[BLOCK_N];
         float tile_max = FLASHCL_NEG_INF;
         for (int j = 0; j < BLOCK_N; j += KEY_STEP) {

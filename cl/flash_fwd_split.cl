@@ -36,15 +36,11 @@
 #define KEYS_PER_THREAD (BLOCK_N / THREADS_PER_ROW)
 #define DIMS_PER_THREAD ((HEAD_DIM + THREADS_PER_ROW - 1) / THREADS_PER_ROW)
 
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
-void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
-                     __global const float *K, VIEW_ARGS(k),
-                     __global const float *V, VIEW_ARGS(v),
-                     __global float *O, VIEW_ARGS(o),
-                     FWD_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_fwd_split(__global const float *Q, VIEW_ARGS(q), __global const float *K, VIEW_ARGS(k), __global const float *V,
+                VIEW_ARGS(v), __global float *O, VIEW_ARGS(o), FWD_ARGS) {
     const int lid = (int)get_local_id(0);
-    const int r = lid / THREADS_PER_ROW;  /* row within the block */
+    const int r = lid / THREADS_PER_ROW;     /* row within the block */
     const int t = lid - r * THREADS_PER_ROW; /* lane within the row */
     const int nblocks = (int)get_num_groups(0);
     const int block = nblocks - 1 - (int)get_group_id(0);
@@ -66,7 +62,7 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
     __local float Pt[BLOCK_M * BLOCK_N];
     __local float red[BLOCK_M * THREADS_PER_ROW];
 
-    FLASHCL_SHARED_FOR(int, e, BLOCK_M * HEAD_DIM, lid, WG_SIZE) {
+    FLASHCL_SHARED_FOR(int, e, BLOCK_M *HEAD_DIM, lid, WG_SIZE) {
         int i = e / HEAD_DIM, c = e - i * HEAD_DIM;
         long qi = row0 + i;
         Qt[i * LDS + c] = qi < seqlen_q ? Qb[qi * q_sr + c] * scale_log2 : 0.0f;
@@ -81,7 +77,7 @@ void flash_fwd_split(__global const float *Q, VIEW_ARGS(q),
     const long limit = flashcl_key_hi(hd, row, win_right);
 
     for (long key0 = 0; key0 < kv_end; key0 += BLOCK_N) {
-        FLASHCL_SHARED_FOR(int, e, BLOCK_N * HEAD_DIM, lid, WG_SIZE) {
+        FLASHCL_SHARED_FOR(int, e, BLOCK_N *HEAD_DIM, lid, WG_SIZE) {
             int j = e / HEAD_DIM, c = e - j * HEAD_DIM;
             long key = key0 + j;
             int ok = key < seqlen_k;

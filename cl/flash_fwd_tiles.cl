@@ -51,24 +51,20 @@
 
 /* n consecutive floats from 16-byte aligned __local memory (n <= 4). The "% (n)"
    keeps indices in range when n < 4, where that branch is dead code. */
-#define LDS_READ(dst, src, n)                                    \
-    do {                                                         \
-        if ((n) == 4) {                                          \
-            float4 t_ = vload4(0, (src));                        \
-            (dst)[0] = t_.x, (dst)[1 % (n)] = t_.y;              \
-            (dst)[2 % (n)] = t_.z, (dst)[3 % (n)] = t_.w;        \
-        } else {                                                 \
-            for (int u_ = 0; u_ < (n); ++u_) (dst)[u_] = (src)[u_]; \
-        }                                                        \
+#define LDS_READ(dst, src, n)                                                                                          \
+    do {                                                                                                               \
+        if ((n) == 4) {                                                                                                \
+            float4 t_ = vload4(0, (src));                                                                              \
+            (dst)[0] = t_.x, (dst)[1 % (n)] = t_.y;                                                                    \
+            (dst)[2 % (n)] = t_.z, (dst)[3 % (n)] = t_.w;                                                              \
+        } else {                                                                                                       \
+            for (int u_ = 0; u_ < (n); ++u_) (dst)[u_] = (src)[u_];                                                    \
+        }                                                                                                              \
     } while (0)
 
-__kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1)))
-void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
-                     __global const store_t *K, VIEW_ARGS(k),
-                     __global const store_t *V, VIEW_ARGS(v),
-                     __global store_t *O, VIEW_ARGS(o),
-                     FWD_ARGS)
-{
+__kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1))) void
+flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
+                __global const store_t *V, VIEW_ARGS(v), __global store_t *O, VIEW_ARGS(o), FWD_ARGS) {
     const int lid = (int)get_local_id(0);
     const int tx = lid % GRID, ty = lid / GRID;
     const int nblocks = (int)get_num_groups(0);
@@ -89,9 +85,9 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
     __local float stage[STAGE_FLOATS] __attribute__((aligned(16)));
     __local float Pt[BLOCK_N * PT_STRIDE] __attribute__((aligned(16))); /* P transposed: [key][row] */
     __local float red[BLOCK_M * GRID];
-    __local float *Qs = stage;                      /* [SLICE][QS_STRIDE] */
-    __local float *Ks = stage + SLICE * QS_STRIDE;  /* [SLICE][KS_STRIDE] */
-    __local float *Vs = stage;                      /* [SLICE][V_STRIDE] */
+    __local float *Qs = stage;                     /* [SLICE][QS_STRIDE] */
+    __local float *Ks = stage + SLICE * QS_STRIDE; /* [SLICE][KS_STRIDE] */
+    __local float *Vs = stage;                     /* [SLICE][V_STRIDE] */
 #if HAS_MASK
     __local int tile_live;
 #endif
@@ -135,13 +131,13 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
 
         /* S = (scale*log2e*Q) K^T, 16 dims at a time. */
         for (int c0 = 0; c0 < HEAD_DIM; c0 += SLICE) {
-            FLASHCL_SHARED_FOR(int, e, SLICE * BLOCK_M, lid, GRID * GRID) {
+            FLASHCL_SHARED_FOR(int, e, SLICE *BLOCK_M, lid, GRID *GRID) {
                 int r = e / SLICE, c = e - r * SLICE;
                 long qi = row0 + r;
                 Qs[c * QS_STRIDE + r] =
                     (qi < hd.sq && c0 + c < HEAD_DIM) ? FLASHCL_LOAD(Qb, qi * q_sr + c0 + c) * scale_log2 : 0.0f;
             }
-            FLASHCL_SHARED_FOR(int, e, SLICE * BLOCK_N, lid, GRID * GRID) {
+            FLASHCL_SHARED_FOR(int, e, SLICE *BLOCK_N, lid, GRID *GRID) {
                 int r = e / SLICE, c = e - r * SLICE;
                 long kj = key0 + r;
                 Ks[c * KS_STRIDE + r] = (kj < hd.sk && c0 + c < HEAD_DIM) ? FLASHCL_LOAD(Kb, kj * k_sr + c0 + c) : 0.0f;
@@ -162,7 +158,8 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
            score code inside, NVIDIA's compiler stopped unrolling on its own, s
            became a dynamically indexed array in local memory, and the plain
            forward lost a third of its speed. */
-        const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_last, key0, key_last, win_left, win_right);
+        const int plain =
+            !HAS_SCORE_TERMS && flashcl_tile_plain(hd, row0, row_last, key0, key_last, win_left, win_right);
         if (!plain) {
 #pragma unroll
             for (int i = 0; i < TILE_M; ++i) {
@@ -205,7 +202,7 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
         /* O += P V, 16 keys at a time. */
         for (int j0 = 0; j0 < BLOCK_N; j0 += SLICE) {
             barrier(CLK_LOCAL_MEM_FENCE); /* Pt complete; the previous slice's readers are done */
-            FLASHCL_SHARED_FOR(int, e, SLICE * V_STRIDE, lid, GRID * GRID) {
+            FLASHCL_SHARED_FOR(int, e, SLICE *V_STRIDE, lid, GRID *GRID) {
                 int r = e / V_STRIDE, c = e - r * V_STRIDE;
                 long kj = key0 + j0 + r;
                 Vs[e] = (kj < hd.sk && c < HEAD_DIM_V) ? FLASHCL_LOAD(Vb, kj * v_sr + c) : 0.0f;
@@ -236,6 +233,7 @@ void flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q),
         const float inv_l = l > 0.0f ? alpha / l : 0.0f;
         __global store_t *Or = O + VIEW_BASE(o, b, h) + (hd.q0 + row) * o_sr;
         for (int g = 0; g < DIM_GROUPS; ++g) flashcl_st4(Or, g * 16 + tx, acc[i][g] * inv_l, HEAD_DIM_V);
-        if (write_lse && tx == 0) LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flashcl_lse(mi, l);
+        if (write_lse && tx == 0)
+            LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flashcl_lse(mi, l);
     }
 }

@@ -21,8 +21,7 @@
 __kernel void flash_merge(__global const float *Os, ulong os_off, ulong os_sb, ulong os_sh, ulong os_sr, ulong os_state,
                           __global const float *Ls, ulong ls_off, ulong ls_sb, ulong ls_sh, ulong ls_state,
                           __global store_t *O, VIEW_ARGS(o), __global float *LSE, ulong lse_off, int write_lse,
-                          int num_states, int seqlen_q, int seqlen_k, int heads_q, VARIANT_ARGS)
-{
+                          int num_states, int seqlen_q, int seqlen_k, int heads_q, VARIANT_ARGS) {
     const int h = (int)get_global_id(1), b = (int)get_global_id(2);
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long e = (long)get_global_id(0);

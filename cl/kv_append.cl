@@ -22,7 +22,8 @@
 #endif
 
 /* Element c of row x (stride 1) turned to position pos; cos/sin rows are ROTARY_DIM / 2 long. */
-inline float rotated(__global const store_t *x, int c, long pos, __global const float *cosv, __global const float *sinv) {
+inline float rotated(__global const store_t *x, int c, long pos, __global const float *cosv,
+                     __global const float *sinv) {
     const float xc = FLASHCL_LOAD(x, c);
 #if ROTARY_DIM > 0
     if (c < ROTARY_DIM) {
@@ -52,13 +53,11 @@ inline void store_cache(__global cache_t *dst, float x, float inv_scale) {
 
 /* Grid: (seqlen_new * HEAD_DIM_MAX, heads_kv, batch); k rows rotated, v rows as they are. */
 __kernel void kv_append(__global const store_t *Kn, VIEW_ARGS(kn), __global const store_t *Vn, VIEW_ARGS(vn),
-                        __global cache_t *K, ulong k_off, ulong k_sp, ulong k_sh, ulong k_sr,
-                        __global cache_t *V, ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr,
-                        __global const int *table, int max_pages, long page_size, __global const int *seqinfo,
-                        __global const float *rcos, __global const float *rsin, ulong rot_off,
-                        __global const float *k_scale, __global const float *v_scale, int scale_per_head,
-                        int seqlen_new)
-{
+                        __global cache_t *K, ulong k_off, ulong k_sp, ulong k_sh, ulong k_sr, __global cache_t *V,
+                        ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr, __global const int *table, int max_pages,
+                        long page_size, __global const int *seqinfo, __global const float *rcos,
+                        __global const float *rsin, ulong rot_off, __global const float *k_scale,
+                        __global const float *v_scale, int scale_per_head, int seqlen_new) {
     /* Global ids: these kernels run with the work-group size the driver picks. */
     const long e = (long)get_global_id(0);
     const int hk = (int)get_global_id(1), b = (int)get_global_id(2);
@@ -85,8 +84,7 @@ __kernel void kv_append(__global const store_t *Kn, VIEW_ARGS(kn), __global cons
 /* Grid: (seqlen_q * HEAD_DIM, heads_q, batch): q row i to position first_position + (per_row ? i : 0). */
 __kernel void rotate_q(__global const store_t *Q, VIEW_ARGS(q), __global store_t *Qr, VIEW_ARGS(qr),
                        __global const int *seqinfo, __global const float *rcos, __global const float *rsin,
-                       ulong rot_off, int seqlen_q, int per_row)
-{
+                       ulong rot_off, int seqlen_q, int per_row) {
     const long e = (long)get_global_id(0);
     const int h = (int)get_global_id(1), b = (int)get_global_id(2);
     const long i = e / HEAD_DIM;

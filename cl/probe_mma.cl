@@ -25,9 +25,8 @@ inline void probe_store_c(__global float *out, const float *c, int lane) {
     out[(r + 8) * 8 + col + 1] = c[3];
 }
 
-__kernel __attribute__((reqd_work_group_size(32, 1, 1)))
-void probe_mma(__global const ushort *in, __global float *out)
-{
+__kernel __attribute__((reqd_work_group_size(32, 1, 1))) void probe_mma(__global const ushort *in,
+                                                                        __global float *out) {
     /* a_bf 256 | bt_bf 128 | bkn_bf 128 | a_h 256 | bt_h 128 = 896 elements */
     __local ushort s[896] __attribute__((aligned(16)));
     const int lane = (int)get_local_id(0);

@@ -37,7 +37,7 @@
 
 /* One 16x8x16 mma: accumulator d[4] (read and written), A fragment a[4], B fragment b0, b1. */
 #define PTX_MMA_REGS " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-#define PTX_MMA_OPERANDS(d, a, b0, b1)                                                                 \
+#define PTX_MMA_OPERANDS(d, a, b0, b1)                                                                                 \
     : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                            \
     : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1)
 
@@ -56,30 +56,37 @@ inline uint ptx_smem_addr(__local const ushort *p) { return (uint)(size_t)p; }
    stay on their side of the barriers. */
 inline void ptx_ldsm_x4(uint addr, uint *r0, uint *r1, uint *r2, uint *r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
+                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3)
+                 : "r"(addr)
+                 : "memory");
 }
 inline void ptx_ldsm_x4_trans(uint addr, uint *r0, uint *r1, uint *r2, uint *r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3) : "r"(addr) : "memory");
+                 : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3)
+                 : "r"(addr)
+                 : "memory");
 }
 /* Two 8x8 matrices (the probe's B operand), transposed or not. */
 inline void ptx_ldsm_x2(uint addr, uint *r, int trans) {
     if (trans)
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
-                     : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
+                     : "=r"(r[0]), "=r"(r[1])
+                     : "r"(addr)
+                     : "memory");
     else
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-                     : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
+                     : "=r"(r[0]), "=r"(r[1])
+                     : "r"(addr)
+                     : "memory");
 }
 /* 16 bytes global -> __local; src_bytes = 0 writes zeros (rows past the end). */
 inline void ptx_cp16(uint dst, __global const ushort *src, uint src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"(dst), "l"((ulong)(size_t)src), "r"(src_bytes) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"((ulong)(size_t)src), "r"(src_bytes)
+                 : "memory");
 }
 /* 16 bytes global -> __local, all of them (the probe's form). */
 inline void ptx_cp16_all(uint dst, __global const ushort *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                 :: "r"(dst), "l"((ulong)(size_t)src) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"((ulong)(size_t)src) : "memory");
 }
 inline void ptx_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 inline void ptx_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }

@@ -34,24 +34,19 @@
 #define GEMM_WG (RTS * RTS)
 
 /* One step of the register-blocked product from the local tiles As[k][m], Bs[k][n]. */
-#define GEMM_ACCUMULATE(acc, As, Bs, tm, tn)                                \
-    for (int kk = 0; kk < TILE_K; ++kk) {                                   \
-        float a_reg[WPT], b_reg[WPT];                                       \
-        for (int w = 0; w < WPT; ++w) a_reg[w] = As[kk][(tm) + w * RTS];    \
-        for (int w = 0; w < WPT; ++w) b_reg[w] = Bs[kk][(tn) + w * RTS];    \
-        for (int wm = 0; wm < WPT; ++wm)                                    \
-            for (int wn = 0; wn < WPT; ++wn)                                \
-                acc[wm][wn] = fma(a_reg[wm], b_reg[wn], acc[wm][wn]);      \
+#define GEMM_ACCUMULATE(acc, As, Bs, tm, tn)                                                                           \
+    for (int kk = 0; kk < TILE_K; ++kk) {                                                                              \
+        float a_reg[WPT], b_reg[WPT];                                                                                  \
+        for (int w = 0; w < WPT; ++w) a_reg[w] = As[kk][(tm) + w * RTS];                                               \
+        for (int w = 0; w < WPT; ++w) b_reg[w] = Bs[kk][(tn) + w * RTS];                                               \
+        for (int wm = 0; wm < WPT; ++wm)                                                                               \
+            for (int wn = 0; wn < WPT; ++wn) acc[wm][wn] = fma(a_reg[wm], b_reg[wn], acc[wm][wn]);                     \
     }
 
 /* S[z, i, j] = scale * sum_c Q[i, c] K[j, c]; causal entries above the diagonal are -inf. */
-__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
-void std_scores(__global const float *Q, VIEW_ARGS(q),
-                __global const float *K, VIEW_ARGS(k),
-                __global float *S,
-                int seqlen_q, int seqlen_k, int head_dim, int heads_q, int group,
-                float scale, int causal)
-{
+__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1))) void
+std_scores(__global const float *Q, VIEW_ARGS(q), __global const float *K, VIEW_ARGS(k), __global float *S,
+           int seqlen_q, int seqlen_k, int head_dim, int heads_q, int group, float scale, int causal) {
     const int tn = (int)get_local_id(0), tm = (int)get_local_id(1);
     const int n0 = (int)get_group_id(0) * TILE, m0 = (int)get_group_id(1) * TILE;
     const int z = (int)get_global_id(2);
@@ -68,7 +63,7 @@ void std_scores(__global const float *Q, VIEW_ARGS(q),
     const int lid = tm * RTS + tn;
     for (int c0 = 0; c0 < head_dim; c0 += TILE_K) {
         /* Both operands are row-major over head_dim: read along c for coalescing. */
-        FLASHCL_SHARED_FOR(int, e, TILE * TILE_K, lid, GEMM_WG) {
+        FLASHCL_SHARED_FOR(int, e, TILE *TILE_K, lid, GEMM_WG) {
             int row = e / TILE_K, kk = e - row * TILE_K;
             int c = c0 + kk;
             int qi = m0 + row, kj = n0 + row;
@@ -93,9 +88,8 @@ void std_scores(__global const float *Q, VIEW_ARGS(q),
 }
 
 /* One work-group per row: P = exp(S - max) / sum in place; LSE = max + log(sum). */
-__kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1)))
-void std_softmax(__global float *S, int seqlen_k, __global float *LSE, ulong lse_off, int write_lse)
-{
+__kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1))) void
+std_softmax(__global float *S, int seqlen_k, __global float *LSE, ulong lse_off, int write_lse) {
     const int lid = (int)get_local_id(0);
     const ulong row = get_group_id(0); /* z * seqlen_q + i */
     __global float *Sr = S + row * (ulong)seqlen_k;
@@ -135,12 +129,9 @@ void std_softmax(__global float *S, int seqlen_k, __global float *LSE, ulong lse
 }
 
 /* O[z, i, :] = sum_j P[z, i, j] V[j, :]. */
-__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
-void std_pv(__global const float *P,
-            __global const float *V, VIEW_ARGS(v),
-            __global float *O, VIEW_ARGS(o),
-            int seqlen_q, int seqlen_k, int head_dim, int heads_q, int group, float alpha)
-{
+__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1))) void
+std_pv(__global const float *P, __global const float *V, VIEW_ARGS(v), __global float *O, VIEW_ARGS(o), int seqlen_q,
+       int seqlen_k, int head_dim, int heads_q, int group, float alpha) {
     const int tn = (int)get_local_id(0), tm = (int)get_local_id(1);
     const int n0 = (int)get_group_id(0) * TILE, m0 = (int)get_group_id(1) * TILE;
     const int z = (int)get_global_id(2);
@@ -156,7 +147,7 @@ void std_pv(__global const float *P,
 
     const int lid = tm * RTS + tn;
     for (int j0 = 0; j0 < seqlen_k; j0 += TILE_K) {
-        FLASHCL_SHARED_FOR(int, e, TILE * TILE_K, lid, GEMM_WG) {
+        FLASHCL_SHARED_FOR(int, e, TILE *TILE_K, lid, GEMM_WG) {
             /* P rows are contiguous over keys; V rows are contiguous over dims. */
             int prow = e / TILE_K, pk = e - prow * TILE_K;
             int i = m0 + prow, jp = j0 + pk;
@@ -182,10 +173,8 @@ void std_pv(__global const float *P,
 }
 
 /* D[z, i] = sum_c dO[i, c] O[i, c]; one work-item per row. Grid (rows rounded up, heads_q, batch). */
-__kernel void std_rowdot(__global const float *G, VIEW_ARGS(g),
-                         __global const float *Y, VIEW_ARGS(y),
-                         __global float *Dsum, int seqlen_q, int head_dim, int heads_q)
-{
+__kernel void std_rowdot(__global const float *G, VIEW_ARGS(g), __global const float *Y, VIEW_ARGS(y),
+                         __global float *Dsum, int seqlen_q, int head_dim, int heads_q) {
     const int i = (int)get_global_id(0);
     const int h = (int)get_global_id(1), b = (int)get_global_id(2);
     if (i >= seqlen_q) return;
@@ -197,8 +186,7 @@ __kernel void std_rowdot(__global const float *G, VIEW_ARGS(g),
 }
 
 /* P = exp(S - lse[row]) in place; 0 for rows that saw no key (lse = -inf). */
-__kernel void std_probs(__global float *S, int seqlen_k, __global const float *LSE, ulong lse_off, ulong count)
-{
+__kernel void std_probs(__global float *S, int seqlen_k, __global const float *LSE, ulong lse_off, ulong count) {
     const ulong e = get_global_id(0);
     if (e >= count) return;
     const float lse = LSE[lse_off + e / (ulong)seqlen_k];
@@ -206,20 +194,18 @@ __kernel void std_probs(__global float *S, int seqlen_k, __global const float *L
 }
 
 /* dS = P * (dP - D[row]) in place over dP; one work-item per element. */
-__kernel void std_ds(__global const float *P, __global float *dP, __global const float *Dsum, int seqlen_k, ulong count)
-{
+__kernel void std_ds(__global const float *P, __global float *dP, __global const float *Dsum, int seqlen_k,
+                     ulong count) {
     const ulong e = get_global_id(0);
     if (e >= count) return;
     dP[e] = P[e] * (dP[e] - Dsum[e / (ulong)seqlen_k]);
 }
 
 /* C[z] (seqlen_k x head_dim) = alpha * A[z]^T B, A[z] = seqlen_q x seqlen_k scratch, B a [b, heads_q] view. */
-__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
-void std_tn(__global const float *A,
-            __global const float *B, VIEW_ARGS(bv),
-            __global float *C,
-            int seqlen_q, int seqlen_k, int head_dim, int heads_q, float alpha)
-{
+__kernel __attribute__((reqd_work_group_size(RTS, RTS, 1))) void std_tn(__global const float *A,
+                                                                        __global const float *B, VIEW_ARGS(bv),
+                                                                        __global float *C, int seqlen_q, int seqlen_k,
+                                                                        int head_dim, int heads_q, float alpha) {
     const int tn = (int)get_local_id(0), tm = (int)get_local_id(1);
     const int n0 = (int)get_group_id(0) * TILE, m0 = (int)get_group_id(1) * TILE;
     const int z = (int)get_global_id(2);
@@ -235,7 +221,7 @@ void std_tn(__global const float *A,
 
     const int lid = tm * RTS + tn;
     for (int i0 = 0; i0 < seqlen_q; i0 += TILE_K) {
-        FLASHCL_SHARED_FOR(int, e, TILE * TILE_K, lid, GEMM_WG) {
+        FLASHCL_SHARED_FOR(int, e, TILE *TILE_K, lid, GEMM_WG) {
             /* Both operands are read along their rows (over keys, over dims). */
             int kk = e / TILE, mm = e - kk * TILE;
             int i = i0 + kk;
@@ -259,9 +245,8 @@ void std_tn(__global const float *A,
 }
 
 /* out[b, hk] = sum over the group's query heads h of G[b, h] (seqlen_k x head_dim each). */
-__kernel void std_group_sum(__global const float *G, __global float *Out, VIEW_ARGS(out),
-                            int seqlen_k, int head_dim, int heads_q, int group)
-{
+__kernel void std_group_sum(__global const float *G, __global float *Out, VIEW_ARGS(out), int seqlen_k, int head_dim,
+                            int heads_q, int group) {
     const int e = (int)get_global_id(0); /* j * head_dim + c */
     const int hk = (int)get_global_id(1), b = (int)get_global_id(2);
     if (e >= seqlen_k * head_dim) return;

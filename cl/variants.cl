@@ -83,9 +83,7 @@ typedef half store_t;
 typedef ushort store_t;
 #define FLASHCL_LOAD(p, i) flashcl_bf16_to_float((p)[i])
 #define FLASHCL_STORE(p, i, x) ((p)[i] = flashcl_float_to_bf16(x))
-inline float4 flashcl_bf16x4(ushort4 u) {
-    return as_float4(convert_uint4(u) << 16);
-}
+inline float4 flashcl_bf16x4(ushort4 u) { return as_float4(convert_uint4(u) << 16); }
 #define FLASHCL_LOAD4(p, i) flashcl_bf16x4(vload4(0, (p) + (i)))
 #endif
 
@@ -201,46 +199,39 @@ inline void flashcl_st4(__global store_t *row, int c4, float4 x, int dim) {
 
 /* win_left/win_right: the resolved window (causal folded in), -1 = unbounded.
    softcap2 = softcap * log2(e). drop_threshold = floor(p * 2^32), drop_scale = 1/(1-p). */
-#define VARIANT_ARGS                                                                                   \
-    int win_left, int win_right, float softcap2,                                                       \
-    __global const float *alibi, ulong alibi_off, ulong alibi_sb,                                      \
-    __global const float *sinks, ulong sinks_off,                                                      \
-    __global const float *bias, ulong bias_off, ulong bias_sb, ulong bias_sh, ulong bias_sr,           \
-    __global const uchar *mask, ulong mask_off, ulong mask_sb, ulong mask_sh, ulong mask_sr,           \
-    __global const uchar *bmask, ulong bmask_off, ulong bmask_sb, ulong bmask_sh, ulong bmask_sr,      \
-    int bmask_bq, int bmask_bk,                                                                        \
-    __global const int *cu_q, __global const int *cu_k,                                                \
-    uint drop_threshold, float drop_scale, uint seed_lo, uint seed_hi, uint drop_off_lo, uint drop_off_hi
-#define VARIANT_PASS                                                                                   \
-    win_left, win_right, softcap2, alibi, alibi_off, alibi_sb, sinks, sinks_off,                       \
-    bias, bias_off, bias_sb, bias_sh, bias_sr, mask, mask_off, mask_sb, mask_sh, mask_sr,              \
-    bmask, bmask_off, bmask_sb, bmask_sh, bmask_sr, bmask_bq, bmask_bk, cu_q, cu_k,                    \
-    drop_threshold, drop_scale, seed_lo, seed_hi, drop_off_lo, drop_off_hi
+#define VARIANT_ARGS                                                                                                   \
+    int win_left, int win_right, float softcap2, __global const float *alibi, ulong alibi_off, ulong alibi_sb,         \
+        __global const float *sinks, ulong sinks_off, __global const float *bias, ulong bias_off, ulong bias_sb,       \
+        ulong bias_sh, ulong bias_sr, __global const uchar *mask, ulong mask_off, ulong mask_sb, ulong mask_sh,        \
+        ulong mask_sr, __global const uchar *bmask, ulong bmask_off, ulong bmask_sb, ulong bmask_sh, ulong bmask_sr,   \
+        int bmask_bq, int bmask_bk, __global const int *cu_q, __global const int *cu_k, uint drop_threshold,           \
+        float drop_scale, uint seed_lo, uint seed_hi, uint drop_off_lo, uint drop_off_hi
+#define VARIANT_PASS                                                                                                   \
+    win_left, win_right, softcap2, alibi, alibi_off, alibi_sb, sinks, sinks_off, bias, bias_off, bias_sb, bias_sh,     \
+        bias_sr, mask, mask_off, mask_sb, mask_sh, mask_sr, bmask, bmask_off, bmask_sb, bmask_sh, bmask_sr, bmask_bq,  \
+        bmask_bk, cu_q, cu_k, drop_threshold, drop_scale, seed_lo, seed_hi, drop_off_lo, drop_off_hi
 
 /* The arguments every portable forward kernel (cl/flash_fwd_rows.cl, _split.cl,
    _tiles.cl) takes after its four views. */
-#define FWD_ARGS                                                           \
-    __global float *LSE, ulong lse_off, int write_lse,                     \
-    int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2,  \
-    VARIANT_ARGS
+#define FWD_ARGS                                                                                                       \
+    __global float *LSE, ulong lse_off, int write_lse, int seqlen_q, int seqlen_k, int heads_q, int group,             \
+        float scale_log2, VARIANT_ARGS
 
 /* ------------------------------------------------- one (batch, head) pair */
 
 typedef struct flashcl_head {
-    long sq, sk;    /* this sequence's query and key lengths */
-    long off;       /* sk - sq: bottom-right alignment of causal, window and ALiBi */
-    long q0, k0;    /* first packed row of the sequence (varlen), else 0 */
-    float slope2;   /* ALiBi slope * log2(e) */
-    float sink2;    /* sink logit * log2(e); -inf without sinks */
+    long sq, sk;                      /* this sequence's query and key lengths */
+    long off;                         /* sk - sq: bottom-right alignment of causal, window and ALiBi */
+    long q0, k0;                      /* first packed row of the sequence (varlen), else 0 */
+    float slope2;                     /* ALiBi slope * log2(e) */
+    float sink2;                      /* sink logit * log2(e); -inf without sinks */
     ulong bias_at, mask_at, bmask_at; /* element offsets of row 0 of this (b, h) */
-    uint bh;        /* b * heads_q + h: the dropout RNG's head coordinate */
+    uint bh;                          /* b * heads_q + h: the dropout RNG's head coordinate */
 } flashcl_head;
 
 /* A cumulative offset clamped into [0, total]: a bad cu_seqlens array can
    give empty or clipped sequences but never an access outside the views. */
-inline long flashcl_cu(__global const int *cu, int i, long total) {
-    return clamp((long)cu[i], 0L, total);
-}
+inline long flashcl_cu(__global const int *cu, int i, long total) { return clamp((long)cu[i], 0L, total); }
 
 inline flashcl_head flashcl_head_setup(int b, int h, int heads_q, int seqlen_q, int seqlen_k, VARIANT_ARGS) {
     flashcl_head hd;
@@ -425,7 +416,7 @@ inline int flashcl_dropout_keep(flashcl_head hd, long i, long j, uint drop_thres
 inline float flashcl_dropout_factor(flashcl_head hd, long i, long j, VARIANT_ARGS) {
 #if HAS_DROPOUT
     return flashcl_dropout_keep(hd, i, j, drop_threshold, seed_lo, seed_hi, drop_off_lo, drop_off_hi) ? drop_scale
-                                                                                                       : 0.0f;
+                                                                                                      : 0.0f;
 #else
     return 1.0f;
 #endif

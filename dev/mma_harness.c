@@ -19,13 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        cl_int e_ = (x);                                                                           \
-        if (e_ != CL_SUCCESS) {                                                                    \
-            fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #x, e_);                      \
-            exit(1);                                                                               \
-        }                                                                                          \
+#define CHECK(x)                                                                                                       \
+    do {                                                                                                               \
+        cl_int e_ = (x);                                                                                               \
+        if (e_ != CL_SUCCESS) {                                                                                        \
+            fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #x, e_);                                          \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 static cl_context ctx;
@@ -137,8 +137,10 @@ static uint16_t f2h(float x) { /* normal range, round to nearest even; enough fo
 static float h2f(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
     float x;
-    if (e == 0) x = ldexpf((float)m, -24);
-    else x = ldexpf((float)(m | 0x400), (int)e - 25);
+    if (e == 0)
+        x = ldexpf((float)m, -24);
+    else
+        x = ldexpf((float)(m | 0x400), (int)e - 25);
     uint32_t u;
     memcpy(&u, &x, 4);
     u |= sign;
@@ -221,7 +223,8 @@ static cl_kernel get_kernel(const char *src, int d, const variant *va, int f16, 
     if (va->maxrreg) snprintf(rr, sizeof rr, " -cl-nv-maxrregcount=%d", va->maxrreg);
     /* Q resident in __local needs d = 64 or 128 (swizzle); other dims take the register form. */
     snprintf(opts, sizeof opts,
-             "-cl-mad-enable -cl-nv-verbose -DHEAD_DIM=%d -DMMA_WARPS=%d -DMMA_BC=%d -DMMA_MT=%d -DMMA_QLOCAL=%d -DMMA_F16=%d%s",
+             "-cl-mad-enable -cl-nv-verbose -DHEAD_DIM=%d -DMMA_WARPS=%d -DMMA_BC=%d -DMMA_MT=%d -DMMA_QLOCAL=%d "
+             "-DMMA_F16=%d%s",
              d, va->warps, va->bc, va->mt, va->qlocal && d % 64 == 0, f16, rr);
     if (verbose) printf("build %s\n", opts);
     cl_program p = build(src, opts, verbose);
@@ -346,9 +349,10 @@ static int check_shape(const char *src, const shape *s, const variant *va) {
                 }
             }
     double rel = sqrt(num / (den > 0 ? den : 1));
-    printf("check w%d bc%d mt%d ql%d b%d hq%d hkv%d sq%d sk%d d%d causal%d %s: rel_l2 %.2e max_abs %.2e lse_max %.2e -> %s\n",
-           va->warps, va->bc, va->mt, va->qlocal, s->b, s->hq, s->hkv, s->sq, s->sk, s->d, s->causal, s->f16 ? "f16" : "bf16", rel, maxerr,
-           lse_err, bad || !(rel < 1e-2) ? "FAIL" : "ok");
+    printf("check w%d bc%d mt%d ql%d b%d hq%d hkv%d sq%d sk%d d%d causal%d %s: rel_l2 %.2e max_abs %.2e lse_max %.2e "
+           "-> %s\n",
+           va->warps, va->bc, va->mt, va->qlocal, s->b, s->hq, s->hkv, s->sq, s->sk, s->d, s->causal,
+           s->f16 ? "f16" : "bf16", rel, maxerr, lse_err, bad || !(rel < 1e-2) ? "FAIL" : "ok");
     clReleaseKernel(k);
     clReleaseMemObject(bq);
     clReleaseMemObject(bk);
@@ -393,8 +397,7 @@ static void bench_shape(const char *src, const shape *s, const variant *va) {
             }
     double flops = 4.0 * s->b * s->hq * (double)s->sq * s->sk * s->d * (s->causal ? 0.5 : 1.0);
     printf("BENCH w%d bc%d mt%d rr%d ql%d b%d h%d N%d d%d causal%d: %.3f ms  %.1f TF/s\n", va->warps, va->bc, va->mt,
-           va->maxrreg, va->qlocal, s->b, s->hq, s->sq, s->d,
-           s->causal, t[7], flops / (t[7] * 1e-3) / 1e12);
+           va->maxrreg, va->qlocal, s->b, s->hq, s->sq, s->d, s->causal, t[7], flops / (t[7] * 1e-3) / 1e12);
     clReleaseKernel(k);
     clReleaseMemObject(bq);
     clReleaseMemObject(bk);

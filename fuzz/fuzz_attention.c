@@ -38,8 +38,8 @@ static void check_reference(const flashcl_attention_desc *d, const flashcl_tenso
     flashcl_tensor rv[4];
     for (int i = 0; i < 4; ++i) {
         int q_side = i == 0 || i == 3;
-        rv[i] = ref_resolve_view(&views[i], q_side ? p.seqlen_q : p.seqlen_k, q_side ? p.heads_q : p.heads_kv,
-                                 p.head_dim);
+        rv[i] =
+            ref_resolve_view(&views[i], q_side ? p.seqlen_q : p.seqlen_k, q_side ? p.heads_q : p.heads_kv, p.head_dim);
     }
     double *ref_o = malloc(p.batch * p.heads_q * p.seqlen_q * p.head_dim * sizeof(double));
     double *ref_lse = malloc(p.batch * p.heads_q * p.seqlen_q * sizeof(double));

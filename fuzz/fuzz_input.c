@@ -17,8 +17,8 @@ void fuzz_buffer_make(fuzz_buffer *b, flashcl_context *ctx, size_t bytes, const 
     b->init = malloc(bytes);
     if (!b->init) abort();
     memcpy(b->init, init, bytes);
-    b->mem = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, b->init,
-                            &err);
+    b->mem =
+        clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, b->init, &err);
     if (err != CL_SUCCESS) abort();
 }
 
@@ -35,7 +35,8 @@ void fuzz_buffer_check_guard(const fuzz_buffer *b, const unsigned char *now, con
                              const char *what, flashcl_status st) {
     for (size_t i = 0; i < b->bytes; ++i)
         if ((!covered || !covered[i]) && now[i] != b->init[i]) {
-            fprintf(stderr, "fuzz_attention: status %s but %s byte %zu (of %zu), outside what the call may write, changed\n",
+            fprintf(stderr,
+                    "fuzz_attention: status %s but %s byte %zu (of %zu), outside what the call may write, changed\n",
                     flashcl_status_name(st), what, i, b->bytes);
             abort();
         }

@@ -15,10 +15,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { F_ALIBI = 1, F_SINKS = 2, F_BIAS = 4, F_MASK = 8, F_BLOCK_MASK = 16, F_VARLEN = 32, F_LSE = 64, F_DROPMASK = 128 };
+enum {
+    F_ALIBI = 1,
+    F_SINKS = 2,
+    F_BIAS = 4,
+    F_MASK = 8,
+    F_BLOCK_MASK = 16,
+    F_VARLEN = 32,
+    F_LSE = 64,
+    F_DROPMASK = 128
+};
 enum { B_ALIBI, B_SINKS, B_BIAS, B_MASK, B_BLOCK_MASK, B_CU_Q, B_CU_K, B_LSE, B_DROPMASK, B_COUNT };
-static const char *const k_names[B_COUNT] = {"alibi_slopes", "sinks",        "bias", "mask", "block_mask",
-                                             "cu_seqlens_q", "cu_seqlens_k", "lse",  "dropout mask out"};
+static const char *const k_names[B_COUNT] = {
+    "alibi_slopes", "sinks", "bias", "mask", "block_mask", "cu_seqlens_q", "cu_seqlens_k", "lse", "dropout mask out"};
 
 /* A buffer of `elems` elements of `elem` bytes: floats for float buffers, else varied bytes. */
 static cl_mem make_side(flashcl_context *ctx, fuzz_buffer *b, size_t elems, size_t elem, int floats, unsigned salt) {
@@ -109,7 +118,7 @@ static void require_message(flashcl_context *ctx, flashcl_status st) {
 void fuzz_variant_forward(flashcl_context *ctx, flashcl_attention_desc *d, const flashcl_tensor views[4],
                           const fuzz_buffer bufs[4], fuzz_reader *r) {
     d->dtype = (flashcl_dtype)(fuzz_next(r) % 5); /* 4 is unknown */
-    d->head_dim_v = (fuzz_next(r) % 3) * 4;     /* 0 = head_dim */
+    d->head_dim_v = (fuzz_next(r) % 3) * 4;       /* 0 = head_dim */
     unsigned w = fuzz_next(r);
     d->window = w & 1;
     d->window_left = (int)(fuzz_next(r) % 9) - 2; /* -2 is invalid, -1 unbounded */
@@ -155,7 +164,8 @@ void fuzz_variant_forward(flashcl_context *ctx, flashcl_attention_desc *d, const
         lse_offset = fuzz_next(r) % 8;
     }
 
-    flashcl_status st = flashcl_forward(ctx, d, &views[0], &views[1], &views[2], &views[3], lse, lse_offset, 0, NULL, NULL);
+    flashcl_status st =
+        flashcl_forward(ctx, d, &views[0], &views[1], &views[2], &views[3], lse, lse_offset, 0, NULL, NULL);
     require_message(ctx, st);
 
     /* What the call may write: the O view, the LSE rows. Sizes as the library resolves them. */
@@ -188,8 +198,8 @@ void fuzz_variant_forward(flashcl_context *ctx, flashcl_attention_desc *d, const
         size_t rows = varlen && d->max_seqlen_q ? d->max_seqlen_q : seqlen_q;
         size_t cols = varlen && d->max_seqlen_k ? d->max_seqlen_k : seqlen_k;
         size_t need = st == FLASHCL_SUCCESS ? d->batch * heads_q * rows * cols : 0;
-        check_region(ctx, &side[B_DROPMASK], st == FLASHCL_SUCCESS ? offset : 0, st == FLASHCL_SUCCESS ? offset + need : 0,
-                     k_names[B_DROPMASK], st);
+        check_region(ctx, &side[B_DROPMASK], st == FLASHCL_SUCCESS ? offset : 0,
+                     st == FLASHCL_SUCCESS ? offset + need : 0, k_names[B_DROPMASK], st);
     }
     for (int i = 0; i < B_COUNT; ++i)
         if (side[i].mem) fuzz_buffer_free(&side[i]);

@@ -53,13 +53,12 @@
 #define FLASHCL_VERSION_MAJOR 0
 #define FLASHCL_VERSION_MINOR 2
 #define FLASHCL_VERSION_PATCH 0
-#define FLASHCL_VERSION_NUMBER \
-    (FLASHCL_VERSION_MAJOR * 10000 + FLASHCL_VERSION_MINOR * 100 + FLASHCL_VERSION_PATCH)
+#define FLASHCL_VERSION_NUMBER (FLASHCL_VERSION_MAJOR * 10000 + FLASHCL_VERSION_MINOR * 100 + FLASHCL_VERSION_PATCH)
 #define FLASHCL_STRINGIFY_(x) #x
 #define FLASHCL_STRINGIFY(x) FLASHCL_STRINGIFY_(x)
-#define FLASHCL_VERSION_STRING                                                \
-    FLASHCL_STRINGIFY(FLASHCL_VERSION_MAJOR) "." FLASHCL_STRINGIFY(           \
-        FLASHCL_VERSION_MINOR) "." FLASHCL_STRINGIFY(FLASHCL_VERSION_PATCH)
+#define FLASHCL_VERSION_STRING                                                                                         \
+    FLASHCL_STRINGIFY(FLASHCL_VERSION_MAJOR)                                                                           \
+    "." FLASHCL_STRINGIFY(FLASHCL_VERSION_MINOR) "." FLASHCL_STRINGIFY(FLASHCL_VERSION_PATCH)
 
 /* Largest head dimension (of q/k and of v) the kernels are built for: 576
    covers DeepSeek MLA's d_qk = 576, d_v = 512. */
@@ -80,42 +79,42 @@ extern "C" {
  * CL_PLATFORM_NOT_FOUND_KHR = -1001), which FlashCL's own codes never reuse.
  * (Before 0.2 FlashCL used -1000 to -1401, which collided with them.)
  */
-#define FLASHCL_STATUS_MAP(XX)                                                                     \
-    XX(SUCCESS, 0, "success")                                                                      \
-    XX(ERR_INVALID_ARGUMENT, -10000, "a required pointer argument is NULL")                        \
-    XX(ERR_INVALID_CONTEXT, -10001, "the FlashCL context is NULL or unusable")                     \
-    XX(ERR_INVALID_DTYPE, -10002, "unknown data type")                                             \
-    XX(ERR_INVALID_SHAPE, -10003, "batch, heads or sequence length is zero or too large")         \
-    XX(ERR_INVALID_HEADS, -10004, "heads_q is not a multiple of heads_kv")                         \
-    XX(ERR_INVALID_HEAD_DIM, -10005, "head_dim is zero or larger than FLASHCL_MAX_HEAD_DIM")       \
-    XX(ERR_INVALID_SCALE, -10006, "scale is negative, infinite or NaN")                            \
-    XX(ERR_INVALID_BUFFER, -10007, "a tensor buffer is NULL or belongs to another OpenCL context") \
-    XX(ERR_INVALID_STRIDE, -10008, "a tensor stride lets rows or heads overlap")                   \
-    XX(ERR_OUT_OF_BOUNDS, -10009, "a tensor view reaches past the end of its buffer")              \
-    XX(ERR_INVALID_QUEUE, -10010, "the command queue belongs to another context or device")       \
-    XX(ERR_INVALID_DEVICE_SPEC, -10011, "the device specification matches no OpenCL device")       \
-    XX(ERR_INVALID_TILE, -10012, "the FLASHCL_TILE override cannot be parsed or does not fit")     \
-    XX(ERR_INVALID_PATH, -10013, "unknown attention path")                                         \
-    XX(ERR_ALIASED_OUTPUT, -10014, "an output tensor overlaps an input or another output")         \
-    XX(ERR_INVALID_VARIANT, -10015, "a variant field (window, softcap, dropout, bias, mask, varlen) is invalid") \
-    XX(ERR_INVALID_STRUCT_SIZE, -10016, "the descriptor's struct_size is 0 or smaller than any FlashCL descriptor") \
-    XX(ERR_UNSUPPORTED_DTYPE, -10100, "the data type is not supported by this path yet")           \
-    XX(ERR_NO_DEVICE, -10101, "no OpenCL platform or device is available")                         \
-    XX(ERR_UNSUPPORTED_DEVICE, -10102, "the device lacks a capability FlashCL needs")              \
-    XX(ERR_UNSUPPORTED_VARIANT, -10103, "this path does not support a requested attention variant") \
-    XX(ERR_UNSUPPORTED_FIELD, -10104, "the descriptor sets a field this version of FlashCL does not know") \
-    XX(ERR_BUILD_FAILED, -10200, "an OpenCL program failed to build (see the build log)")          \
-    XX(ERR_NO_PLAN, -10201, "no tile plan fits this device")                                       \
-    XX(ERR_KERNEL_SOURCE, -10202, "a kernel source file could not be read")                        \
-    XX(ERR_CACHE_IO, -10300, "the program binary cache could not be read or written")             \
-    XX(ERR_OUT_OF_HOST_MEMORY, -10400, "host memory allocation failed")                            \
+#define FLASHCL_STATUS_MAP(XX)                                                                                         \
+    XX(SUCCESS, 0, "success")                                                                                          \
+    XX(ERR_INVALID_ARGUMENT, -10000, "a required pointer argument is NULL")                                            \
+    XX(ERR_INVALID_CONTEXT, -10001, "the FlashCL context is NULL or unusable")                                         \
+    XX(ERR_INVALID_DTYPE, -10002, "unknown data type")                                                                 \
+    XX(ERR_INVALID_SHAPE, -10003, "batch, heads or sequence length is zero or too large")                              \
+    XX(ERR_INVALID_HEADS, -10004, "heads_q is not a multiple of heads_kv")                                             \
+    XX(ERR_INVALID_HEAD_DIM, -10005, "head_dim is zero or larger than FLASHCL_MAX_HEAD_DIM")                           \
+    XX(ERR_INVALID_SCALE, -10006, "scale is negative, infinite or NaN")                                                \
+    XX(ERR_INVALID_BUFFER, -10007, "a tensor buffer is NULL or belongs to another OpenCL context")                     \
+    XX(ERR_INVALID_STRIDE, -10008, "a tensor stride lets rows or heads overlap")                                       \
+    XX(ERR_OUT_OF_BOUNDS, -10009, "a tensor view reaches past the end of its buffer")                                  \
+    XX(ERR_INVALID_QUEUE, -10010, "the command queue belongs to another context or device")                            \
+    XX(ERR_INVALID_DEVICE_SPEC, -10011, "the device specification matches no OpenCL device")                           \
+    XX(ERR_INVALID_TILE, -10012, "the FLASHCL_TILE override cannot be parsed or does not fit")                         \
+    XX(ERR_INVALID_PATH, -10013, "unknown attention path")                                                             \
+    XX(ERR_ALIASED_OUTPUT, -10014, "an output tensor overlaps an input or another output")                             \
+    XX(ERR_INVALID_VARIANT, -10015, "a variant field (window, softcap, dropout, bias, mask, varlen) is invalid")       \
+    XX(ERR_INVALID_STRUCT_SIZE, -10016, "the descriptor's struct_size is 0 or smaller than any FlashCL descriptor")    \
+    XX(ERR_UNSUPPORTED_DTYPE, -10100, "the data type is not supported by this path yet")                               \
+    XX(ERR_NO_DEVICE, -10101, "no OpenCL platform or device is available")                                             \
+    XX(ERR_UNSUPPORTED_DEVICE, -10102, "the device lacks a capability FlashCL needs")                                  \
+    XX(ERR_UNSUPPORTED_VARIANT, -10103, "this path does not support a requested attention variant")                    \
+    XX(ERR_UNSUPPORTED_FIELD, -10104, "the descriptor sets a field this version of FlashCL does not know")             \
+    XX(ERR_BUILD_FAILED, -10200, "an OpenCL program failed to build (see the build log)")                              \
+    XX(ERR_NO_PLAN, -10201, "no tile plan fits this device")                                                           \
+    XX(ERR_KERNEL_SOURCE, -10202, "a kernel source file could not be read")                                            \
+    XX(ERR_CACHE_IO, -10300, "the program binary cache could not be read or written")                                  \
+    XX(ERR_OUT_OF_HOST_MEMORY, -10400, "host memory allocation failed")                                                \
     XX(ERR_OUT_OF_DEVICE_MEMORY, -10401, "the device cannot hold the buffers this call needs")
 
 typedef enum flashcl_status {
 #define FLASHCL_STATUS_ENUM_(name, value, text) FLASHCL_##name = value,
     FLASHCL_STATUS_MAP(FLASHCL_STATUS_ENUM_)
 #undef FLASHCL_STATUS_ENUM_
-    FLASHCL_STATUS_FORCE_INT_ = -0x7fffffff
+        FLASHCL_STATUS_FORCE_INT_ = -0x7fffffff
 } flashcl_status;
 
 /* "FLASHCL_ERR_INVALID_HEADS", "CL_OUT_OF_RESOURCES", or "UNKNOWN". Static storage. */
@@ -151,8 +150,8 @@ typedef struct flashcl_context flashcl_context;
  * flashcl_last_error(NULL) only through the returned status, so
  * creation errors are also written to err_buf when it is not NULL.
  */
-FLASHCL_API flashcl_status flashcl_context_create(flashcl_context **out, const char *device_spec,
-                                                  char *err_buf, size_t err_buf_size);
+FLASHCL_API flashcl_status flashcl_context_create(flashcl_context **out, const char *device_spec, char *err_buf,
+                                                  size_t err_buf_size);
 
 /*
  * Creates a context around the application's own queue: FlashCL uses that
@@ -160,8 +159,7 @@ FLASHCL_API flashcl_status flashcl_context_create(flashcl_context **out, const c
  * only its own references on destroy. Out-of-order queues are supported:
  * FlashCL chains its own commands with events.
  */
-FLASHCL_API flashcl_status flashcl_context_create_from_queue(flashcl_context **out,
-                                                             cl_command_queue queue);
+FLASHCL_API flashcl_status flashcl_context_create_from_queue(flashcl_context **out, cl_command_queue queue);
 
 /* Switches the queue later calls use; it must belong to the same cl_context and device. */
 FLASHCL_API flashcl_status flashcl_context_set_queue(flashcl_context *ctx, cl_command_queue queue);
@@ -208,19 +206,17 @@ typedef struct flashcl_tensor {
 } flashcl_tensor;
 
 /* Packed [b, s, h, d] view (what FlashAttention's flash_attn_func takes). */
-FLASHCL_API flashcl_tensor flashcl_tensor_bshd(cl_mem buffer, size_t seqlen, size_t heads,
-                                               size_t head_dim);
+FLASHCL_API flashcl_tensor flashcl_tensor_bshd(cl_mem buffer, size_t seqlen, size_t heads, size_t head_dim);
 /* Packed [b, h, s, d] view (what PyTorch's scaled_dot_product_attention takes). */
-FLASHCL_API flashcl_tensor flashcl_tensor_bhsd(cl_mem buffer, size_t seqlen, size_t heads,
-                                               size_t head_dim);
+FLASHCL_API flashcl_tensor flashcl_tensor_bhsd(cl_mem buffer, size_t seqlen, size_t heads, size_t head_dim);
 
 /* ------------------------------------------------------------ descriptor */
 
 typedef enum flashcl_dtype {
     FLASHCL_DTYPE_DEFAULT = 0, /* float32 */
     FLASHCL_DTYPE_F32 = 1,
-    FLASHCL_DTYPE_F16 = 2,  /* IEEE half storage (vload_half/vstore_half), float32 accumulation */
-    FLASHCL_DTYPE_BF16 = 3  /* bfloat16 storage (round-to-nearest-even on store), float32 accumulation */
+    FLASHCL_DTYPE_F16 = 2, /* IEEE half storage (vload_half/vstore_half), float32 accumulation */
+    FLASHCL_DTYPE_BF16 = 3 /* bfloat16 storage (round-to-nearest-even on store), float32 accumulation */
 } flashcl_dtype;
 
 /* Bytes per element of a storage type (0 for an unknown value). */
@@ -265,18 +261,19 @@ typedef enum flashcl_path {
  * struct_size 0 (a descriptor only zeroed) is FLASHCL_ERR_INVALID_STRUCT_SIZE.
  */
 typedef struct flashcl_attention_desc {
-    size_t struct_size;  /* sizeof(flashcl_attention_desc) where the caller was compiled */
-    flashcl_dtype dtype; /* storage of q, k, v, o (and dout, dq, dk, dv); 0 = float32. LSE, bias, slopes, sinks are float32. */
-    size_t batch;        /* >= 1 (with varlen: the number of sequences) */
-    size_t heads_q;      /* >= 1 */
-    size_t heads_kv;     /* 0 = heads_q; heads_q % heads_kv == 0 */
-    size_t seqlen_q;     /* >= 1 (with varlen: total query rows of the packed views) */
-    size_t seqlen_k;     /* 0 = seqlen_q (with varlen: total key rows) */
-    size_t head_dim;     /* of q and k: 1..FLASHCL_MAX_HEAD_DIM */
-    float scale;         /* 0 = 1/sqrt(head_dim) */
-    int causal;          /* nonzero: bottom-right aligned causal mask (= window (-1, 0), or (left, 0) with a window) */
+    size_t struct_size; /* sizeof(flashcl_attention_desc) where the caller was compiled */
+    flashcl_dtype
+        dtype;    /* storage of q, k, v, o (and dout, dq, dk, dv); 0 = float32. LSE, bias, slopes, sinks are float32. */
+    size_t batch; /* >= 1 (with varlen: the number of sequences) */
+    size_t heads_q;  /* >= 1 */
+    size_t heads_kv; /* 0 = heads_q; heads_q % heads_kv == 0 */
+    size_t seqlen_q; /* >= 1 (with varlen: total query rows of the packed views) */
+    size_t seqlen_k; /* 0 = seqlen_q (with varlen: total key rows) */
+    size_t head_dim; /* of q and k: 1..FLASHCL_MAX_HEAD_DIM */
+    float scale;     /* 0 = 1/sqrt(head_dim) */
+    int causal;      /* nonzero: bottom-right aligned causal mask (= window (-1, 0), or (left, 0) with a window) */
 
-    size_t head_dim_v;   /* of v, o (and dv, dout): 0 = head_dim; 1..FLASHCL_MAX_HEAD_DIM */
+    size_t head_dim_v; /* of v, o (and dv, dout): 0 = head_dim; 1..FLASHCL_MAX_HEAD_DIM */
 
     /* Sliding window, FlashAttention-2 semantics, aligned like causal: key j is
        visible to query i iff i + sk - sq - window_left <= j <= i + sk - sq + window_right.
@@ -284,7 +281,7 @@ typedef struct flashcl_attention_desc {
     int window;
     int window_left, window_right;
 
-    float softcap;       /* > 0: s = softcap * tanh(scale * q.k / softcap); 0 = off */
+    float softcap; /* > 0: s = softcap * tanh(scale * q.k / softcap); 0 = off */
 
     /* ALiBi: float32 slopes, [heads_q] (alibi_stride_batch 0) or [batch, heads_q]
        (alibi_stride_batch = heads_q); bias -slope * |i + sk - sq - j| after scale and softcap. */
@@ -304,14 +301,14 @@ typedef struct flashcl_attention_desc {
        the Philox4x32-10 word for that absolute position, keyed by seed and
        offset, is >= dropout_p * 2^32; kept values are scaled by 1/(1 - p).
        The mask depends only on (seed, offset, b, h, i, j): not on tiles or device. */
-    float dropout_p;     /* 0 = off; 0 <= p < 1 */
+    float dropout_p; /* 0 = off; 0 <= p < 1 */
     uint64_t dropout_seed;
     uint64_t dropout_offset;
 
-    flashcl_matrix bias;      /* float32 additive bias [b|1, h|1, sq, sk] (after scale and softcap) */
-    flashcl_matrix mask;      /* uchar boolean mask [b|1, h|1, sq, sk]: nonzero = attend */
-    flashcl_matrix block_mask;/* uchar [b|1, h|1, ceil(sq/block_q), ceil(sk/block_k)]: 0 = block skipped */
-    size_t block_q, block_k;  /* block-mask block sizes (required with block_mask) */
+    flashcl_matrix bias;       /* float32 additive bias [b|1, h|1, sq, sk] (after scale and softcap) */
+    flashcl_matrix mask;       /* uchar boolean mask [b|1, h|1, sq, sk]: nonzero = attend */
+    flashcl_matrix block_mask; /* uchar [b|1, h|1, ceil(sq/block_q), ceil(sk/block_k)]: 0 = block skipped */
+    size_t block_q, block_k;   /* block-mask block sizes (required with block_mask) */
 
     /* Variable-length batches (flash_attn_varlen_func): int32 cumulative offsets
        [batch + 1] into the packed rows; sequence b has rows cu[b] .. cu[b+1]-1.
@@ -336,7 +333,8 @@ typedef struct flashcl_attention_desc {
 /* A descriptor with every field zero (defaults, features off) and struct_size set:
      flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;     (C99, C++20)
      flashcl_attention_desc d = flashcl_attention_desc_init();   (any C or C++) */
-#define FLASHCL_ATTENTION_DESC_INIT {.struct_size = sizeof(flashcl_attention_desc)}
+#define FLASHCL_ATTENTION_DESC_INIT                                                                                    \
+    { .struct_size = sizeof(flashcl_attention_desc) }
 static inline flashcl_attention_desc flashcl_attention_desc_init(void) {
 #ifdef __cplusplus
     flashcl_attention_desc d = {};
@@ -356,18 +354,18 @@ typedef enum flashcl_staging {
 
 /* What a call with this descriptor runs on this context's device. */
 typedef struct flashcl_plan {
-    char kernel[48];         /* kernel variant, e.g. "flash_fwd" or "standard" */
-    int block_rows;          /* Br: query rows per work-group */
-    int block_cols;          /* Bc: keys per tile */
-    int threads_per_row;     /* work-items sharing one query row */
-    int staging;             /* flashcl_staging */
-    size_t work_group_size;  /* work-items per work-group */
-    size_t local_mem_bytes;  /* __local bytes the kernel uses (as the driver reports) */
-    size_t private_mem_bytes;/* CL_KERNEL_PRIVATE_MEM_SIZE (non-zero can mean spills) */
-    size_t scratch_bytes;    /* device memory the call allocates beyond its outputs */
-    char origin[16];         /* "env" (FLASHCL_TILE), "table" (built-in), "formula", "fallback" */
-    char build_options[512]; /* the options the kernel was built with */
-    char reason[512];        /* why this plan was chosen, in words */
+    char kernel[48];          /* kernel variant, e.g. "flash_fwd" or "standard" */
+    int block_rows;           /* Br: query rows per work-group */
+    int block_cols;           /* Bc: keys per tile */
+    int threads_per_row;      /* work-items sharing one query row */
+    int staging;              /* flashcl_staging */
+    size_t work_group_size;   /* work-items per work-group */
+    size_t local_mem_bytes;   /* __local bytes the kernel uses (as the driver reports) */
+    size_t private_mem_bytes; /* CL_KERNEL_PRIVATE_MEM_SIZE (non-zero can mean spills) */
+    size_t scratch_bytes;     /* device memory the call allocates beyond its outputs */
+    char origin[16];          /* "env" (FLASHCL_TILE), "table" (built-in), "formula", "fallback" */
+    char build_options[512];  /* the options the kernel was built with */
+    char reason[512];         /* why this plan was chosen, in words */
 } flashcl_plan;
 
 /* Plans (and builds, so the fit is checked) what flashcl_forward would run for `desc` (desc->path included). */
@@ -388,11 +386,9 @@ FLASHCL_API flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashc
  * in batch*heads_q*seqlen_q*seqlen_k floats of context scratch, then O = PV.
  */
 FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                           const flashcl_tensor *q, const flashcl_tensor *k,
-                                           const flashcl_tensor *v, const flashcl_tensor *o,
-                                           cl_mem lse, size_t lse_offset,
-                                           cl_uint num_wait, const cl_event *wait_list,
-                                           cl_event *event);
+                                           const flashcl_tensor *q, const flashcl_tensor *k, const flashcl_tensor *v,
+                                           const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                           const cl_event *wait_list, cl_event *event);
 
 /*
  * Host-array convenience: float32 arrays in the packed [b, s, h, d] layout
@@ -406,8 +402,7 @@ FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_a
  * Copies in, runs desc->path, copies out, and returns when the results are on the host.
  */
 FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                                const float *q, const float *k, const float *v, float *o,
-                                                float *lse);
+                                                const float *q, const float *k, const float *v, float *o, float *lse);
 
 /*
  * The dropout keep mask a flash call with this descriptor applies (for tests
@@ -420,9 +415,9 @@ FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flas
  * (low 32 bits of dropout_seed, high 32 bits of dropout_seed XOR high 32 bits
  * of dropout_offset) is >= floor(dropout_p * 2^32); i and j count within the sequence.
  */
-FLASHCL_API flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                                cl_mem out, size_t out_offset, cl_uint num_wait,
-                                                const cl_event *wait_list, cl_event *event);
+FLASHCL_API flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attention_desc *desc, cl_mem out,
+                                                size_t out_offset, cl_uint num_wait, const cl_event *wait_list,
+                                                cl_event *event);
 
 /* -------------------------------------------------------------- KV cache */
 
@@ -455,17 +450,17 @@ typedef enum flashcl_cache_dtype {
  * else all at cache_seqlens[b] (FlashAttention's rule).
  */
 typedef struct flashcl_kv_cache {
-    size_t struct_size;            /* FLASHCL_KV_CACHE_INIT */
+    size_t struct_size; /* FLASHCL_KV_CACHE_INIT */
     flashcl_tensor k, v;
-    size_t capacity;               /* contiguous: rows per cache sequence */
-    size_t batch_cache;            /* contiguous: sequences in the cache (0 = desc->batch) */
-    size_t num_pages, page_size;   /* paged: the pools' pages, rows per page */
-    const int32_t *block_table;    /* host [batch, max_pages]; NULL = contiguous */
+    size_t capacity;             /* contiguous: rows per cache sequence */
+    size_t batch_cache;          /* contiguous: sequences in the cache (0 = desc->batch) */
+    size_t num_pages, page_size; /* paged: the pools' pages, rows per page */
+    const int32_t *block_table;  /* host [batch, max_pages]; NULL = contiguous */
     size_t max_pages;
-    const int32_t *cache_seqlens;  /* host [batch]; NULL = full */
-    const int32_t *cache_batch_idx;/* host [batch]; NULL = identity (contiguous only) */
-    const int32_t *cache_leftpad;  /* host [batch]; NULL = 0 */
-    flashcl_tensor k_new, v_new;   /* rows to append; buffer NULL = none */
+    const int32_t *cache_seqlens;   /* host [batch]; NULL = full */
+    const int32_t *cache_batch_idx; /* host [batch]; NULL = identity (contiguous only) */
+    const int32_t *cache_leftpad;   /* host [batch]; NULL = 0 */
+    flashcl_tensor k_new, v_new;    /* rows to append; buffer NULL = none */
     size_t seqlen_new;
     /* Rotary embedding of k_new and q: float32 cos and sin [seqlen_ro, rotary_dim / 2]
        (from rotary_offset elements), on the first rotary_dim dims (even, <= head_dim);
@@ -481,7 +476,8 @@ typedef struct flashcl_kv_cache {
     int scale_per_head;
 } flashcl_kv_cache;
 
-#define FLASHCL_KV_CACHE_INIT {.struct_size = sizeof(flashcl_kv_cache)}
+#define FLASHCL_KV_CACHE_INIT                                                                                          \
+    { .struct_size = sizeof(flashcl_kv_cache) }
 static inline flashcl_kv_cache flashcl_kv_cache_init(void) {
 #ifdef __cplusplus
     flashcl_kv_cache c = {};
@@ -516,15 +512,16 @@ FLASHCL_API flashcl_status flashcl_forward_kvcache(flashcl_context *ctx, const f
  * A row whose every lse_i is -inf gets O = 0 and lse = -inf (never NaN).
  */
 typedef struct flashcl_merge_desc {
-    size_t struct_size;      /* FLASHCL_MERGE_DESC_INIT */
-    size_t num_states;       /* >= 1 */
+    size_t struct_size; /* FLASHCL_MERGE_DESC_INIT */
+    size_t num_states;  /* >= 1 */
     size_t batch, heads, seqlen, head_dim;
     flashcl_dtype dtype;     /* of the merged o (0 = float32); the states are float32 */
     size_t o_state_stride;   /* elements from state i to i+1 in o_states (0 = batch*seqlen*heads*head_dim) */
     size_t lse_state_stride; /* elements from state i to i+1 in lse_states (0 = batch*heads*seqlen) */
 } flashcl_merge_desc;
 
-#define FLASHCL_MERGE_DESC_INIT {.struct_size = sizeof(flashcl_merge_desc)}
+#define FLASHCL_MERGE_DESC_INIT                                                                                        \
+    { .struct_size = sizeof(flashcl_merge_desc) }
 static inline flashcl_merge_desc flashcl_merge_desc_init(void) {
 #ifdef __cplusplus
     flashcl_merge_desc m = {};
@@ -571,12 +568,11 @@ FLASHCL_API flashcl_status flashcl_merge_states_host(const flashcl_merge_desc *m
  * in context scratch instead, from the same arguments.
  */
 FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                            const flashcl_tensor *q, const flashcl_tensor *k,
-                                            const flashcl_tensor *v, const flashcl_tensor *o,
-                                            const flashcl_tensor *dout, cl_mem lse, size_t lse_offset,
-                                            const flashcl_tensor *dq, const flashcl_tensor *dk,
-                                            const flashcl_tensor *dv, cl_uint num_wait,
-                                            const cl_event *wait_list, cl_event *event);
+                                            const flashcl_tensor *q, const flashcl_tensor *k, const flashcl_tensor *v,
+                                            const flashcl_tensor *o, const flashcl_tensor *dout, cl_mem lse,
+                                            size_t lse_offset, const flashcl_tensor *dq, const flashcl_tensor *dk,
+                                            const flashcl_tensor *dv, cl_uint num_wait, const cl_event *wait_list,
+                                            cl_event *event);
 
 /*
  * Host-array backward, packed [b, s, h, d] like flashcl_forward_host (same
@@ -586,13 +582,11 @@ FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const flashcl_
  * flashcl_forward_host returned it). dsinks, when set, is written on the device.
  */
 FLASHCL_API flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                                 const float *q, const float *k, const float *v,
-                                                 const float *o, const float *dout, const float *lse,
-                                                 float *dq, float *dk, float *dv);
+                                                 const float *q, const float *k, const float *v, const float *o,
+                                                 const float *dout, const float *lse, float *dq, float *dk, float *dv);
 
 /* What flashcl_backward runs for `desc` (kernel of the dK/dV pass, its tiles, scratch bytes). */
-FLASHCL_API flashcl_status flashcl_backward_plan_query(flashcl_context *ctx,
-                                                       const flashcl_attention_desc *desc,
+FLASHCL_API flashcl_status flashcl_backward_plan_query(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                                        flashcl_plan *out);
 
 #ifdef __cplusplus

@@ -13,8 +13,17 @@
 typedef enum flashcl__pass { FLASHCL__FORWARD = 0, FLASHCL__BACKWARD = 1 } flashcl__pass;
 
 /* The tensor views of a call, in this order: a forward has the first four. */
-enum { FLASHCL__VQ, FLASHCL__VK, FLASHCL__VV, FLASHCL__VO, FLASHCL__VDO, FLASHCL__VDQ, FLASHCL__VDK, FLASHCL__VDV,
-       FLASHCL__BACKWARD_VIEWS };
+enum {
+    FLASHCL__VQ,
+    FLASHCL__VK,
+    FLASHCL__VV,
+    FLASHCL__VO,
+    FLASHCL__VDO,
+    FLASHCL__VDQ,
+    FLASHCL__VDK,
+    FLASHCL__VDV,
+    FLASHCL__BACKWARD_VIEWS
+};
 #define FLASHCL__FORWARD_VIEWS 4
 
 /* A call after its checks: the resolved descriptor and views, the LSE, the wait list and the event out. */
@@ -36,7 +45,8 @@ typedef struct flashcl__backend {
     int (*covers)(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                   const flashcl_tensor *views, char *why, size_t cap);
     /* Plans (and builds) the pass: the public report, scratch_bytes left for scratch_bytes(). */
-    flashcl_status (*plan)(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, flashcl_plan *out);
+    flashcl_status (*plan)(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
+                           flashcl_plan *out);
     /* Device scratch the pass needs beyond its outputs (after plan() succeeded for d). */
     size_t (*scratch_bytes)(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d);
     flashcl_status (*forward)(flashcl_context *ctx, const flashcl__call *call);
@@ -47,8 +57,15 @@ typedef struct flashcl__backend {
 
 /* The families, in k_backends order; each keeps its plans in ctx->family[its slot]. KVCACHE is
    flashcl_forward_kvcache's state (src/kvcache_state.c), released with the decode family. */
-enum { FLASHCL__FAMILY_DECODE, FLASHCL__FAMILY_NVIDIA, FLASHCL__FAMILY_CPU, FLASHCL__FAMILY_PORTABLE,
-       FLASHCL__FAMILY_STANDARD, FLASHCL__FAMILY_KVCACHE, FLASHCL__FAMILY_COUNT };
+enum {
+    FLASHCL__FAMILY_DECODE,
+    FLASHCL__FAMILY_NVIDIA,
+    FLASHCL__FAMILY_CPU,
+    FLASHCL__FAMILY_PORTABLE,
+    FLASHCL__FAMILY_STANDARD,
+    FLASHCL__FAMILY_KVCACHE,
+    FLASHCL__FAMILY_COUNT
+};
 
 extern const flashcl__backend flashcl__backend_decode;
 extern const flashcl__backend flashcl__backend_nvidia;
@@ -60,7 +77,7 @@ extern const flashcl__backend flashcl__backend_standard;
    "not <name>: <why>" for the families passed over. Never NULL: the portable and
    standard families cover every call of their path. */
 const flashcl__backend *flashcl__backend_for(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
-                                            const flashcl_tensor *views, char *skipped, size_t cap);
+                                             const flashcl_tensor *views, char *skipped, size_t cap);
 /* Runs the pass on the family that covers it. */
 flashcl_status flashcl__dispatch(flashcl_context *ctx, flashcl__pass pass, const flashcl__call *call);
 /* The plan query of a pass: the covering family's plan, its scratch bytes, and why the families before it did not cover the call. */

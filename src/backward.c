@@ -10,10 +10,10 @@ flashcl_status flashcl__prepare_backward(flashcl_context *ctx, const flashcl_att
     const size_t hq = d->heads_q, hk = d->heads_kv, sq = d->seqlen_q, sk = d->seqlen_k;
     const size_t dqk = d->head_dim, dv = d->head_dim_v;
     const flashcl__view_spec specs[FLASHCL__BACKWARD_VIEWS] = {
-        {"q", in[FLASHCL__VQ], hq, sq, dqk, 0, 0, 0},     {"k", in[FLASHCL__VK], hk, sk, dqk, 0, 0, 0},
-        {"v", in[FLASHCL__VV], hk, sk, dv, 0, 0, 0},      {"o", in[FLASHCL__VO], hq, sq, dv, 0, 0, 0},
-        {"dout", in[FLASHCL__VDO], hq, sq, dv, 0, 0, 0},  {"dq", in[FLASHCL__VDQ], hq, sq, dqk, 1, 0, 0},
-        {"dk", in[FLASHCL__VDK], hk, sk, dqk, 1, 0, 0},   {"dv", in[FLASHCL__VDV], hk, sk, dv, 1, 0, 0},
+        {"q", in[FLASHCL__VQ], hq, sq, dqk, 0, 0, 0},    {"k", in[FLASHCL__VK], hk, sk, dqk, 0, 0, 0},
+        {"v", in[FLASHCL__VV], hk, sk, dv, 0, 0, 0},     {"o", in[FLASHCL__VO], hq, sq, dv, 0, 0, 0},
+        {"dout", in[FLASHCL__VDO], hq, sq, dv, 0, 0, 0}, {"dq", in[FLASHCL__VDQ], hq, sq, dqk, 1, 0, 0},
+        {"dk", in[FLASHCL__VDK], hk, sk, dqk, 1, 0, 0},  {"dv", in[FLASHCL__VDV], hk, sk, dv, 1, 0, 0},
     };
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 1, 0};
     st = flashcl__validate_views(ctx, d, specs, FLASHCL__BACKWARD_VIEWS, &lse_spec, num_wait, wait_list, views);

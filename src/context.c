@@ -14,7 +14,8 @@
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static void err_text(char *buf, size_t cap, const char *fmt, ...) {
+static void
+err_text(char *buf, size_t cap, const char *fmt, ...) {
     if (!buf || !cap) return;
     va_list ap;
     va_start(ap, fmt);
@@ -99,14 +100,14 @@ static cl_int name_matches(cl_device_id dev, const char *platform_name, const ch
     char name[256] = "", vendor[256] = "";
     cl_int err = clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
     if (err == CL_SUCCESS) err = clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
-    *match = err == CL_SUCCESS &&
-             (contains_ci(name, spec) || contains_ci(vendor, spec) || contains_ci(platform_name, spec));
+    *match =
+        err == CL_SUCCESS && (contains_ci(name, spec) || contains_ci(vendor, spec) || contains_ci(platform_name, spec));
     return err;
 }
 
 /* Finds the device the spec names ("P:D" or part of a name); with no spec the first GPU, else the first device. */
-static flashcl_status pick_device(const char *spec, cl_platform_id *out_p, cl_device_id *out_d,
-                                  char *err_buf, size_t err_cap) {
+static flashcl_status pick_device(const char *spec, cl_platform_id *out_p, cl_device_id *out_d, char *err_buf,
+                                  size_t err_cap) {
     cl_platform_id platforms[MAX_PLATFORMS];
     cl_uint np = 0;
     cl_int err = clGetPlatformIDs(MAX_PLATFORMS, platforms, &np);
@@ -156,8 +157,8 @@ static flashcl_status pick_device(const char *spec, cl_platform_id *out_p, cl_de
         }
     }
     if (named) {
-        err_text(err_buf, err_cap, "device spec \"%s\" matches no OpenCL device (use P:D from `flashcl info`, or part of a name)",
-                 spec);
+        err_text(err_buf, err_cap,
+                 "device spec \"%s\" matches no OpenCL device (use P:D from `flashcl info`, or part of a name)", spec);
         return FLASHCL_ERR_INVALID_DEVICE_SPEC;
     }
     if (first_any) { /* no GPU: the first device */
@@ -219,7 +220,8 @@ flashcl_status flashcl_context_create(flashcl_context **out, const char *device_
         ctx->queue = clCreateCommandQueue(ctx->cl_ctx, device, CL_QUEUE_PROFILING_ENABLE, &err);
 #endif
     }
-    if (err == CL_SUCCESS) st = finish_init(ctx, err_buf, err_buf_size);
+    if (err == CL_SUCCESS)
+        st = finish_init(ctx, err_buf, err_buf_size);
     else {
         err_text(err_buf, err_buf_size, "%s failed: %s (%d)", failed_call, flashcl__cl_error_name(err), (int)err);
         st = (flashcl_status)err;
@@ -269,10 +271,12 @@ flashcl_status flashcl_context_set_queue(flashcl_context *ctx, cl_command_queue 
     cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
     if (err == CL_SUCCESS) err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
     if (err != CL_SUCCESS)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_QUEUE, "queue is not a valid command queue (clGetCommandQueueInfo: %s)",
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_QUEUE,
+                             "queue is not a valid command queue (clGetCommandQueueInfo: %s)",
                              flashcl__cl_error_name(err));
     if (qctx != ctx->cl_ctx)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_QUEUE, "queue belongs to another OpenCL context than this FlashCL context");
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_QUEUE,
+                             "queue belongs to another OpenCL context than this FlashCL context");
     if (qdev != ctx->device)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_QUEUE, "queue is on another device than this FlashCL context");
     clRetainCommandQueue(queue);

@@ -32,16 +32,20 @@ cl_int flashcl__read_device_info(cl_platform_id platform, cl_device_id device, f
     read_platform_string(platform, CL_PLATFORM_VERSION, out->platform_version, sizeof out->platform_version);
     err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof out->type, &out->type, NULL);
     if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof out->local_mem_bytes, &out->local_mem_bytes, NULL);
+        err =
+            clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof out->local_mem_bytes, &out->local_mem_bytes, NULL);
     if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof out->global_mem_bytes, &out->global_mem_bytes, NULL);
+        err = clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof out->global_mem_bytes, &out->global_mem_bytes,
+                              NULL);
     if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof out->max_alloc_bytes, &out->max_alloc_bytes, NULL);
+        err = clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof out->max_alloc_bytes, &out->max_alloc_bytes,
+                              NULL);
     if (err == CL_SUCCESS)
         err = clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof out->max_work_group_size,
                               &out->max_work_group_size, NULL);
     if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof out->compute_units, &out->compute_units, NULL);
+        err =
+            clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof out->compute_units, &out->compute_units, NULL);
     out->is_cpu = (out->type & CL_DEVICE_TYPE_CPU) != 0;
     cl_device_fp_config fp = 0;
     if (err == CL_SUCCESS && clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)

@@ -47,9 +47,12 @@ void flashcl__cache_dir_init(flashcl_context *ctx) {
         const char *xdg = getenv("XDG_CACHE_HOME");
         const char *home = getenv("HOME");
         int n;
-        if (xdg && *xdg) n = snprintf(dir, sizeof dir, "%s/flashcl", xdg);
-        else if (home && *home) n = snprintf(dir, sizeof dir, "%s/.cache/flashcl", home);
-        else return;
+        if (xdg && *xdg)
+            n = snprintf(dir, sizeof dir, "%s/flashcl", xdg);
+        else if (home && *home)
+            n = snprintf(dir, sizeof dir, "%s/.cache/flashcl", home);
+        else
+            return;
         if (n < 0 || (size_t)n >= sizeof dir) return;
     }
     make_dirs(dir);

@@ -18,7 +18,7 @@ size_t flashcl__row_count(const flashcl_attention_desc *d) {
 }
 
 const flashcl__backend *flashcl__backend_for(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
-                                            const flashcl_tensor *views, char *skipped, size_t cap) {
+                                             const flashcl_tensor *views, char *skipped, size_t cap) {
     if (skipped && cap) skipped[0] = '\0';
     for (size_t i = 0; i < BACKEND_COUNT; ++i) {
         const flashcl__backend *b = k_backends[i];

@@ -36,8 +36,9 @@ flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attentio
     if (owner != ctx->cl_ctx)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "out is not a cl_mem of this context");
     if (need > have)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "out: needs %zu bytes from out_offset %zu, the buffer holds %zu",
-                             need - out_offset, out_offset, have);
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
+                             "out: needs %zu bytes from out_offset %zu, the buffer holds %zu", need - out_offset,
+                             out_offset, have);
 
     char options[256];
     snprintf(options, sizeof options, "%s", flashcl__is_varlen(&d) ? "-D VARLEN=1" : "");
@@ -60,7 +61,8 @@ flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attentio
     if (st == FLASHCL_SUCCESS) st = flashcl__chain_begin(&chain, ctx, num_wait, wait_list, 0);
     if (st == FLASHCL_SUCCESS) {
         const size_t global[3] = {(cols + 63) / 64 * 64, rows, planes};
-        const int done = flashcl__chain_launch(&chain, kernel, "flash_dropout_mask", 3, global, NULL, FLASHCL__AFTER_START);
+        const int done =
+            flashcl__chain_launch(&chain, kernel, "flash_dropout_mask", 3, global, NULL, FLASHCL__AFTER_START);
         st = flashcl__chain_end(&chain, 1, &done, event);
     }
     clReleaseKernel(kernel);

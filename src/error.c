@@ -37,8 +37,7 @@ flashcl_status flashcl__fail(flashcl_context *ctx, flashcl_status status, const 
 }
 
 flashcl_status flashcl__fail_cl(flashcl_context *ctx, cl_int err, const char *what) {
-    return flashcl__fail(ctx, (flashcl_status)err, "%s failed: %s (%d)", what,
-                         flashcl__cl_error_name(err), (int)err);
+    return flashcl__fail(ctx, (flashcl_status)err, "%s failed: %s (%d)", what, flashcl__cl_error_name(err), (int)err);
 }
 
 void flashcl__clear_error(flashcl_context *ctx) {

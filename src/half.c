@@ -28,17 +28,17 @@ uint16_t flashcl__float_to_f16(float f) {
     uint32_t u = bits_of(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t mag = u & 0x7fffffffu;
-    if (mag > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);           /* NaN */
-    if (mag >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);          /* rounds past 65504: inf */
-    if (mag < 0x38800000u) {                                            /* subnormal or zero in f16 */
-        if (mag < 0x33000000u) return (uint16_t)sign;                   /* below half the smallest subnormal */
+    if (mag > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+    if (mag >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504: inf */
+    if (mag < 0x38800000u) {                                   /* subnormal or zero in f16 */
+        if (mag < 0x33000000u) return (uint16_t)sign;          /* below half the smallest subnormal */
         uint32_t mant = (mag & 0x7fffffu) | 0x800000u;
         int shift = 126 - (int)(mag >> 23); /* value = mant * 2^(e-150); subnormal units are 2^-24 */
         uint32_t half_ulp = 1u << (shift - 1);
         uint32_t rounded = mant + half_ulp - 1 + ((mant >> shift) & 1u);
         return (uint16_t)(sign | (rounded >> shift));
     }
-    uint32_t rounded = mag + 0xfffu + ((mag >> 13) & 1u);               /* round to nearest even at bit 13 */
+    uint32_t rounded = mag + 0xfffu + ((mag >> 13) & 1u); /* round to nearest even at bit 13 */
     return (uint16_t)(sign | ((rounded - 0x38000000u) >> 13));
 }
 

@@ -15,7 +15,7 @@ typedef struct {
     const float *in; /* input data, or NULL for an output */
     float *out;      /* where an output goes */
     size_t heads, rows, dim;
-    int is_lse;      /* float32 [b, h, sq] (or [h, total_q]), never converted */
+    int is_lse; /* float32 [b, h, sq] (or [h, total_q]), never converted */
 } host_array;
 
 static size_t batch_of(const flashcl_attention_desc *d) { return flashcl__is_varlen(d) ? 1 : d->batch; }
@@ -35,8 +35,9 @@ static flashcl_status create_buffers(flashcl_context *ctx, const flashcl_attenti
         void *staged = NULL;
         if (arrays[i].in && !arrays[i].is_lse && d->dtype != FLASHCL_DTYPE_F32) {
             staged = malloc(count * elem);
-            if (!staged) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory converting %s",
-                                              arrays[i].name);
+            if (!staged)
+                return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory converting %s",
+                                     arrays[i].name);
             flashcl__to_storage(d->dtype, arrays[i].in, staged, count);
         }
         const void *src = staged ? staged : (const void *)arrays[i].in;
@@ -47,8 +48,8 @@ static flashcl_status create_buffers(flashcl_context *ctx, const flashcl_attenti
         if (err != CL_SUCCESS) {
             bufs[i] = NULL;
             if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES)
-                return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "clCreateBuffer(%s): %s (%d)", arrays[i].name,
-                                     flashcl__cl_error_name(err), (int)err);
+                return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "clCreateBuffer(%s): %s (%d)",
+                                     arrays[i].name, flashcl__cl_error_name(err), (int)err);
             return flashcl__fail_cl(ctx, err, "clCreateBuffer(host arrays)");
         }
     }
@@ -63,7 +64,8 @@ static flashcl_status read_outputs(flashcl_context *ctx, const flashcl_attention
         const size_t count = count_of(d, &arrays[i]), elem = elem_of(d, &arrays[i]);
         const int convert = !arrays[i].is_lse && d->dtype != FLASHCL_DTYPE_F32;
         void *raw = convert ? malloc(count * elem) : arrays[i].out;
-        if (!raw) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory reading %s", arrays[i].name);
+        if (!raw)
+            return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory reading %s", arrays[i].name);
         cl_int err = clEnqueueReadBuffer(ctx->queue, bufs[i], CL_TRUE, 0, count * elem, raw, 1, &after, NULL);
         if (err == CL_SUCCESS && convert) flashcl__from_storage(d->dtype, raw, arrays[i].out, count);
         if (convert) free(raw);
@@ -133,12 +135,13 @@ flashcl_status flashcl_backward_host(flashcl_context *ctx, const flashcl_attenti
     const void *ptrs[9] = {q, k, v, o, dout, dq, dk, dv, lse};
     for (int i = 0; i < 9; ++i)
         if (!ptrs[i]) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "%s is NULL", names[i]);
-    const size_t hq = d.heads_q, hk = d.heads_kv, sq = d.seqlen_q, sk = d.seqlen_k, dqk = d.head_dim, dv_ = d.head_dim_v;
+    const size_t hq = d.heads_q, hk = d.heads_kv, sq = d.seqlen_q, sk = d.seqlen_k, dqk = d.head_dim,
+                 dv_ = d.head_dim_v;
     /* The enqueue order (q k v o dout dq dk dv), the LSE last. */
     const host_array arrays[9] = {
-        {"q", q, NULL, hq, sq, dqk, 0},     {"k", k, NULL, hk, sk, dqk, 0},     {"v", v, NULL, hk, sk, dv_, 0},
-        {"o", o, NULL, hq, sq, dv_, 0},     {"dout", dout, NULL, hq, sq, dv_, 0}, {"dq", NULL, dq, hq, sq, dqk, 0},
-        {"dk", NULL, dk, hk, sk, dqk, 0},   {"dv", NULL, dv, hk, sk, dv_, 0},   {"lse", lse, NULL, hq, sq, 1, 1},
+        {"q", q, NULL, hq, sq, dqk, 0},   {"k", k, NULL, hk, sk, dqk, 0},       {"v", v, NULL, hk, sk, dv_, 0},
+        {"o", o, NULL, hq, sq, dv_, 0},   {"dout", dout, NULL, hq, sq, dv_, 0}, {"dq", NULL, dq, hq, sq, dqk, 0},
+        {"dk", NULL, dk, hk, sk, dqk, 0}, {"dv", NULL, dv, hk, sk, dv_, 0},     {"lse", lse, NULL, hq, sq, 1, 1},
     };
     return run_host(ctx, &d, 1, arrays, 9, 8);
 }

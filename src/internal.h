@@ -25,8 +25,16 @@ typedef struct flashcl__device_info {
 } flashcl__device_info;
 
 /* Scratch slots a call may hold at once. */
-enum { FLASHCL__SCRATCH_SCORES, FLASHCL__SCRATCH_SCORES2, FLASHCL__SCRATCH_GRADS, FLASHCL__SCRATCH_GRADS2,
-       FLASHCL__SCRATCH_ROWS, FLASHCL__SCRATCH_KV_TABLE, FLASHCL__SCRATCH_KV_SEQINFO, FLASHCL__SCRATCH_SLOTS };
+enum {
+    FLASHCL__SCRATCH_SCORES,
+    FLASHCL__SCRATCH_SCORES2,
+    FLASHCL__SCRATCH_GRADS,
+    FLASHCL__SCRATCH_GRADS2,
+    FLASHCL__SCRATCH_ROWS,
+    FLASHCL__SCRATCH_KV_TABLE,
+    FLASHCL__SCRATCH_KV_SEQINFO,
+    FLASHCL__SCRATCH_SLOTS
+};
 
 /* Slots for the kernel families' plans and state (src/backend.h numbers them). */
 #define FLASHCL__FAMILY_SLOTS 8
@@ -56,7 +64,7 @@ struct flashcl_context {
     /* Each kernel family's plans (and the NVIDIA probe's verdict), owned and released by
        the family (src/backends/<family>/); NULL until the family first plans. */
     void *family[FLASHCL__FAMILY_SLOTS];
-    char *error;               /* last detailed error message */
+    char *error; /* last detailed error message */
     size_t error_cap;
 };
 
@@ -96,8 +104,7 @@ flashcl_status flashcl__get_program(flashcl_context *ctx, const char *source_nam
                                     cl_program *out);
 void flashcl__release_programs(flashcl_context *ctx);
 /* Creates kernel `name` from the program; the caller releases it. */
-flashcl_status flashcl__create_kernel(flashcl_context *ctx, cl_program program, const char *name,
-                                      cl_kernel *out);
+flashcl_status flashcl__create_kernel(flashcl_context *ctx, cl_program program, const char *name, cl_kernel *out);
 
 /* ---- disk cache (disk_cache.c) */
 void flashcl__cache_dir_init(flashcl_context *ctx);
@@ -111,12 +118,12 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
                                      flashcl_attention_desc *out);
 /* One tensor argument of a call, as the checks see it. */
 typedef struct flashcl__view_spec {
-    const char *name;          /* "q", "dk", ... used in messages */
+    const char *name; /* "q", "dk", ... used in messages */
     const flashcl_tensor *t;
-    size_t heads, rows, dim;   /* dim: head_dim or head_dim_v */
+    size_t heads, rows, dim; /* dim: head_dim or head_dim_v */
     int is_output;
-    size_t batch;              /* 0: the descriptor's batch (1 with varlen); a KV cache's pages or sequences */
-    size_t elem;               /* bytes per element; 0: the descriptor's dtype (an fp8 cache has 1) */
+    size_t batch; /* 0: the descriptor's batch (1 with varlen); a KV cache's pages or sequences */
+    size_t elem;  /* bytes per element; 0: the descriptor's dtype (an fp8 cache has 1) */
 } flashcl__view_spec;
 typedef struct flashcl__lse_spec {
     cl_mem buffer;
@@ -128,11 +135,10 @@ typedef struct flashcl__lse_spec {
 flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_attention_desc *d,
                                        const flashcl__view_spec *views, int count, const flashcl__lse_spec *lse,
                                        cl_uint num_wait, const cl_event *wait_list, flashcl_tensor *resolved);
-flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                      const flashcl_tensor *q, const flashcl_tensor *k,
-                                      const flashcl_tensor *v, const flashcl_tensor *o,
-                                      cl_mem lse, size_t lse_offset, cl_uint num_wait,
-                                      const cl_event *wait_list, flashcl_tensor resolved[4]);
+flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *q,
+                                      const flashcl_tensor *k, const flashcl_tensor *v, const flashcl_tensor *o,
+                                      cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                                      flashcl_tensor resolved[4]);
 
 /* A small buffer argument: a cl_mem of this context holding `count` elements of `elem` bytes from `offset`. */
 flashcl_status flashcl__validate_small(flashcl_context *ctx, const char *name, cl_mem buf, size_t elem, size_t offset,

@@ -20,7 +20,8 @@ static flashcl_status read_file(flashcl_context *ctx, const char *dir, const cha
     if (n < 0 || (size_t)n >= sizeof path)
         return flashcl__fail(ctx, FLASHCL_ERR_KERNEL_SOURCE, "FLASHCL_KERNEL_DIR path is too long");
     FILE *f = fopen(path, "rb");
-    if (!f) return flashcl__fail(ctx, FLASHCL_ERR_KERNEL_SOURCE, "cannot open kernel source %s (FLASHCL_KERNEL_DIR)", path);
+    if (!f)
+        return flashcl__fail(ctx, FLASHCL_ERR_KERNEL_SOURCE, "cannot open kernel source %s (FLASHCL_KERNEL_DIR)", path);
     char *buf = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -30,7 +31,8 @@ static flashcl_status read_file(flashcl_context *ctx, const char *dir, const cha
             if (!p) {
                 free(buf);
                 fclose(f);
-                return flashcl__fail(ctx, FLASHCL_ERR_KERNEL_SOURCE, "kernel source %s is too large or out of memory", path);
+                return flashcl__fail(ctx, FLASHCL_ERR_KERNEL_SOURCE, "kernel source %s is too large or out of memory",
+                                     path);
             }
             buf = p;
         }

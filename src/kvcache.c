@@ -18,13 +18,13 @@
 
 /* What the checks resolve for the launch. */
 typedef struct kv_plan {
-    flashcl_kv_cache c;          /* the caller's cache, defaults applied */
+    flashcl_kv_cache c; /* the caller's cache, defaults applied */
     int paged, max_pages;
     long page_size;
     size_t pool_batch, pool_rows; /* pages x page_size, or sequences x capacity */
-    int32_t *table, *seqinfo;    /* host copies: [batch, max_pages] and [batch][4] */
-    size_t max_kv;               /* the longest sequence's keys */
-    flashcl_tensor views[6];     /* q, o, cache k, cache v, k_new, v_new, resolved */
+    int32_t *table, *seqinfo;     /* host copies: [batch, max_pages] and [batch][4] */
+    size_t max_kv;                /* the longest sequence's keys */
+    flashcl_tensor views[6];      /* q, o, cache k, cache v, k_new, v_new, resolved */
 } kv_plan;
 
 static void kv_plan_free(kv_plan *p) {
@@ -50,13 +50,13 @@ static flashcl_status copy_cache(flashcl_context *ctx, const flashcl_kv_cache *i
 
 /* The descriptor fields a KV-cache call cannot take. */
 static flashcl_status refuse_variants(flashcl_context *ctx, const flashcl_attention_desc *d) {
-    const char *field = flashcl__is_varlen(d) ? "cu_seqlens_q/cu_seqlens_k (varlen)"
-                        : d->bias.buffer       ? "bias"
-                        : d->mask.buffer       ? "mask"
-                        : d->block_mask.buffer ? "block_mask"
-                        : d->dropout_p > 0.0f  ? "dropout_p"
+    const char *field = flashcl__is_varlen(d)           ? "cu_seqlens_q/cu_seqlens_k (varlen)"
+                        : d->bias.buffer                ? "bias"
+                        : d->mask.buffer                ? "mask"
+                        : d->block_mask.buffer          ? "block_mask"
+                        : d->dropout_p > 0.0f           ? "dropout_p"
                         : d->path != FLASHCL_PATH_FLASH ? "path (the KV-cache call has no standard path)"
-                                                         : NULL;
+                                                        : NULL;
     if (field)
         return flashcl__fail(ctx, FLASHCL_ERR_UNSUPPORTED_VARIANT, "flashcl_forward_kvcache does not take %s", field);
     return FLASHCL_SUCCESS;
@@ -69,14 +69,16 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
     p->paged = c->block_table != NULL;
     if (p->paged) {
         if (c->num_pages == 0 || c->page_size == 0 || c->max_pages == 0)
-            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE,
-                                 "cache: a paged cache needs num_pages, page_size and max_pages >= 1 (got %zu, %zu, %zu)",
-                                 c->num_pages, c->page_size, c->max_pages);
+            return flashcl__fail(
+                ctx, FLASHCL_ERR_INVALID_SHAPE,
+                "cache: a paged cache needs num_pages, page_size and max_pages >= 1 (got %zu, %zu, %zu)", c->num_pages,
+                c->page_size, c->max_pages);
         if (c->cache_batch_idx)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT,
                                  "cache->cache_batch_idx: a paged cache picks its pages through block_table instead");
         if (c->num_pages > INT32_MAX || c->max_pages > INT32_MAX / b || c->page_size > (size_t)INT32_MAX / c->max_pages)
-            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE, "cache: num_pages, max_pages or page_size is too large");
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE,
+                                 "cache: num_pages, max_pages or page_size is too large");
         p->max_pages = (int)c->max_pages;
         p->page_size = (long)c->page_size;
         p->pool_batch = c->num_pages;
@@ -98,7 +100,8 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
                              c->seqlen_new);
     p->table = malloc(b * (size_t)p->max_pages * sizeof *p->table);
     p->seqinfo = malloc(b * 4 * sizeof *p->seqinfo);
-    if (!p->table || !p->seqinfo) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (cache tables)");
+    if (!p->table || !p->seqinfo)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (cache tables)");
     p->max_kv = 0;
     for (size_t s = 0; s < b; ++s) {
         const long len = c->cache_seqlens ? c->cache_seqlens[s] : (long)capacity;
@@ -108,14 +111,16 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE, "cache->cache_seqlens[%zu] = %ld is negative", s, len);
         if (end > (long)capacity)
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                                 p->paged ? "cache->cache_seqlens[%zu] + seqlen_new = %ld + %zu exceeds the block_table's "
-                                            "max_pages x page_size = %zu rows"
-                                          : "cache->cache_seqlens[%zu] + seqlen_new = %ld + %zu exceeds the cache's "
-                                            "capacity of %zu rows",
+                                 p->paged
+                                     ? "cache->cache_seqlens[%zu] + seqlen_new = %ld + %zu exceeds the block_table's "
+                                       "max_pages x page_size = %zu rows"
+                                     : "cache->cache_seqlens[%zu] + seqlen_new = %ld + %zu exceeds the cache's "
+                                       "capacity of %zu rows",
                                  s, len, c->seqlen_new, capacity);
         if (pad < 0 || pad > len)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE,
-                                 "cache->cache_leftpad[%zu] = %ld must be in 0..cache_seqlens[%zu] (%ld)", s, pad, s, len);
+                                 "cache->cache_leftpad[%zu] = %ld must be in 0..cache_seqlens[%zu] (%ld)", s, pad, s,
+                                 len);
         if (p->paged) {
             const long pages = (end + p->page_size - 1) / p->page_size;
             for (long j = 0; j < p->max_pages; ++j) {
@@ -131,13 +136,13 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
             const long seq = c->cache_batch_idx ? c->cache_batch_idx[s] : (long)s;
             if (seq < 0 || (size_t)seq >= p->pool_batch)
                 return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                                     "cache->cache_batch_idx[%zu] = %ld is outside the cache's sequences 0..%zu", s, seq,
-                                     p->pool_batch - 1);
+                                     "cache->cache_batch_idx[%zu] = %ld is outside the cache's sequences 0..%zu", s,
+                                     seq, p->pool_batch - 1);
             p->table[s] = (int32_t)seq;
         }
-        p->seqinfo[4 * s] = (int32_t)pad;           /* the sequence's first key row */
+        p->seqinfo[4 * s] = (int32_t)pad;             /* the sequence's first key row */
         p->seqinfo[4 * s + 1] = (int32_t)(end - pad); /* its keys after the append */
-        p->seqinfo[4 * s + 2] = (int32_t)len;        /* where the new rows go */
+        p->seqinfo[4 * s + 2] = (int32_t)len;         /* where the new rows go */
         p->seqinfo[4 * s + 3] = (int32_t)(len - pad); /* the position of the first new row */
         if ((size_t)(end - pad) > p->max_kv) p->max_kv = (size_t)(end - pad);
     }
@@ -166,12 +171,14 @@ static flashcl_status check_rotary_and_scales(flashcl_context *ctx, const flashc
         }
         if ((size_t)need > c->seqlen_ro)
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                                 "cache->seqlen_ro (%zu): the call rotates positions up to %ld", c->seqlen_ro, need - 1);
+                                 "cache->seqlen_ro (%zu): the call rotates positions up to %ld", c->seqlen_ro,
+                                 need - 1);
         const size_t count = c->seqlen_ro * (c->rotary_dim / 2);
         flashcl_status st =
             flashcl__validate_small(ctx, "cache->rotary_cos", c->rotary_cos, sizeof(float), c->rotary_offset, count);
         if (st == FLASHCL_SUCCESS)
-            st = flashcl__validate_small(ctx, "cache->rotary_sin", c->rotary_sin, sizeof(float), c->rotary_offset, count);
+            st = flashcl__validate_small(ctx, "cache->rotary_sin", c->rotary_sin, sizeof(float), c->rotary_offset,
+                                         count);
         if (st != FLASHCL_SUCCESS) return st;
     }
     if (c->dtype != FLASHCL_CACHE_DTYPE_SAME && c->dtype != FLASHCL_CACHE_DTYPE_FP8_E4M3 &&
@@ -205,7 +212,8 @@ static flashcl_status check_views(flashcl_context *ctx, const flashcl_attention_
         {"cache->v_new", &c->v_new, d->heads_kv, c->seqlen_new, d->head_dim_v, 0, 0, 0},
     };
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
-    flashcl_status st = flashcl__validate_views(ctx, d, specs, append ? 6 : 4, &lse_spec, num_wait, wait_list, p->views);
+    flashcl_status st =
+        flashcl__validate_views(ctx, d, specs, append ? 6 : 4, &lse_spec, num_wait, wait_list, p->views);
     if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0);
     return st;
 }
@@ -215,8 +223,9 @@ static flashcl_status append_kernels(flashcl_context *ctx, const flashcl_attenti
                                      cl_kernel *append, cl_kernel *rotate) {
     char variants[256], options[400];
     flashcl__variant_options(d, variants, sizeof variants);
-    snprintf(options, sizeof options, "-D HEAD_DIM=%zu -D ROTARY_DIM=%zu -D INTERLEAVED=%d -D CACHE_DTYPE=%d -D PAGED=1 %s",
-             d->head_dim, c->rotary_cos ? c->rotary_dim : (size_t)0, c->rotary_interleaved != 0, (int)c->dtype, variants);
+    snprintf(options, sizeof options,
+             "-D HEAD_DIM=%zu -D ROTARY_DIM=%zu -D INTERLEAVED=%d -D CACHE_DTYPE=%d -D PAGED=1 %s", d->head_dim,
+             c->rotary_cos ? c->rotary_dim : (size_t)0, c->rotary_interleaved != 0, (int)c->dtype, variants);
     return flashcl__kv_kernels(ctx, options, append, rotate);
 }
 
@@ -246,7 +255,8 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
                                    FLASHCL__AFTER_START, &table, &seqinfo, &last);
     if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
     const cl_mem dummy = p->views[0].buffer;
-    cl_mem kscale = c->k_scale ? c->k_scale : (one ? one : dummy), vscale = c->v_scale ? c->v_scale : (one ? one : dummy);
+    cl_mem kscale = c->k_scale ? c->k_scale : (one ? one : dummy),
+           vscale = c->v_scale ? c->v_scale : (one ? one : dummy);
     if (append) {
         flashcl__args a = flashcl__args_for(k_append, "kv_append");
         flashcl__arg_view(&a, &p->views[4]);
@@ -286,8 +296,17 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
     if (st == FLASHCL_SUCCESS) {
         flashcl_attention_desc dd = *d;
         dd.seqlen_k = dd.max_seqlen_k = p->max_kv ? p->max_kv : 1;
-        const flashcl__decode_keys keys = {1,     c->dtype,       &p->views[2], &p->views[3], table,  seqinfo,
-                                           p->max_pages, p->page_size, dd.max_seqlen_k, kscale, vscale,
+        const flashcl__decode_keys keys = {1,
+                                           c->dtype,
+                                           &p->views[2],
+                                           &p->views[3],
+                                           table,
+                                           seqinfo,
+                                           p->max_pages,
+                                           p->page_size,
+                                           dd.max_seqlen_k,
+                                           kscale,
+                                           vscale,
                                            c->scale_per_head != 0};
         st = flashcl__decode_enqueue(ctx, &chain, last, &dd, &qview, &keys, &p->views[1], lse, lse_offset, &last);
     }
@@ -295,9 +314,9 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
 }
 
 flashcl_status flashcl_forward_kvcache(flashcl_context *ctx, const flashcl_attention_desc *desc,
-                                       const flashcl_tensor *q, const flashcl_kv_cache *cache,
-                                       const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
-                                       const cl_event *wait_list, cl_event *event) {
+                                       const flashcl_tensor *q, const flashcl_kv_cache *cache, const flashcl_tensor *o,
+                                       cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                                       cl_event *event) {
     if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
     flashcl__clear_error(ctx);
     if (event) *event = NULL;

@@ -40,8 +40,8 @@ static void CL_CALLBACK free_host_copy(cl_event event, cl_int status, void *copy
 }
 
 flashcl_status flashcl__kv_upload_tables(flashcl_context *ctx, flashcl__chain *chain, const int32_t *table,
-                                         size_t table_count, const int32_t *seqinfo, size_t seqinfo_count,
-                                         int after, cl_mem *table_buf, cl_mem *seqinfo_buf, int *last) {
+                                         size_t table_count, const int32_t *seqinfo, size_t seqinfo_count, int after,
+                                         cl_mem *table_buf, cl_mem *seqinfo_buf, int *last) {
     flashcl_status st = flashcl__scratch(ctx, FLASHCL__SCRATCH_KV_TABLE, table_count * sizeof *table,
                                          "kvcache: the block table", table_buf);
     if (st == FLASHCL_SUCCESS)
@@ -54,8 +54,9 @@ flashcl_status flashcl__kv_upload_tables(flashcl_context *ctx, flashcl__chain *c
     memcpy(copy + table_count, seqinfo, seqinfo_count * sizeof *seqinfo);
     const int first = flashcl__chain_write(chain, *table_buf, table_count * sizeof *table, copy, after);
     /* The second write waits for the first: its completion frees the whole copy. */
-    const int second =
-        first < 0 ? -1 : flashcl__chain_write(chain, *seqinfo_buf, seqinfo_count * sizeof *seqinfo, copy + table_count, first);
+    const int second = first < 0 ? -1
+                                 : flashcl__chain_write(chain, *seqinfo_buf, seqinfo_count * sizeof *seqinfo,
+                                                        copy + table_count, first);
     if (second < 0) {
         if (first >= 0) clWaitForEvents(1, (cl_event[]){flashcl__chain_event(chain, first)}); /* it reads the copy */
         free(copy);
@@ -103,7 +104,8 @@ flashcl_status flashcl__kv_unit_scale(flashcl_context *ctx, cl_mem *out) {
     if (!s->unit_scale) {
         static const float unit = 1.0f;
         cl_int err = CL_SUCCESS;
-        s->unit_scale = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof unit, (void *)&unit, &err);
+        s->unit_scale =
+            clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof unit, (void *)&unit, &err);
         if (err != CL_SUCCESS) {
             s->unit_scale = NULL;
             return flashcl__fail_cl(ctx, err, "clCreateBuffer(cache scale)");

@@ -14,8 +14,8 @@
    (after `after`); *table / *seqinfo are the buffers, *last the link to wait for. The host arrays
    are copied first: the caller may change them as soon as this returns. */
 flashcl_status flashcl__kv_upload_tables(flashcl_context *ctx, flashcl__chain *chain, const int32_t *table,
-                                         size_t table_count, const int32_t *seqinfo, size_t seqinfo_count,
-                                         int after, cl_mem *table_buf, cl_mem *seqinfo_buf, int *last);
+                                         size_t table_count, const int32_t *seqinfo, size_t seqinfo_count, int after,
+                                         cl_mem *table_buf, cl_mem *seqinfo_buf, int *last);
 /* The kv_append / rotate_q kernels built with `options` (either may be NULL when not needed). */
 flashcl_status flashcl__kv_kernels(flashcl_context *ctx, const char *options, cl_kernel *append, cl_kernel *rotate);
 /* A float32 [1] buffer holding 1 (the scale of an fp8 cache given none). */

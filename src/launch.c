@@ -59,8 +59,8 @@ flashcl_status flashcl__args_check(flashcl_context *ctx, const flashcl__args *a)
     return flashcl__fail_cl(ctx, a->err, what);
 }
 
-flashcl_status flashcl__chain_begin(flashcl__chain *c, flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list,
-                                    int uses_scratch) {
+flashcl_status flashcl__chain_begin(flashcl__chain *c, flashcl_context *ctx, cl_uint num_wait,
+                                    const cl_event *wait_list, int uses_scratch) {
     c->ctx = ctx;
     c->count = 0;
     c->uses_scratch = uses_scratch;
@@ -68,7 +68,8 @@ flashcl_status flashcl__chain_begin(flashcl__chain *c, flashcl_context *ctx, cl_
     if (uses_scratch) return c->status = flashcl__scratch_waits(ctx, num_wait, wait_list, &c->start);
     const cl_uint cap = (cl_uint)(sizeof c->start.events / sizeof c->start.events[0]);
     if (num_wait > cap)
-        return c->status = flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list: at most %u events", (unsigned)cap);
+        return c->status =
+                   flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list: at most %u events", (unsigned)cap);
     for (cl_uint i = 0; i < num_wait; ++i) c->start.events[i] = wait_list[i];
     c->start.count = num_wait;
     return FLASHCL_SUCCESS;
@@ -115,7 +116,8 @@ int flashcl__chain_write(flashcl__chain *c, cl_mem buffer, size_t bytes, const v
                                   FLASHCL__CHAIN_MAX);
         return -1;
     }
-    const cl_event *wait_list = after == FLASHCL__AFTER_START ? (c->start.count ? c->start.events : NULL) : &c->events[after];
+    const cl_event *wait_list =
+        after == FLASHCL__AFTER_START ? (c->start.count ? c->start.events : NULL) : &c->events[after];
     const cl_uint nwait = after == FLASHCL__AFTER_START ? c->start.count : 1;
     cl_event done = NULL;
     cl_int err = clEnqueueWriteBuffer(c->ctx->queue, buffer, CL_FALSE, 0, bytes, host, nwait, wait_list, &done);
@@ -150,11 +152,14 @@ flashcl_status flashcl__chain_end(flashcl__chain *c, int nlast, const int *last,
         cl_event joined[FLASHCL__CHAIN_MAX];
         for (int i = 0; i < nlast; ++i) joined[i] = c->events[last[i]];
         cl_int err = clEnqueueMarkerWithWaitList(c->ctx->queue, (cl_uint)nlast, joined, &done);
-        if (err != CL_SUCCESS) return flashcl__chain_abort(c, flashcl__fail_cl(c->ctx, err, "clEnqueueMarkerWithWaitList"));
+        if (err != CL_SUCCESS)
+            return flashcl__chain_abort(c, flashcl__fail_cl(c->ctx, err, "clEnqueueMarkerWithWaitList"));
     }
     release_events(c, done);
     if (c->uses_scratch) flashcl__scratch_used_by(c->ctx, done);
-    if (event) *event = done;
-    else clReleaseEvent(done);
+    if (event)
+        *event = done;
+    else
+        clReleaseEvent(done);
     return FLASHCL_SUCCESS;
 }

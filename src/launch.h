@@ -61,8 +61,8 @@ typedef struct flashcl__chain {
 } flashcl__chain;
 
 /* Starts a call's chain (FLASHCL_ERR_INVALID_ARGUMENT for a wait list that is too long). */
-flashcl_status flashcl__chain_begin(flashcl__chain *c, flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list,
-                                    int uses_scratch);
+flashcl_status flashcl__chain_begin(flashcl__chain *c, flashcl_context *ctx, cl_uint num_wait,
+                                    const cl_event *wait_list, int uses_scratch);
 /* Enqueues the kernel after launch `after` (an index an earlier launch returned, or
    FLASHCL__AFTER_START); returns its index, or -1 once the chain has failed. */
 int flashcl__chain_launch(flashcl__chain *c, cl_kernel kernel, const char *name, cl_uint dims, const size_t *global,

@@ -38,9 +38,10 @@ static flashcl_status resolve_merge(flashcl_context *ctx, const flashcl_merge_de
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status flashcl_merge_states(flashcl_context *ctx, const flashcl_merge_desc *desc, const flashcl_tensor *o_states,
-                                    cl_mem lse_states, size_t lse_states_offset, const flashcl_tensor *o, cl_mem lse,
-                                    size_t lse_offset, cl_uint num_wait, const cl_event *wait_list, cl_event *event) {
+flashcl_status flashcl_merge_states(flashcl_context *ctx, const flashcl_merge_desc *desc,
+                                    const flashcl_tensor *o_states, cl_mem lse_states, size_t lse_states_offset,
+                                    const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                    const cl_event *wait_list, cl_event *event) {
     if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
     flashcl__clear_error(ctx);
     if (event) *event = NULL;

@@ -28,8 +28,8 @@ static void append_build_log(flashcl_context *ctx, cl_program program) {
     free(log);
 }
 
-static flashcl_status build_from_source(flashcl_context *ctx, const char *name, const char *source,
-                                        const char *options, cl_program *out) {
+static flashcl_status build_from_source(flashcl_context *ctx, const char *name, const char *source, const char *options,
+                                        cl_program *out) {
     cl_int err = CL_SUCCESS;
     const char *strings[] = {source};
     cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, strings, NULL, &err);

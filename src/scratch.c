@@ -24,10 +24,10 @@ flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, co
     cl_int err = CL_SUCCESS;
     cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err != CL_SUCCESS) {
-        flashcl_status st = err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
-                                    err == CL_INVALID_BUFFER_SIZE
-                                ? FLASHCL_ERR_OUT_OF_DEVICE_MEMORY
-                                : (flashcl_status)err;
+        flashcl_status st =
+            err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_INVALID_BUFFER_SIZE
+                ? FLASHCL_ERR_OUT_OF_DEVICE_MEMORY
+                : (flashcl_status)err;
         return flashcl__fail(ctx, st, "%s: clCreateBuffer for %zu bytes of scratch failed: %s (%d)", what, bytes,
                              flashcl__cl_error_name(err), (int)err);
     }

@@ -9,7 +9,7 @@ typedef struct flashcl__tile_override {
     int present;
     int block_rows, block_cols, threads_per_row, staging;
     int max_registers; /* regs=N: NVIDIA's -cl-nv-maxrregcount for the decode kernel (tuning); -1 not given */
-    int kernel; /* 0 rows, 1 split, 2 tiles, 3 cpu, 4 decode (the GPU kernel), 5 decode_cpu */
+    int kernel;        /* 0 rows, 1 split, 2 tiles, 3 cpu, 4 decode (the GPU kernel), 5 decode_cpu */
 } flashcl__tile_override;
 #define FLASHCL__TILE_KERNEL_CPU 3
 #define FLASHCL__TILE_KERNEL_DECODE 4
@@ -33,8 +33,8 @@ flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_o
  */
 typedef struct flashcl__bwd_override {
     int present;
-    int tiles;                          /* 0 rows, 1 tiles, 2 cpu (FLASHCL__BWD_KERNEL_CPU) */
-    int block_rows, block_cols, slice;  /* -1: not given */
+    int tiles;                         /* 0 rows, 1 tiles, 2 cpu (FLASHCL__BWD_KERNEL_CPU) */
+    int block_rows, block_cols, slice; /* -1: not given */
 } flashcl__bwd_override;
 
 #define FLASHCL__BWD_KERNEL_CPU 2

@@ -62,8 +62,11 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
     const struct {
         const char *name;
         size_t value;
-    } dims[] = {{"batch", d.batch}, {"heads_q", d.heads_q}, {"seqlen_q", d.seqlen_q},
-                {"heads_kv", d.heads_kv}, {"seqlen_k", d.seqlen_k}};
+    } dims[] = {{"batch", d.batch},
+                {"heads_q", d.heads_q},
+                {"seqlen_q", d.seqlen_q},
+                {"heads_kv", d.heads_kv},
+                {"seqlen_k", d.seqlen_k}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
         if (dims[i].value == 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE, "%s is 0", dims[i].name);
         if (dims[i].value > MAX_DIM)
@@ -80,8 +83,8 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_HEAD_DIM, "head_dim (%zu) must be in 1..%d", d.head_dim,
                              FLASHCL_MAX_HEAD_DIM);
     if (!(d.scale >= 0.0f) || !isfinite(d.scale))
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SCALE, "scale (%g) must be a finite number >= 0 (0 = 1/sqrt(head_dim))",
-                             (double)d.scale);
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SCALE,
+                             "scale (%g) must be a finite number >= 0 (0 = 1/sqrt(head_dim))", (double)d.scale);
     if (d.scale == 0.0f) d.scale = (float)(1.0 / sqrt((double)d.head_dim));
     st = flashcl__resolve_variants(ctx, &d);
     if (st != FLASHCL_SUCCESS) return st;
@@ -117,8 +120,8 @@ static flashcl_status check_buffer(flashcl_context *ctx, const char *name, cl_me
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "%s is not a valid cl_mem (clGetMemObjectInfo: %s)", name,
                              flashcl__cl_error_name(err));
     if (owner != ctx->cl_ctx)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "%s belongs to another OpenCL context than this FlashCL context",
-                             name);
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER,
+                             "%s belongs to another OpenCL context than this FlashCL context", name);
     *elems = bytes / elem;
     return FLASHCL_SUCCESS;
 }
@@ -171,9 +174,10 @@ static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec 
         t.stride_row = s->heads * dim;
     }
     if (varlen && t.stride_batch != 0)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE,
-                             "%s.stride_batch (%zu) must be 0 with varlen (cu_seqlens): the views are [total, heads, dim]",
-                             s->name, t.stride_batch);
+        return flashcl__fail(
+            ctx, FLASHCL_ERR_INVALID_STRIDE,
+            "%s.stride_batch (%zu) must be 0 with varlen (cu_seqlens): the views are [total, heads, dim]", s->name,
+            t.stride_batch);
     if (s->rows > 1 && t.stride_row < dim)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE, "%s.stride_row (%zu) is smaller than head_dim (%zu)",
                              s->name, t.stride_row, dim);
@@ -183,15 +187,15 @@ static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec 
                              t.stride_batch, t.stride_head, t.stride_row);
     size_t last = view_end(&t, batch, s->heads, s->rows, dim);
     if (last == 0 || last > floats)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                             "%s: the view (%s.offset %zu, strides %zu/%zu/%zu) reaches element %zu but %s.buffer holds %zu elements",
-                             s->name, s->name, t.offset, t.stride_batch, t.stride_head, t.stride_row, last, s->name, floats);
+        return flashcl__fail(
+            ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
+            "%s: the view (%s.offset %zu, strides %zu/%zu/%zu) reaches element %zu but %s.buffer holds %zu elements",
+            s->name, s->name, t.offset, t.stride_batch, t.stride_head, t.stride_row, last, s->name, floats);
     *resolved = t;
     *begin = t.offset;
     *end = last;
     return FLASHCL_SUCCESS;
 }
-
 
 /* The buffer a cl_mem lives in (its parent for a sub-buffer) and its byte offset there. */
 static void memory_root(cl_mem buf, cl_mem *root, size_t *shift_bytes) {
@@ -274,7 +278,8 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
         if (st != FLASHCL_SUCCESS) return st;
     }
     if (lse->required && !lse->buffer)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER, "lse is NULL (the backward pass needs the forward's LSE)");
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER,
+                             "lse is NULL (the backward pass needs the forward's LSE)");
     size_t lse_begin = 0, lse_end = 0;
     if (lse->buffer) {
         size_t floats = 0;
@@ -283,8 +288,8 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
         size_t rows = (flashcl__is_varlen(d) ? 1 : d->batch) * d->heads_q; /* varlen: [heads_q, total_q] */
         if (!mul_add(rows, d->seqlen_q, lse->offset, &lse_end) || lse_end > floats)
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                                 "lse: needs %zu floats from lse_offset %zu but the buffer holds %zu", rows * d->seqlen_q,
-                                 lse->offset, floats);
+                                 "lse: needs %zu floats from lse_offset %zu but the buffer holds %zu",
+                                 rows * d->seqlen_q, lse->offset, floats);
         lse_begin = lse->offset;
     }
     /* An output sharing memory with an input or another output would race.
@@ -309,8 +314,8 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
             if (i_b0 < o_b1 && o_b0 < i_b1 &&
                 views_share_element(&views[o], &resolved[o], shift_elems[o], &views[i], &resolved[i], shift_elems[i], d,
                                     begin, end, o, i))
-                return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps %s in the same buffer", views[o].name,
-                                     views[i].name);
+                return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps %s in the same buffer",
+                                     views[o].name, views[i].name);
         }
         if (lse->buffer && root[count] == root[o] && lse_b0 < o_b1 && o_b0 < lse_b1)
             return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "%s overlaps lse in the same buffer", views[o].name);
@@ -319,7 +324,8 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
         for (int i = 0; i < count; ++i)
             if (root[count] == root[i] && lse_b0 < end[i] * spec_elem(&views[i], d) + shift[i] &&
                 begin[i] * spec_elem(&views[i], d) + shift[i] < lse_b1)
-                return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "lse overlaps %s in the same buffer", views[i].name);
+                return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "lse overlaps %s in the same buffer",
+                                     views[i].name);
     }
     if ((num_wait > 0) != (wait_list != NULL))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list and num_wait disagree (%u events, list %s)",
@@ -327,11 +333,10 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                      const flashcl_tensor *q, const flashcl_tensor *k,
-                                      const flashcl_tensor *v, const flashcl_tensor *o,
-                                      cl_mem lse, size_t lse_offset, cl_uint num_wait,
-                                      const cl_event *wait_list, flashcl_tensor resolved[4]) {
+flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *q,
+                                      const flashcl_tensor *k, const flashcl_tensor *v, const flashcl_tensor *o,
+                                      cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
+                                      flashcl_tensor resolved[4]) {
     const flashcl__view_spec views[4] = {{"q", q, d->heads_q, d->seqlen_q, d->head_dim, 0, 0, 0},
                                          {"k", k, d->heads_kv, d->seqlen_k, d->head_dim, 0, 0, 0},
                                          {"v", v, d->heads_kv, d->seqlen_k, d->head_dim_v, 0, 0, 0},
@@ -349,8 +354,9 @@ flashcl_status flashcl__validate_small(flashcl_context *ctx, const char *name, c
     if (st != FLASHCL_SUCCESS) return st;
     size_t need = 0;
     if (!mul_add(count, 1, offset, &need) || need > have)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "%s: needs %zu elements from offset %zu but the buffer holds %zu",
-                             name, count, offset, have);
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
+                             "%s: needs %zu elements from offset %zu but the buffer holds %zu", name, count, offset,
+                             have);
     return FLASHCL_SUCCESS;
 }
 
@@ -365,17 +371,19 @@ static flashcl_status check_matrix(flashcl_context *ctx, const flashcl_attention
     cl_ulong v[4];
     flashcl__matrix_strides(d, m, rows, cols, v);
     if (rows > 1 && v[3] < cols)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE, "%s.stride_row (%llu) is smaller than its row length (%zu)",
-                             name, (unsigned long long)v[3], cols);
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE,
+                             "%s.stride_row (%llu) is smaller than its row length (%zu)", name,
+                             (unsigned long long)v[3], cols);
     flashcl_tensor t = {m->buffer, (size_t)v[0], (size_t)v[1], (size_t)v[2], (size_t)v[3]};
     size_t nb = v[1] ? d->batch : 1, nh = v[2] ? d->heads_q : 1;
     size_t last = view_end(&t, nb, nh, rows, cols);
     if (last == 0 || last > have)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                             "%s: [%zu, %zu, %zu, %zu] from offset %zu (strides %llu/%llu/%llu) reaches element %zu but "
-                             "%s.buffer holds %zu",
-                             name, nb, nh, rows, cols, m->offset, (unsigned long long)v[1], (unsigned long long)v[2],
-                             (unsigned long long)v[3], last, name, have);
+        return flashcl__fail(
+            ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
+            "%s: [%zu, %zu, %zu, %zu] from offset %zu (strides %llu/%llu/%llu) reaches element %zu but "
+            "%s.buffer holds %zu",
+            name, nb, nh, rows, cols, m->offset, (unsigned long long)v[1], (unsigned long long)v[2],
+            (unsigned long long)v[3], last, name, have);
     return FLASHCL_SUCCESS;
 }
 
@@ -393,8 +401,8 @@ flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const fla
         st = flashcl__validate_small(ctx, "sinks", d->sinks, sizeof(float), d->sinks_offset, d->heads_q);
     if (st == FLASHCL_SUCCESS && backward && d->dsinks) {
         st = flashcl__validate_small(ctx, "dsinks", d->dsinks, sizeof(float), d->dsinks_offset, d->heads_q);
-        if (st == FLASHCL_SUCCESS && d->dsinks == d->sinks &&
-            d->dsinks_offset < d->sinks_offset + d->heads_q && d->sinks_offset < d->dsinks_offset + d->heads_q)
+        if (st == FLASHCL_SUCCESS && d->dsinks == d->sinks && d->dsinks_offset < d->sinks_offset + d->heads_q &&
+            d->sinks_offset < d->dsinks_offset + d->heads_q)
             return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "dsinks overlaps sinks in the same buffer");
     }
     if (st == FLASHCL_SUCCESS && d->bias.buffer) st = check_matrix(ctx, d, "bias", &d->bias, sizeof(float), sq, sk);
@@ -403,7 +411,8 @@ flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const fla
         st = check_matrix(ctx, d, "block_mask", &d->block_mask, 1, flashcl__block_rows(d), flashcl__block_cols(d));
     if (st == FLASHCL_SUCCESS && flashcl__is_varlen(d)) {
         st = flashcl__validate_small(ctx, "cu_seqlens_q", d->cu_seqlens_q, sizeof(cl_int), 0, d->batch + 1);
-        if (st == FLASHCL_SUCCESS) st = flashcl__validate_small(ctx, "cu_seqlens_k", d->cu_seqlens_k, sizeof(cl_int), 0, d->batch + 1);
+        if (st == FLASHCL_SUCCESS)
+            st = flashcl__validate_small(ctx, "cu_seqlens_k", d->cu_seqlens_k, sizeof(cl_int), 0, d->batch + 1);
     }
     return st;
 }

@@ -54,21 +54,24 @@ flashcl_status flashcl__resolve_variants(flashcl_context *ctx, flashcl_attention
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "softcap (%g) must be a finite number >= 0 (0 = off)",
                              (double)d->softcap);
     if (!(d->dropout_p >= 0.0f && d->dropout_p < 1.0f))
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "dropout_p (%g) must be in [0, 1)", (double)d->dropout_p);
-    if (matrix_set(&d->block_mask) && (d->block_q == 0 || d->block_k == 0 || d->block_q > INT32_MAX ||
-                                       d->block_k > INT32_MAX))
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "dropout_p (%g) must be in [0, 1)",
+                             (double)d->dropout_p);
+    if (matrix_set(&d->block_mask) &&
+        (d->block_q == 0 || d->block_k == 0 || d->block_q > INT32_MAX || d->block_k > INT32_MAX))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,
                              "block_q/block_k (%zu, %zu) must be >= 1 when block_mask is set", d->block_q, d->block_k);
     if (flashcl__is_varlen(d)) {
         if (!d->cu_seqlens_q || !d->cu_seqlens_k)
-            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "%s is NULL: varlen needs both cu_seqlens_q and cu_seqlens_k",
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,
+                                 "%s is NULL: varlen needs both cu_seqlens_q and cu_seqlens_k",
                                  d->cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q");
         if (d->max_seqlen_q == 0) d->max_seqlen_q = d->seqlen_q;
         if (d->max_seqlen_k == 0) d->max_seqlen_k = d->seqlen_k;
         if (d->max_seqlen_q > d->seqlen_q || d->max_seqlen_k > d->seqlen_k)
-            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,
-                                 "max_seqlen_q/max_seqlen_k (%zu, %zu) exceed the packed totals seqlen_q/seqlen_k (%zu, %zu)",
-                                 d->max_seqlen_q, d->max_seqlen_k, d->seqlen_q, d->seqlen_k);
+            return flashcl__fail(
+                ctx, FLASHCL_ERR_INVALID_VARIANT,
+                "max_seqlen_q/max_seqlen_k (%zu, %zu) exceed the packed totals seqlen_q/seqlen_k (%zu, %zu)",
+                d->max_seqlen_q, d->max_seqlen_k, d->seqlen_q, d->seqlen_k);
     } else {
         d->max_seqlen_q = d->seqlen_q;
         d->max_seqlen_k = d->seqlen_k;
@@ -113,7 +116,8 @@ void flashcl__append_variants(const flashcl_attention_desc *d, char *reason, siz
 void flashcl__variant_options(const flashcl_attention_desc *d, char *out, size_t cap) {
     out[0] = '\0';
     flashcl__appendf(out, cap, "-D HEAD_DIM_V=%zu", d->head_dim_v);
-    if (d->dtype != FLASHCL_DTYPE_F32) flashcl__appendf(out, cap, " -D FLASHCL_DTYPE=%d", flashcl__dtype_code(d->dtype));
+    if (d->dtype != FLASHCL_DTYPE_F32)
+        flashcl__appendf(out, cap, " -D FLASHCL_DTYPE=%d", flashcl__dtype_code(d->dtype));
     if (d->softcap > 0.0f) flashcl__appendf(out, cap, " -D HAS_SOFTCAP=1");
     if (d->alibi_slopes) flashcl__appendf(out, cap, " -D HAS_ALIBI=1");
     if (matrix_set(&d->bias)) flashcl__appendf(out, cap, " -D HAS_BIAS=1");
@@ -155,7 +159,8 @@ static void arg_matrix(flashcl__args *a, const flashcl_attention_desc *d, const 
 }
 
 void flashcl__arg_variants(flashcl__args *a, const flashcl_attention_desc *d, cl_mem dummy) {
-    size_t bq = d->block_mask.buffer ? flashcl__block_rows(d) : 1, bk = d->block_mask.buffer ? flashcl__block_cols(d) : 1;
+    size_t bq = d->block_mask.buffer ? flashcl__block_rows(d) : 1,
+           bk = d->block_mask.buffer ? flashcl__block_cols(d) : 1;
     flashcl__arg_int(a, d->window_left);
     flashcl__arg_int(a, d->window_right);
     flashcl__arg_float(a, (cl_float)(d->softcap * FLASHCL__LOG2E));
@@ -190,7 +195,8 @@ flashcl_status flashcl__require_plain(flashcl_context *ctx, const flashcl_attent
         char features[160];
         flashcl__describe_variants(d, features, sizeof features);
         return flashcl__fail(ctx, FLASHCL_ERR_UNSUPPORTED_VARIANT,
-                             "the %s is the plain-attention baseline (causal at most); this call uses: %s", path, features);
+                             "the %s is the plain-attention baseline (causal at most); this call uses: %s", path,
+                             features);
     }
     return FLASHCL_SUCCESS;
 }

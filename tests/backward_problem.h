@@ -16,8 +16,8 @@ typedef struct bw_shape {
 } bw_shape;
 
 /* Every tensor in `layout`; otherwise as tu_shape_make. */
-bw_shape bw_shape_make(size_t batch, size_t heads_q, size_t heads_kv, size_t seqlen_q,
-                       size_t seqlen_k, size_t head_dim, int causal, tu_layout layout);
+bw_shape bw_shape_make(size_t batch, size_t heads_q, size_t heads_kv, size_t seqlen_q, size_t seqlen_k, size_t head_dim,
+                       int causal, tu_layout layout);
 /* tu_shape_describe plus the layouts of dout/dq/dk/dv. */
 void bw_shape_describe(const bw_shape *shape, char *buf, size_t size);
 
@@ -48,9 +48,8 @@ void bw_grads_release(bw_grads *g);
 flashcl_status bw_problem_forward(flashcl_context *ctx, bw_problem *p, cl_event *event);
 
 /* flashcl_backward on `path` with the problem's views, writing `out`. */
-flashcl_status bw_problem_backward(flashcl_context *ctx, const bw_problem *p, flashcl_path path,
-                                   const bw_grads *out, cl_uint num_wait, const cl_event *wait,
-                                   cl_event *event);
+flashcl_status bw_problem_backward(flashcl_context *ctx, const bw_problem *p, flashcl_path path, const bw_grads *out,
+                                   cl_uint num_wait, const cl_event *wait, cl_event *event);
 
 /* Reads the three output buffers back whole (after `after` when not NULL); the caller frees them. */
 void bw_grads_read(const bw_grads *g, cl_command_queue queue, cl_event after, float *host[3]);
@@ -60,11 +59,9 @@ void bw_grads_read(const bw_grads *g, cl_command_queue queue, cl_event after, fl
  * element outside the views kept its sentinel, and that dQ rows with no
  * visible key are exactly zero. Returns 1 when all hold.
  */
-int bw_grads_verify(const bw_problem *p, const bw_grads *g, cl_command_queue queue, cl_event after,
-                    const char *label);
+int bw_grads_verify(const bw_problem *p, const bw_grads *g, cl_command_queue queue, cl_event after, const char *label);
 
 /* Whether two output sets hold the same bytes, buffer for buffer (guards included). */
-int bw_grads_same_bits(const bw_grads *a, const bw_grads *b, cl_command_queue queue,
-                       const char *label);
+int bw_grads_same_bits(const bw_grads *a, const bw_grads *b, cl_command_queue queue, const char *label);
 
 #endif

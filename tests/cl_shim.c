@@ -146,43 +146,43 @@ SHIM_API long cl_shim_created(int type) { return type >= 0 && type < CL_SHIM_TYP
 /* ------------------------------------------------- wrapping helpers */
 
 /* A create call: fails on demand, else forwards and counts a success. */
-#define CREATE_BODY(type, fn, errcode_ret, ...)              \
-    if (should_fail(#fn)) {                                  \
-        if (errcode_ret) *(errcode_ret) = fault_error;       \
-        return NULL;                                         \
-    }                                                        \
-    cl_int shim_err_ = CL_SUCCESS;                           \
-    __typeof__(fn(__VA_ARGS__)) obj_ = REAL(fn)(__VA_ARGS__); \
-    if (errcode_ret) shim_err_ = *(errcode_ret);             \
-    if (obj_ && shim_err_ == CL_SUCCESS) count(type, 1);     \
+#define CREATE_BODY(type, fn, errcode_ret, ...)                                                                        \
+    if (should_fail(#fn)) {                                                                                            \
+        if (errcode_ret) *(errcode_ret) = fault_error;                                                                 \
+        return NULL;                                                                                                   \
+    }                                                                                                                  \
+    cl_int shim_err_ = CL_SUCCESS;                                                                                     \
+    __typeof__(fn(__VA_ARGS__)) obj_ = REAL(fn)(__VA_ARGS__);                                                          \
+    if (errcode_ret) shim_err_ = *(errcode_ret);                                                                       \
+    if (obj_ && shim_err_ == CL_SUCCESS) count(type, 1);                                                               \
     return obj_;
 
 /* A call returning cl_int: fails on demand, else forwards. */
-#define PLAIN_BODY(fn, ...)                    \
-    if (should_fail(#fn)) return fault_error;  \
+#define PLAIN_BODY(fn, ...)                                                                                            \
+    if (should_fail(#fn)) return fault_error;                                                                          \
     return REAL(fn)(__VA_ARGS__);
 
 /* An enqueue with an event out-parameter: an event returned counts as created. */
 /* The wait list judged as the strictest driver does (NVIDIA's): a list pointer with no events, or
    events with no list, is CL_INVALID_EVENT_WAIT_LIST even where POCL lets it pass. */
-#define ENQUEUE_BODY(fn, event, nw, wl, ...)                  \
-    if (should_fail(#fn)) return fault_error;                 \
-    if (((nw) == 0) != ((wl) == NULL)) return CL_INVALID_EVENT_WAIT_LIST; \
-    cl_int e_ = REAL(fn)(__VA_ARGS__);                        \
-    if (e_ == CL_SUCCESS && (event)) count(CL_SHIM_EVENT, 1); \
+#define ENQUEUE_BODY(fn, event, nw, wl, ...)                                                                           \
+    if (should_fail(#fn)) return fault_error;                                                                          \
+    if (((nw) == 0) != ((wl) == NULL)) return CL_INVALID_EVENT_WAIT_LIST;                                              \
+    cl_int e_ = REAL(fn)(__VA_ARGS__);                                                                                 \
+    if (e_ == CL_SUCCESS && (event)) count(CL_SHIM_EVENT, 1);                                                          \
     return e_;
 
 /* Retain / release: counted, never failed. */
-#define REF_BODY(type, delta, fn, obj)      \
-    cl_int e_ = REAL(fn)(obj);              \
-    if (e_ == CL_SUCCESS) count(type, delta); \
+#define REF_BODY(type, delta, fn, obj)                                                                                 \
+    cl_int e_ = REAL(fn)(obj);                                                                                         \
+    if (e_ == CL_SUCCESS) count(type, delta);                                                                          \
     return e_;
 
 /* ------------------------------------------------------- the wrappers */
 
 SHIM_API cl_context clCreateContext(const cl_context_properties *props, cl_uint n, const cl_device_id *devs,
-                                    void(CL_CALLBACK *notify)(const char *, const void *, size_t, void *),
-                                    void *user, cl_int *errcode_ret) {
+                                    void(CL_CALLBACK *notify)(const char *, const void *, size_t, void *), void *user,
+                                    cl_int *errcode_ret) {
     cl_int local_err;
     if (!errcode_ret) errcode_ret = &local_err;
     CREATE_BODY(CL_SHIM_CONTEXT, clCreateContext, errcode_ret, props, n, devs, notify, user, errcode_ret)
@@ -196,8 +196,8 @@ SHIM_API cl_command_queue clCreateCommandQueue(cl_context c, cl_device_id d, cl_
 }
 
 #ifdef CL_VERSION_2_0
-SHIM_API cl_command_queue clCreateCommandQueueWithProperties(cl_context c, cl_device_id d,
-                                                             const cl_queue_properties *p, cl_int *errcode_ret) {
+SHIM_API cl_command_queue clCreateCommandQueueWithProperties(cl_context c, cl_device_id d, const cl_queue_properties *p,
+                                                             cl_int *errcode_ret) {
     cl_int local_err;
     if (!errcode_ret) errcode_ret = &local_err;
     CREATE_BODY(CL_SHIM_QUEUE, clCreateCommandQueueWithProperties, errcode_ret, c, d, p, errcode_ret)
@@ -217,9 +217,8 @@ SHIM_API cl_program clCreateProgramWithSource(cl_context c, cl_uint n, const cha
     CREATE_BODY(CL_SHIM_PROGRAM, clCreateProgramWithSource, errcode_ret, c, n, strings, lengths, errcode_ret)
 }
 
-SHIM_API cl_program clCreateProgramWithBinary(cl_context c, cl_uint n, const cl_device_id *devs,
-                                              const size_t *lengths, const unsigned char **binaries,
-                                              cl_int *status, cl_int *errcode_ret) {
+SHIM_API cl_program clCreateProgramWithBinary(cl_context c, cl_uint n, const cl_device_id *devs, const size_t *lengths,
+                                              const unsigned char **binaries, cl_int *status, cl_int *errcode_ret) {
     cl_int local_err;
     if (!errcode_ret) errcode_ret = &local_err;
     CREATE_BODY(CL_SHIM_PROGRAM, clCreateProgramWithBinary, errcode_ret, c, n, devs, lengths, binaries, status,
@@ -239,82 +238,67 @@ SHIM_API cl_event clCreateUserEvent(cl_context c, cl_int *errcode_ret) {
 }
 
 SHIM_API cl_int clBuildProgram(cl_program p, cl_uint n, const cl_device_id *devs, const char *options,
-                               void(CL_CALLBACK *notify)(cl_program, void *), void *user) {
-    PLAIN_BODY(clBuildProgram, p, n, devs, options, notify, user)
-}
+                               void(CL_CALLBACK *notify)(cl_program, void *),
+                               void *user){PLAIN_BODY(clBuildProgram, p, n, devs, options, notify, user)}
 
-SHIM_API cl_int clSetKernelArg(cl_kernel k, cl_uint index, size_t size, const void *value) {
-    PLAIN_BODY(clSetKernelArg, k, index, size, value)
-}
+SHIM_API cl_int clSetKernelArg(cl_kernel k, cl_uint index, size_t size,
+                               const void *value){PLAIN_BODY(clSetKernelArg, k, index, size, value)}
 
-SHIM_API cl_int clGetPlatformIDs(cl_uint n, cl_platform_id *platforms, cl_uint *count_out) {
-    PLAIN_BODY(clGetPlatformIDs, n, platforms, count_out)
-}
+SHIM_API cl_int clGetPlatformIDs(cl_uint n, cl_platform_id *platforms,
+                                 cl_uint *count_out){PLAIN_BODY(clGetPlatformIDs, n, platforms, count_out)}
 
-SHIM_API cl_int clGetDeviceIDs(cl_platform_id p, cl_device_type t, cl_uint n, cl_device_id *devs, cl_uint *count_out) {
-    PLAIN_BODY(clGetDeviceIDs, p, t, n, devs, count_out)
-}
+SHIM_API cl_int clGetDeviceIDs(cl_platform_id p, cl_device_type t, cl_uint n, cl_device_id *devs,
+                               cl_uint *count_out){PLAIN_BODY(clGetDeviceIDs, p, t, n, devs, count_out)}
 
-SHIM_API cl_int clGetPlatformInfo(cl_platform_id p, cl_platform_info what, size_t size, void *value, size_t *ret) {
-    PLAIN_BODY(clGetPlatformInfo, p, what, size, value, ret)
-}
+SHIM_API cl_int clGetPlatformInfo(cl_platform_id p, cl_platform_info what, size_t size, void *value,
+                                  size_t *ret){PLAIN_BODY(clGetPlatformInfo, p, what, size, value, ret)}
 
-SHIM_API cl_int clGetDeviceInfo(cl_device_id d, cl_device_info what, size_t size, void *value, size_t *ret) {
-    PLAIN_BODY(clGetDeviceInfo, d, what, size, value, ret)
-}
+SHIM_API cl_int clGetDeviceInfo(cl_device_id d, cl_device_info what, size_t size, void *value,
+                                size_t *ret){PLAIN_BODY(clGetDeviceInfo, d, what, size, value, ret)}
 
 SHIM_API cl_int clGetCommandQueueInfo(cl_command_queue q, cl_command_queue_info what, size_t size, void *value,
-                                      size_t *ret) {
-    PLAIN_BODY(clGetCommandQueueInfo, q, what, size, value, ret)
-}
+                                      size_t *ret){PLAIN_BODY(clGetCommandQueueInfo, q, what, size, value, ret)}
 
-SHIM_API cl_int clGetMemObjectInfo(cl_mem m, cl_mem_info what, size_t size, void *value, size_t *ret) {
-    PLAIN_BODY(clGetMemObjectInfo, m, what, size, value, ret)
-}
+SHIM_API cl_int clGetMemObjectInfo(cl_mem m, cl_mem_info what, size_t size, void *value,
+                                   size_t *ret){PLAIN_BODY(clGetMemObjectInfo, m, what, size, value, ret)}
 
-SHIM_API cl_int clGetProgramInfo(cl_program p, cl_program_info what, size_t size, void *value, size_t *ret) {
-    PLAIN_BODY(clGetProgramInfo, p, what, size, value, ret)
-}
+SHIM_API cl_int clGetProgramInfo(cl_program p, cl_program_info what, size_t size, void *value,
+                                 size_t *ret){PLAIN_BODY(clGetProgramInfo, p, what, size, value, ret)}
 
-SHIM_API cl_int clGetProgramBuildInfo(cl_program p, cl_device_id d, cl_program_build_info what, size_t size,
-                                      void *value, size_t *ret) {
-    PLAIN_BODY(clGetProgramBuildInfo, p, d, what, size, value, ret)
-}
+SHIM_API cl_int
+    clGetProgramBuildInfo(cl_program p, cl_device_id d, cl_program_build_info what, size_t size, void *value,
+                          size_t *ret){PLAIN_BODY(clGetProgramBuildInfo, p, d, what, size, value, ret)}
 
-SHIM_API cl_int clGetKernelWorkGroupInfo(cl_kernel k, cl_device_id d, cl_kernel_work_group_info what, size_t size,
-                                         void *value, size_t *ret) {
-    PLAIN_BODY(clGetKernelWorkGroupInfo, k, d, what, size, value, ret)
-}
+SHIM_API cl_int
+    clGetKernelWorkGroupInfo(cl_kernel k, cl_device_id d, cl_kernel_work_group_info what, size_t size, void *value,
+                             size_t *ret){PLAIN_BODY(clGetKernelWorkGroupInfo, k, d, what, size, value, ret)}
 
-SHIM_API cl_int clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint dims, const size_t *offset,
-                                       const size_t *global, const size_t *local, cl_uint nw, const cl_event *wl,
-                                       cl_event *event) {
-    ENQUEUE_BODY(clEnqueueNDRangeKernel, event, nw, wl, q, k, dims, offset, global, local, nw, wl, event)
-}
+SHIM_API cl_int
+    clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint dims, const size_t *offset, const size_t *global,
+                           const size_t *local, cl_uint nw, const cl_event *wl, cl_event *event){
+        ENQUEUE_BODY(clEnqueueNDRangeKernel, event, nw, wl, q, k, dims, offset, global, local, nw, wl, event)}
 
 SHIM_API cl_int clEnqueueReadBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t offset, size_t size,
-                                    void *ptr, cl_uint nw, const cl_event *wl, cl_event *event) {
-    ENQUEUE_BODY(clEnqueueReadBuffer, event, nw, wl, q, m, blocking, offset, size, ptr, nw, wl, event)
-}
+                                    void *ptr, cl_uint nw, const cl_event *wl, cl_event *event){
+    ENQUEUE_BODY(clEnqueueReadBuffer, event, nw, wl, q, m, blocking, offset, size, ptr, nw, wl, event)}
 
 SHIM_API cl_int clEnqueueWriteBuffer(cl_command_queue q, cl_mem m, cl_bool blocking, size_t offset, size_t size,
-                                     const void *ptr, cl_uint nw, const cl_event *wl, cl_event *event) {
-    ENQUEUE_BODY(clEnqueueWriteBuffer, event, nw, wl, q, m, blocking, offset, size, ptr, nw, wl, event)
-}
+                                     const void *ptr, cl_uint nw, const cl_event *wl, cl_event *event){
+    ENQUEUE_BODY(clEnqueueWriteBuffer, event, nw, wl, q, m, blocking, offset, size, ptr, nw, wl, event)}
 
-SHIM_API cl_int clEnqueueMarkerWithWaitList(cl_command_queue q, cl_uint nw, const cl_event *wl, cl_event *event) {
-    ENQUEUE_BODY(clEnqueueMarkerWithWaitList, event, nw, wl, q, nw, wl, event)
-}
+SHIM_API cl_int clEnqueueMarkerWithWaitList(cl_command_queue q, cl_uint nw, const cl_event *wl, cl_event *event){
+    ENQUEUE_BODY(clEnqueueMarkerWithWaitList, event, nw, wl, q, nw, wl, event)}
 
-SHIM_API cl_int clRetainContext(cl_context c) { REF_BODY(CL_SHIM_CONTEXT, 1, clRetainContext, c) }
-SHIM_API cl_int clReleaseContext(cl_context c) { REF_BODY(CL_SHIM_CONTEXT, -1, clReleaseContext, c) }
-SHIM_API cl_int clRetainCommandQueue(cl_command_queue q) { REF_BODY(CL_SHIM_QUEUE, 1, clRetainCommandQueue, q) }
-SHIM_API cl_int clReleaseCommandQueue(cl_command_queue q) { REF_BODY(CL_SHIM_QUEUE, -1, clReleaseCommandQueue, q) }
-SHIM_API cl_int clRetainMemObject(cl_mem m) { REF_BODY(CL_SHIM_MEM, 1, clRetainMemObject, m) }
-SHIM_API cl_int clReleaseMemObject(cl_mem m) { REF_BODY(CL_SHIM_MEM, -1, clReleaseMemObject, m) }
-SHIM_API cl_int clRetainProgram(cl_program p) { REF_BODY(CL_SHIM_PROGRAM, 1, clRetainProgram, p) }
-SHIM_API cl_int clReleaseProgram(cl_program p) { REF_BODY(CL_SHIM_PROGRAM, -1, clReleaseProgram, p) }
-SHIM_API cl_int clRetainKernel(cl_kernel k) { REF_BODY(CL_SHIM_KERNEL, 1, clRetainKernel, k) }
-SHIM_API cl_int clReleaseKernel(cl_kernel k) { REF_BODY(CL_SHIM_KERNEL, -1, clReleaseKernel, k) }
-SHIM_API cl_int clRetainEvent(cl_event e) { REF_BODY(CL_SHIM_EVENT, 1, clRetainEvent, e) }
-SHIM_API cl_int clReleaseEvent(cl_event e) { REF_BODY(CL_SHIM_EVENT, -1, clReleaseEvent, e) }
+SHIM_API cl_int clRetainContext(cl_context c){REF_BODY(CL_SHIM_CONTEXT, 1, clRetainContext, c)} SHIM_API cl_int
+    clReleaseContext(cl_context c){REF_BODY(CL_SHIM_CONTEXT, -1, clReleaseContext, c)} SHIM_API cl_int
+    clRetainCommandQueue(cl_command_queue q){REF_BODY(CL_SHIM_QUEUE, 1, clRetainCommandQueue, q)} SHIM_API cl_int
+    clReleaseCommandQueue(cl_command_queue q){REF_BODY(CL_SHIM_QUEUE, -1, clReleaseCommandQueue, q)} SHIM_API cl_int
+    clRetainMemObject(cl_mem m){REF_BODY(CL_SHIM_MEM, 1, clRetainMemObject, m)} SHIM_API cl_int
+    clReleaseMemObject(cl_mem m){REF_BODY(CL_SHIM_MEM, -1, clReleaseMemObject, m)} SHIM_API cl_int
+    clRetainProgram(cl_program p){REF_BODY(CL_SHIM_PROGRAM, 1, clRetainProgram, p)} SHIM_API cl_int
+    clReleaseProgram(cl_program p){REF_BODY(CL_SHIM_PROGRAM, -1, clReleaseProgram, p)} SHIM_API cl_int
+    clRetainKernel(cl_kernel k){REF_BODY(CL_SHIM_KERNEL, 1, clRetainKernel, k)} SHIM_API cl_int
+    clReleaseKernel(cl_kernel k){REF_BODY(CL_SHIM_KERNEL, -1, clReleaseKernel, k)} SHIM_API cl_int
+    clRetainEvent(cl_event e){REF_BODY(CL_SHIM_EVENT, 1, clRetainEvent, e)} SHIM_API cl_int clReleaseEvent(cl_event e) {
+    REF_BODY(CL_SHIM_EVENT, -1, clReleaseEvent, e)
+}

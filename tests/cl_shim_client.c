@@ -6,11 +6,11 @@
 #include <string.h>
 
 /* dlsym returns void *; converting it to a function pointer is what POSIX requires to work. */
-#define FIND(field, sym)                                        \
-    do {                                                        \
-        void *p_ = dlsym(RTLD_DEFAULT, sym);                    \
-        if (!p_) return 0;                                      \
-        memcpy(&out->field, &p_, sizeof p_);                    \
+#define FIND(field, sym)                                                                                               \
+    do {                                                                                                               \
+        void *p_ = dlsym(RTLD_DEFAULT, sym);                                                                           \
+        if (!p_) return 0;                                                                                             \
+        memcpy(&out->field, &p_, sizeof p_);                                                                           \
     } while (0)
 
 int cl_shim_load(cl_shim_api *out) {
@@ -25,6 +25,6 @@ int cl_shim_load(cl_shim_api *out) {
 
 const char *cl_shim_type_name(int type) {
     static const char *const names[CL_SHIM_TYPES] = {"cl_context", "cl_command_queue", "cl_mem",
-                                                     "cl_program", "cl_kernel", "cl_event"};
+                                                     "cl_program", "cl_kernel",        "cl_event"};
     return type >= 0 && type < CL_SHIM_TYPES ? names[type] : "?";
 }

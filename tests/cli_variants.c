@@ -18,25 +18,19 @@
 #include "testutil.h"
 #include "variant_compare.h"
 
-static void *xcalloc(size_t n, size_t size)
-{
+static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     REQUIRE(p != NULL);
     return p;
 }
 
-static float *random_floats(size_t n, tu_rng *rng, float lo, float hi, flashcl_dtype dtype)
-{
+static float *random_floats(size_t n, tu_rng *rng, float lo, float hi, flashcl_dtype dtype) {
     float *x = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        x[i] = st_round(dtype, tu_rng_float(rng, lo, hi));
+    for (size_t i = 0; i < n; i++) x[i] = st_round(dtype, tu_rng_float(rng, lo, hi));
     return x;
 }
 
-static const char *work(const char *name)
-{
-    return cli_path_in(cli_work, name);
-}
+static const char *work(const char *name) { return cli_path_in(cli_work, name); }
 
 /* One CLI problem: the reference's description and the host arrays it reads. */
 typedef struct cli_case {
@@ -47,17 +41,13 @@ typedef struct cli_case {
     int32_t cu_q[8], cu_k[8];
 } cli_case;
 
-static void case_free(cli_case *c)
-{
-    void *all[] = {c->q, c->k, c->v, c->dout, c->slopes, c->sinks, c->bias, c->mask, c->block,
-                   c->keep};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        free(all[i]);
+static void case_free(cli_case *c) {
+    void *all[] = {c->q, c->k, c->v, c->dout, c->slopes, c->sinks, c->bias, c->mask, c->block, c->keep};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
 
 /* Writes Q, K, V and dO in the tool's layouts ([b, s, h, d], or [total, h, d] with varlen). */
-static void write_qkv(cli_case *c, tu_rng *rng)
-{
+static void write_qkv(cli_case *c, tu_rng *rng) {
     rv_problem *r = &c->r;
     size_t rq = rv_rows_q(r), rk = rv_rows_k(r);
     c->q = random_floats(rq * r->heads_q * r->head_dim, rng, -2.0f, 2.0f, c->dtype);
@@ -78,14 +68,12 @@ static void write_qkv(cli_case *c, tu_rng *rng)
 }
 
 /* Reads an output, checks its shape, removes the file; NULL on failure (counted). */
-static float *read_output(const char *name, const size_t *want, int want_rank, const char *label)
-{
+static float *read_output(const char *name, const size_t *want, int want_rank, const char *label) {
     size_t shape[NPY_MAX_RANK];
     int rank = 0;
     float *got = npy_read_f32(work(name), shape, &rank);
     remove(work(name));
-    if (got && rank == want_rank && memcmp(shape, want, (size_t)rank * sizeof shape[0]) == 0)
-        return got;
+    if (got && rank == want_rank && memcmp(shape, want, (size_t)rank * sizeof shape[0]) == 0) return got;
     fprintf(stderr, "FAIL %s: %s missing or of the wrong shape (rank %d)\n", label, name, rank);
     tu_fail_count();
     free(got);
@@ -95,20 +83,16 @@ static float *read_output(const char *name, const size_t *want, int want_rank, c
 static void check_gradients(cli_case *c, int rank, int off, int dsinks, const char *label);
 
 /* Runs attention with `flags` and checks every output against the reference. */
-static void run_and_check(cli_case *c, const char *flags, int backward, int dsinks,
-                          const char *label)
-{
+static void run_and_check(cli_case *c, const char *flags, int backward, int dsinks, const char *label) {
     rv_problem *r = &c->r;
     int failures_before = tu_failures();
     char args[4096], *out, *err;
-    int n = snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s",
-                     work("Q.npy"), work("K.npy"), work("V.npy"), work("O.npy"), work("LSE.npy"),
-                     flags);
+    int n = snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s", work("Q.npy"),
+                     work("K.npy"), work("V.npy"), work("O.npy"), work("LSE.npy"), flags);
     if (backward)
-        n += snprintf(args + n, sizeof args - (size_t)n, " --dout '%s' --dq '%s' --dk '%s' --dv '%s'",
-                      work("dO.npy"), work("dQ.npy"), work("dK.npy"), work("dV.npy"));
-    if (dsinks)
-        snprintf(args + n, sizeof args - (size_t)n, " --dsinks '%s'", work("dsinks.npy"));
+        n += snprintf(args + n, sizeof args - (size_t)n, " --dout '%s' --dq '%s' --dk '%s' --dv '%s'", work("dO.npy"),
+                      work("dQ.npy"), work("dK.npy"), work("dV.npy"));
+    if (dsinks) snprintf(args + n, sizeof args - (size_t)n, " --dsinks '%s'", work("dsinks.npy"));
     int status = cli_run_tool(args, &out, &err);
     free(out);
     if (status != 0 || err[0]) {
@@ -141,27 +125,23 @@ static void run_and_check(cli_case *c, const char *flags, int backward, int dsin
     } else if (o) {
         vcmp_elementwise(label, "O", o, ref_o, nq * r->head_dim_v, 2e-5, 1e-4);
     }
-    if (lse)
-        vcmp_elementwise(label, "LSE", lse, ref_lse, rv_lse_count(r), 1e-5, 1e-5);
+    if (lse) vcmp_elementwise(label, "LSE", lse, ref_lse, rv_lse_count(r), 1e-5, 1e-5);
     free(o);
     free(lse);
     free(ref_o);
     free(ref_lse);
-    if (backward)
-        check_gradients(c, rank, off, dsinks, label);
+    if (backward) check_gradients(c, rank, off, dsinks, label);
     if (tu_failures() == failures_before)
         printf("%s: O, LSE%s match the reference\n", label,
                backward ? (dsinks ? ", dQ, dK, dV, dsinks" : ", dQ, dK, dV") : "");
 }
 
 /* dQ, dK, dV (and dsinks) of the tool against the reference backward. */
-static void check_gradients(cli_case *c, int rank, int off, int dsinks, const char *label)
-{
+static void check_gradients(cli_case *c, int rank, int off, int dsinks, const char *label) {
     rv_problem *r = &c->r;
     size_t nq = rv_rows_q(r) * r->heads_q, nk = rv_rows_k(r) * r->heads_kv;
 
-    double *ref[3] = {xcalloc(nq * r->head_dim, sizeof(double)),
-                      xcalloc(nk * r->head_dim, sizeof(double)),
+    double *ref[3] = {xcalloc(nq * r->head_dim, sizeof(double)), xcalloc(nk * r->head_dim, sizeof(double)),
                       xcalloc(nk * r->head_dim_v, sizeof(double))};
     double *ref_ds = xcalloc(r->heads_q, sizeof(double));
     rv_backward(r, c->q, c->k, c->v, c->dout, ref[0], ref[1], ref[2], ref_ds);
@@ -173,24 +153,21 @@ static void check_gradients(cli_case *c, int rank, int off, int dsinks, const ch
     size_t counts[3] = {nq * r->head_dim, nk * r->head_dim, nk * r->head_dim_v};
     for (int t = 0; t < 3; t++) {
         float *g = read_output(files[t], shapes[t] + off, rank, label);
-        if (g)
-            vcmp_max_relative(label, files[t], g, ref[t], counts[t], GRAD_ABS_TOL, GRAD_REL_TOL);
+        if (g) vcmp_max_relative(label, files[t], g, ref[t], counts[t], GRAD_ABS_TOL, GRAD_REL_TOL);
         free(g);
         free(ref[t]);
     }
     if (dsinks) {
         size_t hs[1] = {r->heads_q};
         float *g = read_output("dsinks.npy", hs, 1, label);
-        if (g)
-            vcmp_max_relative(label, "dsinks", g, ref_ds, r->heads_q, GRAD_ABS_TOL, GRAD_REL_TOL);
+        if (g) vcmp_max_relative(label, "dsinks", g, ref_ds, r->heads_q, GRAD_ABS_TOL, GRAD_REL_TOL);
         free(g);
     }
     free(ref_ds);
 }
 
 /* Every feature at once, f32, forward and backward with --dsinks. */
-static void check_all_features(void)
-{
+static void check_all_features(void) {
     cli_case c;
     memset(&c, 0, sizeof c);
     rv_problem *r = &c.r;
@@ -218,8 +195,7 @@ static void check_all_features(void)
     REQUIRE(npy_write_f32(work("bias.npy"), bs, 4, c.bias));
     /* Mask [b, 1, sq, sk] as bool (broadcast over heads). */
     c.mask = xcalloc(b * sq * sk, 1);
-    for (size_t e = 0; e < b * sq * sk; e++)
-        c.mask[e] = tu_rng_float(&rng, 0.0f, 1.0f) < 0.8f;
+    for (size_t e = 0; e < b * sq * sk; e++) c.mask[e] = tu_rng_float(&rng, 0.0f, 1.0f) < 0.8f;
     r->mask = (rv_matrix){c.mask, 0, sq * sk, 0, sk};
     size_t ms[4] = {b, 1, sq, sk};
     REQUIRE(npy_write_raw(work("mask.npy"), "|b1", ms, 4, c.mask, 1));
@@ -239,15 +215,13 @@ static void check_all_features(void)
     snprintf(flags, sizeof flags,
              "--scale 0.25 --window 6,3 --softcap 3 --alibi '%s' --sinks '%s' --dropout 0.2,5,9 "
              "--bias '%s' --mask '%s' --block-mask '%s' --block-size 8,8",
-             work("alibi.npy"), work("sinks.npy"), work("bias.npy"), work("mask.npy"),
-             work("block.npy"));
+             work("alibi.npy"), work("sinks.npy"), work("bias.npy"), work("mask.npy"), work("block.npy"));
     run_and_check(&c, flags, 1, 1, "attention with every variant flag");
     case_free(&c);
 }
 
 /* Varlen with causal and sinks (one sequence has more queries than keys). */
-static void check_varlen(void)
-{
+static void check_varlen(void) {
     cli_case c;
     memset(&c, 0, sizeof c);
     rv_problem *r = &c.r;
@@ -266,16 +240,14 @@ static void check_varlen(void)
     REQUIRE(npy_write_raw(work("cu_q.npy"), "<i4", cs, 1, cu_q, 4));
     REQUIRE(npy_write_raw(work("cu_k.npy"), "<i4", cs, 1, cu_k, 4));
     char flags[1024];
-    snprintf(flags, sizeof flags,
-             "--causal --sinks '%s' --cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("sinks.npy"),
+    snprintf(flags, sizeof flags, "--causal --sinks '%s' --cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("sinks.npy"),
              work("cu_q.npy"), work("cu_k.npy"));
     run_and_check(&c, flags, 1, 0, "attention varlen causal sinks");
     case_free(&c);
 }
 
 /* bf16 storage with a left window: FlashAttention's low-precision criterion. */
-static void check_bf16(void)
-{
+static void check_bf16(void) {
     cli_case c;
     memset(&c, 0, sizeof c);
     rv_problem *r = &c.r;
@@ -297,8 +269,7 @@ static void check_bf16(void)
  * offsets of its rule (alternately a quarter above and below the mean, the
  * last sequence taking the rest).
  */
-static void check_made_data(void)
-{
+static void check_made_data(void) {
     cli_case c;
     memset(&c, 0, sizeof c);
     rv_problem *r = &c.r;
@@ -321,8 +292,7 @@ static void check_made_data(void)
     case_free(&c);
 }
 
-void cli_check_variants(void)
-{
+void cli_check_variants(void) {
     check_all_features();
     check_varlen();
     check_bf16();
@@ -332,17 +302,15 @@ void cli_check_variants(void)
 /* ------------------------------------------------------------- errors */
 
 /* A refused forward call on the small problem's files, plus `extra`. */
-static void refused(const char *label, const char *extra, const char *want, int varlen)
-{
+static void refused(const char *label, const char *extra, const char *want, int varlen) {
     char args[4096];
     snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s",
-             work(varlen ? "Qv.npy" : "Qe.npy"), work(varlen ? "Kv.npy" : "Ke.npy"),
-             work(varlen ? "Vv.npy" : "Ve.npy"), work("O.npy"), work("LSE.npy"), extra);
+             work(varlen ? "Qv.npy" : "Qe.npy"), work(varlen ? "Kv.npy" : "Ke.npy"), work(varlen ? "Vv.npy" : "Ve.npy"),
+             work("O.npy"), work("LSE.npy"), extra);
     cli_expect_usage_error_naming(label, args, want);
 }
 
-void cli_check_variant_errors(void)
-{
+void cli_check_variant_errors(void) {
     /* b=1 hq=2 hkv=1 sq=sk=8 d=16, and its varlen twin [8, h, 16]. */
     float zeros[2 * 8 * 16] = {0};
     size_t qs[4] = {1, 8, 2, 16}, ks[4] = {1, 8, 1, 16};
@@ -394,9 +362,8 @@ void cli_check_variant_errors(void)
     snprintf(x, sizeof x, "--sinks '%s' --dsinks '%s'", work("sinks2.npy"), work("dsinks.npy"));
     refused("--dsinks without --dout", x, "--dsinks", 0);
     REQUIRE(npy_write_f32(work("dOe.npy"), qs, 4, zeros));
-    snprintf(x, sizeof x, "--sinks '%s' --dout '%s' --dq '%s' --dk '%s' --dv '%s' --dsinks '%s'",
-             work("sinks2.npy"), work("dOe.npy"), work("dQ.npy"), work("dK.npy"), work("dV.npy"),
-             work("O.npy"));
+    snprintf(x, sizeof x, "--sinks '%s' --dout '%s' --dq '%s' --dk '%s' --dv '%s' --dsinks '%s'", work("sinks2.npy"),
+             work("dOe.npy"), work("dQ.npy"), work("dK.npy"), work("dV.npy"), work("O.npy"));
     refused("--dsinks same file as --out", x, "--dsinks", 0);
     snprintf(x, sizeof x, "--alibi '%s'", work("slopes3.npy"));
     refused("--alibi [3] for 2 heads", x, "--alibi", 0);
@@ -412,33 +379,27 @@ void cli_check_variant_errors(void)
     refused("--mask bool holding 2", x, "--mask", 0);
     snprintf(x, sizeof x, "--cu-seqlens-q '%s'", work("cu.npy"));
     refused("--cu-seqlens-q without -k", x, "--cu-seqlens", 1);
-    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu_not0.npy"),
-             work("cu.npy"));
+    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu_not0.npy"), work("cu.npy"));
     refused("--cu-seqlens-q not from 0", x, "--cu-seqlens-q", 1);
-    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu.npy"),
-             work("cu_short.npy"));
+    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu.npy"), work("cu_short.npy"));
     refused("--cu-seqlens-k short of the total", x, "--cu-seqlens-k", 1);
-    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu_down.npy"),
-             work("cu.npy"));
+    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu_down.npy"), work("cu.npy"));
     refused("--cu-seqlens-q decreasing", x, "--cu-seqlens-q", 1);
-    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu_f4.npy"),
-             work("cu.npy"));
+    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu_f4.npy"), work("cu.npy"));
     refused("--cu-seqlens-q float32", x, "--cu-seqlens-q", 1);
-    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu.npy"),
-             work("cu.npy"));
+    snprintf(x, sizeof x, "--cu-seqlens-q '%s' --cu-seqlens-k '%s'", work("cu.npy"), work("cu.npy"));
     refused("varlen with 4-D Q", x, "--q", 0);
 }
 
 /* -------------------------------------------------------------- bench */
 
-void cli_check_bench_variants(void)
-{
+void cli_check_bench_variants(void) {
     char *out, *err;
-    int status = cli_run_tool(
-        "bench --seqlen 64 --heads 2 --head-dim 32 --iters 1 --json --window 16,0 --softcap 5 "
-        "--alibi standard --sinks random --dropout 0.1 --bias random --mask random --block-sparse 0.5 "
-        "--block-size 16 --head-dim-v 16",
-        &out, &err);
+    int status =
+        cli_run_tool("bench --seqlen 64 --heads 2 --head-dim 32 --iters 1 --json --window 16,0 --softcap 5 "
+                     "--alibi standard --sinks random --dropout 0.1 --bias random --mask random --block-sparse 0.5 "
+                     "--block-size 16 --head-dim-v 16",
+                     &out, &err);
     if (status != 0) {
         fprintf(stderr, "FAIL bench with variants: exit status %d, stderr: %s\n", status, err);
         tu_fail_count();
@@ -449,8 +410,8 @@ void cli_check_bench_variants(void)
         int features = strstr(out, "\"features\":\"") != NULL && strstr(out, "softcap") != NULL &&
                        strstr(out, "block-sparse") != NULL;
         if (!with || !plain || !features) {
-            fprintf(stderr, "FAIL bench with variants: flash+variants %d, flash %d, features %d:\n%s",
-                    with, plain, features, out);
+            fprintf(stderr, "FAIL bench with variants: flash+variants %d, flash %d, features %d:\n%s", with, plain,
+                    features, out);
             tu_fail_count();
         } else {
             printf("bench with variants: both flash lines and the features\n");

@@ -6,8 +6,7 @@ static const size_t k_seqlens[] = {1, 2, 7, 63, 64, 65, 127, 129, 255, 257, 1000
 static const size_t k_head_dims[] = {16, 32, 40, 64, 80, 96, 128, 160, 192, 256};
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static tu_shape *add(case_list *list, tu_shape shape)
-{
+static tu_shape *add(case_list *list, tu_shape shape) {
     if (list->count == list->capacity) {
         size_t cap = list->capacity ? 2 * list->capacity : 64;
         tu_shape *grown = realloc(list->items, cap * sizeof *grown);
@@ -17,14 +16,12 @@ static tu_shape *add(case_list *list, tu_shape shape)
     }
     /* Distinct data per case, and a few LSE offsets so LSE indexing is exercised. */
     shape.seed = list->count + 1;
-    if (shape.lse_offset == 0)
-        shape.lse_offset = (list->count % 3) * 5;
+    if (shape.lse_offset == 0) shape.lse_offset = (list->count % 3) * 5;
     list->items[list->count] = shape;
     return &list->items[list->count++];
 }
 
-static tu_shape mixed(tu_shape s, tu_layout q, tu_layout k, tu_layout v, tu_layout o)
-{
+static tu_shape mixed(tu_shape s, tu_layout q, tu_layout k, tu_layout v, tu_layout o) {
     s.layout_q = q;
     s.layout_k = k;
     s.layout_v = v;
@@ -32,14 +29,12 @@ static tu_shape mixed(tu_shape s, tu_layout q, tu_layout k, tu_layout v, tu_layo
     return s;
 }
 
-static tu_shape scaled(tu_shape s, float scale)
-{
+static tu_shape scaled(tu_shape s, float scale) {
     s.desc.scale = scale;
     return s;
 }
 
-void forward_cases_full(case_list *list)
-{
+void forward_cases_full(case_list *list) {
     /* Every seqlen pair at d=64, both masks: tile edges (63/64/65, 127/129,
      * 255/257), single rows, and sq > sk where causal rows are fully masked.
      * Head count stays at 2 so the 1000x1000 cases stay cheap. */
@@ -47,8 +42,8 @@ void forward_cases_full(case_list *list)
     for (size_t i = 0; i < COUNT(k_seqlens); i++)
         for (size_t j = 0; j < COUNT(k_seqlens); j++)
             for (int causal = 0; causal <= 1; causal++, n++)
-                add(list, tu_shape_make(1, 2, n % 2 ? 1 : 2, k_seqlens[i], k_seqlens[j], 64,
-                                        causal, n % 2 ? TU_BHSD : TU_BSHD));
+                add(list, tu_shape_make(1, 2, n % 2 ? 1 : 2, k_seqlens[i], k_seqlens[j], 64, causal,
+                                        n % 2 ? TU_BHSD : TU_BSHD));
 
     /* Every head dim with a few seqlen pairs around tile edges, both masks and
      * all three explicit layouts. One kernel build per head dim, so this is
@@ -59,8 +54,7 @@ void forward_cases_full(case_list *list)
     for (size_t d = 0; d < COUNT(k_head_dims); d++)
         for (size_t p = 0; p < COUNT(pairs); p++)
             for (int causal = 0; causal <= 1; causal++, n++)
-                add(list, tu_shape_make(2, 2, 1, pairs[p][0], pairs[p][1], k_head_dims[d], causal,
-                                        rot[n % 3]));
+                add(list, tu_shape_make(2, 2, 1, pairs[p][0], pairs[p][1], k_head_dims[d], causal, rot[n % 3]));
 
     /* Head dims that are not a multiple of 4: vectorised loads must stop at
      * head_dim, not read the next row's first elements (padding is NaN). */
@@ -91,10 +85,8 @@ void forward_cases_full(case_list *list)
     add(list, scaled(tu_shape_make(2, 1, 1, 63, 63, 16, 1, TU_PADDED), 1e-3f));
 
     /* Each tensor in its own layout, and the all-zero-strides default. */
-    add(list, mixed(tu_shape_make(2, 4, 2, 129, 65, 64, 1, TU_BSHD), TU_BHSD, TU_BSHD, TU_PADDED,
-                    TU_PADDED));
-    add(list, mixed(tu_shape_make(1, 2, 2, 63, 257, 128, 0, TU_BSHD), TU_PADDED, TU_ZERO, TU_BHSD,
-                    TU_BSHD));
+    add(list, mixed(tu_shape_make(2, 4, 2, 129, 65, 64, 1, TU_BSHD), TU_BHSD, TU_BSHD, TU_PADDED, TU_PADDED));
+    add(list, mixed(tu_shape_make(1, 2, 2, 63, 257, 128, 0, TU_BSHD), TU_PADDED, TU_ZERO, TU_BHSD, TU_BSHD));
     add(list, tu_shape_make(2, 2, 2, 65, 127, 32, 1, TU_ZERO));
 
     /* Long sequences at the big head dims, one head to keep them cheap. */
@@ -102,22 +94,19 @@ void forward_cases_full(case_list *list)
     add(list, tu_shape_make(1, 1, 1, 257, 1000, 256, 0, TU_BHSD));
 }
 
-void forward_cases_quick(case_list *list)
-{
+void forward_cases_quick(case_list *list) {
     add(list, tu_shape_make(1, 2, 1, 7, 63, 16, 1, TU_BSHD));
     add(list, tu_shape_make(2, 1, 1, 65, 65, 40, 0, TU_BHSD));
     /* sq > sk with causal: the first rows have no visible key. */
     add(list, tu_shape_make(1, 2, 2, 70, 33, 64, 1, TU_PADDED));
-    add(list, mixed(scaled(tu_shape_make(1, 4, 1, 1, 64, 64, 0, TU_BSHD), 0.5f), TU_BHSD, TU_ZERO,
-                    TU_PADDED, TU_BSHD));
+    add(list, mixed(scaled(tu_shape_make(1, 4, 1, 1, 64, 64, 0, TU_BSHD), 0.5f), TU_BHSD, TU_ZERO, TU_PADDED, TU_BSHD));
     add(list, tu_shape_make(1, 1, 1, 64, 64, 16, 1, TU_ZERO));
     /* A head dim that is not a multiple of 4, sized so an over-read of the
      * last row runs off the end of the buffer, where Oclgrind sees it. */
     add(list, tu_shape_make(1, 2, 1, 9, 20, 17, 0, TU_BSHD));
 }
 
-void case_list_free(case_list *list)
-{
+void case_list_free(case_list *list) {
     free(list->items);
     list->items = NULL;
     list->count = list->capacity = 0;

@@ -3,16 +3,13 @@
 #include <math.h>
 #include <stdio.h>
 
-int grad_compare(const char *label, const char *name, const float *got,
-                 const flashcl_tensor *view, tu_dims dims, const double *ref, double abs_tol,
-                 double rel_tol)
-{
+int grad_compare(const char *label, const char *name, const float *got, const flashcl_tensor *view, tu_dims dims,
+                 const double *ref, double abs_tol, double rel_tol) {
     flashcl_tensor t = ref_resolve_view(view, dims.rows, dims.heads, dims.head_dim);
     size_t n = dims.batch * dims.heads * dims.rows * dims.head_dim;
     double max_ref = 0.0;
     for (size_t e = 0; e < n; e++)
-        if (fabs(ref[e]) > max_ref)
-            max_ref = fabs(ref[e]);
+        if (fabs(ref[e]) > max_ref) max_ref = fabs(ref[e]);
     double tol = abs_tol + rel_tol * max_ref;
 
     double worst = -1.0;
@@ -30,23 +27,22 @@ int grad_compare(const char *label, const char *name, const float *got,
             worst_at = e;
         }
     }
-    if (!bad)
-        return 1;
+    if (!bad) return 1;
     size_t c = worst_at % dims.head_dim, r = worst_at / dims.head_dim % dims.rows;
     size_t h = worst_at / dims.head_dim / dims.rows % dims.heads;
     size_t b = worst_at / dims.head_dim / dims.rows / dims.heads;
-    fprintf(stderr, "FAIL %s: %s has %zu of %zu element(s) out of tolerance; worst at b=%zu h=%zu "
+    fprintf(stderr,
+            "FAIL %s: %s has %zu of %zu element(s) out of tolerance; worst at b=%zu h=%zu "
             "row=%zu col=%zu: got %.9g, reference %.9g (|diff| %.3g, tolerance %.3g = %g + %g * "
-            "max|ref| %.3g)\n", label, name, bad, n, b, h, r, c,
-            (double)got[ref_index(&t, b, h, r, c)], ref[worst_at], worst, tol, abs_tol, rel_tol,
-            max_ref);
+            "max|ref| %.3g)\n",
+            label, name, bad, n, b, h, r, c, (double)got[ref_index(&t, b, h, r, c)], ref[worst_at], worst, tol, abs_tol,
+            rel_tol, max_ref);
     tu_fail_count();
     return 0;
 }
 
-int grad_rows_zero(const char *label, const char *name, const float *got,
-                   const flashcl_tensor *view, tu_dims dims, size_t rows)
-{
+int grad_rows_zero(const char *label, const char *name, const float *got, const flashcl_tensor *view, tu_dims dims,
+                   size_t rows) {
     flashcl_tensor t = ref_resolve_view(view, dims.rows, dims.heads, dims.head_dim);
     size_t bad = 0;
     for (size_t b = 0; b < dims.batch; b++)
@@ -56,13 +52,14 @@ int grad_rows_zero(const char *label, const char *name, const float *got,
                     float g = got[ref_index(&t, b, h, r, c)];
                     if (g != 0.0f) {
                         if (!bad)
-                            fprintf(stderr, "FAIL %s: %s row %zu (b=%zu h=%zu) sees no key but "
-                                    "col %zu is %.9g, not 0\n", label, name, r, b, h, c, (double)g);
+                            fprintf(stderr,
+                                    "FAIL %s: %s row %zu (b=%zu h=%zu) sees no key but "
+                                    "col %zu is %.9g, not 0\n",
+                                    label, name, r, b, h, c, (double)g);
                         bad++;
                     }
                 }
-    if (!bad)
-        return 1;
+    if (!bad) return 1;
     fprintf(stderr, "FAIL %s: %zu element(s) of fully masked %s rows are not 0\n", label, bad, name);
     tu_fail_count();
     return 0;

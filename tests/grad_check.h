@@ -18,12 +18,11 @@
  * (ref packed [batch, heads, rows, head_dim]); NaN or infinity always fails.
  * Reports the worst element under `label` and `name` ("dq", ...).
  */
-int grad_compare(const char *label, const char *name, const float *got,
-                 const flashcl_tensor *view, tu_dims dims, const double *ref, double abs_tol,
-                 double rel_tol);
+int grad_compare(const char *label, const char *name, const float *got, const flashcl_tensor *view, tu_dims dims,
+                 const double *ref, double abs_tol, double rel_tol);
 
 /* Every element of rows [0, rows) of each (batch, head) of the view is exactly 0. */
-int grad_rows_zero(const char *label, const char *name, const float *got,
-                   const flashcl_tensor *view, tu_dims dims, size_t rows);
+int grad_rows_zero(const char *label, const char *name, const float *got, const flashcl_tensor *view, tu_dims dims,
+                   size_t rows);
 
 #endif

@@ -37,7 +37,10 @@ static const family k_families[] = {
     {"cpu", "flash_cpu.cl", "-w -D GROUPS=2 -D CHUNK=48 -D STEP=6", 0},
     {"standard", "standard.cl", "-D TILE=64 -D WPT=4 -D TILE_K=16 -D SOFTMAX_WG=256", 0},
     {"dropout_mask", "dropout_mask.cl", "-D VARLEN=1", 0},
-    {"decode", "flash_decode.cl", "-D ROWS=8 -D LANES=16 -D VEC=8 -D UNROLL=4 -D WG_SIZE=128 -D ALIGNED=1 -D LANE_SHFL=0 -D PAGED=1 -D CACHE_DTYPE=1", 1},
+    {"decode", "flash_decode.cl",
+     "-D ROWS=8 -D LANES=16 -D VEC=8 -D UNROLL=4 -D WG_SIZE=128 -D ALIGNED=1 -D LANE_SHFL=0 -D PAGED=1 -D "
+     "CACHE_DTYPE=1",
+     1},
     {"decode_cpu", "flash_decode_cpu.cl", "-D ROWS=4 -D CHUNK=16 -D PAGED=1 -D CACHE_DTYPE=2", 1},
     {"merge", "flash_merge.cl", "", 1},
     {"kv_append", "kv_append.cl", "-D ROTARY_DIM=32 -D INTERLEAVED=1 -D CACHE_DTYPE=1 -D PAGED=1", 1},
@@ -96,7 +99,8 @@ int main(int argc, char **argv) {
             const char *suffix;
             int variants;
             flashcl_dtype dtype;
-        } forms[] = {{"plain", 0, FLASHCL_DTYPE_F32}, {"variants_f16", 1, FLASHCL_DTYPE_F16},
+        } forms[] = {{"plain", 0, FLASHCL_DTYPE_F32},
+                     {"variants_f16", 1, FLASHCL_DTYPE_F16},
                      {"variants_bf16", 1, FLASHCL_DTYPE_BF16}};
         for (size_t v = 0; v < sizeof forms / sizeof forms[0]; ++v) {
             if (forms[v].variants && !f->variants) continue;

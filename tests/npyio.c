@@ -4,20 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t element_count(const size_t *shape, int rank)
-{
+static size_t element_count(const size_t *shape, int rank) {
     size_t n = 1;
-    for (int i = 0; i < rank; i++)
-        n *= shape[i];
+    for (int i = 0; i < rank; i++) n *= shape[i];
     return n;
 }
 
-int npy_write_raw(const char *path, const char *descr, const size_t *shape, int rank,
-                  const void *data, size_t elem_size)
-{
+int npy_write_raw(const char *path, const char *descr, const size_t *shape, int rank, const void *data,
+                  size_t elem_size) {
     char dict[256];
-    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                       descr);
+    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (int i = 0; i < rank; i++)
         len += snprintf(dict + len, sizeof dict - (size_t)len, "%zu%s", shape[i],
                         rank == 1 ? "," : (i + 1 < rank ? ", " : ""));
@@ -29,68 +25,54 @@ int npy_write_raw(const char *path, const char *descr, const size_t *shape, int 
     size_t header_len = padded - 10;
 
     FILE *f = fopen(path, "wb");
-    if (!f)
-        return 0;
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header_len & 0xff),
-                             (unsigned char)(header_len >> 8)};
+    if (!f) return 0;
+    unsigned char pre[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header_len & 0xff), (unsigned char)(header_len >> 8)};
     int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)len, f) == (size_t)len;
-    for (size_t i = (size_t)len; ok && i + 1 < header_len; i++)
-        ok = fputc(' ', f) != EOF;
+    for (size_t i = (size_t)len; ok && i + 1 < header_len; i++) ok = fputc(' ', f) != EOF;
     ok = ok && fputc('\n', f) != EOF;
     size_t n = element_count(shape, rank);
     ok = ok && fwrite(data, elem_size, n, f) == n;
     return fclose(f) == 0 && ok;
 }
 
-int npy_write_f32(const char *path, const size_t *shape, int rank, const float *data)
-{
+int npy_write_f32(const char *path, const size_t *shape, int rank, const float *data) {
     return npy_write_raw(path, "<f4", shape, rank, data, sizeof(float));
 }
 
-static float *fail(FILE *f, const char *path, const char *why)
-{
+static float *fail(FILE *f, const char *path, const char *why) {
     fprintf(stderr, "npy_read_f32(%s): %s\n", path, why);
-    if (f)
-        fclose(f);
+    if (f) fclose(f);
     return NULL;
 }
 
-float *npy_read_f32(const char *path, size_t *shape, int *rank)
-{
+float *npy_read_f32(const char *path, size_t *shape, int *rank) {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return fail(NULL, path, "cannot open");
+    if (!f) return fail(NULL, path, "cannot open");
     unsigned char pre[10];
     if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0 || pre[6] != 1)
         return fail(f, path, "not a version 1 .npy file");
     size_t header_len = (size_t)pre[8] | ((size_t)pre[9] << 8);
     char header[65536];
-    if (fread(header, 1, header_len, f) != header_len)
-        return fail(f, path, "truncated header");
+    if (fread(header, 1, header_len, f) != header_len) return fail(f, path, "truncated header");
     header[header_len] = '\0';
-    if (!strstr(header, "'descr': '<f4'"))
-        return fail(f, path, "dtype is not <f4");
-    if (!strstr(header, "'fortran_order': False"))
-        return fail(f, path, "not C order");
+    if (!strstr(header, "'descr': '<f4'")) return fail(f, path, "dtype is not <f4");
+    if (!strstr(header, "'fortran_order': False")) return fail(f, path, "not C order");
     const char *p = strstr(header, "'shape': (");
-    if (!p)
-        return fail(f, path, "no shape");
+    if (!p) return fail(f, path, "no shape");
     p += strlen("'shape': (");
     *rank = 0;
     while (*p != ')') {
         char *end;
         unsigned long long v = strtoull(p, &end, 10);
-        if (end == p || *rank == NPY_MAX_RANK)
-            return fail(f, path, "bad shape");
+        if (end == p || *rank == NPY_MAX_RANK) return fail(f, path, "bad shape");
         shape[(*rank)++] = (size_t)v;
         p = end;
-        while (*p == ',' || *p == ' ')
-            p++;
+        while (*p == ',' || *p == ' ') p++;
     }
     size_t n = element_count(shape, *rank);
     float *data = malloc((n ? n : 1) * sizeof(float));
-    if (!data)
-        return fail(f, path, "out of memory");
+    if (!data) return fail(f, path, "out of memory");
     if (fread(data, sizeof(float), n, f) != n) {
         free(data);
         return fail(f, path, "truncated data");

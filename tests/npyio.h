@@ -11,8 +11,8 @@
 #define NPY_MAX_RANK 8
 
 /* Writes `count` elements of `elem_size` bytes with dtype string `descr` ("<f4"). */
-int npy_write_raw(const char *path, const char *descr, const size_t *shape, int rank,
-                  const void *data, size_t elem_size);
+int npy_write_raw(const char *path, const char *descr, const size_t *shape, int rank, const void *data,
+                  size_t elem_size);
 /* A float32 array; returns 1 on success. */
 int npy_write_f32(const char *path, const size_t *shape, int rank, const float *data);
 /* Reads a float32 C-order array; NULL (with a message on stderr) on any problem. */

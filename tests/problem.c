@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *tu_layout_name(tu_layout layout)
-{
+const char *tu_layout_name(tu_layout layout) {
     switch (layout) {
     case TU_BSHD:
         return "bshd";
@@ -19,9 +18,8 @@ const char *tu_layout_name(tu_layout layout)
     return "?";
 }
 
-tu_shape tu_shape_make(size_t batch, size_t heads_q, size_t heads_kv, size_t seqlen_q,
-                       size_t seqlen_k, size_t head_dim, int causal, tu_layout layout)
-{
+tu_shape tu_shape_make(size_t batch, size_t heads_q, size_t heads_kv, size_t seqlen_q, size_t seqlen_k, size_t head_dim,
+                       int causal, tu_layout layout) {
     tu_shape s;
     memset(&s, 0, sizeof s);
     s.desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
@@ -37,27 +35,23 @@ tu_shape tu_shape_make(size_t batch, size_t heads_q, size_t heads_kv, size_t seq
     return s;
 }
 
-void tu_shape_describe(const tu_shape *shape, char *buf, size_t size)
-{
+void tu_shape_describe(const tu_shape *shape, char *buf, size_t size) {
     const flashcl_attention_desc *d = &shape->desc;
     char scale[32] = "default";
-    if (d->scale != 0.0f)
-        snprintf(scale, sizeof scale, "%g", (double)d->scale);
+    if (d->scale != 0.0f) snprintf(scale, sizeof scale, "%g", (double)d->scale);
     snprintf(buf, size, "b=%zu hq=%zu hkv=%zu sq=%zu sk=%zu d=%zu causal=%d scale=%s layout=%s/%s/%s/%s lse_off=%zu",
-             d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim, d->causal,
-             scale, tu_layout_name(shape->layout_q), tu_layout_name(shape->layout_k),
-             tu_layout_name(shape->layout_v), tu_layout_name(shape->layout_o), shape->lse_offset);
+             d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim, d->causal, scale,
+             tu_layout_name(shape->layout_q), tu_layout_name(shape->layout_k), tu_layout_name(shape->layout_v),
+             tu_layout_name(shape->layout_o), shape->lse_offset);
 }
 
-static void *xcalloc(size_t n, size_t size)
-{
+static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     REQUIRE(p != NULL);
     return p;
 }
 
-flashcl_tensor tu_view_make(tu_layout layout, tu_dims dims)
-{
+flashcl_tensor tu_view_make(tu_layout layout, tu_dims dims) {
     flashcl_tensor t;
     memset(&t, 0, sizeof t);
     switch (layout) {
@@ -81,9 +75,8 @@ flashcl_tensor tu_view_make(tu_layout layout, tu_dims dims)
     return t;
 }
 
-void tu_buffer_init(tu_buffer *t, cl_context cl_ctx, tu_layout layout, tu_dims dims, size_t lead,
-                    size_t guard, tu_rng *rng, float lo, float hi)
-{
+void tu_buffer_init(tu_buffer *t, cl_context cl_ctx, tu_layout layout, tu_dims dims, size_t lead, size_t guard,
+                    tu_rng *rng, float lo, float hi) {
     t->dims = dims;
     t->view = tu_view_make(layout, dims);
     t->view.offset += lead;
@@ -91,13 +84,11 @@ void tu_buffer_init(tu_buffer *t, cl_context cl_ctx, tu_layout layout, tu_dims d
     t->host = xcalloc(t->count, sizeof(float));
     /* Padding holds NaN: a kernel that lets out-of-view data into its math shows up. */
     tu_fill_sentinel(t->host, t->count);
-    if (rng)
-        tu_fill_view(t->host, &t->view, dims, rng, lo, hi);
+    if (rng) tu_fill_view(t->host, &t->view, dims, rng, lo, hi);
     t->view.buffer = tu_buffer_create(cl_ctx, t->count, t->host);
 }
 
-void tu_problem_init(tu_problem *p, cl_context cl_ctx, const tu_shape *shape)
-{
+void tu_problem_init(tu_problem *p, cl_context cl_ctx, const tu_shape *shape) {
     memset(p, 0, sizeof *p);
     p->shape = *shape;
     p->ref = ref_problem_from_desc(&shape->desc);
@@ -121,56 +112,46 @@ void tu_problem_init(tu_problem *p, cl_context cl_ctx, const tu_shape *shape)
 
     p->ref_o = xcalloc(rows * r->head_dim, sizeof(double));
     p->ref_lse = xcalloc(rows, sizeof(double));
-    ref_attention(r, p->q.host, &p->q.view, p->k.host, &p->k.view, p->v.host, &p->v.view,
-                  p->ref_o, p->ref_lse);
+    ref_attention(r, p->q.host, &p->q.view, p->k.host, &p->k.view, p->v.host, &p->v.view, p->ref_o, p->ref_lse);
 }
 
-void tu_buffer_release(tu_buffer *t)
-{
-    if (t->view.buffer)
-        clReleaseMemObject(t->view.buffer);
+void tu_buffer_release(tu_buffer *t) {
+    if (t->view.buffer) clReleaseMemObject(t->view.buffer);
     free(t->host);
     memset(t, 0, sizeof *t);
 }
 
-void tu_problem_free(tu_problem *p)
-{
+void tu_problem_free(tu_problem *p) {
     tu_buffer *all[4] = {&p->q, &p->k, &p->v, &p->o};
-    for (int i = 0; i < 4; i++)
-        tu_buffer_release(all[i]);
-    if (p->lse)
-        clReleaseMemObject(p->lse);
+    for (int i = 0; i < 4; i++) tu_buffer_release(all[i]);
+    if (p->lse) clReleaseMemObject(p->lse);
     free(p->lse_host);
     free(p->ref_o);
     free(p->ref_lse);
     memset(p, 0, sizeof *p);
 }
 
-void tu_problem_reset_outputs(tu_problem *p, cl_command_queue queue)
-{
+void tu_problem_reset_outputs(tu_problem *p, cl_command_queue queue) {
     tu_buffer_write(queue, p->o.view.buffer, p->o.count, p->o.host);
     tu_buffer_write(queue, p->lse, p->lse_count, p->lse_host);
 }
 
-flashcl_status tu_problem_run(flashcl_context *ctx, tu_problem *p, flashcl_path path,
-                              cl_uint num_wait, const cl_event *wait, cl_event *event)
-{
+flashcl_status tu_problem_run(flashcl_context *ctx, tu_problem *p, flashcl_path path, cl_uint num_wait,
+                              const cl_event *wait, cl_event *event) {
     flashcl_attention_desc d = p->shape.desc;
     d.path = path;
-    return flashcl_forward(ctx, &d, &p->q.view, &p->k.view, &p->v.view, &p->o.view, p->lse,
-                           p->shape.lse_offset, num_wait, wait, event);
+    return flashcl_forward(ctx, &d, &p->q.view, &p->k.view, &p->v.view, &p->o.view, p->lse, p->shape.lse_offset,
+                           num_wait, wait, event);
 }
 
-void tu_problem_read(tu_problem *p, cl_command_queue queue, cl_event after, float **o, float **lse)
-{
+void tu_problem_read(tu_problem *p, cl_command_queue queue, cl_event after, float **o, float **lse) {
     *o = xcalloc(p->o.count, sizeof(float));
     *lse = xcalloc(p->lse_count, sizeof(float));
     tu_buffer_read(queue, p->o.view.buffer, p->o.count, *o, after);
     tu_buffer_read(queue, p->lse, p->lse_count, *lse, after);
 }
 
-int tu_problem_verify(tu_problem *p, cl_command_queue queue, cl_event after, const char *label)
-{
+int tu_problem_verify(tu_problem *p, cl_command_queue queue, cl_event after, const char *label) {
     float *o, *lse;
     tu_problem_read(p, queue, after, &o, &lse);
     unsigned char *o_mask = xcalloc(p->o.count, 1);

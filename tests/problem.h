@@ -32,8 +32,8 @@ typedef struct tu_shape {
 typedef struct tu_buffer {
     flashcl_tensor view; /* what FlashCL is given */
     tu_dims dims;
-    size_t count;        /* floats in the buffer */
-    float *host;         /* the buffer contents as uploaded */
+    size_t count; /* floats in the buffer */
+    float *host;  /* the buffer contents as uploaded */
 } tu_buffer;
 
 /* The view of `layout` for dims, with no buffer attached yet. */
@@ -45,8 +45,8 @@ flashcl_tensor tu_view_make(tu_layout layout, tu_dims dims);
  * a sentinel; the view is filled from rng in [lo, hi), or is sentinel too
  * (an output) when rng is NULL. host keeps the uploaded contents.
  */
-void tu_buffer_init(tu_buffer *t, cl_context cl_ctx, tu_layout layout, tu_dims dims, size_t lead,
-                    size_t guard, tu_rng *rng, float lo, float hi);
+void tu_buffer_init(tu_buffer *t, cl_context cl_ctx, tu_layout layout, tu_dims dims, size_t lead, size_t guard,
+                    tu_rng *rng, float lo, float hi);
 void tu_buffer_release(tu_buffer *t);
 
 typedef struct tu_problem {
@@ -61,8 +61,8 @@ typedef struct tu_problem {
 } tu_problem;
 
 /* A shape with every layout the same, lse_offset 0, seed 1. */
-tu_shape tu_shape_make(size_t batch, size_t heads_q, size_t heads_kv, size_t seqlen_q,
-                       size_t seqlen_k, size_t head_dim, int causal, tu_layout layout);
+tu_shape tu_shape_make(size_t batch, size_t heads_q, size_t heads_kv, size_t seqlen_q, size_t seqlen_k, size_t head_dim,
+                       int causal, tu_layout layout);
 /* "b=1 hq=2 hkv=1 sq=7 sk=63 d=16 causal=1 scale=default layout=bshd/..." */
 void tu_shape_describe(const tu_shape *shape, char *buf, size_t size);
 
@@ -73,8 +73,8 @@ void tu_problem_free(tu_problem *p);
 void tu_problem_reset_outputs(tu_problem *p, cl_command_queue queue);
 
 /* flashcl_forward on `path` (the descriptor's path set to it) with the problem's views. */
-flashcl_status tu_problem_run(flashcl_context *ctx, tu_problem *p, flashcl_path path,
-                              cl_uint num_wait, const cl_event *wait, cl_event *event);
+flashcl_status tu_problem_run(flashcl_context *ctx, tu_problem *p, flashcl_path path, cl_uint num_wait,
+                              const cl_event *wait, cl_event *event);
 
 /* Reads O and LSE back (after `after`, when not NULL); the caller frees both. */
 void tu_problem_read(tu_problem *p, cl_command_queue queue, cl_event after, float **o, float **lse);

@@ -4,8 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-ref_problem ref_problem_from_desc(const flashcl_attention_desc *desc)
-{
+ref_problem ref_problem_from_desc(const flashcl_attention_desc *desc) {
     ref_problem p;
     p.batch = desc->batch;
     p.heads_q = desc->heads_q;
@@ -20,9 +19,7 @@ ref_problem ref_problem_from_desc(const flashcl_attention_desc *desc)
     return p;
 }
 
-flashcl_tensor ref_resolve_view(const flashcl_tensor *view, size_t rows, size_t heads,
-                                size_t head_dim)
-{
+flashcl_tensor ref_resolve_view(const flashcl_tensor *view, size_t rows, size_t heads, size_t head_dim) {
     flashcl_tensor t = *view;
     if (t.stride_batch == 0 && t.stride_head == 0 && t.stride_row == 0) {
         t.stride_batch = rows * heads * head_dim;
@@ -32,59 +29,47 @@ flashcl_tensor ref_resolve_view(const flashcl_tensor *view, size_t rows, size_t 
     return t;
 }
 
-size_t ref_index(const flashcl_tensor *resolved, size_t b, size_t h, size_t r, size_t c)
-{
-    return resolved->offset + b * resolved->stride_batch + h * resolved->stride_head +
-           r * resolved->stride_row + c;
+size_t ref_index(const flashcl_tensor *resolved, size_t b, size_t h, size_t r, size_t c) {
+    return resolved->offset + b * resolved->stride_batch + h * resolved->stride_head + r * resolved->stride_row + c;
 }
 
-size_t ref_visible_keys(const ref_problem *p, size_t i)
-{
-    if (!p->causal)
-        return p->seqlen_k;
+size_t ref_visible_keys(const ref_problem *p, size_t i) {
+    if (!p->causal) return p->seqlen_k;
     /* Bottom-right alignment: key j is visible iff j <= i + sk - sq. */
-    if (i + p->seqlen_k < p->seqlen_q)
-        return 0;
+    if (i + p->seqlen_k < p->seqlen_q) return 0;
     size_t last = i + p->seqlen_k - p->seqlen_q;
     return last + 1 < p->seqlen_k ? last + 1 : p->seqlen_k;
 }
 
 /* One query row: scores for the visible keys, then max-shifted softmax. */
-static void ref_row(const ref_problem *p, const float *qrow, const float *k,
-                    const flashcl_tensor *kv, const float *v, const flashcl_tensor *vv, size_t b,
-                    size_t kvh, size_t visible, double *scores, double *o_row, double *lse)
-{
+static void ref_row(const ref_problem *p, const float *qrow, const float *k, const flashcl_tensor *kv, const float *v,
+                    const flashcl_tensor *vv, size_t b, size_t kvh, size_t visible, double *scores, double *o_row,
+                    double *lse) {
     size_t d = p->head_dim;
     double m = -INFINITY;
     for (size_t j = 0; j < visible; j++) {
         const float *krow = k + ref_index(kv, b, kvh, j, 0);
         double dot = 0.0;
-        for (size_t c = 0; c < d; c++)
-            dot += (double)qrow[c] * (double)krow[c];
+        for (size_t c = 0; c < d; c++) dot += (double)qrow[c] * (double)krow[c];
         scores[j] = p->scale * dot;
-        if (scores[j] > m)
-            m = scores[j];
+        if (scores[j] > m) m = scores[j];
     }
     double sum = 0.0;
     for (size_t j = 0; j < visible; j++) {
         scores[j] = exp(scores[j] - m);
         sum += scores[j];
     }
-    for (size_t c = 0; c < d; c++)
-        o_row[c] = 0.0;
+    for (size_t c = 0; c < d; c++) o_row[c] = 0.0;
     for (size_t j = 0; j < visible; j++) {
         const float *vrow = v + ref_index(vv, b, kvh, j, 0);
         double w = scores[j] / sum;
-        for (size_t c = 0; c < d; c++)
-            o_row[c] += w * (double)vrow[c];
+        for (size_t c = 0; c < d; c++) o_row[c] += w * (double)vrow[c];
     }
     *lse = m + log(sum);
 }
 
-void ref_attention(const ref_problem *p, const float *q, const flashcl_tensor *q_view,
-                   const float *k, const flashcl_tensor *k_view, const float *v,
-                   const flashcl_tensor *v_view, double *o, double *lse)
-{
+void ref_attention(const ref_problem *p, const float *q, const flashcl_tensor *q_view, const float *k,
+                   const flashcl_tensor *k_view, const float *v, const flashcl_tensor *v_view, double *o, double *lse) {
     flashcl_tensor qv = ref_resolve_view(q_view, p->seqlen_q, p->heads_q, p->head_dim);
     flashcl_tensor kv = ref_resolve_view(k_view, p->seqlen_k, p->heads_kv, p->head_dim);
     flashcl_tensor vv = ref_resolve_view(v_view, p->seqlen_k, p->heads_kv, p->head_dim);
@@ -104,13 +89,11 @@ void ref_attention(const ref_problem *p, const float *q, const flashcl_tensor *q
                 double *o_row = o + row * d;
                 size_t visible = ref_visible_keys(p, i);
                 if (visible == 0) {
-                    for (size_t c = 0; c < d; c++)
-                        o_row[c] = 0.0;
+                    for (size_t c = 0; c < d; c++) o_row[c] = 0.0;
                     lse[row] = -INFINITY;
                     continue;
                 }
-                ref_row(p, q + ref_index(&qv, b, h, i, 0), k, &kv, v, &vv, b, kvh, visible,
-                        scores, o_row, &lse[row]);
+                ref_row(p, q + ref_index(&qv, b, h, i, 0), k, &kv, v, &vv, b, kvh, visible, scores, o_row, &lse[row]);
             }
         }
     }

@@ -29,8 +29,7 @@ ref_problem ref_problem_from_desc(const flashcl_attention_desc *desc);
  * The view with the "all three strides zero means packed [b, s, h, d]" rule
  * applied; `rows` and `heads` are the view's sequence length and head count.
  */
-flashcl_tensor ref_resolve_view(const flashcl_tensor *view, size_t rows, size_t heads,
-                                size_t head_dim);
+flashcl_tensor ref_resolve_view(const flashcl_tensor *view, size_t rows, size_t heads, size_t head_dim);
 
 /* Element index of (b, h, r, c) in a resolved view. */
 size_t ref_index(const flashcl_tensor *resolved, size_t b, size_t h, size_t r, size_t c);
@@ -42,9 +41,8 @@ size_t ref_index(const flashcl_tensor *resolved, size_t b, size_t h, size_t r, s
  * o [batch, heads_q, seqlen_q, head_dim], lse [batch, heads_q, seqlen_q].
  * A row with no visible key gets O = 0 and LSE = -inf.
  */
-void ref_attention(const ref_problem *p, const float *q, const flashcl_tensor *q_view,
-                   const float *k, const flashcl_tensor *k_view, const float *v,
-                   const flashcl_tensor *v_view, double *o, double *lse);
+void ref_attention(const ref_problem *p, const float *q, const flashcl_tensor *q_view, const float *k,
+                   const flashcl_tensor *k_view, const float *v, const flashcl_tensor *v_view, double *o, double *lse);
 
 /*
  * Gradients of the attention above for an upstream gradient dO, computed
@@ -57,10 +55,9 @@ void ref_attention(const ref_problem *p, const float *q, const flashcl_tensor *q
  * packed: dq [batch, heads_q, seqlen_q, head_dim], dk and dv
  * [batch, heads_kv, seqlen_k, head_dim].
  */
-void ref_attention_backward(const ref_problem *p, const float *q, const flashcl_tensor *q_view,
-                            const float *k, const flashcl_tensor *k_view, const float *v,
-                            const flashcl_tensor *v_view, const float *dout,
-                            const flashcl_tensor *dout_view, double *dq, double *dk, double *dv);
+void ref_attention_backward(const ref_problem *p, const float *q, const flashcl_tensor *q_view, const float *k,
+                            const flashcl_tensor *k_view, const float *v, const flashcl_tensor *v_view,
+                            const float *dout, const flashcl_tensor *dout_view, double *dq, double *dk, double *dv);
 
 /* Keys visible to query row i: j < ref_visible_keys(p, i) (bottom-right causal). */
 size_t ref_visible_keys(const ref_problem *p, size_t i);

@@ -11,11 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double dot(const float *a, const float *b, size_t n)
-{
+static double dot(const float *a, const float *b, size_t n) {
     double s = 0.0;
-    for (size_t c = 0; c < n; c++)
-        s += (double)a[c] * (double)b[c];
+    for (size_t c = 0; c < n; c++) s += (double)a[c] * (double)b[c];
     return s;
 }
 
@@ -32,16 +30,13 @@ typedef struct grad_ctx {
  * kvh and writes its dQ row. Rows with no visible key have P = 0 throughout,
  * so they contribute nothing and their dQ is 0.
  */
-static void grad_row(const grad_ctx *g, size_t b, size_t h, size_t kvh, size_t i, double *dq_row,
-                     double *dk_head, double *dv_head)
-{
+static void grad_row(const grad_ctx *g, size_t b, size_t h, size_t kvh, size_t i, double *dq_row, double *dk_head,
+                     double *dv_head) {
     const ref_problem *p = g->p;
     size_t d = p->head_dim;
     size_t visible = ref_visible_keys(p, i);
-    for (size_t c = 0; c < d; c++)
-        dq_row[c] = 0.0;
-    if (visible == 0)
-        return;
+    for (size_t c = 0; c < d; c++) dq_row[c] = 0.0;
+    if (visible == 0) return;
     const float *qrow = g->q + ref_index(&g->qv, b, h, i, 0);
     const float *grow = g->dout + ref_index(&g->dov, b, h, i, 0);
 
@@ -49,15 +44,12 @@ static void grad_row(const grad_ctx *g, size_t b, size_t h, size_t kvh, size_t i
     double m = -INFINITY;
     for (size_t j = 0; j < visible; j++) {
         g->prob[j] = p->scale * dot(qrow, g->k + ref_index(&g->kv, b, kvh, j, 0), d);
-        if (g->prob[j] > m)
-            m = g->prob[j];
+        if (g->prob[j] > m) m = g->prob[j];
     }
     double sum = 0.0;
-    for (size_t j = 0; j < visible; j++)
-        sum += exp(g->prob[j] - m);
+    for (size_t j = 0; j < visible; j++) sum += exp(g->prob[j] - m);
     double lse = m + log(sum);
-    for (size_t j = 0; j < visible; j++)
-        g->prob[j] = exp(g->prob[j] - lse);
+    for (size_t j = 0; j < visible; j++) g->prob[j] = exp(g->prob[j] - lse);
 
     /* dP_ij = dO_i.v_j, D_i = sum_j P_ij dP_ij, dS_ij = P_ij (dP_ij - D_i). */
     double drow = 0.0;
@@ -65,8 +57,7 @@ static void grad_row(const grad_ctx *g, size_t b, size_t h, size_t kvh, size_t i
         g->ds[j] = dot(grow, g->v + ref_index(&g->vv, b, kvh, j, 0), d);
         drow += g->prob[j] * g->ds[j];
     }
-    for (size_t j = 0; j < visible; j++)
-        g->ds[j] = g->prob[j] * (g->ds[j] - drow);
+    for (size_t j = 0; j < visible; j++) g->ds[j] = g->prob[j] * (g->ds[j] - drow);
 
     for (size_t j = 0; j < visible; j++) {
         const float *krow = g->k + ref_index(&g->kv, b, kvh, j, 0);
@@ -80,11 +71,9 @@ static void grad_row(const grad_ctx *g, size_t b, size_t h, size_t kvh, size_t i
     }
 }
 
-void ref_attention_backward(const ref_problem *p, const float *q, const flashcl_tensor *q_view,
-                            const float *k, const flashcl_tensor *k_view, const float *v,
-                            const flashcl_tensor *v_view, const float *dout,
-                            const flashcl_tensor *dout_view, double *dq, double *dk, double *dv)
-{
+void ref_attention_backward(const ref_problem *p, const float *q, const flashcl_tensor *q_view, const float *k,
+                            const flashcl_tensor *k_view, const float *v, const flashcl_tensor *v_view,
+                            const float *dout, const flashcl_tensor *dout_view, double *dq, double *dk, double *dv) {
     size_t d = p->head_dim;
     grad_ctx g;
     g.p = p;

@@ -44,27 +44,27 @@ typedef struct rv_matrix {
 typedef double (*rv_round_fn)(double);
 
 typedef struct rv_problem {
-    size_t batch;            /* sequences */
+    size_t batch; /* sequences */
     size_t heads_q, heads_kv;
     size_t seqlen_q, seqlen_k; /* per sequence; with varlen: the packed totals */
     size_t head_dim, head_dim_v;
-    double scale;            /* already resolved (never 0) */
+    double scale; /* already resolved (never 0) */
     int causal;
-    int window;              /* nonzero: window_left/right apply (-1 unbounded) */
+    int window; /* nonzero: window_left/right apply (-1 unbounded) */
     long window_left, window_right;
-    double softcap;          /* 0 = off */
+    double softcap;            /* 0 = off */
     const float *alibi_slopes; /* [heads_q] or [batch, heads_q]; NULL = off */
     size_t alibi_stride_batch; /* 0 or heads_q */
-    const float *sinks;      /* [heads_q]; NULL = off */
-    double dropout_p;        /* 0 = off */
+    const float *sinks;        /* [heads_q]; NULL = off */
+    double dropout_p;          /* 0 = off */
     /* Keep mask [batch, heads_q, mask_rows, mask_cols] (1 = kept), as
        flashcl_dropout_mask writes it; required when dropout_p > 0. */
     const unsigned char *keep;
-    rv_matrix bias;          /* float */
-    rv_matrix mask;          /* unsigned char, nonzero = attend */
-    rv_matrix block_mask;    /* unsigned char, 0 = block skipped */
+    rv_matrix bias;       /* float */
+    rv_matrix mask;       /* unsigned char, nonzero = attend */
+    rv_matrix block_mask; /* unsigned char, 0 = block skipped */
     size_t block_q, block_k;
-    const int32_t *cu_q, *cu_k; /* [batch + 1]; NULL = not varlen */
+    const int32_t *cu_q, *cu_k;        /* [batch + 1]; NULL = not varlen */
     size_t max_seqlen_q, max_seqlen_k; /* resolved: with varlen the bound, else the seqlens */
     /*
      * The "plain implementation in the storage type" baseline: when not NULL,
@@ -99,8 +99,7 @@ int rv_visible(const rv_problem *p, size_t b, size_t h, size_t i, size_t j);
  * key gets O = 0 and LSE = -inf without sinks, LSE = sink with them (the
  * log of the denominator, which then holds the sink term alone).
  */
-void rv_forward(const rv_problem *p, const float *q, const float *k, const float *v, double *o,
-                double *lse);
+void rv_forward(const rv_problem *p, const float *q, const float *k, const float *v, double *o, double *lse);
 
 /*
  * Backward for upstream gradient dout [rows_q, heads_q, d_v]: dq, dk, dv (dK
@@ -108,8 +107,8 @@ void rv_forward(const rv_problem *p, const float *q, const float *k, const float
  * are on, dsinks [heads_q]. D_i = sum_j P_ij dP_ij is computed from its
  * definition, not from O.
  */
-void rv_backward(const rv_problem *p, const float *q, const float *k, const float *v,
-                 const float *dout, double *dq, double *dk, double *dv, double *dsinks);
+void rv_backward(const rv_problem *p, const float *q, const float *k, const float *v, const float *dout, double *dq,
+                 double *dk, double *dv, double *dsinks);
 
 /* ---------------------------------------------------------------- dropout */
 
@@ -121,8 +120,7 @@ void rv_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t
  * of counter (j/4, i, b*heads_q + h, low32(offset)) and key (low32(seed),
  * high32(seed) ^ high32(offset)) compared with floor(p * 2^32).
  */
-int rv_dropout_keep(uint64_t seed, uint64_t offset, double p, size_t heads_q, size_t b, size_t h,
-                    size_t i, size_t j);
+int rv_dropout_keep(uint64_t seed, uint64_t offset, double p, size_t heads_q, size_t b, size_t h, size_t i, size_t j);
 
 /*
  * The whole mask flashcl_dropout_mask writes: [batch, heads_q, rows, cols]

@@ -121,8 +121,7 @@ void scenario_run(const cl_shim_api *shim, scenario_result *out) {
     /* Setting the queue it already has: the queue checks run, nothing changes. */
     if (failed(ctx, flashcl_context_set_queue(ctx, queue), "flashcl_context_set_queue", out)) goto recover;
     if (failed(ctx, bw_problem_forward(ctx, &p, NULL), "flashcl_forward", out)) goto recover;
-    if (failed(ctx, bw_problem_backward(ctx, &p, FLASHCL_PATH_FLASH, &p.grads, 0, NULL, NULL), "flashcl_backward",
-               out))
+    if (failed(ctx, bw_problem_backward(ctx, &p, FLASHCL_PATH_FLASH, &p.grads, 0, NULL, NULL), "flashcl_backward", out))
         goto recover;
     if (failed(ctx, bw_problem_backward(ctx, &p, FLASHCL_PATH_STANDARD, &std_grads, 0, NULL, NULL),
                "flashcl_standard_backward", out))
@@ -133,8 +132,7 @@ void scenario_run(const cl_shim_api *shim, scenario_result *out) {
     ok &= bw_grads_verify(&p, &std_grads, queue, NULL, "scenario standard backward");
     tu_problem_reset_outputs(&p.fwd, queue);
     pause_shim(shim, 0);
-    if (failed(ctx, tu_problem_run(ctx, &p.fwd, FLASHCL_PATH_STANDARD, 0, NULL, NULL), "flashcl_standard_forward",
-               out))
+    if (failed(ctx, tu_problem_run(ctx, &p.fwd, FLASHCL_PATH_STANDARD, 0, NULL, NULL), "flashcl_standard_forward", out))
         goto recover;
     pause_shim(shim, 1);
     ok &= tu_problem_verify(&p.fwd, queue, NULL, "scenario standard forward");

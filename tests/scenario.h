@@ -17,8 +17,8 @@ typedef struct scenario_result {
     const char *step;      /* which call failed ("flashcl_context_create", "flashcl_backward", ...) */
     char message[1024];    /* flashcl_last_error (or the create call's err_buf) after it */
     int context_created;
-    int context_reusable;  /* after a failure: 1 if a clean forward on the same context verified */
-    int results_ok;        /* when every step succeeded: 1 if all outputs verified */
+    int context_reusable; /* after a failure: 1 if a clean forward on the same context verified */
+    int results_ok;       /* when every step succeeded: 1 if all outputs verified */
 } scenario_result;
 
 /* Runs the round. `shim` may be NULL (no pausing around the test's own calls). */

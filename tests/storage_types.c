@@ -4,27 +4,23 @@
 #include <math.h>
 #include <string.h>
 
-static uint32_t float_bits(float x)
-{
+static uint32_t float_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static float bits_float(uint32_t u)
-{
+static float bits_float(uint32_t u) {
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
 }
 
-uint16_t st_f16_bits(float x)
-{
+uint16_t st_f16_bits(float x) {
     uint32_t u = float_bits(x);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     float a = fabsf(x);
-    if (isnan(x))
-        return (uint16_t)(sign | 0x7e00u);
+    if (isnan(x)) return (uint16_t)(sign | 0x7e00u);
     if (a >= 65520.0f) /* rounds to infinity (65504 + half an ulp) */
         return (uint16_t)(sign | 0x7c00u);
     if (a < 6.103515625e-05f) {
@@ -41,35 +37,27 @@ uint16_t st_f16_bits(float x)
     return (uint16_t)(sign | half);
 }
 
-float st_f16_value(uint16_t bits)
-{
+float st_f16_value(uint16_t bits) {
     uint32_t sign = (uint32_t)(bits & 0x8000u) << 16;
     uint32_t exp = (bits >> 10) & 0x1fu, mant = bits & 0x3ffu;
     if (exp == 0) {
         float v = (float)mant / 16777216.0f;
         return sign ? -v : v;
     }
-    if (exp == 31)
-        return bits_float(sign | 0x7f800000u | (mant << 13));
+    if (exp == 31) return bits_float(sign | 0x7f800000u | (mant << 13));
     return bits_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }
 
-uint16_t st_bf16_bits(float x)
-{
+uint16_t st_bf16_bits(float x) {
     uint32_t u = float_bits(x);
-    if (isnan(x))
-        return (uint16_t)((u >> 16) | 0x40u);
+    if (isnan(x)) return (uint16_t)((u >> 16) | 0x40u);
     uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)((u + rounding) >> 16);
 }
 
-float st_bf16_value(uint16_t bits)
-{
-    return bits_float((uint32_t)bits << 16);
-}
+float st_bf16_value(uint16_t bits) { return bits_float((uint32_t)bits << 16); }
 
-float st_round(flashcl_dtype dtype, float x)
-{
+float st_round(flashcl_dtype dtype, float x) {
     switch (dtype) {
     case FLASHCL_DTYPE_F16:
         return st_f16_value(st_f16_bits(x));
@@ -80,24 +68,15 @@ float st_round(flashcl_dtype dtype, float x)
     }
 }
 
-double st_round_f16(double x)
-{
-    return st_round(FLASHCL_DTYPE_F16, (float)x);
+double st_round_f16(double x) { return st_round(FLASHCL_DTYPE_F16, (float)x); }
+
+double st_round_bf16(double x) { return st_round(FLASHCL_DTYPE_BF16, (float)x); }
+
+void st_round_array(flashcl_dtype dtype, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = st_round(dtype, x[i]);
 }
 
-double st_round_bf16(double x)
-{
-    return st_round(FLASHCL_DTYPE_BF16, (float)x);
-}
-
-void st_round_array(flashcl_dtype dtype, float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = st_round(dtype, x[i]);
-}
-
-double st_epsilon(flashcl_dtype dtype)
-{
+double st_epsilon(flashcl_dtype dtype) {
     switch (dtype) {
     case FLASHCL_DTYPE_F16:
         return ldexp(1.0, -11);
@@ -108,8 +87,7 @@ double st_epsilon(flashcl_dtype dtype)
     }
 }
 
-const char *st_name(flashcl_dtype dtype)
-{
+const char *st_name(flashcl_dtype dtype) {
     switch (dtype) {
     case FLASHCL_DTYPE_F16:
         return "f16";
@@ -120,23 +98,19 @@ const char *st_name(flashcl_dtype dtype)
     }
 }
 
-void st_pack(flashcl_dtype dtype, const float *src, size_t n, void *dst)
-{
+void st_pack(flashcl_dtype dtype, const float *src, size_t n, void *dst) {
     if (dtype == FLASHCL_DTYPE_F16 || dtype == FLASHCL_DTYPE_BF16) {
         uint16_t *out = dst;
-        for (size_t i = 0; i < n; i++)
-            out[i] = dtype == FLASHCL_DTYPE_F16 ? st_f16_bits(src[i]) : st_bf16_bits(src[i]);
+        for (size_t i = 0; i < n; i++) out[i] = dtype == FLASHCL_DTYPE_F16 ? st_f16_bits(src[i]) : st_bf16_bits(src[i]);
     } else {
         memcpy(dst, src, n * sizeof(float));
     }
 }
 
-void st_unpack(flashcl_dtype dtype, const void *src, size_t n, float *dst)
-{
+void st_unpack(flashcl_dtype dtype, const void *src, size_t n, float *dst) {
     if (dtype == FLASHCL_DTYPE_F16 || dtype == FLASHCL_DTYPE_BF16) {
         const uint16_t *in = src;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = dtype == FLASHCL_DTYPE_F16 ? st_f16_value(in[i]) : st_bf16_value(in[i]);
+        for (size_t i = 0; i < n; i++) dst[i] = dtype == FLASHCL_DTYPE_F16 ? st_f16_value(in[i]) : st_bf16_value(in[i]);
     } else {
         memcpy(dst, src, n * sizeof(float));
     }

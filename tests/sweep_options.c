@@ -4,14 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage_exit(const char *usage)
-{
+static void usage_exit(const char *usage) {
     fprintf(stderr, "%s\n", usage);
     exit(2);
 }
 
-void sweep_parse_options(int argc, char **argv, const char *usage, int allow_no_rerun, sweep_options *out)
-{
+void sweep_parse_options(int argc, char **argv, const char *usage, int allow_no_rerun, sweep_options *out) {
     sweep_options o = {0, 0, 0, 1, -1, FLASHCL_PATH_FLASH};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
@@ -33,8 +31,7 @@ void sweep_parse_options(int argc, char **argv, const char *usage, int allow_no_
         } else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
             char *end;
             o.only = strtol(argv[++i], &end, 10);
-            if (*end || o.only < 0)
-                usage_exit(usage);
+            if (*end || o.only < 0) usage_exit(usage);
         } else {
             usage_exit(usage);
         }
@@ -42,13 +39,9 @@ void sweep_parse_options(int argc, char **argv, const char *usage, int allow_no_
     *out = o;
 }
 
-const char *sweep_path_name(flashcl_path path)
-{
-    return path == FLASHCL_PATH_FLASH ? "flash" : "standard";
-}
+const char *sweep_path_name(flashcl_path path) { return path == FLASHCL_PATH_FLASH ? "flash" : "standard"; }
 
-double sweep_seconds_since(const struct timespec *t0)
-{
+double sweep_seconds_since(const struct timespec *t0) {
     struct timespec t1;
     timespec_get(&t1, TIME_UTC);
     return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);

@@ -13,22 +13,16 @@
 
 #include "problem.h"
 
-static const char *path_name(flashcl_path path)
-{
-    return path == FLASHCL_PATH_FLASH ? "flash" : "standard";
-}
+static const char *path_name(flashcl_path path) { return path == FLASHCL_PATH_FLASH ? "flash" : "standard"; }
 
 /* GQA, causal, sq != sk: the shape most likely to expose indexing mistakes. */
-static tu_shape gqa_shape(void)
-{
+static tu_shape gqa_shape(void) {
     tu_shape s = tu_shape_make(2, 4, 2, 65, 129, 64, 1, TU_BSHD);
     s.lse_offset = 3;
     return s;
 }
 
-static void run_and_verify(flashcl_context *ctx, const tu_shape *shape, flashcl_path path,
-                           const char *what)
-{
+static void run_and_verify(flashcl_context *ctx, const tu_shape *shape, flashcl_path path, const char *what) {
     char label[128];
     snprintf(label, sizeof label, "%s [%s]", what, path_name(path));
     tu_problem p;
@@ -40,17 +34,14 @@ static void run_and_verify(flashcl_context *ctx, const tu_shape *shape, flashcl_
     } else {
         fprintf(stderr, "  %s: %s\n", label, flashcl_last_error(ctx));
     }
-    if (ev)
-        clReleaseEvent(ev);
+    if (ev) clReleaseEvent(ev);
     tu_problem_free(&p);
 }
 
 /* The application's objects must survive FlashCL: use them for real. */
-static void check_app_objects_alive(cl_context cl_ctx, cl_command_queue queue)
-{
+static void check_app_objects_alive(cl_context cl_ctx, cl_command_queue queue) {
     float in[64], out[64];
-    for (int i = 0; i < 64; i++)
-        in[i] = (float)i * 0.5f;
+    for (int i = 0; i < 64; i++) in[i] = (float)i * 0.5f;
     cl_mem buf = tu_buffer_create(cl_ctx, 64, in);
     memset(out, 0, sizeof out);
     tu_buffer_read(queue, buf, 64, out, NULL);
@@ -59,8 +50,7 @@ static void check_app_objects_alive(cl_context cl_ctx, cl_command_queue queue)
     clReleaseMemObject(buf);
 }
 
-static void check_from_queue(cl_device_id dev)
-{
+static void check_from_queue(cl_device_id dev) {
     cl_int err;
     cl_context cl_ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
     REQUIRE_CL(err);
@@ -99,8 +89,7 @@ static void check_from_queue(cl_device_id dev)
  * dropped the wait list, or did not chain its own kernels, reads or
  * publishes stale data.
  */
-static void check_out_of_order(cl_device_id dev)
-{
+static void check_out_of_order(cl_device_id dev) {
     cl_command_queue_properties props = 0;
     REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL));
     if (!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
@@ -110,8 +99,7 @@ static void check_out_of_order(cl_device_id dev)
     cl_int err;
     cl_context cl_ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
     REQUIRE_CL(err);
-    cl_command_queue queue =
-        clCreateCommandQueue(cl_ctx, dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    cl_command_queue queue = clCreateCommandQueue(cl_ctx, dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
     REQUIRE_CL(err);
     flashcl_context *ctx = NULL;
     REQUIRE(flashcl_context_create_from_queue(&ctx, queue) == FLASHCL_SUCCESS);
@@ -130,23 +118,18 @@ static void check_out_of_order(cl_device_id dev)
         }
         tu_problem_reset_outputs(&p, queue);
         for (int i = 0; i < 3; i++)
-            REQUIRE_CL(clEnqueueWriteBuffer(queue, in[i]->view.buffer, CL_FALSE, 0,
-                                            in[i]->count * sizeof(float), in[i]->host, 0, NULL,
-                                            &writes[i]));
+            REQUIRE_CL(clEnqueueWriteBuffer(queue, in[i]->view.buffer, CL_FALSE, 0, in[i]->count * sizeof(float),
+                                            in[i]->host, 0, NULL, &writes[i]));
         cl_event ev = NULL;
         char label[64];
         snprintf(label, sizeof label, "out-of-order queue [%s]", path_name((flashcl_path)path));
-        if (CHECK_STATUS(tu_problem_run(ctx, &p, (flashcl_path)path, 3, writes, &ev),
-                         FLASHCL_SUCCESS) &&
-            ev)
+        if (CHECK_STATUS(tu_problem_run(ctx, &p, (flashcl_path)path, 3, writes, &ev), FLASHCL_SUCCESS) && ev)
             tu_problem_verify(&p, queue, ev, label);
         else
             fprintf(stderr, "  %s: %s\n", label, flashcl_last_error(ctx));
         REQUIRE_CL(clFinish(queue));
-        for (int i = 0; i < 3; i++)
-            clReleaseEvent(writes[i]);
-        if (ev)
-            clReleaseEvent(ev);
+        for (int i = 0; i < 3; i++) clReleaseEvent(writes[i]);
+        if (ev) clReleaseEvent(ev);
     }
     tu_problem_free(&p);
     flashcl_context_destroy(ctx);
@@ -155,15 +138,13 @@ static void check_out_of_order(cl_device_id dev)
     clReleaseContext(cl_ctx);
 }
 
-static void sleep_ms(long ms)
-{
+static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
 /* Nothing may run before the wait list completes; the returned event tracks the work. */
-static void check_user_event_gate(flashcl_context *ctx)
-{
+static void check_user_event_gate(flashcl_context *ctx) {
     cl_context cl_ctx = flashcl_context_cl_context(ctx);
     cl_int err;
     /* A second queue to look at O while the first one is held back. */
@@ -181,9 +162,7 @@ static void check_user_event_gate(flashcl_context *ctx)
         cl_event gate = clCreateUserEvent(cl_ctx, &err);
         REQUIRE_CL(err);
         cl_event ev = NULL;
-        if (!CHECK_STATUS(tu_problem_run(ctx, &p, (flashcl_path)path, 1, &gate, &ev),
-                          FLASHCL_SUCCESS) ||
-            !ev) {
+        if (!CHECK_STATUS(tu_problem_run(ctx, &p, (flashcl_path)path, 1, &gate, &ev), FLASHCL_SUCCESS) || !ev) {
             fprintf(stderr, "  %s: %s\n", label, flashcl_last_error(ctx));
             clSetUserEventStatus(gate, CL_COMPLETE);
             clReleaseEvent(gate);
@@ -194,8 +173,7 @@ static void check_user_event_gate(flashcl_context *ctx)
         cl_int state = CL_COMPLETE;
         REQUIRE_CL(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL));
         if (state <= CL_COMPLETE) {
-            fprintf(stderr, "FAIL %s: work ran (status %d) before its wait list completed\n", label,
-                    (int)state);
+            fprintf(stderr, "FAIL %s: work ran (status %d) before its wait list completed\n", label, (int)state);
             tu_fail_count();
         }
         tu_buffer_read(peek, p.o.view.buffer, p.o.count, o, NULL);
@@ -215,8 +193,7 @@ static void check_user_event_gate(flashcl_context *ctx)
     clReleaseCommandQueue(peek);
 }
 
-static void check_forward_host(flashcl_context *ctx)
-{
+static void check_forward_host(flashcl_context *ctx) {
     /* Packed BSHD inputs at offset 0 with no padding are exactly the host layout. */
     tu_shape shape = tu_shape_make(2, 4, 1, 63, 129, 40, 1, TU_BSHD);
     tu_problem p;
@@ -267,8 +244,7 @@ static void check_forward_host(flashcl_context *ctx)
     tu_problem_free(&p);
 }
 
-static void check_plan(flashcl_context *ctx, flashcl_path path, size_t head_dim)
-{
+static void check_plan(flashcl_context *ctx, flashcl_path path, size_t head_dim) {
     cl_device_id dev = flashcl_context_device(ctx);
     cl_ulong local_mem = 0;
     size_t max_wg = 0;
@@ -302,26 +278,22 @@ static void check_plan(flashcl_context *ctx, flashcl_path path, size_t head_dim)
     CHECK(plan.staging == FLASHCL_STAGING_LOCAL || plan.staging == FLASHCL_STAGING_DIRECT);
     CHECK(plan.work_group_size >= 1 && plan.work_group_size <= max_wg);
     CHECK(plan.local_mem_bytes <= local_mem);
-    if (path == FLASHCL_PATH_STANDARD)
-        /* S and P: batch * heads_q * seqlen_q * seqlen_k floats at least. */
+    if (path == FLASHCL_PATH_STANDARD) /* S and P: batch * heads_q * seqlen_q * seqlen_k floats at least. */
         CHECK(plan.scratch_bytes >= 2 * 4 * 100 * 300 * sizeof(float));
     printf("%s: kernel=%s Br=%d Bc=%d tpr=%d wg=%zu local=%zu private=%zu scratch=%zu origin=%s\n"
            "  reason: %s\n",
-           label, plan.kernel, plan.block_rows, plan.block_cols, plan.threads_per_row,
-           plan.work_group_size, plan.local_mem_bytes, plan.private_mem_bytes, plan.scratch_bytes,
-           plan.origin, plan.reason);
+           label, plan.kernel, plan.block_rows, plan.block_cols, plan.threads_per_row, plan.work_group_size,
+           plan.local_mem_bytes, plan.private_mem_bytes, plan.scratch_bytes, plan.origin, plan.reason);
 }
 
-static void check_scratch(flashcl_context *ctx)
-{
+static void check_scratch(flashcl_context *ctx) {
     tu_shape shape = tu_shape_make(1, 2, 2, 130, 250, 16, 0, TU_BSHD);
     run_and_verify(ctx, &shape, FLASHCL_PATH_STANDARD, "scratch");
     CHECK(flashcl_context_scratch_bytes(ctx) >= 2 * 130 * 250 * sizeof(float));
 }
 
 /* Same inputs, same context: the flash forward must give the same bits. */
-static void check_deterministic(flashcl_context *ctx)
-{
+static void check_deterministic(flashcl_context *ctx) {
     tu_shape shape = tu_shape_make(1, 2, 2, 257, 1000, 64, 0, TU_BSHD);
     tu_problem p;
     tu_problem_init(&p, flashcl_context_cl_context(ctx), &shape);
@@ -343,8 +315,7 @@ static void check_deterministic(flashcl_context *ctx)
     tu_problem_free(&p);
 }
 
-int main(void)
-{
+int main(void) {
     flashcl_context *ctx = tu_context_create();
     cl_device_id dev = flashcl_context_device(ctx);
 

@@ -26,9 +26,7 @@
 #include "backward_cases.h"
 
 /* The same backward into fresh output buffers must give the same bytes. */
-static int check_rerun(flashcl_context *ctx, const bw_problem *p, flashcl_path path,
-                       const char *label)
-{
+static int check_rerun(flashcl_context *ctx, const bw_problem *p, flashcl_path path, const char *label) {
     bw_grads again;
     bw_grads_init(&again, flashcl_context_cl_context(ctx), p);
     int ok = 0;
@@ -43,9 +41,7 @@ static int check_rerun(flashcl_context *ctx, const bw_problem *p, flashcl_path p
 }
 
 /* Forward, backward, verify, rerun and compare bits. Returns 1 when the case passed. */
-static int run_case(flashcl_context *ctx, const bw_shape *shape, flashcl_path path, int rerun,
-                    const char *label)
-{
+static int run_case(flashcl_context *ctx, const bw_shape *shape, flashcl_path path, int rerun, const char *label) {
     cl_command_queue queue = flashcl_context_queue(ctx);
     cl_context cl_ctx = flashcl_context_cl_context(ctx);
     bw_problem p;
@@ -57,8 +53,7 @@ static int run_case(flashcl_context *ctx, const bw_shape *shape, flashcl_path pa
         fprintf(stderr, "  %s (forward)\n  last message: %s\n", label, flashcl_last_error(ctx));
         goto done;
     }
-    if (!CHECK_STATUS(bw_problem_backward(ctx, &p, path, &p.grads, 1, &fwd, &bwd),
-                      FLASHCL_SUCCESS)) {
+    if (!CHECK_STATUS(bw_problem_backward(ctx, &p, path, &p.grads, 1, &fwd, &bwd), FLASHCL_SUCCESS)) {
         fprintf(stderr, "  %s\n  last message: %s\n", label, flashcl_last_error(ctx));
         goto done;
     }
@@ -70,19 +65,15 @@ static int run_case(flashcl_context *ctx, const bw_shape *shape, flashcl_path pa
     ok = tu_problem_verify(&p.fwd, queue, fwd, what);
     ok &= bw_grads_verify(&p, &p.grads, queue, bwd, label);
 
-    if (rerun)
-        ok &= check_rerun(ctx, &p, path, label);
+    if (rerun) ok &= check_rerun(ctx, &p, path, label);
 done:
-    if (fwd)
-        clReleaseEvent(fwd);
-    if (bwd)
-        clReleaseEvent(bwd);
+    if (fwd) clReleaseEvent(fwd);
+    if (bwd) clReleaseEvent(bwd);
     bw_problem_free(&p);
     return ok;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     sweep_options opt;
     sweep_parse_options(argc, argv,
                         "usage: test_backward [--quick] [--path flash|standard] [--case N] [--list] "
@@ -118,8 +109,7 @@ int main(int argc, char **argv)
     struct timespec t0;
     timespec_get(&t0, TIME_UTC);
     for (size_t i = 0; i < cases.count; i++) {
-        if (only >= 0 && (size_t)only != i)
-            continue;
+        if (only >= 0 && (size_t)only != i) continue;
         bw_shape_describe(&cases.items[i], desc, sizeof desc);
         char label[480];
         snprintf(label, sizeof label, "case %zu %s %s", i, path_name, desc);

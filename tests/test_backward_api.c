@@ -10,22 +10,17 @@
 #include "backward_problem.h"
 #include "grad_check.h"
 
-static const char *path_name(flashcl_path path)
-{
-    return path == FLASHCL_PATH_FLASH ? "flash" : "standard";
-}
+static const char *path_name(flashcl_path path) { return path == FLASHCL_PATH_FLASH ? "flash" : "standard"; }
 
 /* A host array of n floats plus TU_GUARD sentinels after it. */
-static float *guarded(size_t n)
-{
+static float *guarded(size_t n) {
     float *a = malloc((n + TU_GUARD) * sizeof(float));
     REQUIRE(a != NULL);
     tu_fill_sentinel(a, n + TU_GUARD);
     return a;
 }
 
-static void check_backward_host(flashcl_context *ctx)
-{
+static void check_backward_host(flashcl_context *ctx) {
     /* GQA, causal, sq > sk (32 rows see no key), batch 2. Packed BSHD inputs
      * at offset 0 are exactly the host layout, so the problem's host images
      * are the arrays to pass. */
@@ -36,8 +31,7 @@ static void check_backward_host(flashcl_context *ctx)
     size_t rows = r->batch * r->heads_q * r->seqlen_q;
     size_t nq = rows * r->head_dim, nk = r->batch * r->heads_kv * r->seqlen_k * r->head_dim;
     float *o = guarded(nq), *lse = guarded(rows);
-    CHECK_STATUS(flashcl_forward_host(ctx, &shape.fwd.desc, p.fwd.q.host,
-                                      p.fwd.k.host, p.fwd.v.host, o, lse),
+    CHECK_STATUS(flashcl_forward_host(ctx, &shape.fwd.desc, p.fwd.q.host, p.fwd.k.host, p.fwd.v.host, o, lse),
                  FLASHCL_SUCCESS);
 
     tu_dims qd = {r->batch, r->heads_q, r->seqlen_q, r->head_dim};
@@ -51,8 +45,8 @@ static void check_backward_host(flashcl_context *ctx)
         float *dq = guarded(nq), *dk = guarded(nk), *dv = guarded(nk);
         flashcl_attention_desc d = shape.fwd.desc;
         d.path = (flashcl_path)path;
-        flashcl_status st = flashcl_backward_host(ctx, &d, p.fwd.q.host, p.fwd.k.host, p.fwd.v.host, o, p.dout.host,
-                                                  lse, dq, dk, dv);
+        flashcl_status st =
+            flashcl_backward_host(ctx, &d, p.fwd.q.host, p.fwd.k.host, p.fwd.v.host, o, p.dout.host, lse, dq, dk, dv);
         if (CHECK_STATUS(st, FLASHCL_SUCCESS)) {
             CHECK(flashcl_last_error(ctx)[0] == '\0');
             grad_compare(label, "dq", dq, &qv, qd, p.ref_dq, GRAD_ABS_TOL, GRAD_REL_TOL);
@@ -76,8 +70,7 @@ static void check_backward_host(flashcl_context *ctx)
     bw_problem_free(&p);
 }
 
-static void check_backward_plan(flashcl_context *ctx, flashcl_path path, size_t head_dim)
-{
+static void check_backward_plan(flashcl_context *ctx, flashcl_path path, size_t head_dim) {
     cl_device_id dev = flashcl_context_device(ctx);
     cl_ulong local_mem = 0;
     size_t max_wg = 0;
@@ -107,8 +100,8 @@ static void check_backward_plan(flashcl_context *ctx, flashcl_path path, size_t 
     CHECK(memchr(plan.origin, '\0', sizeof plan.origin));
     CHECK(memchr(plan.build_options, '\0', sizeof plan.build_options));
     CHECK(memchr(plan.reason, '\0', sizeof plan.reason) && plan.reason[0]);
-    CHECK(!strcmp(plan.origin, "env") || !strcmp(plan.origin, "table") ||
-          !strcmp(plan.origin, "formula") || !strcmp(plan.origin, "fallback"));
+    CHECK(!strcmp(plan.origin, "env") || !strcmp(plan.origin, "table") || !strcmp(plan.origin, "formula") ||
+          !strcmp(plan.origin, "fallback"));
     CHECK(plan.block_rows >= 1 && plan.block_cols >= 1 && plan.threads_per_row >= 1);
     CHECK(plan.staging == FLASHCL_STAGING_LOCAL || plan.staging == FLASHCL_STAGING_DIRECT);
     CHECK(plan.work_group_size >= 1 && plan.work_group_size <= max_wg);
@@ -131,13 +124,11 @@ static void check_backward_plan(flashcl_context *ctx, flashcl_path path, size_t 
           plan.work_group_size == again.work_group_size && plan.scratch_bytes == again.scratch_bytes);
     printf("%s: kernel=%s Br=%d Bc=%d tpr=%d wg=%zu local=%zu private=%zu scratch=%zu origin=%s\n"
            "  reason: %s\n",
-           label, plan.kernel, plan.block_rows, plan.block_cols, plan.threads_per_row,
-           plan.work_group_size, plan.local_mem_bytes, plan.private_mem_bytes, plan.scratch_bytes,
-           plan.origin, plan.reason);
+           label, plan.kernel, plan.block_rows, plan.block_cols, plan.threads_per_row, plan.work_group_size,
+           plan.local_mem_bytes, plan.private_mem_bytes, plan.scratch_bytes, plan.origin, plan.reason);
 }
 
-int main(void)
-{
+int main(void) {
     flashcl_context *ctx = tu_context_create();
     check_backward_host(ctx);
     check_backward_plan(ctx, FLASHCL_PATH_FLASH, 40);

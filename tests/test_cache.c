@@ -23,8 +23,7 @@ typedef struct outputs {
 } outputs;
 
 /* Runs both paths in a new context; checks them and keeps the outputs. */
-static void run_context(const tu_shape *shape, const char *label, outputs *out)
-{
+static void run_context(const tu_shape *shape, const char *label, outputs *out) {
     flashcl_context *ctx = tu_context_create();
     tu_problem p;
     tu_problem_init(&p, flashcl_context_cl_context(ctx), shape);
@@ -33,12 +32,10 @@ static void run_context(const tu_shape *shape, const char *label, outputs *out)
         char what[128];
         snprintf(what, sizeof what, "%s [%s]", label, path ? "standard" : "flash");
         tu_problem_reset_outputs(&p, queue);
-        if (!CHECK_STATUS(tu_problem_run(ctx, &p, (flashcl_path)path, 0, NULL, NULL),
-                          FLASHCL_SUCCESS))
+        if (!CHECK_STATUS(tu_problem_run(ctx, &p, (flashcl_path)path, 0, NULL, NULL), FLASHCL_SUCCESS))
             fprintf(stderr, "  %s: %s\n", what, flashcl_last_error(ctx));
         tu_problem_verify(&p, queue, NULL, what);
-        if (out)
-            tu_problem_read(&p, queue, NULL, &out->o[path], &out->lse[path]);
+        if (out) tu_problem_read(&p, queue, NULL, &out->o[path], &out->lse[path]);
     }
     if (out) {
         out->o_count = p.o.count;
@@ -48,8 +45,7 @@ static void run_context(const tu_shape *shape, const char *label, outputs *out)
     flashcl_context_destroy(ctx);
 }
 
-static void free_outputs(outputs *o)
-{
+static void free_outputs(outputs *o) {
     for (int i = 0; i < 2; i++) {
         free(o->o[i]);
         free(o->lse[i]);
@@ -57,11 +53,10 @@ static void free_outputs(outputs *o)
 }
 
 typedef enum damage { TRUNCATE_EMPTY, TRUNCATE_HALF, FLIP_MIDDLE, GARBAGE, DAMAGE_COUNT } damage;
-static const char *k_damage_names[] = {"truncated to 0 bytes", "truncated to half",
-                                       "bytes flipped in the middle", "replaced by garbage"};
+static const char *k_damage_names[] = {"truncated to 0 bytes", "truncated to half", "bytes flipped in the middle",
+                                       "replaced by garbage"};
 
-static void damage_file(const char *path, void *user)
-{
+static void damage_file(const char *path, void *user) {
     damage how = *(const damage *)user;
     struct stat st;
     REQUIRE(stat(path, &st) == 0);
@@ -87,8 +82,7 @@ static void damage_file(const char *path, void *user)
         tu_rng rng = tu_rng_seed(size);
         f = fopen(path, "wb");
         REQUIRE(f != NULL);
-        for (size_t i = 0; i < size + 100; i++)
-            fputc((int)(tu_rng_next(&rng) & 0xff), f);
+        for (size_t i = 0; i < size + 100; i++) fputc((int)(tu_rng_next(&rng) & 0xff), f);
         fclose(f);
         break;
     }
@@ -97,8 +91,7 @@ static void damage_file(const char *path, void *user)
     }
 }
 
-static void check_cache_dir(const tu_shape *shape)
-{
+static void check_cache_dir(const tu_shape *shape) {
     char *dir = tu_tmpdir_make("flashcl-cache-test");
     REQUIRE(setenv("FLASHCL_CACHE_DIR", dir, 1) == 0);
 
@@ -144,8 +137,7 @@ static void check_cache_dir(const tu_shape *shape)
  * moves, so a driver's own cache (POCL's ~/.cache/pocl) is not redirected
  * into the directory this checks.
  */
-static void check_cache_off(const tu_shape *shape)
-{
+static void check_cache_off(const tu_shape *shape) {
     char *home = tu_tmpdir_make("flashcl-cache-off");
     char cwd[4096];
     REQUIRE(getcwd(cwd, sizeof cwd) != NULL);
@@ -168,8 +160,7 @@ static void check_cache_off(const tu_shape *shape)
     free(home);
 }
 
-int main(void)
-{
+int main(void) {
     /* Any small shape will do: each cache directory starts empty, so it is built cold. */
     tu_shape shape = tu_shape_make(1, 4, 2, 65, 33, 32, 1, TU_BSHD);
     check_cache_dir(&shape);

@@ -29,8 +29,7 @@ char *cli_work;      /* inputs and outputs */
 static char *g_logs; /* captured stdout/stderr, kept apart so the work dir stays exact */
 
 /* A ring of buffers, enough for every path one command line names. */
-char *cli_path_in(const char *dir, const char *name)
-{
+char *cli_path_in(const char *dir, const char *name) {
     static char buf[16][1024];
     static int next;
     char *p = buf[next++ % 16];
@@ -38,8 +37,7 @@ char *cli_path_in(const char *dir, const char *name)
     return p;
 }
 
-static char *slurp(const char *path)
-{
+static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     REQUIRE(f != NULL);
     size_t cap = 4096, len = 0;
@@ -59,8 +57,7 @@ static char *slurp(const char *path)
     return text;
 }
 
-int cli_run_tool(const char *args, char **out, char **err)
-{
+int cli_run_tool(const char *args, char **out, char **err) {
     char cmd[4096];
     const char *out_path = cli_path_in(g_logs, "stdout.txt");
     const char *err_path = cli_path_in(g_logs, "stderr.txt");
@@ -73,9 +70,7 @@ int cli_run_tool(const char *args, char **out, char **err)
 }
 
 /* Q [b, sq, hq, d]; K and V [b, sk, hkv, d]: packed BSHD host images, as the tool reads them. */
-static void write_inputs(const tu_problem *p, const char *qname, const char *kname,
-                         const char *vname)
-{
+static void write_inputs(const tu_problem *p, const char *qname, const char *kname, const char *vname) {
     const ref_problem *r = &p->ref;
     size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
     size_t ks[4] = {r->batch, r->seqlen_k, r->heads_kv, r->head_dim};
@@ -84,38 +79,33 @@ static void write_inputs(const tu_problem *p, const char *qname, const char *kna
     REQUIRE(npy_write_f32(cli_path_in(cli_work, vname), ks, 4, p->v.host));
 }
 
-static void check_outputs(const tu_problem *p, const char *label)
-{
+static void check_outputs(const tu_problem *p, const char *label) {
     const ref_problem *r = &p->ref;
     size_t shape[NPY_MAX_RANK];
     int rank = 0;
     float *o = npy_read_f32(cli_path_in(cli_work, "O.npy"), shape, &rank);
     CHECK(o != NULL);
     if (o) {
-        int shape_ok = rank == 4 && shape[0] == r->batch && shape[1] == r->seqlen_q &&
-                       shape[2] == r->heads_q && shape[3] == r->head_dim;
+        int shape_ok = rank == 4 && shape[0] == r->batch && shape[1] == r->seqlen_q && shape[2] == r->heads_q &&
+                       shape[3] == r->head_dim;
         CHECK(shape_ok);
         flashcl_tensor view = flashcl_tensor_bshd(NULL, r->seqlen_q, r->heads_q, r->head_dim);
-        if (shape_ok)
-            tu_compare_o(label, r, o, &view, p->ref_o);
+        if (shape_ok) tu_compare_o(label, r, o, &view, p->ref_o);
         free(o);
     }
     float *lse = npy_read_f32(cli_path_in(cli_work, "LSE.npy"), shape, &rank);
     CHECK(lse != NULL);
     if (lse) {
-        int shape_ok = rank == 3 && shape[0] == r->batch && shape[1] == r->heads_q &&
-                       shape[2] == r->seqlen_q;
+        int shape_ok = rank == 3 && shape[0] == r->batch && shape[1] == r->heads_q && shape[2] == r->seqlen_q;
         CHECK(shape_ok);
-        if (shape_ok)
-            tu_compare_lse(label, r, lse, p->ref_lse);
+        if (shape_ok) tu_compare_lse(label, r, lse, p->ref_lse);
         free(lse);
     }
     remove(cli_path_in(cli_work, "O.npy"));
     remove(cli_path_in(cli_work, "LSE.npy"));
 }
 
-static void expect_success(const tu_problem *p, const char *extra, const char *label)
-{
+static void expect_success(const tu_problem *p, const char *extra, const char *label) {
     char args[2048], *out, *err;
     snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s",
              cli_path_in(cli_work, "Q.npy"), cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"),
@@ -125,35 +115,27 @@ static void expect_success(const tu_problem *p, const char *extra, const char *l
         fprintf(stderr, "FAIL %s: exit status %d, stderr: %s\n", label, status, err);
         tu_fail_count();
     }
-    if (status == 0)
-        check_outputs(p, label);
+    if (status == 0) check_outputs(p, label);
     free(out);
     free(err);
 }
 
 /* Every file an attention call may write; none may exist after a refused call. */
-static const char *const output_names[] = {"O.npy",  "LSE.npy", "dQ.npy",
-                                           "dK.npy", "dV.npy",  "dsinks.npy"};
+static const char *const output_names[] = {"O.npy", "LSE.npy", "dQ.npy", "dK.npy", "dV.npy", "dsinks.npy"};
 enum { OUTPUT_NAMES = sizeof output_names / sizeof output_names[0] };
 
-void cli_expect_usage_error(const char *label, const char *args)
-{
-    cli_expect_usage_error_naming(label, args, NULL);
-}
+void cli_expect_usage_error(const char *label, const char *args) { cli_expect_usage_error_naming(label, args, NULL); }
 
-void cli_expect_usage_error_naming(const char *label, const char *args, const char *want)
-{
+void cli_expect_usage_error_naming(const char *label, const char *args, const char *want) {
     char *out, *err;
     size_t before = tu_tmpdir_files(cli_work, NULL, NULL);
     int status = cli_run_tool(args, &out, &err);
     size_t lines = 0;
-    for (const char *c = err; *c; c++)
-        lines += *c == '\n';
+    for (const char *c = err; *c; c++) lines += *c == '\n';
     size_t len = strlen(err);
     int one_line = lines == 1 && len > 1 && err[len - 1] == '\n';
     if (status != 2 || !one_line) {
-        fprintf(stderr, "FAIL %s: exit status %d (expected 2), stderr (%zu lines): %s\n", label,
-                status, lines, err);
+        fprintf(stderr, "FAIL %s: exit status %d (expected 2), stderr (%zu lines): %s\n", label, status, lines, err);
         tu_fail_count();
     } else if (want && !strstr(err, want)) {
         fprintf(stderr, "FAIL %s: the message does not name \"%s\": %s", label, want, err);
@@ -162,22 +144,18 @@ void cli_expect_usage_error_naming(const char *label, const char *args, const ch
         printf("%s: exit 2, %s", label, err);
     }
     int left = tu_tmpdir_files(cli_work, NULL, NULL) != before;
-    for (size_t i = 0; i < OUTPUT_NAMES; i++)
-        left |= tu_path_exists(cli_path_in(cli_work, output_names[i]));
+    for (size_t i = 0; i < OUTPUT_NAMES; i++) left |= tu_path_exists(cli_path_in(cli_work, output_names[i]));
     if (left) {
         fprintf(stderr, "FAIL %s: an output file was left behind\n", label);
         tu_fail_count();
-        for (size_t i = 0; i < OUTPUT_NAMES; i++)
-            remove(cli_path_in(cli_work, output_names[i]));
+        for (size_t i = 0; i < OUTPUT_NAMES; i++) remove(cli_path_in(cli_work, output_names[i]));
     }
     free(out);
     free(err);
 }
 
 /* A forward call on the named inputs, with --out and --lse, plus `extra`. */
-static void expect_usage_error(const char *label, const char *q, const char *k, const char *v,
-                               const char *extra)
-{
+static void expect_usage_error(const char *label, const char *q, const char *k, const char *v, const char *extra) {
     char args[2048];
     snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --lse '%s' %s",
              cli_path_in(cli_work, q), cli_path_in(cli_work, k), cli_path_in(cli_work, v),
@@ -185,8 +163,7 @@ static void expect_usage_error(const char *label, const char *q, const char *k, 
     cli_expect_usage_error(label, args);
 }
 
-static void check_bad_inputs(const tu_problem *p)
-{
+static void check_bad_inputs(const tu_problem *p) {
     const ref_problem *r = &p->ref;
     size_t n_q = r->batch * r->seqlen_q * r->heads_q * r->head_dim;
     double *wide = calloc(n_q, sizeof(double));
@@ -214,8 +191,7 @@ static void check_bad_inputs(const tu_problem *p)
     expect_usage_error("rank-3 Q", "Q_rank3.npy", "K.npy", "V.npy", "");
     expect_usage_error("V shaped unlike K", "Q.npy", "K.npy", "V_halfd.npy", "");
     expect_usage_error("head_dim mismatch", "Q.npy", "K_halfd.npy", "V_halfd.npy", "");
-    expect_usage_error("heads_q not a multiple of heads_kv", "Q.npy", "K_3heads.npy",
-                       "V_3heads.npy", "");
+    expect_usage_error("heads_q not a multiple of heads_kv", "Q.npy", "K_3heads.npy", "V_3heads.npy", "");
     expect_usage_error("unknown option", "Q.npy", "K.npy", "V.npy", "--bogus");
     expect_usage_error("--scale nan", "Q.npy", "K.npy", "V.npy", "--scale nan");
     expect_usage_error("--scale -1", "Q.npy", "K.npy", "V.npy", "--scale -1");
@@ -238,9 +214,7 @@ typedef struct grads {
  * with dK and dV summed over the query heads of each kv head. It recomputes
  * P per row and shares nothing with the kernels (no LSE, no D = rowsum(dO*O)).
  */
-static grads ref_backward(const ref_problem *r, const float *q, const float *k, const float *v,
-                          const float *dout)
-{
+static grads ref_backward(const ref_problem *r, const float *q, const float *k, const float *v, const float *dout) {
     const size_t d = r->head_dim, hq = r->heads_q, hkv = r->heads_kv;
     const size_t sq = r->seqlen_q, sk = r->seqlen_k, group = hq / hkv;
     grads g;
@@ -249,33 +223,28 @@ static grads ref_backward(const ref_problem *r, const float *q, const float *k, 
     g.dv = calloc(r->batch * sk * hkv * d, sizeof(double));
     double *prob = malloc(sk * sizeof(double)), *dp = malloc(sk * sizeof(double));
     REQUIRE(g.dq && g.dk && g.dv && prob && dp);
-#define QI(b, s, h) ((((b) * sq + (s)) * hq + (h)) * d)
-#define KI(b, s, h) ((((b) * sk + (s)) * hkv + (h)) * d)
+#define QI(b, s, h) ((((b)*sq + (s)) * hq + (h)) * d)
+#define KI(b, s, h) ((((b)*sk + (s)) * hkv + (h)) * d)
     for (size_t b = 0; b < r->batch; b++) {
         for (size_t h = 0; h < hq; h++) {
             size_t kh = h / group;
             for (size_t i = 0; i < sq; i++) {
                 /* Bottom-right causal alignment: key j is visible iff j + sq <= i + sk. */
                 size_t visible = sk;
-                if (r->causal)
-                    visible = i + sk + 1 > sq ? (i + sk + 1 - sq < sk ? i + sk + 1 - sq : sk) : 0;
-                if (visible == 0)
-                    continue; /* O = 0: no gradient flows through this row */
+                if (r->causal) visible = i + sk + 1 > sq ? (i + sk + 1 - sq < sk ? i + sk + 1 - sq : sk) : 0;
+                if (visible == 0) continue; /* O = 0: no gradient flows through this row */
                 double m = -INFINITY, sum = 0.0, rowdot = 0.0;
                 for (size_t j = 0; j < visible; j++) {
                     double dot = 0.0;
-                    for (size_t c = 0; c < d; c++)
-                        dot += (double)q[QI(b, i, h) + c] * (double)k[KI(b, j, kh) + c];
+                    for (size_t c = 0; c < d; c++) dot += (double)q[QI(b, i, h) + c] * (double)k[KI(b, j, kh) + c];
                     prob[j] = r->scale * dot;
                     m = prob[j] > m ? prob[j] : m;
                 }
-                for (size_t j = 0; j < visible; j++)
-                    sum += prob[j] = exp(prob[j] - m);
+                for (size_t j = 0; j < visible; j++) sum += prob[j] = exp(prob[j] - m);
                 for (size_t j = 0; j < visible; j++) {
                     prob[j] /= sum;
                     double dot = 0.0;
-                    for (size_t c = 0; c < d; c++)
-                        dot += (double)dout[QI(b, i, h) + c] * (double)v[KI(b, j, kh) + c];
+                    for (size_t c = 0; c < d; c++) dot += (double)dout[QI(b, i, h) + c] * (double)v[KI(b, j, kh) + c];
                     dp[j] = dot;
                     rowdot += prob[j] * dot;
                 }
@@ -297,8 +266,7 @@ static grads ref_backward(const ref_problem *r, const float *q, const float *k, 
     return g;
 }
 
-static void grads_free(grads *g)
-{
+static void grads_free(grads *g) {
     free(g->dq);
     free(g->dk);
     free(g->dv);
@@ -311,16 +279,13 @@ static void grads_free(grads *g)
  * (~5e-7) for other devices' summation orders; NaN always fails.
  * Removes the file.
  */
-static void check_gradient(const char *label, const char *name, const size_t *want_shape,
-                           const double *ref)
-{
+static void check_gradient(const char *label, const char *name, const size_t *want_shape, const double *ref) {
     size_t shape[NPY_MAX_RANK];
     int rank = 0;
     const char *path = cli_path_in(cli_work, name);
     float *got = npy_read_f32(path, shape, &rank);
     CHECK(got != NULL);
-    if (got == NULL)
-        return;
+    if (got == NULL) return;
     int shape_ok = rank == 4 && memcmp(shape, want_shape, 4 * sizeof shape[0]) == 0;
     CHECK(shape_ok);
     size_t count = want_shape[0] * want_shape[1] * want_shape[2] * want_shape[3];
@@ -336,8 +301,8 @@ static void check_gradient(const char *label, const char *name, const size_t *wa
         }
     }
     if (shape_ok && worst_ratio > 1.0) {
-        fprintf(stderr, "FAIL %s %s: element %zu is %.9g, reference %.9g (error %.3g)\n", label,
-                name, worst_at, (double)got[worst_at], ref[worst_at], worst);
+        fprintf(stderr, "FAIL %s %s: element %zu is %.9g, reference %.9g (error %.3g)\n", label, name, worst_at,
+                (double)got[worst_at], ref[worst_at], worst);
         tu_fail_count();
     } else if (shape_ok) {
         printf("%s %s: max error %.3g\n", label, name, worst);
@@ -347,9 +312,8 @@ static void check_gradient(const char *label, const char *name, const size_t *wa
 }
 
 /* A backward case: the inputs (Q, K, V of p, and dO) are in the work dir. */
-static void expect_backward_success(const tu_problem *p, const grads *ref, const char *dout_name,
-                                    const char *extra, const char *label)
-{
+static void expect_backward_success(const tu_problem *p, const grads *ref, const char *dout_name, const char *extra,
+                                    const char *label) {
     const ref_problem *r = &p->ref;
     char args[4096], *out, *err;
     snprintf(args, sizeof args,
@@ -357,8 +321,7 @@ static void expect_backward_success(const tu_problem *p, const grads *ref, const
              "--dk '%s' --dv '%s' %s",
              cli_path_in(cli_work, "Q.npy"), cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"),
              cli_path_in(cli_work, "O.npy"), cli_path_in(cli_work, "LSE.npy"), cli_path_in(cli_work, dout_name),
-             cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dV.npy"),
-             extra);
+             cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dV.npy"), extra);
     int status = cli_run_tool(args, &out, &err);
     if (status != 0 || err[0]) {
         fprintf(stderr, "FAIL %s: exit status %d, stderr: %s\n", label, status, err);
@@ -377,23 +340,20 @@ static void expect_backward_success(const tu_problem *p, const grads *ref, const
 }
 
 /* Random dO for p, written as dO.npy; returned for the reference (caller frees). */
-static float *write_dout(const tu_problem *p, const char *name, uint64_t seed)
-{
+static float *write_dout(const tu_problem *p, const char *name, uint64_t seed) {
     const ref_problem *r = &p->ref;
     size_t n = r->batch * r->seqlen_q * r->heads_q * r->head_dim;
     float *dout = malloc(n * sizeof(float));
     REQUIRE(dout != NULL);
     tu_rng rng = tu_rng_seed(seed);
-    for (size_t i = 0; i < n; i++)
-        dout[i] = tu_rng_float(&rng, -1.0f, 1.0f);
+    for (size_t i = 0; i < n; i++) dout[i] = tu_rng_float(&rng, -1.0f, 1.0f);
     size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
     REQUIRE(npy_write_f32(cli_path_in(cli_work, name), qs, 4, dout));
     return dout;
 }
 
 /* Both paths on the problem whose Q, K, V are in the work dir. */
-static void check_backward(const tu_problem *p, const char *extra, const char *what)
-{
+static void check_backward(const tu_problem *p, const char *extra, const char *what) {
     float *dout = write_dout(p, "dO.npy", 7);
     grads ref = ref_backward(&p->ref, p->q.host, p->k.host, p->v.host, dout);
     char label[256], args[256];
@@ -407,8 +367,7 @@ static void check_backward(const tu_problem *p, const char *extra, const char *w
 }
 
 /* --dout and the gradient outputs go together; dO must be shaped like Q. */
-static void check_backward_errors(const tu_problem *p)
-{
+static void check_backward_errors(const tu_problem *p) {
     const ref_problem *r = &p->ref;
     /* dO shaped like K: same rank and dtype, the wrong shape. */
     size_t ks[4] = {r->batch, r->seqlen_k, r->heads_kv, r->head_dim};
@@ -417,8 +376,8 @@ static void check_backward_errors(const tu_problem *p)
     free(dout);
 
     char grads_args[2048], dq_only[1024], args[4096];
-    snprintf(grads_args, sizeof grads_args, "--dq '%s' --dk '%s' --dv '%s'",
-             cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dV.npy"));
+    snprintf(grads_args, sizeof grads_args, "--dq '%s' --dk '%s' --dv '%s'", cli_path_in(cli_work, "dQ.npy"),
+             cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dV.npy"));
     snprintf(dq_only, sizeof dq_only, "--dq '%s'", cli_path_in(cli_work, "dQ.npy"));
     expect_usage_error("--dq without --dout", "Q.npy", "K.npy", "V.npy", dq_only);
     expect_usage_error("--dq --dk --dv without --dout", "Q.npy", "K.npy", "V.npy", grads_args);
@@ -429,19 +388,16 @@ static void check_backward_errors(const tu_problem *p)
     expect_usage_error("missing dO", "Q.npy", "K.npy", "V.npy", args);
     snprintf(args, sizeof args, "--dout '%s' %s", cli_path_in(cli_work, "dO.npy"), dq_only);
     expect_usage_error("--dout without --dk and --dv", "Q.npy", "K.npy", "V.npy", args);
-    snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s'",
-             cli_path_in(cli_work, "dO.npy"), cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"),
-             cli_path_in(cli_work, "dQ.npy"));
+    snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s'", cli_path_in(cli_work, "dO.npy"),
+             cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dQ.npy"));
     expect_usage_error("--dv same file as --dq", "Q.npy", "K.npy", "V.npy", args);
-    snprintf(args, sizeof args, "--dout '%s' %s --path standard", cli_path_in(cli_work, "dO_like_K.npy"),
-             grads_args);
+    snprintf(args, sizeof args, "--dout '%s' %s --path standard", cli_path_in(cli_work, "dO_like_K.npy"), grads_args);
     expect_usage_error("dO shaped like K, --path standard", "Q.npy", "K.npy", "V.npy", args);
     remove(cli_path_in(cli_work, "dO.npy"));
 }
 
 /* Counts the lines of out that contain every one of keys. */
-static size_t lines_with(const char *out, const char *const *keys, size_t nkeys)
-{
+static size_t lines_with(const char *out, const char *const *keys, size_t nkeys) {
     size_t complete = 0;
     for (const char *line = out; *line;) {
         const char *end = strchr(line, '\n');
@@ -451,8 +407,7 @@ static size_t lines_with(const char *out, const char *const *keys, size_t nkeys)
         memcpy(copy, line, len);
         copy[len] = '\0';
         size_t found = 0;
-        for (size_t i = 0; i < nkeys; i++)
-            found += strstr(copy, keys[i]) != NULL;
+        for (size_t i = 0; i < nkeys; i++) found += strstr(copy, keys[i]) != NULL;
         complete += found == nkeys;
         free(copy);
         line += len + (end != NULL);
@@ -461,8 +416,7 @@ static size_t lines_with(const char *out, const char *const *keys, size_t nkeys)
 }
 
 /* The number after "key": on the line of out that contains all of `where`; -1 when absent. */
-static double json_field(const char *out, const char *const *where, size_t nwhere, const char *key)
-{
+static double json_field(const char *out, const char *const *where, size_t nwhere, const char *key) {
     char pattern[64];
     snprintf(pattern, sizeof pattern, "\"%s\":", key);
     for (const char *line = out; *line;) {
@@ -473,33 +427,30 @@ static double json_field(const char *out, const char *const *where, size_t nwher
         memcpy(copy, line, len);
         copy[len] = '\0';
         size_t found = 0;
-        for (size_t i = 0; i < nwhere; i++)
-            found += strstr(copy, where[i]) != NULL;
+        for (size_t i = 0; i < nwhere; i++) found += strstr(copy, where[i]) != NULL;
         const char *at = found == nwhere ? strstr(copy, pattern) : NULL;
         double value = at ? strtod(at + strlen(pattern), NULL) : -1.0;
         free(copy);
-        if (at)
-            return value;
+        if (at) return value;
         line += len + (end != NULL);
     }
     return -1.0;
 }
 
-static void check_bench(void)
-{
+static void check_bench(void) {
     char *out, *err;
     int status = cli_run_tool("bench --seqlen 64 --heads 2 --iters 2 --json", &out, &err);
     if (status != 0) {
         fprintf(stderr, "FAIL bench: exit status %d, stderr: %s\n", status, err);
         tu_fail_count();
     }
-    static const char *const keys[] = {"\"path\"", "\"ms\"", "\"tflops\"", "\"gbps\"",
-                                       "\"bytes_extra\""};
+    static const char *const keys[] = {"\"path\"", "\"ms\"", "\"tflops\"", "\"gbps\"", "\"bytes_extra\""};
     static const char *const summary[] = {"\"summary\"", "\"speedup\":", "\"agree\":true"};
     size_t complete = lines_with(out, keys, sizeof keys / sizeof keys[0]);
     if (complete != 2 || lines_with(out, summary, 3) != 1) {
-        fprintf(stderr, "FAIL bench --json: %zu lines with all of path/ms/tflops/gbps/bytes_extra (expected 2), "
-                        "or no summary with a speedup that agrees:\n%s",
+        fprintf(stderr,
+                "FAIL bench --json: %zu lines with all of path/ms/tflops/gbps/bytes_extra (expected 2), "
+                "or no summary with a speedup that agrees:\n%s",
                 complete, out);
         tu_fail_count();
     } else {
@@ -510,16 +461,14 @@ static void check_bench(void)
 }
 
 /* One line per (path, pass), a summary that says the gradients agree, flash's scratch O(N). */
-static void check_bench_backward(void)
-{
+static void check_bench_backward(void) {
     char *out, *err;
     int status = cli_run_tool("bench --backward --seqlen 64 --heads 2 --iters 1 --json", &out, &err);
     if (status != 0) {
         fprintf(stderr, "FAIL bench --backward: exit status %d, stderr: %s\n", status, err);
         tu_fail_count();
     }
-    static const char *const keys[] = {"\"path\"", "\"pass\"", "\"ms\"", "\"tflops\"",
-                                       "\"gbps\"", "\"bytes_extra\""};
+    static const char *const keys[] = {"\"path\"", "\"pass\"", "\"ms\"", "\"tflops\"", "\"gbps\"", "\"bytes_extra\""};
     const size_t nkeys = sizeof keys / sizeof keys[0];
     static const char *const fwd_bwd[] = {"\"pass\"", "fwd+bwd"};
     static const char *const summary[] = {"\"summary\"", "\"agree\":true"};
@@ -547,16 +496,14 @@ static void check_bench_backward(void)
     int scratch_ok = flash_bytes >= 0 && flash_bytes <= 2.0 * 64 * 4 * sizeof(float) + packed &&
                      std_bytes >= 2.0 * 2 * 64 * 64 * sizeof(float);
     if (!scratch_ok) {
-        fprintf(stderr, "FAIL bench --backward: bytes_extra flash %g, standard %g\n", flash_bytes,
-                std_bytes);
+        fprintf(stderr, "FAIL bench --backward: bytes_extra flash %g, standard %g\n", flash_bytes, std_bytes);
         tu_fail_count();
     }
     free(out);
     free(err);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_cli PATH_TO_FLASHCL_TOOL\n");
         return 2;

@@ -31,11 +31,26 @@
 
 /* Every OpenCL call in src/ that can fail (grep for cl[A-Z] calls in src), retain/release aside. */
 static const char *const k_entry_points[] = {
-    "clGetPlatformIDs",       "clGetDeviceIDs",         "clGetPlatformInfo",     "clGetDeviceInfo",
-    "clCreateContext",        "clCreateCommandQueue",   "clGetCommandQueueInfo", "clGetMemObjectInfo",
-    "clCreateProgramWithSource", "clCreateProgramWithBinary", "clBuildProgram",  "clGetProgramInfo",
-    "clGetProgramBuildInfo",  "clCreateKernel",         "clGetKernelWorkGroupInfo", "clSetKernelArg",
-    "clCreateBuffer",         "clEnqueueNDRangeKernel", "clEnqueueReadBuffer",   "clEnqueueMarkerWithWaitList",
+    "clGetPlatformIDs",
+    "clGetDeviceIDs",
+    "clGetPlatformInfo",
+    "clGetDeviceInfo",
+    "clCreateContext",
+    "clCreateCommandQueue",
+    "clGetCommandQueueInfo",
+    "clGetMemObjectInfo",
+    "clCreateProgramWithSource",
+    "clCreateProgramWithBinary",
+    "clBuildProgram",
+    "clGetProgramInfo",
+    "clGetProgramBuildInfo",
+    "clCreateKernel",
+    "clGetKernelWorkGroupInfo",
+    "clSetKernelArg",
+    "clCreateBuffer",
+    "clEnqueueNDRangeKernel",
+    "clEnqueueReadBuffer",
+    "clEnqueueMarkerWithWaitList",
 };
 #define ENTRY_COUNT (sizeof k_entry_points / sizeof k_entry_points[0])
 
@@ -172,8 +187,10 @@ int main(int argc, char **argv) {
         const int forms = finds_device(name) ? 3 : 1;
         for (int f = 0; f < forms; ++f) {
             const char *spec = forms == 1 ? saved_spec : spec_forms[f];
-            if (spec) REQUIRE(setenv("FLASHCL_DEVICE", spec, 1) == 0);
-            else REQUIRE(unsetenv("FLASHCL_DEVICE") == 0);
+            if (spec)
+                REQUIRE(setenv("FLASHCL_DEVICE", spec, 1) == 0);
+            else
+                REQUIRE(unsetenv("FLASHCL_DEVICE") == 0);
             /* A round with nothing armed counts this entry point's calls. */
             round_prepare();
             shim.set_fault("", 0, 0);
@@ -190,8 +207,8 @@ int main(int argc, char **argv) {
     }
     if (saved_spec) REQUIRE(setenv("FLASHCL_DEVICE", saved_spec, 1) == 0);
     free(saved_spec);
-    printf("faults: %ld injected over %ld calls, %ld reported, %ld absorbed\n", all.injected, total_calls,
-           all.reported, all.absorbed);
+    printf("faults: %ld injected over %ld calls, %ld reported, %ld absorbed\n", all.injected, total_calls, all.reported,
+           all.absorbed);
     CHECK(all.injected > 0);
     if (fresh_cache) {
         tu_tmpdir_remove(fresh_cache);

@@ -19,8 +19,7 @@
 
 #include "forward_cases.h"
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     sweep_options opt;
     sweep_parse_options(argc, argv,
                         "usage: test_forward [--quick] [--path flash|standard] [--case N] [--list] [--fresh-context]",
@@ -55,8 +54,7 @@ int main(int argc, char **argv)
     struct timespec t0;
     timespec_get(&t0, TIME_UTC);
     for (size_t i = 0; i < cases.count; i++) {
-        if (only >= 0 && (size_t)only != i)
-            continue;
+        if (only >= 0 && (size_t)only != i) continue;
         tu_shape_describe(&cases.items[i], desc, sizeof desc);
         char label[320];
         snprintf(label, sizeof label, "case %zu %s %s", i, path_name, desc);

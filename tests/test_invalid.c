@@ -29,8 +29,7 @@ typedef struct views {
     flashcl_tensor q, k, v, o;
 } views;
 
-static flashcl_attention_desc base_desc(void)
-{
+static flashcl_attention_desc base_desc(void) {
     flashcl_attention_desc d;
     d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.batch = 1;
@@ -43,8 +42,7 @@ static flashcl_attention_desc base_desc(void)
 }
 
 /* Valid packed [b, s, h, d] views of the test buffers for desc's sizes. */
-static views make_views(const flashcl_attention_desc *d)
-{
+static views make_views(const flashcl_attention_desc *d) {
     size_t hkv = d->heads_kv ? d->heads_kv : d->heads_q;
     size_t sk = d->seqlen_k ? d->seqlen_k : d->seqlen_q;
     views w;
@@ -56,8 +54,7 @@ static views make_views(const flashcl_attention_desc *d)
 }
 
 /* Every test buffer must still hold exactly what was uploaded. */
-static void check_nothing_written(const char *label)
-{
+static void check_nothing_written(const char *label) {
     static float got[CAP];
     static const char *names[BUF_COUNT] = {"q", "k", "v", "o", "lse"};
     REQUIRE_CL(clFinish(F.queue));
@@ -80,8 +77,7 @@ typedef struct bad_call {
     const cl_event *wait;
 } bad_call;
 
-static bad_call make_call(const char *what, const flashcl_attention_desc *desc, const views *w)
-{
+static bad_call make_call(const char *what, const flashcl_attention_desc *desc, const views *w) {
     bad_call c = {what, F.ctx, desc, &w->q, &w->k, &w->v, &w->o, F.buf[BUF_LSE], 0, 0, NULL};
     return c;
 }
@@ -90,8 +86,7 @@ static bad_call make_call(const char *what, const flashcl_attention_desc *desc, 
  * Runs the call on both paths; `field` must appear in the message, and
  * `tensor` (when not NULL) must be named as a tensor.
  */
-static void expect(bad_call c, int status, const char *field, const char *tensor)
-{
+static void expect(bad_call c, int status, const char *field, const char *tensor) {
     for (int path = 0; path < 2; path++) {
         char label[256];
         snprintf(label, sizeof label, "%s [%s]", c.what, path ? "standard" : "flash");
@@ -101,10 +96,9 @@ static void expect(bad_call c, int status, const char *field, const char *tensor
             d = *c.desc;
             d.path = (flashcl_path)path;
         }
-        flashcl_status st = flashcl_forward(c.ctx, c.desc ? &d : NULL, c.q, c.k, c.v, c.o, c.lse,
-                                            c.lse_offset, c.num_wait, c.wait, &ev);
-        if (!CHECK_STATUS(st, status))
-            fprintf(stderr, "  in: %s\n", label);
+        flashcl_status st = flashcl_forward(c.ctx, c.desc ? &d : NULL, c.q, c.k, c.v, c.o, c.lse, c.lse_offset,
+                                            c.num_wait, c.wait, &ev);
+        if (!CHECK_STATUS(st, status)) fprintf(stderr, "  in: %s\n", label);
         if (ev) {
             fprintf(stderr, "FAIL %s: a rejected call returned an event\n", label);
             tu_fail_count();
@@ -114,8 +108,8 @@ static void expect(bad_call c, int status, const char *field, const char *tensor
             const char *msg = flashcl_last_error(c.ctx);
             int named = msg && msg[0] && strstr(msg, field) && (!tensor || tu_names_tensor(msg, tensor));
             if (!named) {
-                fprintf(stderr, "FAIL %s: message \"%s\" does not name \"%s\"%s%s\n", label,
-                        msg ? msg : "(null)", field, tensor ? " / tensor " : "", tensor ? tensor : "");
+                fprintf(stderr, "FAIL %s: message \"%s\" does not name \"%s\"%s%s\n", label, msg ? msg : "(null)",
+                        field, tensor ? " / tensor " : "", tensor ? tensor : "");
                 tu_fail_count();
             }
         } else {
@@ -126,8 +120,7 @@ static void expect(bad_call c, int status, const char *field, const char *tensor
     }
 }
 
-static void check_null_arguments(void)
-{
+static void check_null_arguments(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d);
     bad_call c = make_call("ctx NULL", &d, &w);
@@ -162,14 +155,12 @@ static void check_null_arguments(void)
     expect(c, FLASHCL_ERR_INVALID_ARGUMENT, "wait", NULL);
 }
 
-static void expect_desc(flashcl_attention_desc d, const char *what, int status, const char *field)
-{
+static void expect_desc(flashcl_attention_desc d, const char *what, int status, const char *field) {
     views w = make_views(&d);
     expect(make_call(what, &d, &w), status, field, NULL);
 }
 
-static void check_desc_fields(void)
-{
+static void check_desc_fields(void) {
     flashcl_attention_desc d = base_desc();
     d.batch = 0;
     expect_desc(d, "batch 0", FLASHCL_ERR_INVALID_SHAPE, "batch");
@@ -222,8 +213,7 @@ static void check_desc_fields(void)
  * library does not know are accepted when zero (the call runs) and refused with
  * FLASHCL_ERR_UNSUPPORTED_FIELD when set.
  */
-static void check_newer_descriptor(void)
-{
+static void check_newer_descriptor(void) {
     struct {
         flashcl_attention_desc d;
         uint64_t later_fields[4];
@@ -250,8 +240,7 @@ static void check_newer_descriptor(void)
     tu_buffer_write(F.queue, F.buf[BUF_LSE], CAP, F.host[BUF_LSE]);
 }
 
-static void check_views(void)
-{
+static void check_views(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d), bad;
 
@@ -281,19 +270,16 @@ static void check_views(void)
 
     bad = w;
     bad.q.stride_row = d.head_dim - 1;
-    expect(make_call("q.stride_row < head_dim", &d, &bad), FLASHCL_ERR_INVALID_STRIDE,
-           "q.stride_row", NULL);
+    expect(make_call("q.stride_row < head_dim", &d, &bad), FLASHCL_ERR_INVALID_STRIDE, "q.stride_row", NULL);
     bad = w;
     bad.o.stride_row = d.head_dim - 1;
-    expect(make_call("o.stride_row < head_dim", &d, &bad), FLASHCL_ERR_INVALID_STRIDE,
-           "o.stride_row", NULL);
+    expect(make_call("o.stride_row < head_dim", &d, &bad), FLASHCL_ERR_INVALID_STRIDE, "o.stride_row", NULL);
     bad = w;
     bad.o.stride_head = 0; /* both query heads would write the same rows */
     expect(make_call("o heads overlap", &d, &bad), FLASHCL_ERR_INVALID_STRIDE, "o.stride", NULL);
 }
 
-static void check_lse(void)
-{
+static void check_lse(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d);
     size_t rows = d.batch * d.heads_q * d.seqlen_q;
@@ -312,8 +298,7 @@ static void check_lse(void)
     expect(c, FLASHCL_ERR_OUT_OF_BOUNDS, "lse", NULL);
 }
 
-static void check_aliasing(void)
-{
+static void check_aliasing(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d), bad;
 
@@ -331,8 +316,7 @@ static void check_aliasing(void)
 }
 
 /* Buffers and queues of another cl_context on the same device. */
-static void check_foreign_objects(void)
-{
+static void check_foreign_objects(void) {
     cl_device_id dev = flashcl_context_device(F.ctx);
     cl_int err;
     cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
@@ -344,8 +328,7 @@ static void check_foreign_objects(void)
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d), bad = w;
     bad.k.buffer = foreign;
-    expect(make_call("k.buffer from another cl_context", &d, &bad), FLASHCL_ERR_INVALID_BUFFER,
-           "k.buffer", NULL);
+    expect(make_call("k.buffer from another cl_context", &d, &bad), FLASHCL_ERR_INVALID_BUFFER, "k.buffer", NULL);
     bad_call c = make_call("lse from another cl_context", &d, &w);
     c.lse = foreign;
     expect(c, FLASHCL_ERR_INVALID_BUFFER, "lse", NULL);
@@ -361,40 +344,32 @@ static void check_foreign_objects(void)
     clReleaseContext(other);
 }
 
-static void check_other_entry_points(void)
-{
+static void check_other_entry_points(void) {
     flashcl_attention_desc d = base_desc();
     flashcl_plan plan;
     flashcl_attention_desc bad_path = d;
     bad_path.path = (flashcl_path)7;
     CHECK_STATUS(flashcl_plan_query(F.ctx, &bad_path, &plan), FLASHCL_ERR_INVALID_PATH);
     CHECK(strstr(flashcl_last_error(F.ctx), "path") != NULL);
-    CHECK_STATUS(flashcl_plan_query(F.ctx, NULL, &plan),
-                 FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_plan_query(F.ctx, &d, NULL),
-                 FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_plan_query(NULL, &d, &plan),
-                 FLASHCL_ERR_INVALID_CONTEXT);
+    CHECK_STATUS(flashcl_plan_query(F.ctx, NULL, &plan), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &d, NULL), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_plan_query(NULL, &d, &plan), FLASHCL_ERR_INVALID_CONTEXT);
     flashcl_attention_desc bad = d;
     bad.head_dim = 0;
-    CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, &plan),
-                 FLASHCL_ERR_INVALID_HEAD_DIM);
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, &plan), FLASHCL_ERR_INVALID_HEAD_DIM);
     CHECK(strstr(flashcl_last_error(F.ctx), "head_dim") != NULL);
 
     float host[256] = {0};
-    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, NULL, host, host, host, NULL),
-                 FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, NULL, host, host, host, NULL), FLASHCL_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(flashcl_forward_host(F.ctx, &bad_path, host, host, host, host, NULL), FLASHCL_ERR_INVALID_PATH);
 }
 
-static void check_context_create(void)
-{
+static void check_context_create(void) {
     static const char *specs[] = {"no-such-device-xyzzy", "99:99", "0:99"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         flashcl_context *out = (flashcl_context *)&F; /* must be reset to NULL */
         char err[256] = "";
-        CHECK_STATUS(flashcl_context_create(&out, specs[i], err, sizeof err),
-                     FLASHCL_ERR_INVALID_DEVICE_SPEC);
+        CHECK_STATUS(flashcl_context_create(&out, specs[i], err, sizeof err), FLASHCL_ERR_INVALID_DEVICE_SPEC);
         CHECK(out == NULL);
         if (err[0] == '\0') {
             fprintf(stderr, "FAIL device spec \"%s\": err_buf is empty\n", specs[i]);
@@ -407,8 +382,7 @@ static void check_context_create(void)
     flashcl_context *out = NULL;
     CHECK_STATUS(flashcl_context_create(&out, specs[0], small, 8), FLASHCL_ERR_INVALID_DEVICE_SPEC);
     CHECK(memchr(small, '\0', 8) != NULL);
-    for (size_t i = 8; i < sizeof small; i++)
-        CHECK(small[i] == 'X');
+    for (size_t i = 8; i < sizeof small; i++) CHECK(small[i] == 'X');
     CHECK_STATUS(flashcl_context_create(&out, specs[0], NULL, 0), FLASHCL_ERR_INVALID_DEVICE_SPEC);
     CHECK(out == NULL);
     CHECK_STATUS(flashcl_context_create(NULL, NULL, NULL, 0), FLASHCL_ERR_INVALID_ARGUMENT);
@@ -429,8 +403,7 @@ static void check_context_create(void)
 }
 
 /* After all the rejections the context still works and its message clears. */
-static void check_still_usable(void)
-{
+static void check_still_usable(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d);
     for (int path = 0; path < 2; path++) {
@@ -447,8 +420,7 @@ static void check_still_usable(void)
     CHECK(memcmp(&o[8 * 2 * 16], &F.host[BUF_O][8 * 2 * 16], sizeof(float)) == 0);
 }
 
-int main(void)
-{
+int main(void) {
     F.ctx = tu_context_create();
     F.cl = flashcl_context_cl_context(F.ctx);
     F.queue = flashcl_context_queue(F.ctx);
@@ -459,8 +431,7 @@ int main(void)
         if (i == BUF_O || i == BUF_LSE) {
             tu_fill_sentinel(F.host[i], CAP);
         } else {
-            for (size_t j = 0; j < CAP; j++)
-                F.host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
+            for (size_t j = 0; j < CAP; j++) F.host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
         }
         F.buf[i] = tu_buffer_create(F.cl, CAP, F.host[i]);
     }

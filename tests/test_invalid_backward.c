@@ -29,8 +29,7 @@ typedef struct views {
     flashcl_tensor q, k, v, o, dout, dq, dk, dv;
 } views;
 
-static flashcl_attention_desc base_desc(void)
-{
+static flashcl_attention_desc base_desc(void) {
     flashcl_attention_desc d;
     d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.batch = 1;
@@ -43,8 +42,7 @@ static flashcl_attention_desc base_desc(void)
 }
 
 /* Valid packed [b, s, h, d] views, each at the start of its own buffer. */
-static views make_views(const flashcl_attention_desc *d)
-{
+static views make_views(const flashcl_attention_desc *d) {
     views w;
     size_t sq = d->seqlen_q, sk = d->seqlen_k, hq = d->heads_q, hkv = d->heads_kv, hd = d->head_dim;
     w.q = flashcl_tensor_bshd(F.buf[BUF_Q], sq, hq, hd);
@@ -69,16 +67,14 @@ typedef struct bad_call {
     const cl_event *wait;
 } bad_call;
 
-static bad_call make_call(const char *what, const flashcl_attention_desc *desc, const views *w)
-{
-    bad_call c = {what, F.ctx, desc, &w->q, &w->k, &w->v, &w->o, &w->dout, &w->dq, &w->dk, &w->dv,
-                  F.buf[BUF_LSE], 0, 0, NULL};
+static bad_call make_call(const char *what, const flashcl_attention_desc *desc, const views *w) {
+    bad_call c = {what,   F.ctx,  desc,   &w->q,          &w->k, &w->v, &w->o, &w->dout,
+                  &w->dq, &w->dk, &w->dv, F.buf[BUF_LSE], 0,     0,     NULL};
     return c;
 }
 
 /* Every test buffer must still hold exactly what was uploaded. */
-static void check_nothing_written(const char *label)
-{
+static void check_nothing_written(const char *label) {
     static float got[CAP];
     REQUIRE_CL(clFinish(F.queue));
     for (int i = 0; i < BUF_COUNT; i++) {
@@ -90,15 +86,14 @@ static void check_nothing_written(const char *label)
 }
 
 /* The call on `path` (the descriptor's path set to it; a NULL descriptor stays NULL). */
-static flashcl_status call(const bad_call *c, flashcl_path path, cl_event *ev)
-{
+static flashcl_status call(const bad_call *c, flashcl_path path, cl_event *ev) {
     flashcl_attention_desc d;
     if (c->desc) {
         d = *c->desc;
         d.path = path;
     }
-    return flashcl_backward(c->ctx, c->desc ? &d : NULL, c->q, c->k, c->v, c->o, c->dout, c->lse,
-                            c->lse_offset, c->dq, c->dk, c->dv, c->num_wait, c->wait, ev);
+    return flashcl_backward(c->ctx, c->desc ? &d : NULL, c->q, c->k, c->v, c->o, c->dout, c->lse, c->lse_offset, c->dq,
+                            c->dk, c->dv, c->num_wait, c->wait, ev);
 }
 
 /*
@@ -106,14 +101,12 @@ static flashcl_status call(const bad_call *c, flashcl_path path, cl_event *ev)
  * write nothing, and leave a message containing `field` that names every
  * tensor in `tensors` (NULL-terminated, may be NULL) as a word.
  */
-static void expect(bad_call c, int status, const char *field, const char *const *tensors)
-{
+static void expect(bad_call c, int status, const char *field, const char *const *tensors) {
     for (int path = 0; path < 2; path++) {
         char label[256];
         snprintf(label, sizeof label, "%s [%s]", c.what, path ? "standard" : "flash");
         cl_event ev = NULL;
-        if (!CHECK_STATUS(call(&c, (flashcl_path)path, &ev), status))
-            fprintf(stderr, "  in: %s\n", label);
+        if (!CHECK_STATUS(call(&c, (flashcl_path)path, &ev), status)) fprintf(stderr, "  in: %s\n", label);
         if (ev) {
             fprintf(stderr, "FAIL %s: a rejected call returned an event\n", label);
             tu_fail_count();
@@ -122,11 +115,10 @@ static void expect(bad_call c, int status, const char *field, const char *const 
         if (c.ctx) {
             const char *msg = flashcl_last_error(c.ctx);
             int named = msg && msg[0] && strstr(msg, field);
-            for (size_t i = 0; named && tensors && tensors[i]; i++)
-                named = tu_names_tensor(msg, tensors[i]);
+            for (size_t i = 0; named && tensors && tensors[i]; i++) named = tu_names_tensor(msg, tensors[i]);
             if (!named) {
-                fprintf(stderr, "FAIL %s: message \"%s\" does not name \"%s\"%s\n", label,
-                        msg ? msg : "(null)", field, tensors ? " and every tensor involved" : "");
+                fprintf(stderr, "FAIL %s: message \"%s\" does not name \"%s\"%s\n", label, msg ? msg : "(null)", field,
+                        tensors ? " and every tensor involved" : "");
                 tu_fail_count();
             }
         }
@@ -137,8 +129,7 @@ static void expect(bad_call c, int status, const char *field, const char *const 
 /* NULL-terminated tensor name lists for expect(). */
 #define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static void check_required_inputs(void)
-{
+static void check_required_inputs(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d), bad;
 
@@ -180,8 +171,7 @@ static void check_required_inputs(void)
     expect(c, FLASHCL_ERR_INVALID_ARGUMENT, "wait", NULL);
 }
 
-static void check_aliasing(void)
-{
+static void check_aliasing(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d), bad;
 
@@ -191,14 +181,12 @@ static void check_aliasing(void)
     bad = w;
     bad.dq.buffer = F.buf[BUF_DOUT];
     bad.dq.offset = 200; /* dout covers [0, 256): a partial overlap */
-    expect(make_call("dq overlaps the end of dout", &d, &bad), FLASHCL_ERR_ALIASED_OUTPUT, "dq",
-           NAMES("dq", "dout"));
+    expect(make_call("dq overlaps the end of dout", &d, &bad), FLASHCL_ERR_ALIASED_OUTPUT, "dq", NAMES("dq", "dout"));
     bad = w;
     /* dk covers [0, 128) of the dk buffer; dv at 64 shares its second half. */
     bad.dv.buffer = F.buf[BUF_DK];
     bad.dv.offset = 64;
-    expect(make_call("dk overlaps dv in one buffer", &d, &bad), FLASHCL_ERR_ALIASED_OUTPUT, "dk",
-           NAMES("dk", "dv"));
+    expect(make_call("dk overlaps dv in one buffer", &d, &bad), FLASHCL_ERR_ALIASED_OUTPUT, "dk", NAMES("dk", "dv"));
     bad = w;
     bad.dk.buffer = F.buf[BUF_V];
     expect(make_call("dk aliases v", &d, &bad), FLASHCL_ERR_ALIASED_OUTPUT, "dk", NAMES("dk", "v"));
@@ -208,30 +196,25 @@ static void check_aliasing(void)
     expect(c, FLASHCL_ERR_ALIASED_OUTPUT, "lse", NAMES("dv", "lse"));
 }
 
-static void check_views(void)
-{
+static void check_views(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d), bad;
 
     bad = w;
     bad.dq.stride_row = d.head_dim - 1;
-    expect(make_call("dq.stride_row < head_dim", &d, &bad), FLASHCL_ERR_INVALID_STRIDE,
-           "dq.stride_row", NULL);
+    expect(make_call("dq.stride_row < head_dim", &d, &bad), FLASHCL_ERR_INVALID_STRIDE, "dq.stride_row", NULL);
     bad = w;
     bad.dq.stride_head = 0; /* both query heads would write the same rows */
     expect(make_call("dq heads overlap", &d, &bad), FLASHCL_ERR_INVALID_STRIDE, "dq.stride", NULL);
     bad = w;
     bad.dk.offset = CAP - 10;
-    expect(make_call("dk.offset past the end", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "dk",
-           NAMES("dk"));
+    expect(make_call("dk.offset past the end", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "dk", NAMES("dk"));
     bad = w;
     bad.dv.stride_row = CAP / 4; /* 8 rows of CAP/4 reach past CAP */
-    expect(make_call("dv.stride_row overruns", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "dv",
-           NAMES("dv"));
+    expect(make_call("dv.stride_row overruns", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "dv", NAMES("dv"));
     bad = w;
     bad.dout.offset = CAP - 100;
-    expect(make_call("dout.offset overruns", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "dout",
-           NAMES("dout"));
+    expect(make_call("dout.offset overruns", &d, &bad), FLASHCL_ERR_OUT_OF_BOUNDS, "dout", NAMES("dout"));
 
     size_t rows = d.batch * d.heads_q * d.seqlen_q;
     bad_call c = make_call("lse_offset leaves one float short", &d, &w);
@@ -239,14 +222,12 @@ static void check_views(void)
     expect(c, FLASHCL_ERR_OUT_OF_BOUNDS, "lse", NAMES("lse"));
 }
 
-static void check_host_and_plan(void)
-{
+static void check_host_and_plan(void) {
     flashcl_attention_desc d = base_desc();
     size_t nq = d.batch * d.seqlen_q * d.heads_q * d.head_dim;
     float *in = malloc(nq * sizeof(float)), *out[3], *before = malloc(nq * sizeof(float));
     REQUIRE(in && before);
-    for (size_t i = 0; i < nq; i++)
-        in[i] = 0.25f;
+    for (size_t i = 0; i < nq; i++) in[i] = 0.25f;
     tu_fill_sentinel(before, nq);
     for (int i = 0; i < 3; i++) {
         out[i] = malloc(nq * sizeof(float));
@@ -262,12 +243,11 @@ static void check_host_and_plan(void)
             a[n] = NULL;
         else
             g[n - 6] = NULL;
-        flashcl_status st = flashcl_backward_host(F.ctx, &d, a[0], a[1], a[2],
-                                                  a[3], a[4], a[5], g[0], g[1], g[2]);
+        flashcl_status st = flashcl_backward_host(F.ctx, &d, a[0], a[1], a[2], a[3], a[4], a[5], g[0], g[1], g[2]);
         CHECK_STATUS(st, FLASHCL_ERR_INVALID_ARGUMENT);
         if (!tu_names_tensor(flashcl_last_error(F.ctx), names[n])) {
-            fprintf(stderr, "FAIL backward_host with %s NULL: message \"%s\" does not name it\n",
-                    names[n], flashcl_last_error(F.ctx));
+            fprintf(stderr, "FAIL backward_host with %s NULL: message \"%s\" does not name it\n", names[n],
+                    flashcl_last_error(F.ctx));
             tu_fail_count();
         }
     }
@@ -276,8 +256,7 @@ static void check_host_and_plan(void)
     CHECK_STATUS(flashcl_backward_host(F.ctx, &bad_path, in, in, in, in, in, in, out[0], out[1], out[2]),
                  FLASHCL_ERR_INVALID_PATH);
     CHECK(strstr(flashcl_last_error(F.ctx), "path") != NULL);
-    CHECK_STATUS(flashcl_backward_host(NULL, &d, in, in, in, in, in, in, out[0],
-                                       out[1], out[2]),
+    CHECK_STATUS(flashcl_backward_host(NULL, &d, in, in, in, in, in, in, out[0], out[1], out[2]),
                  FLASHCL_ERR_INVALID_CONTEXT);
     for (int i = 0; i < 3; i++) {
         tu_check_untouched("backward_host rejected: outputs", out[i], before, NULL, nq);
@@ -288,16 +267,12 @@ static void check_host_and_plan(void)
 
     flashcl_plan plan;
     CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &bad_path, &plan), FLASHCL_ERR_INVALID_PATH);
-    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &d, NULL),
-                 FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, NULL, &plan),
-                 FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_backward_plan_query(NULL, &d, &plan),
-                 FLASHCL_ERR_INVALID_CONTEXT);
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &d, NULL), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, NULL, &plan), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_backward_plan_query(NULL, &d, &plan), FLASHCL_ERR_INVALID_CONTEXT);
     flashcl_attention_desc bad = d;
     bad.head_dim = FLASHCL_MAX_HEAD_DIM + 1;
-    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &bad, &plan),
-                 FLASHCL_ERR_INVALID_HEAD_DIM);
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &bad, &plan), FLASHCL_ERR_INVALID_HEAD_DIM);
     CHECK(strstr(flashcl_last_error(F.ctx), "head_dim") != NULL);
 }
 
@@ -306,8 +281,7 @@ static void check_host_and_plan(void)
  * too strict: dK and dV side by side in one buffer (touching, not
  * overlapping) and a dQ with padded rows are accepted on both paths.
  */
-static void check_still_usable(void)
-{
+static void check_still_usable(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d);
     w.dv.buffer = F.buf[BUF_DK];
@@ -330,8 +304,7 @@ static void check_still_usable(void)
     CHECK(memcmp(&dkv[256], &F.host[BUF_DK][256], sizeof(float)) == 0);
 }
 
-int main(void)
-{
+int main(void) {
     F.ctx = tu_context_create();
     F.cl = flashcl_context_cl_context(F.ctx);
     F.queue = flashcl_context_queue(F.ctx);
@@ -343,8 +316,7 @@ int main(void)
             tu_fill_sentinel(F.host[i], CAP);
         } else {
             /* Inputs (LSE too) are finite, so a successful call gives finite gradients. */
-            for (size_t j = 0; j < CAP; j++)
-                F.host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
+            for (size_t j = 0; j < CAP; j++) F.host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
         }
         F.buf[i] = tu_buffer_create(F.cl, CAP, F.host[i]);
     }

@@ -66,7 +66,8 @@ static void with_append(flashcl_kv_cache *c) {
 
 static void check_nothing_written(const char *label) {
     static float got[CAP];
-    static const char *names[BUF_COUNT] = {"q", "k cache", "v cache", "k_new", "v_new", "o", "lse", "cos", "sin", "scale"};
+    static const char *names[BUF_COUNT] = {"q", "k cache", "v cache", "k_new", "v_new",
+                                           "o", "lse",     "cos",     "sin",   "scale"};
     REQUIRE_CL(clFinish(F.queue));
     for (int i = 0; i < BUF_COUNT; i++) {
         char what[300];
@@ -227,17 +228,32 @@ static void merge(void) {
         flashcl_merge_desc m;
         cl_mem lse_states;
     } cases[] = {
-        {"merge num_states 0", "num_states", FLASHCL_ERR_INVALID_SHAPE, {m.struct_size, 0, 1, 2, 4, 16, 0, 0, 0}, F.buf[BUF_VC]},
-        {"merge struct_size 0", "struct_size", FLASHCL_ERR_INVALID_STRUCT_SIZE, {0, 2, 1, 2, 4, 16, 0, 0, 0}, F.buf[BUF_VC]},
-        {"merge head_dim 0", "head_dim", FLASHCL_ERR_INVALID_HEAD_DIM, {m.struct_size, 2, 1, 2, 4, 0, 0, 0, 0}, F.buf[BUF_VC]},
+        {"merge num_states 0",
+         "num_states",
+         FLASHCL_ERR_INVALID_SHAPE,
+         {m.struct_size, 0, 1, 2, 4, 16, 0, 0, 0},
+         F.buf[BUF_VC]},
+        {"merge struct_size 0",
+         "struct_size",
+         FLASHCL_ERR_INVALID_STRUCT_SIZE,
+         {0, 2, 1, 2, 4, 16, 0, 0, 0},
+         F.buf[BUF_VC]},
+        {"merge head_dim 0",
+         "head_dim",
+         FLASHCL_ERR_INVALID_HEAD_DIM,
+         {m.struct_size, 2, 1, 2, 4, 0, 0, 0, 0},
+         F.buf[BUF_VC]},
         {"merge lse_states too small", "lse_states", FLASHCL_ERR_OUT_OF_BOUNDS, m, F.small},
-        {"merge lse_state_stride short", "lse_state_stride", FLASHCL_ERR_INVALID_STRIDE,
-         {m.struct_size, 2, 1, 2, 4, 16, 0, 0, 3}, F.buf[BUF_VC]},
+        {"merge lse_state_stride short",
+         "lse_state_stride",
+         FLASHCL_ERR_INVALID_STRIDE,
+         {m.struct_size, 2, 1, 2, 4, 16, 0, 0, 3},
+         F.buf[BUF_VC]},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         cl_event ev = NULL;
-        if (!CHECK_STATUS(flashcl_merge_states(F.ctx, &cases[i].m, &st, cases[i].lse_states, 0, &o, F.buf[BUF_LSE], 0, 0,
-                                               NULL, &ev),
+        if (!CHECK_STATUS(flashcl_merge_states(F.ctx, &cases[i].m, &st, cases[i].lse_states, 0, &o, F.buf[BUF_LSE], 0,
+                                               0, NULL, &ev),
                           cases[i].status))
             fprintf(stderr, "  in: %s (%s)\n", cases[i].what, flashcl_last_error(F.ctx));
         CHECK(ev == NULL);

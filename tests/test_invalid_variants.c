@@ -29,8 +29,7 @@ static struct {
     cl_mem keep;  /* the dropout mask output, sentinel-filled */
 } F;
 
-static flashcl_attention_desc base_desc(void)
-{
+static flashcl_attention_desc base_desc(void) {
     flashcl_attention_desc d;
     d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     d.batch = 2;
@@ -46,8 +45,7 @@ typedef struct views {
     flashcl_tensor q, k, v, o, dout, dq, dk, dv;
 } views;
 
-static views make_views(const flashcl_attention_desc *d)
-{
+static views make_views(const flashcl_attention_desc *d) {
     size_t dv = d->head_dim_v && d->head_dim_v <= 64 ? d->head_dim_v : d->head_dim;
     views w;
     w.q = flashcl_tensor_bshd(F.buf[BUF_Q], d->seqlen_q, d->heads_q, d->head_dim);
@@ -61,14 +59,12 @@ static views make_views(const flashcl_attention_desc *d)
     if (d->cu_seqlens_q || d->cu_seqlens_k) {
         /* Varlen views are [total, h, d]: no batch stride. */
         flashcl_tensor *all[8] = {&w.q, &w.k, &w.v, &w.o, &w.dout, &w.dq, &w.dk, &w.dv};
-        for (int i = 0; i < 8; i++)
-            all[i]->stride_batch = 0;
+        for (int i = 0; i < 8; i++) all[i]->stride_batch = 0;
     }
     return w;
 }
 
-static void check_nothing_written(const char *label)
-{
+static void check_nothing_written(const char *label) {
     static float got[CAP];
     static const char *names[BUF_COUNT] = {"q", "k", "v", "o", "lse", "dout", "dq", "dk", "dv"};
     REQUIRE_CL(clFinish(F.queue));
@@ -82,15 +78,13 @@ static void check_nothing_written(const char *label)
 
 typedef enum call_kind { CALL_FORWARD, CALL_BACKWARD, CALL_DROPOUT_MASK } call_kind;
 
-static const char *kind_name(call_kind k)
-{
+static const char *kind_name(call_kind k) {
     return k == CALL_FORWARD ? "forward" : k == CALL_BACKWARD ? "backward" : "dropout_mask";
 }
 
 /* Runs one call; the status must match and the message must name `field`. */
-static void expect_call(call_kind kind, const char *what, const flashcl_attention_desc *d,
-                        const views *w, cl_mem mask_out, int status, const char *field)
-{
+static void expect_call(call_kind kind, const char *what, const flashcl_attention_desc *d, const views *w,
+                        cl_mem mask_out, int status, const char *field) {
     char label[256];
     snprintf(label, sizeof label, "%s [%s]", what, kind_name(kind));
     cl_event ev = NULL;
@@ -98,12 +92,11 @@ static void expect_call(call_kind kind, const char *what, const flashcl_attentio
     if (kind == CALL_FORWARD)
         st = flashcl_forward(F.ctx, d, &w->q, &w->k, &w->v, &w->o, F.buf[BUF_LSE], 0, 0, NULL, &ev);
     else if (kind == CALL_BACKWARD)
-        st = flashcl_backward(F.ctx, d, &w->q, &w->k, &w->v, &w->o, &w->dout, F.buf[BUF_LSE], 0,
-                              &w->dq, &w->dk, &w->dv, 0, NULL, &ev);
+        st = flashcl_backward(F.ctx, d, &w->q, &w->k, &w->v, &w->o, &w->dout, F.buf[BUF_LSE], 0, &w->dq, &w->dk, &w->dv,
+                              0, NULL, &ev);
     else
         st = flashcl_dropout_mask(F.ctx, d, mask_out, 0, 0, NULL, &ev);
-    if (!CHECK_STATUS(st, status))
-        fprintf(stderr, "  in: %s (message: %s)\n", label, flashcl_last_error(F.ctx));
+    if (!CHECK_STATUS(st, status)) fprintf(stderr, "  in: %s (message: %s)\n", label, flashcl_last_error(F.ctx));
     if (ev) {
         fprintf(stderr, "FAIL %s: a rejected call returned an event\n", label);
         tu_fail_count();
@@ -111,24 +104,20 @@ static void expect_call(call_kind kind, const char *what, const flashcl_attentio
     }
     const char *msg = flashcl_last_error(F.ctx);
     if (!msg || !strstr(msg, field)) {
-        fprintf(stderr, "FAIL %s: message \"%s\" does not name \"%s\"\n", label, msg ? msg : "(null)",
-                field);
+        fprintf(stderr, "FAIL %s: message \"%s\" does not name \"%s\"\n", label, msg ? msg : "(null)", field);
         tu_fail_count();
     }
     check_nothing_written(label);
 }
 
 /* Forward and backward both refuse it the same way. */
-static void expect_both(const char *what, const flashcl_attention_desc *d, int status,
-                        const char *field)
-{
+static void expect_both(const char *what, const flashcl_attention_desc *d, int status, const char *field) {
     views w = make_views(d);
     expect_call(CALL_FORWARD, what, d, &w, NULL, status, field);
     expect_call(CALL_BACKWARD, what, d, &w, NULL, status, field);
 }
 
-static void scalar_fields(void)
-{
+static void scalar_fields(void) {
     flashcl_attention_desc d = base_desc();
     d.window = 1, d.window_left = -2, d.window_right = 3;
     expect_both("window_left = -2", &d, FLASHCL_ERR_INVALID_VARIANT, "window_left");
@@ -151,8 +140,7 @@ static void scalar_fields(void)
         snprintf(what, sizeof what, "dropout_p = %g", (double)ps[i]);
         expect_both(what, &d, FLASHCL_ERR_INVALID_VARIANT, "dropout_p");
         views w = make_views(&d);
-        expect_call(CALL_DROPOUT_MASK, what, &d, &w, F.keep, FLASHCL_ERR_INVALID_VARIANT,
-                    "dropout_p");
+        expect_call(CALL_DROPOUT_MASK, what, &d, &w, F.keep, FLASHCL_ERR_INVALID_VARIANT, "dropout_p");
     }
 
     d = base_desc();
@@ -163,8 +151,7 @@ static void scalar_fields(void)
     expect_both("dtype = 9", &d, FLASHCL_ERR_INVALID_DTYPE, "dtype");
 }
 
-static void matrices(void)
-{
+static void matrices(void) {
     flashcl_attention_desc d = base_desc();
     d.block_mask.buffer = F.big;
     d.block_q = 0, d.block_k = 4;
@@ -206,26 +193,21 @@ static void matrices(void)
     expect_both("sinks out of bounds", &d, FLASHCL_ERR_OUT_OF_BOUNDS, "sinks");
 }
 
-static void backward_only(void)
-{
+static void backward_only(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d);
     d.dsinks = F.big;
-    expect_call(CALL_BACKWARD, "dsinks without sinks", &d, &w, NULL, FLASHCL_ERR_INVALID_VARIANT,
-                "dsinks");
+    expect_call(CALL_BACKWARD, "dsinks without sinks", &d, &w, NULL, FLASHCL_ERR_INVALID_VARIANT, "dsinks");
     d.sinks = F.big;
     d.dsinks = F.small;
     d.dsinks_offset = 1;
-    expect_call(CALL_BACKWARD, "dsinks out of bounds", &d, &w, NULL, FLASHCL_ERR_OUT_OF_BOUNDS,
-                "dsinks");
+    expect_call(CALL_BACKWARD, "dsinks out of bounds", &d, &w, NULL, FLASHCL_ERR_OUT_OF_BOUNDS, "dsinks");
     d.dsinks = F.big;
     d.dsinks_offset = 1; /* [1, 3) overlaps sinks' [0, 2) */
-    expect_call(CALL_BACKWARD, "dsinks overlaps sinks", &d, &w, NULL, FLASHCL_ERR_ALIASED_OUTPUT,
-                "dsinks");
+    expect_call(CALL_BACKWARD, "dsinks overlaps sinks", &d, &w, NULL, FLASHCL_ERR_ALIASED_OUTPUT, "dsinks");
 }
 
-static void varlen(void)
-{
+static void varlen(void) {
     /* Two sequences packed into 8 query and 8 key rows. */
     flashcl_attention_desc d = base_desc();
     d.cu_seqlens_q = F.big;
@@ -242,14 +224,12 @@ static void varlen(void)
     /* Varlen views are [total, h, d]: a batch stride is refused. */
     views w = make_views(&d);
     w.q.stride_batch = 8 * 2 * 16;
-    expect_call(CALL_FORWARD, "varlen q with stride_batch", &d, &w, NULL,
-                FLASHCL_ERR_INVALID_STRIDE, "q.stride_batch");
-    expect_call(CALL_BACKWARD, "varlen q with stride_batch", &d, &w, NULL,
-                FLASHCL_ERR_INVALID_STRIDE, "q.stride_batch");
+    expect_call(CALL_FORWARD, "varlen q with stride_batch", &d, &w, NULL, FLASHCL_ERR_INVALID_STRIDE, "q.stride_batch");
+    expect_call(CALL_BACKWARD, "varlen q with stride_batch", &d, &w, NULL, FLASHCL_ERR_INVALID_STRIDE,
+                "q.stride_batch");
 }
 
-static void storage_size(void)
-{
+static void storage_size(void) {
     /* A q buffer holding exactly the f16 view is too small for float32. */
     flashcl_attention_desc d = base_desc();
     size_t nq = d.batch * d.seqlen_q * d.heads_q * d.head_dim;
@@ -258,26 +238,21 @@ static void storage_size(void)
     REQUIRE_CL(err);
     views w = make_views(&d);
     w.q.buffer = half_q;
-    expect_call(CALL_FORWARD, "f32 q in an f16-sized buffer", &d, &w, NULL,
-                FLASHCL_ERR_OUT_OF_BOUNDS, "q");
+    expect_call(CALL_FORWARD, "f32 q in an f16-sized buffer", &d, &w, NULL, FLASHCL_ERR_OUT_OF_BOUNDS, "q");
     clReleaseMemObject(half_q);
 }
 
-static void dropout_mask_buffers(void)
-{
+static void dropout_mask_buffers(void) {
     flashcl_attention_desc d = base_desc();
     d.dropout_p = 0.5f;
     views w = make_views(&d);
     /* [b, h, sq, sk] = 256 bytes; the small buffer has 8. */
-    expect_call(CALL_DROPOUT_MASK, "mask output too small", &d, &w, F.small,
-                FLASHCL_ERR_OUT_OF_BOUNDS, "out");
-    expect_call(CALL_DROPOUT_MASK, "mask output NULL", &d, &w, NULL, FLASHCL_ERR_INVALID_BUFFER,
-                "out");
+    expect_call(CALL_DROPOUT_MASK, "mask output too small", &d, &w, F.small, FLASHCL_ERR_OUT_OF_BOUNDS, "out");
+    expect_call(CALL_DROPOUT_MASK, "mask output NULL", &d, &w, NULL, FLASHCL_ERR_INVALID_BUFFER, "out");
 }
 
 /* The standard path is the plain baseline: it refuses every variant (and f16/bf16). */
-static void standard_refuses(void)
-{
+static void standard_refuses(void) {
     flashcl_attention_desc d = base_desc();
     d.path = FLASHCL_PATH_STANDARD;
     d.softcap = 2.0f;
@@ -289,8 +264,8 @@ static void standard_refuses(void)
     d = base_desc();
     d.path = FLASHCL_PATH_STANDARD;
     d.window = 1, d.window_left = 2, d.window_right = 0;
-    CHECK_STATUS(flashcl_backward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, &w.dout, F.buf[BUF_LSE], 0, &w.dq, &w.dk,
-                                  &w.dv, 0, NULL, &ev),
+    CHECK_STATUS(flashcl_backward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, &w.dout, F.buf[BUF_LSE], 0, &w.dq, &w.dk, &w.dv, 0,
+                                  NULL, &ev),
                  FLASHCL_ERR_UNSUPPORTED_VARIANT);
     CHECK(ev == NULL && strstr(flashcl_last_error(F.ctx), "window") != NULL);
     d = base_desc();
@@ -301,8 +276,7 @@ static void standard_refuses(void)
     check_nothing_written("standard path refusals");
 }
 
-int main(void)
-{
+int main(void) {
     F.ctx = tu_context_create();
     F.cl = flashcl_context_cl_context(F.ctx);
     F.queue = flashcl_context_queue(F.ctx);

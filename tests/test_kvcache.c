@@ -33,13 +33,13 @@ typedef struct kv_case {
     flashcl_dtype dtype;
     flashcl_cache_dtype cdtype;
     size_t b, hq, hkv, sq, d, dv;
-    size_t page_size;            /* 0: contiguous */
-    size_t capacity;             /* rows per sequence */
-    int seqlens[MAXB];           /* cache rows before the append */
-    int leftpad[MAXB];           /* used when has_leftpad */
-    int has_leftpad, batch_idx;  /* batch_idx: contiguous cache entries in reverse order */
+    size_t page_size;           /* 0: contiguous */
+    size_t capacity;            /* rows per sequence */
+    int seqlens[MAXB];          /* cache rows before the append */
+    int leftpad[MAXB];          /* used when has_leftpad */
+    int has_leftpad, batch_idx; /* batch_idx: contiguous cache entries in reverse order */
     size_t seqlen_new;
-    size_t rotary_dim;           /* 0: no rotary */
+    size_t rotary_dim; /* 0: no rotary */
     int interleaved;
     int causal, window, wl, wr;
     float softcap;
@@ -48,27 +48,522 @@ typedef struct kv_case {
 } kv_case;
 
 static const kv_case k_cases[] = {
-    {"decode 1 key", FLASHCL_DTYPE_F32, 0, 1, 4, 4, 1, 64, 64, 0, 8, {1}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"decode sk=2 GQA4", FLASHCL_DTYPE_F32, 0, 1, 8, 2, 1, 64, 64, 0, 8, {2}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"decode 63/64/65", FLASHCL_DTYPE_F32, 0, 3, 8, 1, 1, 32, 32, 0, 80, {63, 64, 65}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"decode 1000 GQA8 splits 7", FLASHCL_DTYPE_F32, 0, 2, 16, 2, 1, 64, 64, 0, 1024, {1000, 700}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7},
-    {"decode 4097 split 1", FLASHCL_DTYPE_F32, 0, 1, 4, 1, 1, 128, 128, 0, 4100, {4097}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {"paged p1", FLASHCL_DTYPE_F32, 0, 2, 4, 2, 2, 32, 32, 1, 40, {33, 17}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"paged p3 append", FLASHCL_DTYPE_F32, 0, 2, 4, 4, 1, 64, 64, 3, 60, {20, 41}, {0}, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"paged p16 sq5 causal", FLASHCL_DTYPE_F32, 0, 2, 8, 2, 5, 64, 64, 16, 200, {150, 77}, {0}, 0, 0, 5, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"paged p256 sq16 causal GQA4", FLASHCL_DTYPE_F32, 0, 1, 8, 2, 16, 64, 64, 256, 1024, {700}, {0}, 0, 0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"append + NeoX rotary", FLASHCL_DTYPE_F32, 0, 2, 4, 2, 1, 64, 64, 0, 64, {30, 5}, {0}, 0, 0, 1, 32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"append + GPT-J rotary, causal sq4", FLASHCL_DTYPE_F32, 0, 2, 4, 2, 4, 64, 64, 16, 96, {50, 11}, {0}, 0, 0, 4, 64, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"rotary without append, not causal", FLASHCL_DTYPE_F32, 0, 1, 4, 4, 2, 64, 64, 0, 64, {40}, {0}, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"leftpad + batch_idx", FLASHCL_DTYPE_F32, 0, 3, 4, 2, 1, 32, 32, 0, 50, {40, 12, 33}, {5, 0, 30}, 1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"window + softcap + alibi + sinks", FLASHCL_DTYPE_F32, 0, 2, 8, 2, 3, 64, 64, 16, 160, {130, 60}, {0}, 0, 0, 3, 0, 0, 1, 1, 40, 0, 20.0f, 1, 1, 0, 0},
-    {"sinks split 7", FLASHCL_DTYPE_F32, 0, 1, 4, 1, 1, 64, 64, 0, 600, {520}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 7},
-    {"f16 append rotary", FLASHCL_DTYPE_F16, 0, 2, 8, 2, 1, 128, 128, 16, 128, {100, 3}, {0}, 0, 0, 1, 128, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"bf16 paged GQA8 causal", FLASHCL_DTYPE_BF16, 0, 2, 8, 1, 2, 64, 64, 16, 300, {280, 31}, {0}, 0, 0, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"decode 1 key",
+     FLASHCL_DTYPE_F32,
+     0,
+     1,
+     4,
+     4,
+     1,
+     64,
+     64,
+     0,
+     8,
+     {1},
+     {0},
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"decode sk=2 GQA4",
+     FLASHCL_DTYPE_F32,
+     0,
+     1,
+     8,
+     2,
+     1,
+     64,
+     64,
+     0,
+     8,
+     {2},
+     {0},
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"decode 63/64/65",
+     FLASHCL_DTYPE_F32,
+     0,
+     3,
+     8,
+     1,
+     1,
+     32,
+     32,
+     0,
+     80,
+     {63, 64, 65},
+     {0},
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"decode 1000 GQA8 splits 7",
+     FLASHCL_DTYPE_F32,
+     0,
+     2,
+     16,
+     2,
+     1,
+     64,
+     64,
+     0,
+     1024,
+     {1000, 700},
+     {0},
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     7},
+    {"decode 4097 split 1",
+     FLASHCL_DTYPE_F32,
+     0,
+     1,
+     4,
+     1,
+     1,
+     128,
+     128,
+     0,
+     4100,
+     {4097},
+     {0},
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     1},
+    {"paged p1", FLASHCL_DTYPE_F32, 0, 2, 4, 2, 2, 32, 32, 1, 40, {33, 17}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+     0},
+    {"paged p3 append",
+     FLASHCL_DTYPE_F32,
+     0,
+     2,
+     4,
+     4,
+     1,
+     64,
+     64,
+     3,
+     60,
+     {20, 41},
+     {0},
+     0,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"paged p16 sq5 causal",
+     FLASHCL_DTYPE_F32,
+     0,
+     2,
+     8,
+     2,
+     5,
+     64,
+     64,
+     16,
+     200,
+     {150, 77},
+     {0},
+     0,
+     0,
+     5,
+     0,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"paged p256 sq16 causal GQA4",
+     FLASHCL_DTYPE_F32,
+     0,
+     1,
+     8,
+     2,
+     16,
+     64,
+     64,
+     256,
+     1024,
+     {700},
+     {0},
+     0,
+     0,
+     16,
+     0,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"append + NeoX rotary",
+     FLASHCL_DTYPE_F32,
+     0,
+     2,
+     4,
+     2,
+     1,
+     64,
+     64,
+     0,
+     64,
+     {30, 5},
+     {0},
+     0,
+     0,
+     1,
+     32,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"append + GPT-J rotary, causal sq4",
+     FLASHCL_DTYPE_F32,
+     0,
+     2,
+     4,
+     2,
+     4,
+     64,
+     64,
+     16,
+     96,
+     {50, 11},
+     {0},
+     0,
+     0,
+     4,
+     64,
+     1,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"rotary without append, not causal",
+     FLASHCL_DTYPE_F32,
+     0,
+     1,
+     4,
+     4,
+     2,
+     64,
+     64,
+     0,
+     64,
+     {40},
+     {0},
+     0,
+     0,
+     0,
+     16,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"leftpad + batch_idx",
+     FLASHCL_DTYPE_F32,
+     0,
+     3,
+     4,
+     2,
+     1,
+     32,
+     32,
+     0,
+     50,
+     {40, 12, 33},
+     {5, 0, 30},
+     1,
+     1,
+     1,
+     0,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"window + softcap + alibi + sinks",
+     FLASHCL_DTYPE_F32,
+     0,
+     2,
+     8,
+     2,
+     3,
+     64,
+     64,
+     16,
+     160,
+     {130, 60},
+     {0},
+     0,
+     0,
+     3,
+     0,
+     0,
+     1,
+     1,
+     40,
+     0,
+     20.0f,
+     1,
+     1,
+     0,
+     0},
+    {"sinks split 7",
+     FLASHCL_DTYPE_F32,
+     0,
+     1,
+     4,
+     1,
+     1,
+     64,
+     64,
+     0,
+     600,
+     {520},
+     {0},
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     1,
+     0,
+     7},
+    {"f16 append rotary",
+     FLASHCL_DTYPE_F16,
+     0,
+     2,
+     8,
+     2,
+     1,
+     128,
+     128,
+     16,
+     128,
+     {100, 3},
+     {0},
+     0,
+     0,
+     1,
+     128,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"bf16 paged GQA8 causal",
+     FLASHCL_DTYPE_BF16,
+     0,
+     2,
+     8,
+     1,
+     2,
+     64,
+     64,
+     16,
+     300,
+     {280, 31},
+     {0},
+     0,
+     0,
+     2,
+     0,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
     {"d_v != d", FLASHCL_DTYPE_F32, 0, 1, 4, 2, 1, 48, 80, 0, 70, {65}, {0}, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"fp8 e4m3 per tensor, append", FLASHCL_DTYPE_BF16, FLASHCL_CACHE_DTYPE_FP8_E4M3, 2, 8, 2, 1, 64, 64, 16, 200, {150, 40}, {0}, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"fp8 e5m2 per head, rotary", FLASHCL_DTYPE_F16, FLASHCL_CACHE_DTYPE_FP8_E5M2, 1, 4, 2, 1, 64, 64, 0, 100, {90}, {0}, 0, 0, 1, 32, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0},
-    {"fp8 e4m3 f32 q, paged p3", FLASHCL_DTYPE_F32, FLASHCL_CACHE_DTYPE_FP8_E4M3, 2, 4, 4, 2, 32, 32, 3, 40, {30, 9}, {0}, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"fp8 e4m3 per tensor, append",
+     FLASHCL_DTYPE_BF16,
+     FLASHCL_CACHE_DTYPE_FP8_E4M3,
+     2,
+     8,
+     2,
+     1,
+     64,
+     64,
+     16,
+     200,
+     {150, 40},
+     {0},
+     0,
+     0,
+     1,
+     0,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"fp8 e5m2 per head, rotary",
+     FLASHCL_DTYPE_F16,
+     FLASHCL_CACHE_DTYPE_FP8_E5M2,
+     1,
+     4,
+     2,
+     1,
+     64,
+     64,
+     0,
+     100,
+     {90},
+     {0},
+     0,
+     0,
+     1,
+     32,
+     1,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     1,
+     0},
+    {"fp8 e4m3 f32 q, paged p3",
+     FLASHCL_DTYPE_F32,
+     FLASHCL_CACHE_DTYPE_FP8_E4M3,
+     2,
+     4,
+     4,
+     2,
+     32,
+     32,
+     3,
+     40,
+     {30, 9},
+     {0},
+     0,
+     0,
+     0,
+     0,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     1,
+     0},
 };
 #define CASE_COUNT (sizeof k_cases / sizeof k_cases[0])
 
@@ -80,8 +575,10 @@ static float fp8_value(unsigned char x, int e4m3) {
     double v;
     if (e4m3 && e == 15 && m == 7) return NAN;
     if (!e4m3 && e == 31) return m ? NAN : (sign ? -INFINITY : INFINITY);
-    if (e == 0) v = ldexp((double)m, 1 - bias - mbits);
-    else v = ldexp(1.0 + (double)m / (1 << mbits), e - bias);
+    if (e == 0)
+        v = ldexp((double)m, 1 - bias - mbits);
+    else
+        v = ldexp(1.0 + (double)m / (1 << mbits), e - bias);
     return (float)(sign ? -v : v);
 }
 
@@ -112,9 +609,9 @@ static unsigned char fp8_code(float f, int e4m3) {
 typedef struct kv_run {
     kv_case c;
     size_t pool_batch, pool_rows, max_pages, num_pages;
-    size_t elem;                 /* bytes per cache element */
+    size_t elem; /* bytes per cache element */
     int32_t table[MAXB * 4096], seqlens[MAXB], leftpad[MAXB], bidx[MAXB];
-    float *q, *knew, *vnew;      /* rounded to the storage type */
+    float *q, *knew, *vnew;         /* rounded to the storage type */
     unsigned char *kcache, *vcache; /* the pools as bytes (storage type or fp8) */
     float *cosv, *sinv, *slopes, *sinks, kscale[8], vscale[8];
     size_t seqlen_ro;
@@ -128,8 +625,10 @@ static size_t cache_elems(const kv_run *r, size_t dim) { return r->pool_batch * 
 /* Where row j of sequence s lives in a pool of `dim` ([pages|seqs, rows, hkv, dim], packed). */
 static size_t cache_at(const kv_run *r, size_t s, size_t j, size_t h, size_t dim) {
     size_t page, row;
-    if (r->c.page_size) page = (size_t)r->table[s * r->max_pages + j / r->c.page_size], row = j % r->c.page_size;
-    else page = (size_t)r->bidx[s], row = j;
+    if (r->c.page_size)
+        page = (size_t)r->table[s * r->max_pages + j / r->c.page_size], row = j % r->c.page_size;
+    else
+        page = (size_t)r->bidx[s], row = j;
     return ((page * r->pool_rows + row) * r->c.hkv + h) * dim;
 }
 
@@ -298,7 +797,8 @@ static void kv_init(kv_run *r, cl_context cl, const kv_case *c, uint64_t seed) {
 }
 
 static void kv_free(kv_run *r) {
-    cl_mem m[] = {r->qb, r->ob, r->lseb, r->kb, r->vb, r->knb, r->vnb, r->cosb, r->sinb, r->slopeb, r->sinkb, r->ksb, r->vsb};
+    cl_mem m[] = {r->qb,   r->ob,   r->lseb,   r->kb,    r->vb,  r->knb, r->vnb,
+                  r->cosb, r->sinb, r->slopeb, r->sinkb, r->ksb, r->vsb};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; ++i)
         if (m[i]) clReleaseMemObject(m[i]);
     void *h[] = {r->q, r->knew, r->vnew, r->kcache, r->vcache, r->cosv, r->sinv, r->slopes, r->sinks};
@@ -318,16 +818,20 @@ static void host_append(kv_run *r) {
                 for (size_t e = 0; e < c->d; ++e)
                     cache_store(r, r->kcache, cache_at(r, s, j, h, c->d) + e,
                                 c->rotary_dim ? rotate(r, krow, e, pos) : krow[e], 0, h);
-                for (size_t e = 0; e < c->dv; ++e) cache_store(r, r->vcache, cache_at(r, s, j, h, c->dv) + e, vrow[e], 1, h);
+                for (size_t e = 0; e < c->dv; ++e)
+                    cache_store(r, r->vcache, cache_at(r, s, j, h, c->dv) + e, vrow[e], 1, h);
             }
 }
 
 /* One unit in the last place of the cache's storage, relative. */
 static double cache_ulp(const kv_run *r) {
     switch (r->c.cdtype) {
-    case FLASHCL_CACHE_DTYPE_FP8_E4M3: return 0x1p-3;
-    case FLASHCL_CACHE_DTYPE_FP8_E5M2: return 0x1p-2;
-    default: return 2.0 * st_epsilon(r->c.dtype);
+    case FLASHCL_CACHE_DTYPE_FP8_E4M3:
+        return 0x1p-3;
+    case FLASHCL_CACHE_DTYPE_FP8_E5M2:
+        return 0x1p-2;
+    default:
+        return 2.0 * st_epsilon(r->c.dtype);
     }
 }
 
@@ -376,7 +880,8 @@ static int check_output(kv_run *r, cl_command_queue queue, const char *label) {
         cu_k[s + 1] = (int32_t)total_k;
     }
     float *q = malloc(c->b * c->sq * c->hq * c->d * sizeof(float));
-    float *k = malloc((total_k + 1) * c->hkv * c->d * sizeof(float)), *v = malloc((total_k + 1) * c->hkv * c->dv * sizeof(float));
+    float *k = malloc((total_k + 1) * c->hkv * c->d * sizeof(float)),
+          *v = malloc((total_k + 1) * c->hkv * c->dv * sizeof(float));
     REQUIRE(q && k && v);
     const int per_row = c->causal || c->window;
     for (size_t s = 0; s < c->b; ++s)
@@ -393,9 +898,11 @@ static int check_output(kv_run *r, cl_command_queue queue, const char *label) {
             for (size_t h = 0; h < c->hkv; ++h) {
                 const size_t src = (size_t)r->leftpad[s] + j, dst = (size_t)cu_k[s] + j;
                 for (size_t e = 0; e < c->d; ++e)
-                    k[(dst * c->hkv + h) * c->d + e] = cache_value(r, r->kcache, cache_at(r, s, src, h, c->d) + e, 0, h);
+                    k[(dst * c->hkv + h) * c->d + e] =
+                        cache_value(r, r->kcache, cache_at(r, s, src, h, c->d) + e, 0, h);
                 for (size_t e = 0; e < c->dv; ++e)
-                    v[(dst * c->hkv + h) * c->dv + e] = cache_value(r, r->vcache, cache_at(r, s, src, h, c->dv) + e, 1, h);
+                    v[(dst * c->hkv + h) * c->dv + e] =
+                        cache_value(r, r->vcache, cache_at(r, s, src, h, c->dv) + e, 1, h);
             }
     rv_problem p;
     memset(&p, 0, sizeof p);
@@ -422,7 +929,8 @@ static int check_output(kv_run *r, cl_command_queue queue, const char *label) {
     REQUIRE(o && lse && raw);
     REQUIRE_CL(clEnqueueReadBuffer(queue, r->ob, CL_TRUE, 0, no * flashcl_dtype_size(c->dtype), raw, 0, NULL, NULL));
     st_unpack(c->dtype, raw, no, o);
-    REQUIRE_CL(clEnqueueReadBuffer(queue, r->lseb, CL_TRUE, 0, c->b * c->hq * c->sq * sizeof(float), lse, 0, NULL, NULL));
+    REQUIRE_CL(
+        clEnqueueReadBuffer(queue, r->lseb, CL_TRUE, 0, c->b * c->hq * c->sq * sizeof(float), lse, 0, NULL, NULL));
     /* rv's varlen LSE is [hq, total_q]; the KV-cache call's [b, hq, sq]. */
     double *ref_lse_b = malloc(c->b * c->hq * c->sq * sizeof(double));
     REQUIRE(ref_lse_b != NULL);
@@ -453,7 +961,8 @@ static int run_case(flashcl_context *ctx, const kv_case *c, const char *label) {
     cl_command_queue queue = flashcl_context_queue(ctx);
     kv_run r;
     kv_init(&r, cl, c, 0x5eed + (uint64_t)c->sq * 131 + c->capacity);
-    flashcl_tensor qv = flashcl_tensor_bshd(r.qb, c->sq, c->hq, c->d), ov = flashcl_tensor_bshd(r.ob, c->sq, c->hq, c->dv);
+    flashcl_tensor qv = flashcl_tensor_bshd(r.qb, c->sq, c->hq, c->d),
+                   ov = flashcl_tensor_bshd(r.ob, c->sq, c->hq, c->dv);
     cl_event done = NULL;
     flashcl_status st = flashcl_forward_kvcache(ctx, &r.d, &qv, &r.cache, &ov, r.lseb, 0, 0, NULL, &done);
     int ok = CHECK_STATUS(st, FLASHCL_SUCCESS);
@@ -473,10 +982,10 @@ static int run_case(flashcl_context *ctx, const kv_case *c, const char *label) {
    the largest finite values and the midpoints past them, saturation (e4m3) and overflow to
    infinity (e5m2), subnormals and their ties, infinities and NaN; byte for byte against fp8_code. */
 static void check_fp8_encoding(flashcl_context *ctx) {
-    static const float edges[] = {
-        0.0f, -0.0f, 1.0f, -1.5f, 448.0f, 464.0f, 479.0f, 480.0f, 500.0f, -1e6f, 57344.0f, -57344.0f, 53248.0f,
-        55296.0f, 59392.0f, 61439.0f, 61440.0f, 65536.0f, 0x1p-6f, 0x1p-9f, 0x1p-10f, 0x3p-10f, 0x1p-14f, 0x1p-16f,
-        0x1p-17f, 0x3p-17f, 1e-9f, INFINITY, -INFINITY, NAN, 240.0f, 0.0625f};
+    static const float edges[] = {0.0f,     -0.0f,    1.0f,     -1.5f,     448.0f,    464.0f,   479.0f,   480.0f,
+                                  500.0f,   -1e6f,    57344.0f, -57344.0f, 53248.0f,  55296.0f, 59392.0f, 61439.0f,
+                                  61440.0f, 65536.0f, 0x1p-6f,  0x1p-9f,   0x1p-10f,  0x3p-10f, 0x1p-14f, 0x1p-16f,
+                                  0x1p-17f, 0x3p-17f, 1e-9f,    INFINITY,  -INFINITY, NAN,      240.0f,   0.0625f};
     enum { D = 16, N = (sizeof edges / sizeof edges[0] + D - 1) / D };
     cl_context cl = flashcl_context_cl_context(ctx);
     cl_command_queue queue = flashcl_context_queue(ctx);
@@ -510,7 +1019,8 @@ static void check_fp8_encoding(flashcl_context *ctx) {
                 ok = 0;
             }
         }
-        if (ok) printf("ok   fp8 %s encoding of %zu edge values\n", e4m3 ? "e4m3" : "e5m2", sizeof edges / sizeof edges[0]);
+        if (ok)
+            printf("ok   fp8 %s encoding of %zu edge values\n", e4m3 ? "e4m3" : "e5m2", sizeof edges / sizeof edges[0]);
         clReleaseMemObject(kb), clReleaseMemObject(vb), clReleaseMemObject(knb), clReleaseMemObject(qb);
         clReleaseMemObject(ob);
     }
@@ -520,7 +1030,9 @@ static void check_fp8_encoding(flashcl_context *ctx) {
 static void check_batch_invariance(flashcl_context *ctx) {
     cl_context cl = flashcl_context_cl_context(ctx);
     cl_command_queue queue = flashcl_context_queue(ctx);
-    kv_case one = {"alone", FLASHCL_DTYPE_F32, 0, 1, 4, 2, 1, 64, 64, 0, 900, {777}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7};
+    kv_case one = {
+        "alone", FLASHCL_DTYPE_F32, 0, 1, 4, 2, 1, 64, 64, 0, 900, {777}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        7};
     kv_case three = one;
     three.b = 3, three.seqlens[0] = 777, three.seqlens[1] = 30, three.seqlens[2] = 899;
     kv_run a, b;
@@ -566,9 +1078,9 @@ static void check_merge(flashcl_context *ctx) {
     tu_rng rng = tu_rng_seed(4242);
     for (size_t i = 0; i < N * per; ++i) os[i] = tu_rng_float(&rng, -2, 2);
     for (size_t i = 0; i < N * rows; ++i) ls[i] = tu_rng_float(&rng, -3, 3);
-    for (size_t s = 0; s < N; ++s) ls[s * rows + 4] = -INFINITY; /* row 4: every state empty */
-    ls[1 * rows + 7] = -INFINITY;                                  /* row 7: one state empty */
-    for (size_t c = 0; c < D; ++c) os[1 * per + 7 * D + c] = NAN;  /* ... holding garbage */
+    for (size_t s = 0; s < N; ++s) ls[s * rows + 4] = -INFINITY;  /* row 4: every state empty */
+    ls[1 * rows + 7] = -INFINITY;                                 /* row 7: one state empty */
+    for (size_t c = 0; c < D; ++c) os[1 * per + 7 * D + c] = NAN; /* ... holding garbage */
     flashcl_merge_desc m = FLASHCL_MERGE_DESC_INIT;
     m.num_states = N, m.batch = B, m.heads = H, m.seqlen = S, m.head_dim = D;
     cl_mem osb = tu_buffer_create(cl, N * per, os), lsb = tu_buffer_create(cl, N * rows, ls);
@@ -616,8 +1128,10 @@ int main(int argc, char **argv) {
     long only = -1;
     int quick = 0;
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) only = strtol(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
+            only = strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
         else if (strcmp(argv[i], "--list") == 0) {
             for (size_t c = 0; c < CASE_COUNT; ++c) printf("%4zu %s\n", c, k_cases[c].name);
             return 0;

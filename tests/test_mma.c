@@ -65,7 +65,8 @@ static cl_mem upload16(cl_context c, const uint16_t *h, size_t n) {
 }
 
 static flashcl_tensor make_view(cl_mem buf, const mma_case *c, size_t rows, size_t heads) {
-    flashcl_tensor t = c->bhsd ? flashcl_tensor_bhsd(buf, rows, heads, c->d) : flashcl_tensor_bshd(buf, rows, heads, c->d);
+    flashcl_tensor t =
+        c->bhsd ? flashcl_tensor_bhsd(buf, rows, heads, c->d) : flashcl_tensor_bshd(buf, rows, heads, c->d);
     t.offset = (size_t)c->offset;
     if (t.stride_batch == 0) { /* packed default made explicit so the offset applies */
         t.stride_row = heads * c->d;
@@ -92,7 +93,8 @@ static int run_backward_case(flashcl_context *ctx, const mma_case *c, tu_rng *rn
     uint16_t *hdo = calloc(nq, 2), *hdq = malloc(nq * 2), *hdk = malloc(nk * 2), *hdv = malloc(nk * 2);
     float *fdo = calloc(nq, 4);
     double *rq = malloc(c->b * c->hq * c->sq * c->d * sizeof(double));
-    double *rk = malloc(c->b * c->hkv * c->sk * c->d * sizeof(double)), *rv = malloc(c->b * c->hkv * c->sk * c->d * sizeof(double));
+    double *rk = malloc(c->b * c->hkv * c->sk * c->d * sizeof(double)),
+           *rv = malloc(c->b * c->hkv * c->sk * c->d * sizeof(double));
     REQUIRE(hdo && hdq && hdk && hdv && fdo && rq && rk && rv);
     for (size_t i = (size_t)c->offset; i < nq; ++i) {
         hdo[i] = to16(c, tu_rng_float(rng, -1.0f, 1.0f));
@@ -118,8 +120,8 @@ static int run_backward_case(flashcl_context *ctx, const mma_case *c, tu_rng *rn
         const double eq = rel_l2(c, hdq, &dq, rq, c->hq, c->sq), ek = rel_l2(c, hdk, &dk, rk, c->hkv, c->sk);
         const double ev = rel_l2(c, hdv, &dv, rv, c->hkv, c->sk), bound = c->f16 ? 5e-3 : 2.5e-2;
         ok = eq <= bound && ek <= bound && ev <= bound;
-        printf("%s %s backward: rel L2 dQ %.3g dK %.3g dV %.3g (bound %.3g)\n", ok ? "ok  " : "FAIL", label, eq, ek,
-               ev, bound);
+        printf("%s %s backward: rel L2 dQ %.3g dK %.3g dV %.3g (bound %.3g)\n", ok ? "ok  " : "FAIL", label, eq, ek, ev,
+               bound);
     }
     clReleaseMemObject(bdo), clReleaseMemObject(bdq), clReleaseMemObject(bdk), clReleaseMemObject(bdv);
     free(hdo), free(hdq), free(hdk), free(hdv), free(fdo), free(rq), free(rk), free(rv);
@@ -155,7 +157,8 @@ static int run_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const 
         fv[i] = from16(c, hv[i]);
     }
     memset(ho, 0xff, nq * 2); /* NaN in both formats: an unwritten element fails */
-    cl_mem bq = upload16(clc, hq, nq), bk = upload16(clc, hk, nk), bv = upload16(clc, hv, nk), bo = upload16(clc, ho, nq);
+    cl_mem bq = upload16(clc, hq, nq), bk = upload16(clc, hk, nk), bv = upload16(clc, hv, nk),
+           bo = upload16(clc, ho, nq);
     cl_int err;
     cl_mem bl = clCreateBuffer(clc, CL_MEM_READ_WRITE, nl * 4, NULL, &err);
     REQUIRE_CL(err);
@@ -247,8 +250,8 @@ int main(void) {
 
     const mma_case cases[] = {
         {1, 2, 2, 200, 200, 128, 0, 0, 0, 0}, {1, 2, 2, 200, 200, 64, 1, 0, 0, 0},
-        {2, 4, 2, 77, 130, 64, 1, 0, 0, 8},   /* sq < sk, GQA, offset */
-        {1, 4, 1, 130, 77, 128, 1, 0, 1, 0},  /* sq > sk: fully masked rows; MQA; bhsd */
+        {2, 4, 2, 77, 130, 64, 1, 0, 0, 8},  /* sq < sk, GQA, offset */
+        {1, 4, 1, 130, 77, 128, 1, 0, 1, 0}, /* sq > sk: fully masked rows; MQA; bhsd */
         {1, 2, 2, 1, 1, 32, 0, 0, 0, 0},      {1, 2, 2, 1, 300, 96, 1, 0, 0, 0},
         {1, 2, 1, 129, 129, 128, 0, 1, 0, 0}, /* f16 */
         {1, 2, 2, 300, 1, 64, 1, 1, 1, 0},    {1, 1, 1, 257, 257, 96, 1, 0, 0, 0},

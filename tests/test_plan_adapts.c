@@ -15,14 +15,12 @@
 
 #include "problem.h"
 
-static void usage(void)
-{
+static void usage(void) {
     fprintf(stderr, "usage: test_plan_adapts [--expect-local BYTES] [--expect-wgsize N]\n");
     exit(2);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     unsigned long long expect_local = 0, expect_wg = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-local") && i + 1 < argc)
@@ -41,12 +39,10 @@ int main(int argc, char **argv)
     REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL));
     REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL));
     REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name, name, NULL));
-    printf("device: %s, local memory %llu bytes, max work-group size %zu\n", name,
-           (unsigned long long)local_mem, max_wg);
-    if (expect_local)
-        CHECK(local_mem == expect_local);
-    if (expect_wg)
-        CHECK(max_wg == expect_wg);
+    printf("device: %s, local memory %llu bytes, max work-group size %zu\n", name, (unsigned long long)local_mem,
+           max_wg);
+    if (expect_local) CHECK(local_mem == expect_local);
+    if (expect_wg) CHECK(max_wg == expect_wg);
 
     static const size_t dims[] = {64, 128};
     for (size_t i = 0; i < 2; i++) {
@@ -59,18 +55,15 @@ int main(int argc, char **argv)
             d.head_dim = dims[i];
             d.path = (flashcl_path)path;
             flashcl_plan plan;
-            if (!CHECK_STATUS(flashcl_plan_query(ctx, &d, &plan),
-                              FLASHCL_SUCCESS)) {
+            if (!CHECK_STATUS(flashcl_plan_query(ctx, &d, &plan), FLASHCL_SUCCESS)) {
                 fprintf(stderr, "  d=%zu: %s\n", dims[i], flashcl_last_error(ctx));
                 continue;
             }
             printf("d=%zu %s: kernel=%s Br=%d Bc=%d threads/row=%d staging=%s wg=%zu local=%zu "
                    "private=%zu origin=%s\n  reason: %s\n",
-                   dims[i], path ? "standard" : "flash", plan.kernel, plan.block_rows,
-                   plan.block_cols, plan.threads_per_row,
-                   plan.staging == FLASHCL_STAGING_LOCAL ? "local" : "direct",
-                   plan.work_group_size, plan.local_mem_bytes, plan.private_mem_bytes,
-                   plan.origin, plan.reason);
+                   dims[i], path ? "standard" : "flash", plan.kernel, plan.block_rows, plan.block_cols,
+                   plan.threads_per_row, plan.staging == FLASHCL_STAGING_LOCAL ? "local" : "direct",
+                   plan.work_group_size, plan.local_mem_bytes, plan.private_mem_bytes, plan.origin, plan.reason);
             CHECK(plan.local_mem_bytes <= local_mem);
             CHECK(plan.work_group_size >= 1 && plan.work_group_size <= max_wg);
             CHECK(plan.block_rows >= 1 && plan.block_cols >= 1);

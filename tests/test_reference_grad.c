@@ -36,16 +36,13 @@ typedef struct fd_case {
     double *o, *lse;
 } fd_case;
 
-static void *xcalloc(size_t n, size_t size)
-{
+static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     REQUIRE(p != NULL);
     return p;
 }
 
-static void tensor_init(fd_tensor *t, tu_layout layout, tu_dims dims, tu_rng *rng, float lo,
-                        float hi)
-{
+static void tensor_init(fd_tensor *t, tu_layout layout, tu_dims dims, tu_rng *rng, float lo, float hi) {
     t->dims = dims;
     t->view = tu_view_make(layout, dims);
     t->count = tu_view_extent(&t->view, dims);
@@ -64,11 +61,9 @@ static void tensor_init(fd_tensor *t, tu_layout layout, tu_dims dims, tu_rng *rn
 }
 
 /* sum(O * dO) with O from the double reference forward. */
-static double loss(fd_case *f)
-{
+static double loss(fd_case *f) {
     const ref_problem *p = &f->p;
-    ref_attention(p, f->q.host, &f->q.view, f->k.host, &f->k.view, f->v.host, &f->v.view, f->o,
-                  f->lse);
+    ref_attention(p, f->q.host, &f->q.view, f->k.host, &f->k.view, f->v.host, &f->v.view, f->o, f->lse);
     flashcl_tensor g = ref_resolve_view(&f->dout.view, p->seqlen_q, p->heads_q, p->head_dim);
     double sum = 0.0;
     for (size_t b = 0; b < p->batch; b++)
@@ -85,19 +80,15 @@ static double loss(fd_case *f)
  * Central differences over every element of t's view against the analytic
  * gradient (packed); |fd - analytic| <= REL_TOL * max|analytic| per tensor.
  */
-static void check_tensor(fd_case *f, fd_tensor *t, const double *analytic, const char *label,
-                         const char *name)
-{
+static void check_tensor(fd_case *f, fd_tensor *t, const double *analytic, const char *label, const char *name) {
     tu_dims dims = t->dims;
     flashcl_tensor r = ref_resolve_view(&t->view, dims.rows, dims.heads, dims.head_dim);
     size_t n = dims.batch * dims.heads * dims.rows * dims.head_dim;
     double max_an = 0.0;
-    for (size_t e = 0; e < n; e++)
-        max_an = fmax(max_an, fabs(analytic[e]));
+    for (size_t e = 0; e < n; e++) max_an = fmax(max_an, fabs(analytic[e]));
     /* A tensor whose gradient is all zero would make the check vacuous. */
     if (!(max_an > 1e-3)) {
-        fprintf(stderr, "FAIL %s: %s's gradient is (nearly) zero everywhere: max %g\n", label, name,
-                max_an);
+        fprintf(stderr, "FAIL %s: %s's gradient is (nearly) zero everywhere: max %g\n", label, name, max_an);
         tu_fail_count();
     }
     double tol = REL_TOL * max_an, worst = -1.0;
@@ -126,14 +117,15 @@ static void check_tensor(fd_case *f, fd_tensor *t, const double *analytic, const
         printf("ok   %s: %s max |fd - analytic| %.2e (max|grad| %.3g)\n", label, name, worst, max_an);
         return;
     }
-    fprintf(stderr, "FAIL %s: %s element %zu: finite difference %.12g, analytic %.12g (|diff| %.3g "
-            "> %.3g)\n", label, name, worst_at, worst_fd, analytic[worst_at], worst, tol);
+    fprintf(stderr,
+            "FAIL %s: %s element %zu: finite difference %.12g, analytic %.12g (|diff| %.3g "
+            "> %.3g)\n",
+            label, name, worst_at, worst_fd, analytic[worst_at], worst, tol);
     tu_fail_count();
 }
 
-static void run_case(size_t batch, size_t hq, size_t hkv, size_t sq, size_t sk, size_t d,
-                     int causal, double scale, const tu_layout layouts[4], uint64_t seed)
-{
+static void run_case(size_t batch, size_t hq, size_t hkv, size_t sq, size_t sk, size_t d, int causal, double scale,
+                     const tu_layout layouts[4], uint64_t seed) {
     fd_case f;
     memset(&f, 0, sizeof f);
     ref_problem *p = &f.p;
@@ -146,8 +138,8 @@ static void run_case(size_t batch, size_t hq, size_t hkv, size_t sq, size_t sk, 
     p->scale = scale > 0.0 ? scale : 1.0 / sqrt((double)d);
     p->causal = causal;
     char label[160];
-    snprintf(label, sizeof label, "b=%zu hq=%zu hkv=%zu sq=%zu sk=%zu d=%zu causal=%d scale=%g",
-             batch, hq, hkv, sq, sk, d, causal, p->scale);
+    snprintf(label, sizeof label, "b=%zu hq=%zu hkv=%zu sq=%zu sk=%zu d=%zu causal=%d scale=%g", batch, hq, hkv, sq, sk,
+             d, causal, p->scale);
 
     tu_rng rng = tu_rng_seed(seed);
     tu_dims qd = {batch, hq, sq, d}, kd = {batch, hkv, sk, d};
@@ -164,8 +156,8 @@ static void run_case(size_t batch, size_t hq, size_t hkv, size_t sq, size_t sk, 
     double *dq = xcalloc(nq, sizeof(double));
     double *dk = xcalloc(nk, sizeof(double));
     double *dv = xcalloc(nk, sizeof(double));
-    ref_attention_backward(p, f.q.host, &f.q.view, f.k.host, &f.k.view, f.v.host, &f.v.view,
-                           f.dout.host, &f.dout.view, dq, dk, dv);
+    ref_attention_backward(p, f.q.host, &f.q.view, f.k.host, &f.k.view, f.v.host, &f.v.view, f.dout.host, &f.dout.view,
+                           dq, dk, dv);
     CHECK(isfinite(loss(&f)));
 
     check_tensor(&f, &f.q, dq, label, "dq");
@@ -176,8 +168,7 @@ static void run_case(size_t batch, size_t hq, size_t hkv, size_t sq, size_t sk, 
     for (size_t b = 0; b < batch; b++)
         for (size_t h = 0; h < hq; h++)
             for (size_t i = 0; i < sq && ref_visible_keys(p, i) == 0; i++)
-                for (size_t c = 0; c < d; c++)
-                    CHECK(dq[((b * hq + h) * sq + i) * d + c] == 0.0);
+                for (size_t c = 0; c < d; c++) CHECK(dq[((b * hq + h) * sq + i) * d + c] == 0.0);
 
     free(dq);
     free(dk);
@@ -185,12 +176,10 @@ static void run_case(size_t batch, size_t hq, size_t hkv, size_t sq, size_t sk, 
     free(f.o);
     free(f.lse);
     fd_tensor *all[4] = {&f.q, &f.k, &f.v, &f.dout};
-    for (int i = 0; i < 4; i++)
-        free(all[i]->host);
+    for (int i = 0; i < 4; i++) free(all[i]->host);
 }
 
-int main(void)
-{
+int main(void) {
     static const tu_layout strided[4] = {TU_PADDED, TU_BSHD, TU_BHSD, TU_PADDED};
     static const tu_layout packed[4] = {TU_BHSD, TU_ZERO, TU_PADDED, TU_BSHD};
     /* GQA 2:1, sq < sk, both masks. */

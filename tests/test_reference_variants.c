@@ -22,42 +22,36 @@
 #define H (1.0 / 1048576.0)
 #define REL_TOL 1e-6
 
-static void *xcalloc(size_t n, size_t size)
-{
+static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     REQUIRE(p != NULL);
     return p;
 }
 
-static float *random_array(size_t n, tu_rng *rng, float lo, float hi)
-{
+static float *random_array(size_t n, tu_rng *rng, float lo, float hi) {
     float *x = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(round(tu_rng_float(rng, lo, hi) / H) * H);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(round(tu_rng_float(rng, lo, hi) / H) * H);
     return x;
 }
 
 /* ---------------------------------------------------------------- Philox */
 
-static void check_philox(void)
-{
+static void check_philox(void) {
     /* Random123 kat_vectors, philox4x32 with 10 rounds. */
     static const uint32_t ctr[3][4] = {{0, 0, 0, 0},
                                        {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
                                        {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}};
-    static const uint32_t key[3][2] = {
-        {0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
-    static const uint32_t expect[3][4] = {
-        {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
-        {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
-        {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}};
+    static const uint32_t key[3][2] = {{0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
+    static const uint32_t expect[3][4] = {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
+                                          {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
+                                          {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}};
     for (int t = 0; t < 3; t++) {
         uint32_t out[4];
         rv_philox4x32_10(ctr[t], key[t], out);
         for (int w = 0; w < 4; w++)
             if (out[w] != expect[t][w]) {
-                fprintf(stderr, "FAIL philox vector %d word %d: 0x%08x, expected 0x%08x\n", t, w,
-                        (unsigned)out[w], (unsigned)expect[t][w]);
+                fprintf(stderr, "FAIL philox vector %d word %d: 0x%08x, expected 0x%08x\n", t, w, (unsigned)out[w],
+                        (unsigned)expect[t][w]);
                 tu_fail_count();
             }
     }
@@ -74,8 +68,7 @@ static void check_philox(void)
 
 /* --------------------------------------------------------------- storage */
 
-static void check_storage(void)
-{
+static void check_storage(void) {
     CHECK(st_f16_bits(1.0f) == 0x3c00);
     CHECK(st_f16_bits(-2.0f) == 0xc000);
     CHECK(st_f16_bits(65504.0f) == 0x7bff);
@@ -86,12 +79,11 @@ static void check_storage(void)
     CHECK(st_f16_bits(1.0f + 0x1p-10f + 0x1p-11f) == 0x3c02);
     CHECK(st_f16_value(0x3555) == 0x1.554p-2f);
     CHECK(st_bf16_bits(1.0f) == 0x3f80);
-    CHECK(st_bf16_bits(1.0f + 0x1p-8f) == 0x3f80);              /* tie to even */
-    CHECK(st_bf16_bits(1.0f + 0x1p-7f + 0x1p-8f) == 0x3f82);    /* tie to even, up */
+    CHECK(st_bf16_bits(1.0f + 0x1p-8f) == 0x3f80);           /* tie to even */
+    CHECK(st_bf16_bits(1.0f + 0x1p-7f + 0x1p-8f) == 0x3f82); /* tie to even, up */
     CHECK(st_bf16_value(0xbf80) == -1.0f);
     for (float x = -3.0f; x < 3.0f; x += 0.01f) {
-        CHECK(st_round(FLASHCL_DTYPE_F16, st_round(FLASHCL_DTYPE_F16, x)) ==
-              st_round(FLASHCL_DTYPE_F16, x));
+        CHECK(st_round(FLASHCL_DTYPE_F16, st_round(FLASHCL_DTYPE_F16, x)) == st_round(FLASHCL_DTYPE_F16, x));
         CHECK(fabsf(st_round(FLASHCL_DTYPE_BF16, x) - x) <= fabsf(x) * 0x1p-8f);
     }
 }
@@ -104,22 +96,18 @@ typedef struct fd_case {
     double *o, *lse;
 } fd_case;
 
-static double loss(fd_case *f)
-{
+static double loss(fd_case *f) {
     rv_forward(&f->p, f->q, f->k, f->v, f->o, f->lse);
     size_t n = rv_rows_q(&f->p) * f->p.heads_q * f->p.head_dim_v;
     double sum = 0.0;
-    for (size_t e = 0; e < n; e++)
-        sum += f->o[e] * (double)f->dout[e];
+    for (size_t e = 0; e < n; e++) sum += f->o[e] * (double)f->dout[e];
     return sum;
 }
 
-static void check_gradient(fd_case *f, float *x, size_t n, const double *analytic,
-                           const char *label, const char *name)
-{
+static void check_gradient(fd_case *f, float *x, size_t n, const double *analytic, const char *label,
+                           const char *name) {
     double max_an = 0.0;
-    for (size_t e = 0; e < n; e++)
-        max_an = fmax(max_an, fabs(analytic[e]));
+    for (size_t e = 0; e < n; e++) max_an = fmax(max_an, fabs(analytic[e]));
     if (!(max_an > 1e-3)) {
         fprintf(stderr, "FAIL %s: %s's gradient is (nearly) zero: max %g\n", label, name, max_an);
         tu_fail_count();
@@ -143,13 +131,12 @@ static void check_gradient(fd_case *f, float *x, size_t n, const double *analyti
         printf("ok   %s: %s max |fd - analytic| %.2e (max|grad| %.3g)\n", label, name, worst, max_an);
         return;
     }
-    fprintf(stderr, "FAIL %s: %s element %zu: |fd - analytic| %.3g > %.3g (analytic %.9g)\n", label,
-            name, worst_at, worst, REL_TOL * max_an, analytic[worst_at]);
+    fprintf(stderr, "FAIL %s: %s element %zu: |fd - analytic| %.3g > %.3g (analytic %.9g)\n", label, name, worst_at,
+            worst, REL_TOL * max_an, analytic[worst_at]);
     tu_fail_count();
 }
 
-static void fd_check(fd_case *f, const char *label)
-{
+static void fd_check(fd_case *f, const char *label) {
     rv_problem *p = &f->p;
     size_t nq = rv_rows_q(p) * p->heads_q, nk = rv_rows_k(p) * p->heads_kv;
     f->o = xcalloc(nq * p->head_dim_v, sizeof(double));
@@ -163,8 +150,7 @@ static void fd_check(fd_case *f, const char *label)
     check_gradient(f, f->q, nq * p->head_dim, dq, label, "dq");
     check_gradient(f, f->k, nk * p->head_dim, dk, label, "dk");
     check_gradient(f, f->v, nk * p->head_dim_v, dv, label, "dv");
-    if (f->sinks)
-        check_gradient(f, f->sinks, p->heads_q, dsinks, label, "dsinks");
+    if (f->sinks) check_gradient(f, f->sinks, p->heads_q, dsinks, label, "dsinks");
     free(dq);
     free(dk);
     free(dv);
@@ -173,8 +159,7 @@ static void fd_check(fd_case *f, const char *label)
     free(f->lse);
 }
 
-static void fd_inputs(fd_case *f, tu_rng *rng)
-{
+static void fd_inputs(fd_case *f, tu_rng *rng) {
     rv_problem *p = &f->p;
     size_t nq = rv_rows_q(p) * p->heads_q, nk = rv_rows_k(p) * p->heads_kv;
     f->q = random_array(nq * p->head_dim, rng, -2.0f, 2.0f);
@@ -183,8 +168,7 @@ static void fd_inputs(fd_case *f, tu_rng *rng)
     f->dout = random_array(nq * p->head_dim_v, rng, -1.0f, 1.0f);
 }
 
-static void fd_free(fd_case *f)
-{
+static void fd_free(fd_case *f) {
     free(f->q);
     free(f->k);
     free(f->v);
@@ -193,8 +177,7 @@ static void fd_free(fd_case *f)
 }
 
 /* Every differentiable feature at once on a padded batch. */
-static void check_all_features(void)
-{
+static void check_all_features(void) {
     fd_case f;
     memset(&f, 0, sizeof f);
     rv_problem *p = &f.p;
@@ -214,8 +197,7 @@ static void check_all_features(void)
     p->bias = (rv_matrix){bias, 0, 0, 5 * 7, 7};
     /* Mask [b, 1, sq, sk] broadcast over heads, about one in five masked. */
     unsigned char *mask = xcalloc(2 * 5 * 7, 1);
-    for (size_t e = 0; e < 2 * 5 * 7; e++)
-        mask[e] = (unsigned char)(tu_rng_next(&rng) % 5 != 0);
+    for (size_t e = 0; e < 2 * 5 * 7; e++) mask[e] = (unsigned char)(tu_rng_next(&rng) % 5 != 0);
     p->mask = (rv_matrix){mask, 0, 5 * 7, 0, 7};
     /* Block mask at 2 x 3 blocks ([1, 1, 3, 3]): one block off. */
     unsigned char block[9] = {1, 1, 1, 1, 0, 1, 1, 1, 1};
@@ -234,8 +216,7 @@ static void check_all_features(void)
 }
 
 /* Varlen, causal, sinks, ALiBi [h]; one sequence has more queries than keys. */
-static void check_varlen(void)
-{
+static void check_varlen(void) {
     static const int32_t cu_q[4] = {0, 3, 4, 8}, cu_k[4] = {0, 2, 7, 10};
     fd_case f;
     memset(&f, 0, sizeof f);
@@ -255,8 +236,7 @@ static void check_varlen(void)
     double o[8 * 2 * 3], lse[2 * 8];
     rv_forward(p, f.q, f.k, f.v, o, lse);
     CHECK(lse[rv_lse_index(p, 0, 1, 0)] == (double)f.sinks[1]);
-    for (size_t c = 0; c < 3; c++)
-        CHECK(o[(0 * 2 + 1) * 3 + c] == 0.0);
+    for (size_t c = 0; c < 3; c++) CHECK(o[(0 * 2 + 1) * 3 + c] == 0.0);
 
     /* Each sequence alone, as a batch-1 problem, gives the same O and LSE. */
     for (size_t b = 0; b < 3; b++) {
@@ -265,10 +245,8 @@ static void check_varlen(void)
         one.seqlen_q = (size_t)(cu_q[b + 1] - cu_q[b]);
         one.seqlen_k = (size_t)(cu_k[b + 1] - cu_k[b]);
         double o1[4 * 2 * 3], lse1[2 * 4];
-        rv_forward(&one, f.q + (size_t)cu_q[b] * 2 * 3, f.k + (size_t)cu_k[b] * 3,
-                   f.v + (size_t)cu_k[b] * 3, o1, lse1);
-        for (size_t e = 0; e < one.seqlen_q * 2 * 3; e++)
-            CHECK(o1[e] == o[(size_t)cu_q[b] * 2 * 3 + e]);
+        rv_forward(&one, f.q + (size_t)cu_q[b] * 2 * 3, f.k + (size_t)cu_k[b] * 3, f.v + (size_t)cu_k[b] * 3, o1, lse1);
+        for (size_t e = 0; e < one.seqlen_q * 2 * 3; e++) CHECK(o1[e] == o[(size_t)cu_q[b] * 2 * 3 + e]);
         for (size_t h = 0; h < 2; h++)
             for (size_t i = 0; i < one.seqlen_q; i++)
                 CHECK(lse1[h * one.seqlen_q + i] == lse[rv_lse_index(p, b, h, i)]);
@@ -277,8 +255,7 @@ static void check_varlen(void)
 }
 
 /* With nothing on, the plain reference's answers (its own layouts). */
-static void check_plain_matches(void)
-{
+static void check_plain_matches(void) {
     const size_t b = 2, hq = 4, hkv = 2, sq = 5, sk = 6, d = 3;
     tu_rng rng = tu_rng_seed(13);
     fd_case f;
@@ -302,8 +279,7 @@ static void check_plain_matches(void)
             for (size_t i = 0; i < sq; i++) {
                 size_t r1 = (bb * hq + h) * sq + i, r2 = (bb * sq + i) * hq + h;
                 worst = fmax(worst, fabs(l1[r1] - l2[r1]));
-                for (size_t c = 0; c < d; c++)
-                    worst = fmax(worst, fabs(o1[r1 * d + c] - o2[r2 * d + c]));
+                for (size_t c = 0; c < d; c++) worst = fmax(worst, fabs(o1[r1 * d + c] - o2[r2 * d + c]));
             }
     double *g1[3], *g2[3];
     for (int t = 0; t < 3; t++) {
@@ -324,16 +300,14 @@ static void check_plain_matches(void)
         free(g2[t]);
     }
     if (!(worst <= 1e-12)) {
-        fprintf(stderr, "FAIL plain problem: variant reference differs from reference.c by %g\n",
-                worst);
+        fprintf(stderr, "FAIL plain problem: variant reference differs from reference.c by %g\n", worst);
         tu_fail_count();
     }
     free(o1), free(o2), free(l1), free(l2);
     fd_free(&f);
 }
 
-int main(void)
-{
+int main(void) {
     check_philox();
     check_storage();
     check_plain_matches();

@@ -21,22 +21,19 @@ static const status_entry k_statuses[] = {
 };
 #define STATUS_COUNT (sizeof k_statuses / sizeof k_statuses[0])
 
-static void check_own_codes(void)
-{
+static void check_own_codes(void) {
     for (size_t i = 0; i < STATUS_COUNT; i++) {
         const status_entry *e = &k_statuses[i];
         const char *name = flashcl_status_name(e->value);
         const char *text = flashcl_status_string(e->value);
         CHECK(name != NULL && text != NULL);
-        if (!name || !text)
-            continue;
+        if (!name || !text) continue;
         if (strcmp(name, e->name) != 0) {
             fprintf(stderr, "status %d: name \"%s\", expected \"%s\"\n", e->value, name, e->name);
             tu_fail_count();
         }
         if (strcmp(text, e->text) != 0) {
-            fprintf(stderr, "status %d: message \"%s\", expected \"%s\"\n", e->value, text,
-                    e->text);
+            fprintf(stderr, "status %d: message \"%s\", expected \"%s\"\n", e->value, text, e->text);
             tu_fail_count();
         }
         /* Values, names and messages must all be distinct, or a caller
@@ -62,8 +59,7 @@ static void check_own_codes(void)
     }
 }
 
-static void check_opencl_codes(void)
-{
+static void check_opencl_codes(void) {
     static const struct {
         int value;
         const char *name;
@@ -87,15 +83,14 @@ static void check_opencl_codes(void)
         const char *text = flashcl_status_string(cl_codes[i].value);
         CHECK(name != NULL && text != NULL && text[0] != '\0');
         if (name && strcmp(name, cl_codes[i].name) != 0) {
-            fprintf(stderr, "OpenCL code %d: name \"%s\", expected \"%s\"\n", cl_codes[i].value,
-                    name, cl_codes[i].name);
+            fprintf(stderr, "OpenCL code %d: name \"%s\", expected \"%s\"\n", cl_codes[i].value, name,
+                    cl_codes[i].name);
             tu_fail_count();
         }
     }
 }
 
-static void check_unknown_codes(void)
-{
+static void check_unknown_codes(void) {
     /* Unassigned values in every range, and the extremes: must not crash. */
     static const int unknown[] = {1, 7, -999, -1000, -1401, -10099, -10199, -10299, -10500, 123456, INT_MIN, INT_MAX};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
@@ -109,20 +104,17 @@ static void check_unknown_codes(void)
     }
 }
 
-static void check_version(void)
-{
+static void check_version(void) {
     CHECK(flashcl_version_number() == FLASHCL_VERSION_NUMBER);
     CHECK(strcmp(flashcl_version_string(), FLASHCL_VERSION_STRING) == 0);
     char expect[32];
-    snprintf(expect, sizeof expect, "%d.%d.%d", FLASHCL_VERSION_MAJOR, FLASHCL_VERSION_MINOR,
-             FLASHCL_VERSION_PATCH);
+    snprintf(expect, sizeof expect, "%d.%d.%d", FLASHCL_VERSION_MAJOR, FLASHCL_VERSION_MINOR, FLASHCL_VERSION_PATCH);
     CHECK(strcmp(flashcl_version_string(), expect) == 0);
     /* The CMake project version and the header must be bumped together. */
     CHECK(strcmp(FLASHCL_TEST_PROJECT_VERSION, FLASHCL_VERSION_STRING) == 0);
 }
 
-int main(void)
-{
+int main(void) {
     check_own_codes();
     check_opencl_codes();
     check_unknown_codes();

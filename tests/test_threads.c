@@ -15,9 +15,9 @@
 #define THREADS 4
 
 typedef struct outputs {
-    float *o, *lse;     /* flash forward */
-    float *grads[2][3]; /* [flash, standard][dq, dk, dv] */
-    float *std_o;       /* standard forward */
+    float *o, *lse;               /* flash forward */
+    float *grads[2][3];           /* [flash, standard][dq, dk, dv] */
+    float *std_o;                 /* standard forward */
     size_t n_o, n_lse, n_grad[3]; /* floats in each buffer (guards included) */
     int ok;
 } outputs;
@@ -91,7 +91,8 @@ int main(void) {
     outputs results[THREADS];
     for (int t = 0; t < THREADS; ++t) REQUIRE(pthread_create(&threads[t], NULL, thread_main, &results[t]) == 0);
     for (int t = 0; t < THREADS; ++t) REQUIRE(pthread_join(threads[t], NULL) == 0);
-    const char *grad_names[2][3] = {{"flash dQ", "flash dK", "flash dV"}, {"standard dQ", "standard dK", "standard dV"}};
+    const char *grad_names[2][3] = {{"flash dQ", "flash dK", "flash dV"},
+                                    {"standard dQ", "standard dK", "standard dV"}};
     for (int t = 0; t < THREADS; ++t) {
         CHECK(results[t].ok);
         CHECK(same("flash O", t, single.o, results[t].o, single.n_o));

@@ -34,33 +34,29 @@
 
 #include "variant_problem.h"
 
-static double seconds_since(const struct timespec *t0)
-{
+static double seconds_since(const struct timespec *t0) {
     struct timespec t;
     timespec_get(&t, TIME_UTC);
     return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
 }
 
 /* A variant other than the storage type (what the standard path refuses). */
-static int has_variant(const vc_case *c)
-{
+static int has_variant(const vc_case *c) {
     const flashcl_attention_desc *d = &c->desc;
-    return d->window || d->softcap > 0.0f || c->alibi || c->sinks || d->dropout_p > 0.0f ||
-           c->bias || c->mask || c->block_mask || c->nseq ||
-           (d->head_dim_v && d->head_dim_v != d->head_dim);
+    return d->window || d->softcap > 0.0f || c->alibi || c->sinks || d->dropout_p > 0.0f || c->bias || c->mask ||
+           c->block_mask || c->nseq || (d->head_dim_v && d->head_dim_v != d->head_dim);
 }
 
 /* The standard path refuses variants before touching anything. */
-static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const char *label)
-{
+static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const char *label) {
     flashcl_attention_desc d = p->desc;
     d.path = FLASHCL_PATH_STANDARD;
     flashcl_status st = flashcl_forward(ctx, &d, &p->qv, &p->kv, &p->vv, &p->ov, p->lse_buf, 0, 0, NULL, NULL);
-    if (st == FLASHCL_ERR_UNSUPPORTED_VARIANT && flashcl_last_error(ctx)[0] != '\0')
-        return 1;
-    fprintf(stderr, "FAIL %s: the standard forward returned %s (\"%s\"), expected "
-            "FLASHCL_ERR_UNSUPPORTED_VARIANT with a message\n", label, flashcl_status_name(st),
-            flashcl_last_error(ctx));
+    if (st == FLASHCL_ERR_UNSUPPORTED_VARIANT && flashcl_last_error(ctx)[0] != '\0') return 1;
+    fprintf(stderr,
+            "FAIL %s: the standard forward returned %s (\"%s\"), expected "
+            "FLASHCL_ERR_UNSUPPORTED_VARIANT with a message\n",
+            label, flashcl_status_name(st), flashcl_last_error(ctx));
     tu_fail_count();
     return 0;
 }
@@ -68,13 +64,11 @@ static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const cha
 static int g_forward_only;
 
 /* Head dims past the maximum: refused, naming the field. */
-static int check_refused_head_dim(flashcl_context *ctx, const vc_case *c, const char *label)
-{
+static int check_refused_head_dim(flashcl_context *ctx, const vc_case *c, const char *label) {
     vp_problem p;
     vp_init(&p, flashcl_context_cl_context(ctx), c, 1);
     flashcl_status st = vp_forward(ctx, &p, NULL);
-    int ok = CHECK_STATUS(st, FLASHCL_ERR_INVALID_HEAD_DIM) &&
-             strstr(flashcl_last_error(ctx), "head_dim") != NULL;
+    int ok = CHECK_STATUS(st, FLASHCL_ERR_INVALID_HEAD_DIM) && strstr(flashcl_last_error(ctx), "head_dim") != NULL;
     if (!ok)
         fprintf(stderr, "FAIL %s: not refused as FLASHCL_MAX_HEAD_DIM (%d) says (\"%s\")\n", label,
                 FLASHCL_MAX_HEAD_DIM, flashcl_last_error(ctx));
@@ -83,9 +77,7 @@ static int check_refused_head_dim(flashcl_context *ctx, const vc_case *c, const 
 }
 
 /* Dropout mask, forward, backward: each checked. Returns 1 when all pass. */
-static int run_case(flashcl_context *ctx, const vc_case *c, const char *label,
-                    unsigned char **keep_out)
-{
+static int run_case(flashcl_context *ctx, const vc_case *c, const char *label, unsigned char **keep_out) {
     if (c->desc.head_dim > FLASHCL_MAX_HEAD_DIM || c->desc.head_dim_v > FLASHCL_MAX_HEAD_DIM)
         return check_refused_head_dim(ctx, c, label);
     cl_command_queue queue = flashcl_context_queue(ctx);
@@ -95,8 +87,7 @@ static int run_case(flashcl_context *ctx, const vc_case *c, const char *label,
     cl_event fwd = NULL, bwd = NULL;
     if (c->desc.dropout_p > 0.0f) {
         if (!CHECK_STATUS(vp_dropout_mask(ctx, &p), FLASHCL_SUCCESS)) {
-            fprintf(stderr, "  %s (dropout mask)\n  last message: %s\n", label,
-                    flashcl_last_error(ctx));
+            fprintf(stderr, "  %s (dropout mask)\n  last message: %s\n", label, flashcl_last_error(ctx));
             ok = 0;
             goto done;
         }
@@ -118,36 +109,30 @@ static int run_case(flashcl_context *ctx, const vc_case *c, const char *label,
     ok &= vp_check_forward(&p, queue, fwd, what);
     if (c->backward && !g_forward_only) {
         if (!CHECK_STATUS(vp_backward(ctx, &p, 1, &fwd, &bwd), FLASHCL_SUCCESS)) {
-            fprintf(stderr, "  %s (backward)\n  last message: %s\n", label,
-                    flashcl_last_error(ctx));
+            fprintf(stderr, "  %s (backward)\n  last message: %s\n", label, flashcl_last_error(ctx));
             ok = 0;
             goto done;
         }
         snprintf(what, sizeof what, "%s (backward)", label);
         ok &= vp_check_backward(&p, queue, bwd, what);
     }
-    if (has_variant(c))
-        ok &= check_standard_refuses(ctx, &p, label);
+    if (has_variant(c)) ok &= check_standard_refuses(ctx, &p, label);
 done:
-    if (fwd)
-        clReleaseEvent(fwd);
-    if (bwd)
-        clReleaseEvent(bwd);
+    if (fwd) clReleaseEvent(fwd);
+    if (bwd) clReleaseEvent(bwd);
     vp_free(&p);
     return ok;
 }
 
 /* Sets (value != NULL) or clears an environment variable. */
-static void set_env(const char *name, const char *value)
-{
+static void set_env(const char *name, const char *value) {
     if (value)
         setenv(name, value, 1);
     else
         unsetenv(name);
 }
 
-static char *saved_env(const char *name)
-{
+static char *saved_env(const char *name) {
     const char *v = getenv(name);
     return v ? strdup(v) : NULL;
 }
@@ -157,8 +142,7 @@ static char *saved_env(const char *name)
  * row kernels and the tiles kernels, each in a fresh context, must write the
  * same mask and both match the reference.
  */
-static int check_families(const vc_case *c)
-{
+static int check_families(const vc_case *c) {
     static const char *tiles[2] = {"kernel=rows", "kernel=tiles,br=64,bc=64"};
     static const char *bwd[2] = {"rows", "tiles"};
     char *old_tile = saved_env("FLASHCL_TILE"), *old_bwd = saved_env("FLASHCL_BWD_KERNEL");
@@ -195,8 +179,7 @@ static int check_families(const vc_case *c)
     return ok;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     long only = -1, skip = -1;
     int list_only = 0, family_check = 1, quick = 0, fresh = 0;
     for (int i = 1; i < argc; i++) {
@@ -246,10 +229,8 @@ int main(int argc, char **argv)
     timespec_get(&t0, TIME_UTC);
     for (size_t i = 0; i < cases.count; i++) {
         const vc_case *c = &cases.items[i];
-        if (c->desc.dropout_p > 0.0f && c->desc.causal && !c->nseq && !family_case)
-            family_case = c;
-        if ((only >= 0 && (size_t)only != i) || (skip >= 0 && (size_t)skip == i))
-            continue;
+        if (c->desc.dropout_p > 0.0f && c->desc.causal && !c->nseq && !family_case) family_case = c;
+        if ((only >= 0 && (size_t)only != i) || (skip >= 0 && (size_t)skip == i)) continue;
         vc_describe(c, desc, sizeof desc);
         char label[480];
         snprintf(label, sizeof label, "case %zu %s", i, desc);

@@ -7,48 +7,35 @@
 
 static int g_failures;
 
-void tu_check_failed(const char *file, int line, const char *expr)
-{
+void tu_check_failed(const char *file, int line, const char *expr) {
     fprintf(stderr, "%s:%d: CHECK failed: %s\n", file, line, expr);
     g_failures++;
 }
 
-void tu_require_failed(const char *file, int line, const char *expr)
-{
+void tu_require_failed(const char *file, int line, const char *expr) {
     fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", file, line, expr);
     exit(1);
 }
 
-int tu_check_status(const char *file, int line, const char *expr, int got, int expected)
-{
-    if (got == expected)
-        return 1;
-    fprintf(stderr, "%s:%d: CHECK failed: %s returned %d (%s), expected %d (%s)\n", file, line,
-            expr, got, flashcl_status_name(got), expected, flashcl_status_name(expected));
+int tu_check_status(const char *file, int line, const char *expr, int got, int expected) {
+    if (got == expected) return 1;
+    fprintf(stderr, "%s:%d: CHECK failed: %s returned %d (%s), expected %d (%s)\n", file, line, expr, got,
+            flashcl_status_name(got), expected, flashcl_status_name(expected));
     g_failures++;
     return 0;
 }
 
-void tu_require_cl(const char *file, int line, const char *expr, int err)
-{
-    if (err == CL_SUCCESS)
-        return;
+void tu_require_cl(const char *file, int line, const char *expr, int err) {
+    if (err == CL_SUCCESS) return;
     fprintf(stderr, "%s:%d: OpenCL call failed: %s -> %d\n", file, line, expr, err);
     exit(1);
 }
 
-void tu_fail_count(void)
-{
-    g_failures++;
-}
+void tu_fail_count(void) { g_failures++; }
 
-int tu_failures(void)
-{
-    return g_failures;
-}
+int tu_failures(void) { return g_failures; }
 
-int tu_finish(const char *test_name)
-{
+int tu_finish(const char *test_name) {
     if (g_failures) {
         fprintf(stderr, "%s: %d check(s) FAILED\n", test_name, g_failures);
         return 1;
@@ -59,8 +46,7 @@ int tu_finish(const char *test_name)
 
 /* ---------------------------------------------------------------- RNG */
 
-tu_rng tu_rng_seed(uint64_t seed)
-{
+tu_rng tu_rng_seed(uint64_t seed) {
     /* splitmix64 step: spreads small seeds and never yields the stuck state 0. */
     uint64_t z = seed + 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -70,8 +56,7 @@ tu_rng tu_rng_seed(uint64_t seed)
     return rng;
 }
 
-uint64_t tu_rng_next(tu_rng *rng)
-{
+uint64_t tu_rng_next(tu_rng *rng) {
     uint64_t x = rng->state;
     x ^= x >> 12;
     x ^= x << 25;
@@ -80,8 +65,7 @@ uint64_t tu_rng_next(tu_rng *rng)
     return x * 0x2545f4914f6cdd1dull;
 }
 
-float tu_rng_float(tu_rng *rng, float lo, float hi)
-{
+float tu_rng_float(tu_rng *rng, float lo, float hi) {
     /* 24 random bits: every value is exactly representable as a float. */
     float unit = (float)(tu_rng_next(rng) >> 40) / 16777216.0f;
     return lo + (hi - lo) * unit;
@@ -89,8 +73,7 @@ float tu_rng_float(tu_rng *rng, float lo, float hi)
 
 /* ------------------------------------------------------------ context */
 
-flashcl_context *tu_context_create(void)
-{
+flashcl_context *tu_context_create(void) {
     flashcl_context *ctx = NULL;
     char err[512] = "";
     flashcl_status st = flashcl_context_create(&ctx, NULL, err, sizeof err);
@@ -107,8 +90,7 @@ flashcl_context *tu_context_create(void)
 
 /* ------------------------------------------------------------ buffers */
 
-cl_mem tu_buffer_create(cl_context cl_ctx, size_t count, const float *init)
-{
+cl_mem tu_buffer_create(cl_context cl_ctx, size_t count, const float *init) {
     cl_int err = CL_SUCCESS;
     cl_mem_flags flags = CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0);
     /* The cast drops const only for the API's sake: COPY_HOST_PTR never writes. */
@@ -117,37 +99,29 @@ cl_mem tu_buffer_create(cl_context cl_ctx, size_t count, const float *init)
     return buf;
 }
 
-void tu_buffer_write(cl_command_queue queue, cl_mem buf, size_t count, const float *src)
-{
-    REQUIRE_CL(clEnqueueWriteBuffer(queue, buf, CL_TRUE, 0, count * sizeof(float), src, 0, NULL,
-                                    NULL));
+void tu_buffer_write(cl_command_queue queue, cl_mem buf, size_t count, const float *src) {
+    REQUIRE_CL(clEnqueueWriteBuffer(queue, buf, CL_TRUE, 0, count * sizeof(float), src, 0, NULL, NULL));
 }
 
-void tu_buffer_read(cl_command_queue queue, cl_mem buf, size_t count, float *dst, cl_event after)
-{
-    REQUIRE_CL(clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, count * sizeof(float), dst,
-                                   after ? 1 : 0, after ? &after : NULL, NULL));
+void tu_buffer_read(cl_command_queue queue, cl_mem buf, size_t count, float *dst, cl_event after) {
+    REQUIRE_CL(clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, count * sizeof(float), dst, after ? 1 : 0,
+                                   after ? &after : NULL, NULL));
 }
 
-size_t tu_view_extent(const flashcl_tensor *view, tu_dims dims)
-{
+size_t tu_view_extent(const flashcl_tensor *view, tu_dims dims) {
     flashcl_tensor t = ref_resolve_view(view, dims.rows, dims.heads, dims.head_dim);
     return ref_index(&t, dims.batch - 1, dims.heads - 1, dims.rows - 1, dims.head_dim - 1) + 1;
 }
 
-void tu_fill_view(float *host, const flashcl_tensor *view, tu_dims dims, tu_rng *rng, float lo,
-                  float hi)
-{
+void tu_fill_view(float *host, const flashcl_tensor *view, tu_dims dims, tu_rng *rng, float lo, float hi) {
     flashcl_tensor t = ref_resolve_view(view, dims.rows, dims.heads, dims.head_dim);
     for (size_t b = 0; b < dims.batch; b++)
         for (size_t h = 0; h < dims.heads; h++)
             for (size_t r = 0; r < dims.rows; r++)
-                for (size_t c = 0; c < dims.head_dim; c++)
-                    host[ref_index(&t, b, h, r, c)] = tu_rng_float(rng, lo, hi);
+                for (size_t c = 0; c < dims.head_dim; c++) host[ref_index(&t, b, h, r, c)] = tu_rng_float(rng, lo, hi);
 }
 
-void tu_view_mask(unsigned char *mask, size_t count, const flashcl_tensor *view, tu_dims dims)
-{
+void tu_view_mask(unsigned char *mask, size_t count, const flashcl_tensor *view, tu_dims dims) {
     flashcl_tensor t = ref_resolve_view(view, dims.rows, dims.heads, dims.head_dim);
     for (size_t b = 0; b < dims.batch; b++)
         for (size_t h = 0; h < dims.heads; h++)
@@ -158,47 +132,41 @@ void tu_view_mask(unsigned char *mask, size_t count, const flashcl_tensor *view,
             }
 }
 
-void tu_fill_sentinel(float *host, size_t count)
-{
+void tu_fill_sentinel(float *host, size_t count) {
     for (size_t i = 0; i < count; i++) {
         uint32_t bits = 0xffc00000u | (uint32_t)(i & 0x3fffffu);
         memcpy(&host[i], &bits, sizeof bits);
     }
 }
 
-int tu_check_untouched(const char *label, const float *got, const float *before,
-                       const unsigned char *mask, size_t count)
-{
+int tu_check_untouched(const char *label, const float *got, const float *before, const unsigned char *mask,
+                       size_t count) {
     size_t changed = 0, first = 0;
     for (size_t i = 0; i < count; i++) {
-        if (mask && mask[i])
-            continue;
+        if (mask && mask[i]) continue;
         if (memcmp(&got[i], &before[i], sizeof(float)) != 0) {
-            if (!changed)
-                first = i;
+            if (!changed) first = i;
             changed++;
         }
     }
-    if (!changed)
-        return 1;
+    if (!changed) return 1;
     uint32_t g, b;
     memcpy(&g, &got[first], sizeof g);
     memcpy(&b, &before[first], sizeof b);
-    fprintf(stderr, "FAIL %s: %zu element(s) that must stay untouched were written; first at "
-            "index %zu: 0x%08x (%g), was 0x%08x\n", label, changed, first, (unsigned)g, (double)got[first],
-            (unsigned)b);
+    fprintf(stderr,
+            "FAIL %s: %zu element(s) that must stay untouched were written; first at "
+            "index %zu: 0x%08x (%g), was 0x%08x\n",
+            label, changed, first, (unsigned)g, (double)got[first], (unsigned)b);
     g_failures++;
     return 0;
 }
 
-int tu_names_tensor(const char *msg, const char *t)
-{
+int tu_names_tensor(const char *msg, const char *t) {
     size_t n = strlen(t);
     for (const char *p = strstr(msg, t); p; p = strstr(p + 1, t)) {
         int starts = p == msg || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'));
         char after = p[n];
-        if (starts && (after == '.' || after == ':' || after == ' ' || after == '\0'))
-            return 1;
+        if (starts && (after == '.' || after == ':' || after == ' ' || after == '\0')) return 1;
     }
     return 0;
 }
@@ -206,18 +174,14 @@ int tu_names_tensor(const char *msg, const char *t)
 /* --------------------------------------------------------- comparisons */
 
 /* err / tol for one element; +inf for NaN or a mismatched infinity. */
-static double tol_ratio(double got, double ref, double abs_tol, double rel_tol)
-{
-    if (isnan(got) || isnan(ref))
-        return INFINITY;
-    if (isinf(ref) || isinf(got))
-        return got == ref ? 0.0 : INFINITY;
+static double tol_ratio(double got, double ref, double abs_tol, double rel_tol) {
+    if (isnan(got) || isnan(ref)) return INFINITY;
+    if (isinf(ref) || isinf(got)) return got == ref ? 0.0 : INFINITY;
     return fabs(got - ref) / (abs_tol + rel_tol * fabs(ref));
 }
 
-int tu_compare_o(const char *label, const ref_problem *p, const float *got,
-                 const flashcl_tensor *o_view, const double *ref)
-{
+int tu_compare_o(const char *label, const ref_problem *p, const float *got, const flashcl_tensor *o_view,
+                 const double *ref) {
     flashcl_tensor t = ref_resolve_view(o_view, p->seqlen_q, p->heads_q, p->head_dim);
     double worst = -1.0;
     size_t wb = 0, wh = 0, wi = 0, wc = 0, bad = 0;
@@ -226,27 +190,25 @@ int tu_compare_o(const char *label, const ref_problem *p, const float *got,
             for (size_t i = 0; i < p->seqlen_q; i++)
                 for (size_t c = 0; c < p->head_dim; c++) {
                     size_t row = (b * p->heads_q + h) * p->seqlen_q + i;
-                    double r = tol_ratio(got[ref_index(&t, b, h, i, c)], ref[row * p->head_dim + c],
-                                         2e-5, 1e-4);
+                    double r = tol_ratio(got[ref_index(&t, b, h, i, c)], ref[row * p->head_dim + c], 2e-5, 1e-4);
                     bad += !(r <= 1.0);
                     if (!(r <= worst)) {
                         worst = r;
                         wb = b, wh = h, wi = i, wc = c;
                     }
                 }
-    if (!bad)
-        return 1;
+    if (!bad) return 1;
     double g = got[ref_index(&t, wb, wh, wi, wc)];
     double r = ref[((wb * p->heads_q + wh) * p->seqlen_q + wi) * p->head_dim + wc];
-    fprintf(stderr, "FAIL %s: O has %zu element(s) out of tolerance; worst at b=%zu h=%zu row=%zu "
-            "col=%zu: got %.9g, reference %.9g (|diff| %.3g, tolerance %.3g)\n", label, bad, wb,
-            wh, wi, wc, g, r, fabs(g - r), 2e-5 + 1e-4 * fabs(r));
+    fprintf(stderr,
+            "FAIL %s: O has %zu element(s) out of tolerance; worst at b=%zu h=%zu row=%zu "
+            "col=%zu: got %.9g, reference %.9g (|diff| %.3g, tolerance %.3g)\n",
+            label, bad, wb, wh, wi, wc, g, r, fabs(g - r), 2e-5 + 1e-4 * fabs(r));
     g_failures++;
     return 0;
 }
 
-int tu_compare_lse(const char *label, const ref_problem *p, const float *got, const double *ref)
-{
+int tu_compare_lse(const char *label, const ref_problem *p, const float *got, const double *ref) {
     size_t n = p->batch * p->heads_q * p->seqlen_q;
     double worst = -1.0;
     size_t at = 0, bad = 0;
@@ -258,13 +220,12 @@ int tu_compare_lse(const char *label, const ref_problem *p, const float *got, co
             at = i;
         }
     }
-    if (!bad)
-        return 1;
+    if (!bad) return 1;
     size_t row = at % p->seqlen_q, bh = at / p->seqlen_q;
-    fprintf(stderr, "FAIL %s: LSE has %zu element(s) out of tolerance; worst at b=%zu h=%zu "
-            "row=%zu: got %.9g, reference %.9g (tolerance %.3g)\n", label, bad,
-            bh / p->heads_q, bh % p->heads_q, row, (double)got[at], ref[at],
-            1e-5 + 1e-5 * fabs(ref[at]));
+    fprintf(stderr,
+            "FAIL %s: LSE has %zu element(s) out of tolerance; worst at b=%zu h=%zu "
+            "row=%zu: got %.9g, reference %.9g (tolerance %.3g)\n",
+            label, bad, bh / p->heads_q, bh % p->heads_q, row, (double)got[at], ref[at], 1e-5 + 1e-5 * fabs(ref[at]));
     g_failures++;
     return 0;
 }

@@ -22,8 +22,7 @@
 /* REQUIRE is for set-up the rest of the test depends on: it exits at once. */
 #define REQUIRE(expr) ((expr) ? (void)0 : tu_require_failed(__FILE__, __LINE__, #expr))
 /* Compares a flashcl_status (or OpenCL code) and prints both names on mismatch. */
-#define CHECK_STATUS(expr, expected) \
-    tu_check_status(__FILE__, __LINE__, #expr, (int)(expr), (int)(expected))
+#define CHECK_STATUS(expr, expected) tu_check_status(__FILE__, __LINE__, #expr, (int)(expr), (int)(expected))
 /* An OpenCL call the test itself makes; failing it is a broken set-up. */
 #define REQUIRE_CL(expr) tu_require_cl(__FILE__, __LINE__, #expr, (int)(expr))
 
@@ -73,8 +72,7 @@ typedef struct tu_dims {
 /* One past the largest element index the view touches. */
 size_t tu_view_extent(const flashcl_tensor *view, tu_dims dims);
 /* Fills every element of the view with uniform values in [lo, hi). */
-void tu_fill_view(float *host, const flashcl_tensor *view, tu_dims dims, tu_rng *rng, float lo,
-                  float hi);
+void tu_fill_view(float *host, const flashcl_tensor *view, tu_dims dims, tu_rng *rng, float lo, float hi);
 /* Marks (1) the elements the view covers in a map of `count` bytes. */
 void tu_view_mask(unsigned char *mask, size_t count, const flashcl_tensor *view, tu_dims dims);
 
@@ -85,8 +83,8 @@ void tu_view_mask(unsigned char *mask, size_t count, const flashcl_tensor *view,
  */
 void tu_fill_sentinel(float *host, size_t count);
 /* Bitwise comparison of the elements whose mask byte is 0; reports the first change. */
-int tu_check_untouched(const char *label, const float *got, const float *before,
-                       const unsigned char *mask, size_t count);
+int tu_check_untouched(const char *label, const float *got, const float *before, const unsigned char *mask,
+                       size_t count);
 
 /*
  * Whether msg names tensor `t` ("q", "lse", "dq", ...) as a word: "q.offset",
@@ -100,8 +98,8 @@ int tu_names_tensor(const char *msg, const char *t);
  * O: |got - ref| <= 2e-5 + 1e-4 * |ref| for every element of the view.
  * Reports the worst element (largest error/tolerance ratio); NaN always fails.
  */
-int tu_compare_o(const char *label, const ref_problem *p, const float *got,
-                 const flashcl_tensor *o_view, const double *ref);
+int tu_compare_o(const char *label, const ref_problem *p, const float *got, const flashcl_tensor *o_view,
+                 const double *ref);
 /*
  * LSE: |got - ref| <= 1e-5 + 1e-5 * |ref|; -inf must be matched exactly by
  * -inf. got points at the first LSE element (buffer + lse_offset).

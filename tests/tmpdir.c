@@ -11,11 +11,9 @@
 
 #include "testutil.h"
 
-char *tu_tmpdir_make(const char *prefix)
-{
+char *tu_tmpdir_make(const char *prefix) {
     const char *base = getenv("TMPDIR");
-    if (!base || !base[0])
-        base = "/tmp";
+    if (!base || !base[0]) base = "/tmp";
     size_t size = strlen(base) + strlen(prefix) + 16;
     char *path = malloc(size);
     REQUIRE(path != NULL);
@@ -26,16 +24,13 @@ char *tu_tmpdir_make(const char *prefix)
 
 /* Visits entries below dir; files go to fn, directories recurse (and are
  * removed afterwards when `remove_all`). lstat, so links are never followed. */
-static size_t walk(const char *dir, void (*fn)(const char *, void *), void *user, int remove_all)
-{
+static size_t walk(const char *dir, void (*fn)(const char *, void *), void *user, int remove_all) {
     DIR *d = opendir(dir);
-    if (!d)
-        return 0;
+    if (!d) return 0;
     size_t count = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         size_t size = strlen(dir) + strlen(e->d_name) + 2;
         char *path = malloc(size);
         REQUIRE(path != NULL);
@@ -44,16 +39,13 @@ static size_t walk(const char *dir, void (*fn)(const char *, void *), void *user
         if (lstat(path, &st) == 0) {
             if (S_ISDIR(st.st_mode)) {
                 count += walk(path, fn, user, remove_all);
-                if (remove_all)
-                    rmdir(path);
+                if (remove_all) rmdir(path);
             } else {
                 if (S_ISREG(st.st_mode)) {
                     count++;
-                    if (fn)
-                        fn(path, user);
+                    if (fn) fn(path, user);
                 }
-                if (remove_all)
-                    unlink(path);
+                if (remove_all) unlink(path);
             }
         }
         free(path);
@@ -62,19 +54,16 @@ static size_t walk(const char *dir, void (*fn)(const char *, void *), void *user
     return count;
 }
 
-size_t tu_tmpdir_files(const char *dir, void (*fn)(const char *path, void *user), void *user)
-{
+size_t tu_tmpdir_files(const char *dir, void (*fn)(const char *path, void *user), void *user) {
     return walk(dir, fn, user, 0);
 }
 
-void tu_tmpdir_remove(const char *dir)
-{
+void tu_tmpdir_remove(const char *dir) {
     walk(dir, NULL, NULL, 1);
     rmdir(dir);
 }
 
-int tu_path_exists(const char *path)
-{
+int tu_path_exists(const char *path) {
     struct stat st;
     return lstat(path, &st) == 0;
 }

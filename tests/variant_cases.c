@@ -7,9 +7,8 @@
 
 #include "testutil.h"
 
-static vc_case *push(vc_list *l, const char *name, flashcl_dtype dtype, size_t b, size_t hq,
-                     size_t hkv, size_t sq, size_t sk, size_t d, size_t dv, int causal)
-{
+static vc_case *push(vc_list *l, const char *name, flashcl_dtype dtype, size_t b, size_t hq, size_t hkv, size_t sq,
+                     size_t sk, size_t d, size_t dv, int causal) {
     if (l->count == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 32;
         l->items = realloc(l->items, l->cap * sizeof *l->items);
@@ -33,23 +32,20 @@ static vc_case *push(vc_list *l, const char *name, flashcl_dtype dtype, size_t b
     return c;
 }
 
-static void window(vc_case *c, int left, int right)
-{
+static void window(vc_case *c, int left, int right) {
     c->desc.window = 1;
     c->desc.window_left = left;
     c->desc.window_right = right;
 }
 
-static void dropout(vc_case *c, float p, uint64_t seed, uint64_t offset)
-{
+static void dropout(vc_case *c, float p, uint64_t seed, uint64_t offset) {
     c->desc.dropout_p = p;
     c->desc.dropout_seed = seed;
     c->desc.dropout_offset = offset;
 }
 
 /* Varlen over n sequences; desc's batch and totals follow the lengths. */
-static void varlen(vc_case *c, size_t n, const size_t *lq, const size_t *lk)
-{
+static void varlen(vc_case *c, size_t n, const size_t *lq, const size_t *lk) {
     c->nseq = n;
     c->desc.batch = n;
     c->desc.seqlen_q = c->desc.seqlen_k = 0;
@@ -61,18 +57,15 @@ static void varlen(vc_case *c, size_t n, const size_t *lq, const size_t *lk)
     }
 }
 
-static void block_mask(vc_case *c, vc_broadcast how, size_t bq, size_t bk, double density)
-{
+static void block_mask(vc_case *c, vc_broadcast how, size_t bq, size_t bk, double density) {
     c->block_mask = how;
     c->desc.block_q = bq;
     c->desc.block_k = bk;
     c->mask_density = density;
 }
 
-void variant_cases_all(vc_list *l)
-{
-    const flashcl_dtype F32 = FLASHCL_DTYPE_F32, F16 = FLASHCL_DTYPE_F16,
-                        BF16 = FLASHCL_DTYPE_BF16;
+void variant_cases_all(vc_list *l) {
+    const flashcl_dtype F32 = FLASHCL_DTYPE_F32, F16 = FLASHCL_DTYPE_F16, BF16 = FLASHCL_DTYPE_BF16;
     vc_case *c;
 
     /* ---- sliding window: both sides, one side, the diagonal alone, with causal. */
@@ -206,8 +199,7 @@ void variant_cases_all(vc_list *l)
     }
 }
 
-void variant_cases_quick(vc_list *l)
-{
+void variant_cases_quick(vc_list *l) {
     /* Tiny shapes with every feature on, for Oclgrind (which interprets every work-item). */
     vc_case *c = push(l, "quick everything", FLASHCL_DTYPE_F32, 2, 2, 1, 9, 13, 8, 4, 1);
     window(c, 6, -1);
@@ -249,56 +241,43 @@ void variant_cases_quick(vc_list *l)
     c->desc.softcap = 4.0f;
 }
 
-void vc_list_free(vc_list *l)
-{
+void vc_list_free(vc_list *l) {
     free(l->items);
     memset(l, 0, sizeof *l);
 }
 
-static const char *broadcast_name(vc_broadcast b)
-{
+static const char *broadcast_name(vc_broadcast b) {
     static const char *names[] = {"off", "[b,h]", "[1,h]", "[b,1]", "[1,1]"};
     return names[b];
 }
 
-void vc_describe(const vc_case *c, char *buf, size_t size)
-{
+void vc_describe(const vc_case *c, char *buf, size_t size) {
     const flashcl_attention_desc *d = &c->desc;
     static const char *dtypes[] = {"f32", "f32", "f16", "bf16"};
-    int n = snprintf(buf, size, "%s: %s b=%zu hq=%zu hkv=%zu sq=%zu sk=%zu d=%zu dv=%zu causal=%d",
-                     c->name, dtypes[d->dtype], d->batch, d->heads_q, d->heads_kv, d->seqlen_q,
-                     d->seqlen_k, d->head_dim, d->head_dim_v, d->causal);
+    int n = snprintf(buf, size, "%s: %s b=%zu hq=%zu hkv=%zu sq=%zu sk=%zu d=%zu dv=%zu causal=%d", c->name,
+                     dtypes[d->dtype], d->batch, d->heads_q, d->heads_kv, d->seqlen_q, d->seqlen_k, d->head_dim,
+                     d->head_dim_v, d->causal);
     size_t at = n > 0 && (size_t)n < size ? (size_t)n : size;
-#define APPEND(...)                                                      \
-    do {                                                                 \
-        if (at < size) {                                                 \
-            int w = snprintf(buf + at, size - at, __VA_ARGS__);          \
-            at = w > 0 ? at + (size_t)w : at;                            \
-        }                                                                \
+#define APPEND(...)                                                                                                    \
+    do {                                                                                                               \
+        if (at < size) {                                                                                               \
+            int w = snprintf(buf + at, size - at, __VA_ARGS__);                                                        \
+            at = w > 0 ? at + (size_t)w : at;                                                                          \
+        }                                                                                                              \
     } while (0)
-    if (d->window)
-        APPEND(" window=(%d,%d)", d->window_left, d->window_right);
-    if (d->softcap > 0.0f)
-        APPEND(" softcap=%g", (double)d->softcap);
-    if (c->alibi)
-        APPEND(" alibi=%s", c->alibi == 2 ? "[b,h]" : "[h]");
-    if (c->sinks)
-        APPEND(" sinks");
-    if (d->dropout_p > 0.0f)
-        APPEND(" dropout=%g", (double)d->dropout_p);
-    if (c->bias)
-        APPEND(" bias=%s", broadcast_name(c->bias));
-    if (c->mask)
-        APPEND(" mask=%s", broadcast_name(c->mask));
-    if (c->block_mask)
-        APPEND(" block_mask=%s/%zux%zu", broadcast_name(c->block_mask), d->block_q, d->block_k);
+    if (d->window) APPEND(" window=(%d,%d)", d->window_left, d->window_right);
+    if (d->softcap > 0.0f) APPEND(" softcap=%g", (double)d->softcap);
+    if (c->alibi) APPEND(" alibi=%s", c->alibi == 2 ? "[b,h]" : "[h]");
+    if (c->sinks) APPEND(" sinks");
+    if (d->dropout_p > 0.0f) APPEND(" dropout=%g", (double)d->dropout_p);
+    if (c->bias) APPEND(" bias=%s", broadcast_name(c->bias));
+    if (c->mask) APPEND(" mask=%s", broadcast_name(c->mask));
+    if (c->block_mask) APPEND(" block_mask=%s/%zux%zu", broadcast_name(c->block_mask), d->block_q, d->block_k);
     if (c->nseq) {
         APPEND(" varlen q=");
-        for (size_t i = 0; i < c->nseq; i++)
-            APPEND("%s%zu", i ? "," : "", c->len_q[i]);
+        for (size_t i = 0; i < c->nseq; i++) APPEND("%s%zu", i ? "," : "", c->len_q[i]);
         APPEND(" k=");
-        for (size_t i = 0; i < c->nseq; i++)
-            APPEND("%s%zu", i ? "," : "", c->len_k[i]);
+        for (size_t i = 0; i < c->nseq; i++) APPEND("%s%zu", i ? "," : "", c->len_k[i]);
     }
 #undef APPEND
 }

@@ -16,10 +16,10 @@
 /* How a [b|1, h|1, rows, cols] variant matrix is broadcast. */
 typedef enum vc_broadcast {
     VC_OFF = 0,
-    VC_FULL,       /* [b, h, ...] */
-    VC_PER_HEAD,   /* [1, h, ...]: stride_batch 0 */
-    VC_PER_BATCH,  /* [b, 1, ...]: stride_head 0 */
-    VC_SHARED      /* [1, 1, ...]: both 0 */
+    VC_FULL,      /* [b, h, ...] */
+    VC_PER_HEAD,  /* [1, h, ...]: stride_batch 0 */
+    VC_PER_BATCH, /* [b, 1, ...]: stride_head 0 */
+    VC_SHARED     /* [1, 1, ...]: both 0 */
 } vc_broadcast;
 
 #define VC_MAX_SEQS 4
@@ -29,15 +29,15 @@ typedef struct vc_case {
     /* Sizes, dtype and the scalar features (window, softcap, dropout, block
        sizes); the buffer fields are left NULL: the harness makes them. */
     flashcl_attention_desc desc;
-    int alibi;                /* 0 off, 1 slopes [h], 2 slopes [b, h] */
+    int alibi; /* 0 off, 1 slopes [h], 2 slopes [b, h] */
     int sinks;
     vc_broadcast bias, mask, block_mask;
-    double mask_density;      /* fraction of mask / block-mask entries that attend */
+    double mask_density; /* fraction of mask / block-mask entries that attend */
     /* Varlen when nseq > 0: per-sequence lengths; desc.batch becomes nseq and
        desc.seqlen_q/k the totals. */
     size_t nseq;
     size_t len_q[VC_MAX_SEQS], len_k[VC_MAX_SEQS];
-    int backward;             /* also run and check the backward */
+    int backward; /* also run and check the backward */
 } vc_case;
 
 typedef struct vc_list {

@@ -13,16 +13,15 @@
 #define VCMP_LOWP_FLOOR 1e-5
 
 /* |got - ref| <= abs_tol + rel_tol * |ref| for each element; infinities must match exactly. */
-int vcmp_elementwise(const char *label, const char *name, const float *got, const double *ref,
-                     size_t n, double abs_tol, double rel_tol);
+int vcmp_elementwise(const char *label, const char *name, const float *got, const double *ref, size_t n, double abs_tol,
+                     double rel_tol);
 
 /* |got - ref| <= abs_tol + rel_tol * max|ref| (grad_check.h's rule). */
-int vcmp_max_relative(const char *label, const char *name, const float *got, const double *ref,
-                      size_t n, double abs_tol, double rel_tol);
+int vcmp_max_relative(const char *label, const char *name, const float *got, const double *ref, size_t n,
+                      double abs_tol, double rel_tol);
 
 /* max|got - ref| <= 2 * max|base - ref| + VCMP_LOWP_FLOOR, base being the plain
    implementation in the storage type. */
-int vcmp_lowp(const char *label, const char *name, const float *got, const double *ref,
-              const double *base, size_t n);
+int vcmp_lowp(const char *label, const char *name, const float *got, const double *ref, const double *base, size_t n);
 
 #endif

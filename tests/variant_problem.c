@@ -10,15 +10,13 @@
 #include "storage_types.h"
 #include "variant_compare.h"
 
-static void *xcalloc(size_t n, size_t size)
-{
+static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     REQUIRE(p != NULL);
     return p;
 }
 
-static cl_mem make_buffer(cl_context cl_ctx, size_t bytes, const void *init)
-{
+static cl_mem make_buffer(cl_context cl_ctx, size_t bytes, const void *init) {
     cl_int err = CL_SUCCESS;
     cl_mem_flags flags = CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0);
     cl_mem buf = clCreateBuffer(cl_ctx, flags, bytes ? bytes : 1, (void *)(uintptr_t)init, &err);
@@ -27,37 +25,31 @@ static cl_mem make_buffer(cl_context cl_ctx, size_t bytes, const void *init)
 }
 
 /* A buffer of n elements of the storage type, from floats (NULL: NaN-filled output). */
-static cl_mem storage_buffer(cl_context cl_ctx, flashcl_dtype dtype, size_t n, const float *init)
-{
+static cl_mem storage_buffer(cl_context cl_ctx, flashcl_dtype dtype, size_t n, const float *init) {
     size_t es = flashcl_dtype_size(dtype);
     REQUIRE(es != 0);
     float *src = (float *)(uintptr_t)init;
     if (!init) {
         src = xcalloc(n, sizeof(float));
-        for (size_t i = 0; i < n; i++)
-            src[i] = NAN;
+        for (size_t i = 0; i < n; i++) src[i] = NAN;
     }
     void *packed = xcalloc(n, es);
     st_pack(dtype, src, n, packed);
     cl_mem buf = make_buffer(cl_ctx, n * es, packed);
     free(packed);
-    if (!init)
-        free(src);
+    if (!init) free(src);
     return buf;
 }
 
-static float *random_floats(size_t n, tu_rng *rng, float lo, float hi, flashcl_dtype dtype)
-{
+static float *random_floats(size_t n, tu_rng *rng, float lo, float hi, flashcl_dtype dtype) {
     float *x = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        x[i] = st_round(dtype, tu_rng_float(rng, lo, hi));
+    for (size_t i = 0; i < n; i++) x[i] = st_round(dtype, tu_rng_float(rng, lo, hi));
     return x;
 }
 
 /* A [b, h, rows, cols] view in `how`'s broadcast; returns the elements to allocate. */
-static size_t matrix_layout(vc_broadcast how, size_t b, size_t h, size_t rows, size_t cols,
-                            int zero_strides_for_full, rv_matrix *m, flashcl_matrix *fm)
-{
+static size_t matrix_layout(vc_broadcast how, size_t b, size_t h, size_t rows, size_t cols, int zero_strides_for_full,
+                            rv_matrix *m, flashcl_matrix *fm) {
     size_t plane = rows * cols;
     size_t sb = 0, sh = 0, count = plane;
     switch (how) {
@@ -80,8 +72,7 @@ static size_t matrix_layout(vc_broadcast how, size_t b, size_t h, size_t rows, s
     return count;
 }
 
-static void tensor_views(vp_problem *p)
-{
+static void tensor_views(vp_problem *p) {
     const flashcl_attention_desc *d = &p->desc;
     size_t hq = d->heads_q, hkv = d->heads_kv, dq = d->head_dim, dv = d->head_dim_v;
     if (p->c.nseq) {
@@ -107,8 +98,7 @@ static void tensor_views(vp_problem *p)
 }
 
 /* The reference's view of the case (buffers are attached later). */
-static void reference_problem(vp_problem *p)
-{
+static void reference_problem(vp_problem *p) {
     const flashcl_attention_desc *d = &p->desc;
     rv_problem *r = &p->ref;
     memset(r, 0, sizeof *r);
@@ -129,8 +119,7 @@ static void reference_problem(vp_problem *p)
     }
 }
 
-static void make_masks(vp_problem *p, cl_context cl_ctx, tu_rng *rng)
-{
+static void make_masks(vp_problem *p, cl_context cl_ctx, tu_rng *rng) {
     const vc_case *c = &p->c;
     flashcl_attention_desc *d = &p->desc;
     rv_problem *r = &p->ref;
@@ -145,24 +134,19 @@ static void make_masks(vp_problem *p, cl_context cl_ctx, tu_rng *rng)
     if (c->mask) {
         size_t n = matrix_layout(c->mask, b, h, rows, cols, packed_full, &r->mask, &d->mask);
         p->mask = xcalloc(n, 1);
-        for (size_t e = 0; e < n; e++)
-            p->mask[e] = tu_rng_float(rng, 0.0f, 1.0f) < c->mask_density ? 1 : 0;
+        for (size_t e = 0; e < n; e++) p->mask[e] = tu_rng_float(rng, 0.0f, 1.0f) < c->mask_density ? 1 : 0;
         /* Row 2 of the first plane sees nothing: O = 0 and LSE = -inf there. */
-        if (rows > 2)
-            memset(p->mask + 2 * cols, 0, cols);
+        if (rows > 2) memset(p->mask + 2 * cols, 0, cols);
         /* Nonzero values other than 1 also mean "attend". */
-        for (size_t e = 0; e < n; e += 7)
-            p->mask[e] = (unsigned char)(p->mask[e] ? 0xa5 : 0);
+        for (size_t e = 0; e < n; e += 7) p->mask[e] = (unsigned char)(p->mask[e] ? 0xa5 : 0);
         r->mask.data = p->mask;
         p->mask_buf = d->mask.buffer = make_buffer(cl_ctx, n, p->mask);
     }
     if (c->block_mask) {
         size_t br = (rows + d->block_q - 1) / d->block_q, bc = (cols + d->block_k - 1) / d->block_k;
-        size_t n = matrix_layout(c->block_mask, b, h, br, bc, packed_full, &r->block_mask,
-                                 &d->block_mask);
+        size_t n = matrix_layout(c->block_mask, b, h, br, bc, packed_full, &r->block_mask, &d->block_mask);
         p->block = xcalloc(n, 1);
-        for (size_t e = 0; e < n; e++)
-            p->block[e] = tu_rng_float(rng, 0.0f, 1.0f) < c->mask_density ? 1 : 0;
+        for (size_t e = 0; e < n; e++) p->block[e] = tu_rng_float(rng, 0.0f, 1.0f) < c->mask_density ? 1 : 0;
         if (br > 1) /* the second block row of the first plane is skipped whole */
             memset(p->block + bc, 0, bc);
         r->block_mask.data = p->block;
@@ -170,16 +154,13 @@ static void make_masks(vp_problem *p, cl_context cl_ctx, tu_rng *rng)
     }
 }
 
-void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed)
-{
+void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed) {
     memset(p, 0, sizeof *p);
     p->c = *c;
     flashcl_attention_desc *d = &p->desc;
     *d = c->desc;
-    if (!d->heads_kv)
-        d->heads_kv = d->heads_q;
-    if (!d->head_dim_v)
-        d->head_dim_v = d->head_dim;
+    if (!d->heads_kv) d->heads_kv = d->heads_q;
+    if (!d->head_dim_v) d->head_dim_v = d->head_dim;
     flashcl_dtype dtype = d->dtype ? d->dtype : FLASHCL_DTYPE_F32;
     tu_rng rng = tu_rng_seed(seed);
 
@@ -188,10 +169,8 @@ void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed)
         for (size_t i = 0; i < c->nseq; i++) {
             p->cu_q[i + 1] = p->cu_q[i] + (int32_t)c->len_q[i];
             p->cu_k[i + 1] = p->cu_k[i] + (int32_t)c->len_k[i];
-            if (c->len_q[i] > d->max_seqlen_q)
-                d->max_seqlen_q = c->len_q[i];
-            if (c->len_k[i] > d->max_seqlen_k)
-                d->max_seqlen_k = c->len_k[i];
+            if (c->len_q[i] > d->max_seqlen_q) d->max_seqlen_q = c->len_q[i];
+            if (c->len_k[i] > d->max_seqlen_k) d->max_seqlen_k = c->len_k[i];
         }
         p->cuq_buf = d->cu_seqlens_q = make_buffer(cl_ctx, sizeof p->cu_q, p->cu_q);
         p->cuk_buf = d->cu_seqlens_k = make_buffer(cl_ctx, sizeof p->cu_k, p->cu_k);
@@ -222,8 +201,7 @@ void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed)
         size_t n = (c->alibi == 2 ? d->batch : 1) * d->heads_q;
         p->slopes = xcalloc(n, sizeof(float));
         if (c->alibi == 2)
-            for (size_t e = 0; e < n; e++)
-                p->slopes[e] = tu_rng_float(&rng, 0.05f, 1.0f);
+            for (size_t e = 0; e < n; e++) p->slopes[e] = tu_rng_float(&rng, 0.05f, 1.0f);
         else
             rv_alibi_standard_slopes(d->heads_q, p->slopes);
         d->alibi_stride_batch = c->alibi == 2 ? d->heads_q : 0;
@@ -245,111 +223,90 @@ void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed)
         r->keep = p->keep;
     }
     p->base = *r;
-    p->base.round = dtype == FLASHCL_DTYPE_F16 ? st_round_f16
-                    : dtype == FLASHCL_DTYPE_BF16 ? st_round_bf16
-                                                   : NULL;
+    p->base.round = dtype == FLASHCL_DTYPE_F16 ? st_round_f16 : dtype == FLASHCL_DTYPE_BF16 ? st_round_bf16 : NULL;
 }
 
-void vp_free(vp_problem *p)
-{
-    cl_mem all[] = {p->q_buf,      p->k_buf,     p->v_buf,      p->o_buf,    p->lse_buf,
-                    p->dout_buf,   p->dq_buf,    p->dk_buf,     p->dv_buf,   p->slopes_buf,
-                    p->sinks_buf,  p->dsinks_buf, p->bias_buf,  p->mask_buf, p->block_buf,
-                    p->cuq_buf,    p->cuk_buf,   p->keep_buf};
+void vp_free(vp_problem *p) {
+    cl_mem all[] = {p->q_buf,    p->k_buf,    p->v_buf,     p->o_buf,      p->lse_buf,   p->dout_buf,
+                    p->dq_buf,   p->dk_buf,   p->dv_buf,    p->slopes_buf, p->sinks_buf, p->dsinks_buf,
+                    p->bias_buf, p->mask_buf, p->block_buf, p->cuq_buf,    p->cuk_buf,   p->keep_buf};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i])
-            clReleaseMemObject(all[i]);
-    void *host[] = {p->q, p->k, p->v, p->dout, p->slopes, p->sinks, p->bias, p->mask, p->block,
-                    p->keep};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
-        free(host[i]);
+        if (all[i]) clReleaseMemObject(all[i]);
+    void *host[] = {p->q, p->k, p->v, p->dout, p->slopes, p->sinks, p->bias, p->mask, p->block, p->keep};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     memset(p, 0, sizeof *p);
 }
 
 /* ---------------------------------------------------------------- calls */
 
-flashcl_status vp_dropout_mask(flashcl_context *ctx, vp_problem *p)
-{
+flashcl_status vp_dropout_mask(flashcl_context *ctx, vp_problem *p) {
     cl_event done = NULL;
     flashcl_status st = flashcl_dropout_mask(ctx, &p->desc, p->keep_buf, 0, 0, NULL, &done);
-    if (st != FLASHCL_SUCCESS)
-        return st;
-    REQUIRE_CL(clEnqueueReadBuffer(flashcl_context_queue(ctx), p->keep_buf, CL_TRUE, 0,
-                                   p->keep_bytes, p->keep, 1, &done, NULL));
+    if (st != FLASHCL_SUCCESS) return st;
+    REQUIRE_CL(clEnqueueReadBuffer(flashcl_context_queue(ctx), p->keep_buf, CL_TRUE, 0, p->keep_bytes, p->keep, 1,
+                                   &done, NULL));
     clReleaseEvent(done);
     return st;
 }
 
-int vp_check_dropout_mask(const vp_problem *p, const char *label)
-{
+int vp_check_dropout_mask(const vp_problem *p, const char *label) {
     const rv_problem *r = &p->ref;
     unsigned char *host = xcalloc(p->keep_bytes, 1);
     rv_dropout_mask(r, p->desc.dropout_seed, p->desc.dropout_offset, host);
     size_t diff = 0, first = 0, kept = 0, n = 0;
     for (size_t e = 0; e < p->keep_bytes; e++) {
-        if (p->keep[e] != host[e] && diff++ == 0)
-            first = e;
+        if (p->keep[e] != host[e] && diff++ == 0) first = e;
     }
-    for (size_t b = 0; b < r->batch; b++)
-        n += r->heads_q * rv_seq_len_q(r, b) * rv_seq_len_k(r, b);
-    for (size_t e = 0; e < p->keep_bytes; e++)
-        kept += host[e];
+    for (size_t b = 0; b < r->batch; b++) n += r->heads_q * rv_seq_len_q(r, b) * rv_seq_len_k(r, b);
+    for (size_t e = 0; e < p->keep_bytes; e++) kept += host[e];
     free(host);
     int ok = 1;
     if (diff) {
-        fprintf(stderr, "FAIL %s: dropout mask differs from the host Philox in %zu of %zu bytes; "
-                "first at %zu: %u\n", label, diff, p->keep_bytes, first, (unsigned)p->keep[first]);
+        fprintf(stderr,
+                "FAIL %s: dropout mask differs from the host Philox in %zu of %zu bytes; "
+                "first at %zu: %u\n",
+                label, diff, p->keep_bytes, first, (unsigned)p->keep[first]);
         tu_fail_count();
         ok = 0;
     }
     double q = 1.0 - (double)p->desc.dropout_p;
     double sigma = sqrt((double)n * q * (1.0 - q));
     if (fabs((double)kept - q * (double)n) > 5.0 * sigma) {
-        fprintf(stderr, "FAIL %s: kept %zu of %zu, expected %.1f +- 5 * %.1f\n", label, kept, n,
-                q * (double)n, sigma);
+        fprintf(stderr, "FAIL %s: kept %zu of %zu, expected %.1f +- 5 * %.1f\n", label, kept, n, q * (double)n, sigma);
         tu_fail_count();
         ok = 0;
     }
     return ok;
 }
 
-flashcl_status vp_forward(flashcl_context *ctx, vp_problem *p, cl_event *event)
-{
-    return flashcl_forward(ctx, &p->desc, &p->qv, &p->kv, &p->vv, &p->ov, p->lse_buf, 0, 0, NULL,
-                           event);
+flashcl_status vp_forward(flashcl_context *ctx, vp_problem *p, cl_event *event) {
+    return flashcl_forward(ctx, &p->desc, &p->qv, &p->kv, &p->vv, &p->ov, p->lse_buf, 0, 0, NULL, event);
 }
 
-flashcl_status vp_backward(flashcl_context *ctx, vp_problem *p, cl_uint num_wait,
-                           const cl_event *wait, cl_event *event)
-{
-    return flashcl_backward(ctx, &p->desc, &p->qv, &p->kv, &p->vv, &p->ov, &p->doutv, p->lse_buf,
-                            0, &p->dqv, &p->dkv, &p->dvv, num_wait, wait, event);
+flashcl_status vp_backward(flashcl_context *ctx, vp_problem *p, cl_uint num_wait, const cl_event *wait,
+                           cl_event *event) {
+    return flashcl_backward(ctx, &p->desc, &p->qv, &p->kv, &p->vv, &p->ov, &p->doutv, p->lse_buf, 0, &p->dqv, &p->dkv,
+                            &p->dvv, num_wait, wait, event);
 }
 
-void vp_read_storage(const vp_problem *p, cl_command_queue queue, cl_mem buf, size_t n,
-                     cl_event after, float *out)
-{
+void vp_read_storage(const vp_problem *p, cl_command_queue queue, cl_mem buf, size_t n, cl_event after, float *out) {
     flashcl_dtype dtype = p->desc.dtype ? p->desc.dtype : FLASHCL_DTYPE_F32;
     size_t es = flashcl_dtype_size(dtype);
     void *raw = xcalloc(n, es);
-    REQUIRE_CL(clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, n * es, raw, after ? 1 : 0,
-                                   after ? &after : NULL, NULL));
+    REQUIRE_CL(clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, n * es, raw, after ? 1 : 0, after ? &after : NULL, NULL));
     st_unpack(dtype, raw, n, out);
     free(raw);
 }
 
-static int is_lowp(const vp_problem *p)
-{
+static int is_lowp(const vp_problem *p) {
     return p->desc.dtype == FLASHCL_DTYPE_F16 || p->desc.dtype == FLASHCL_DTYPE_BF16;
 }
 
-int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label)
-{
+int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label) {
     size_t nl = rv_lse_count(&p->ref);
     float *o = xcalloc(p->no, sizeof(float)), *lse = xcalloc(nl, sizeof(float));
     vp_read_storage(p, queue, p->o_buf, p->no, after, o);
-    REQUIRE_CL(clEnqueueReadBuffer(queue, p->lse_buf, CL_TRUE, 0, nl * sizeof(float), lse, 0,
-                                   NULL, NULL));
+    REQUIRE_CL(clEnqueueReadBuffer(queue, p->lse_buf, CL_TRUE, 0, nl * sizeof(float), lse, 0, NULL, NULL));
     double *ref_o = xcalloc(p->no, sizeof(double)), *ref_lse = xcalloc(nl, sizeof(double));
     rv_forward(&p->ref, p->q, p->k, p->v, ref_o, ref_lse);
     int ok;
@@ -371,16 +328,13 @@ int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, cons
     return ok;
 }
 
-int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label)
-{
+int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label) {
     size_t hq = p->desc.heads_q;
-    float *got[3] = {xcalloc(p->nq, sizeof(float)), xcalloc(p->nk, sizeof(float)),
-                     xcalloc(p->nv, sizeof(float))};
+    float *got[3] = {xcalloc(p->nq, sizeof(float)), xcalloc(p->nk, sizeof(float)), xcalloc(p->nv, sizeof(float))};
     cl_mem bufs[3] = {p->dq_buf, p->dk_buf, p->dv_buf};
     size_t counts[3] = {p->nq, p->nk, p->nv};
     static const char *names[3] = {"dQ", "dK", "dV"};
-    for (int t = 0; t < 3; t++)
-        vp_read_storage(p, queue, bufs[t], counts[t], t == 0 ? after : NULL, got[t]);
+    for (int t = 0; t < 3; t++) vp_read_storage(p, queue, bufs[t], counts[t], t == 0 ? after : NULL, got[t]);
     double *ref[3], *base[3];
     for (int t = 0; t < 3; t++) {
         ref[t] = xcalloc(counts[t], sizeof(double));
@@ -389,25 +343,21 @@ int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, con
     double *ref_ds = xcalloc(hq, sizeof(double)), *base_ds = xcalloc(hq, sizeof(double));
     rv_backward(&p->ref, p->q, p->k, p->v, p->dout, ref[0], ref[1], ref[2], ref_ds);
     int lowp = is_lowp(p), ok = 1;
-    if (lowp)
-        rv_backward(&p->base, p->q, p->k, p->v, p->dout, base[0], base[1], base[2], base_ds);
+    if (lowp) rv_backward(&p->base, p->q, p->k, p->v, p->dout, base[0], base[1], base[2], base_ds);
     for (int t = 0; t < 3; t++) {
         if (lowp)
             ok &= vcmp_lowp(label, names[t], got[t], ref[t], base[t], counts[t]);
         else
-            ok &= vcmp_max_relative(label, names[t], got[t], ref[t], counts[t], GRAD_ABS_TOL,
-                                       GRAD_REL_TOL);
+            ok &= vcmp_max_relative(label, names[t], got[t], ref[t], counts[t], GRAD_ABS_TOL, GRAD_REL_TOL);
     }
     if (p->c.sinks) {
         float *ds = xcalloc(hq, sizeof(float));
-        REQUIRE_CL(clEnqueueReadBuffer(queue, p->dsinks_buf, CL_TRUE, 0, hq * sizeof(float), ds, 0,
-                                       NULL, NULL));
+        REQUIRE_CL(clEnqueueReadBuffer(queue, p->dsinks_buf, CL_TRUE, 0, hq * sizeof(float), ds, 0, NULL, NULL));
         /* dsinks is float32, but it sums D = rowsum(dO * O) over the stored O. */
         if (lowp)
             ok &= vcmp_lowp(label, "dsinks", ds, ref_ds, base_ds, hq);
         else
-            ok &= vcmp_max_relative(label, "dsinks", ds, ref_ds, hq, GRAD_ABS_TOL,
-                                       GRAD_REL_TOL);
+            ok &= vcmp_max_relative(label, "dsinks", ds, ref_ds, hq, GRAD_ABS_TOL, GRAD_REL_TOL);
         free(ds);
     }
     for (int t = 0; t < 3; t++) {

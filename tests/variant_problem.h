@@ -35,8 +35,7 @@ typedef struct vp_problem {
     unsigned char *mask, *block, *keep;
     int32_t cu_q[VC_MAX_SEQS + 1], cu_k[VC_MAX_SEQS + 1];
     cl_mem q_buf, k_buf, v_buf, o_buf, lse_buf, dout_buf, dq_buf, dk_buf, dv_buf;
-    cl_mem slopes_buf, sinks_buf, dsinks_buf, bias_buf, mask_buf, block_buf, cuq_buf, cuk_buf,
-        keep_buf;
+    cl_mem slopes_buf, sinks_buf, dsinks_buf, bias_buf, mask_buf, block_buf, cuq_buf, cuk_buf, keep_buf;
     flashcl_tensor qv, kv, vv, ov, doutv, dqv, dkv, dvv;
 } vp_problem;
 
@@ -54,8 +53,8 @@ flashcl_status vp_dropout_mask(flashcl_context *ctx, vp_problem *p);
 int vp_check_dropout_mask(const vp_problem *p, const char *label);
 
 flashcl_status vp_forward(flashcl_context *ctx, vp_problem *p, cl_event *event);
-flashcl_status vp_backward(flashcl_context *ctx, vp_problem *p, cl_uint num_wait,
-                           const cl_event *wait, cl_event *event);
+flashcl_status vp_backward(flashcl_context *ctx, vp_problem *p, cl_uint num_wait, const cl_event *wait,
+                           cl_event *event);
 
 /* Reads O and LSE (after `after`) and checks them; returns 1 when they pass. */
 int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label);
@@ -63,7 +62,6 @@ int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, cons
 int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label);
 
 /* Reads an output of the storage type back as floats (n elements). */
-void vp_read_storage(const vp_problem *p, cl_command_queue queue, cl_mem buf, size_t n,
-                     cl_event after, float *out);
+void vp_read_storage(const vp_problem *p, cl_command_queue queue, cl_mem buf, size_t n, cl_event after, float *out);
 
 #endif

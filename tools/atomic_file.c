@@ -11,17 +11,14 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-static char *copy_string(const char *s)
-{
+static char *copy_string(const char *s) {
     size_t n = strlen(s) + 1;
     char *copy = malloc(n);
-    if (copy != NULL)
-        memcpy(copy, s, n);
+    if (copy != NULL) memcpy(copy, s, n);
     return copy;
 }
 
-int atomic_file_check(const char *path, char *err, size_t err_size)
-{
+int atomic_file_check(const char *path, char *err, size_t err_size) {
     if (path[0] == '\0') {
         snprintf(err, err_size, "empty file name");
         return -1;
@@ -53,8 +50,7 @@ int atomic_file_check(const char *path, char *err, size_t err_size)
     return rc;
 }
 
-int atomic_file_open(atomic_file *af, const char *path, char *err, size_t err_size)
-{
+int atomic_file_open(atomic_file *af, const char *path, char *err, size_t err_size) {
     memset(af, 0, sizeof *af);
     size_t cap = strlen(path) + 48;
     af->final_path = copy_string(path);
@@ -70,8 +66,7 @@ int atomic_file_open(atomic_file *af, const char *path, char *err, size_t err_si
     for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
         snprintf(af->temp_path, cap, "%s.tmp-%ld-%d", path, (long)getpid(), attempt);
         fd = open(af->temp_path, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0 && errno != EEXIST)
-            break;
+        if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
         snprintf(err, err_size, "cannot create '%s': %s", af->temp_path, strerror(errno));
@@ -90,13 +85,11 @@ int atomic_file_open(atomic_file *af, const char *path, char *err, size_t err_si
     return 0;
 }
 
-int atomic_file_finish(atomic_file *af, char *err, size_t err_size)
-{
+int atomic_file_finish(atomic_file *af, char *err, size_t err_size) {
     FILE *stream = af->stream;
     af->stream = NULL;
     int failed = ferror(stream) != 0;
-    if (fclose(stream) != 0)
-        failed = 1;
+    if (fclose(stream) != 0) failed = 1;
     if (failed) {
         snprintf(err, err_size, "cannot write '%s': %s", af->final_path, strerror(errno));
         return -1;
@@ -104,11 +97,9 @@ int atomic_file_finish(atomic_file *af, char *err, size_t err_size)
     return 0;
 }
 
-int atomic_file_publish(atomic_file *af, char *err, size_t err_size)
-{
+int atomic_file_publish(atomic_file *af, char *err, size_t err_size) {
     if (rename(af->temp_path, af->final_path) != 0) {
-        snprintf(err, err_size, "cannot rename '%s' to '%s': %s", af->temp_path, af->final_path,
-                 strerror(errno));
+        snprintf(err, err_size, "cannot rename '%s' to '%s': %s", af->temp_path, af->final_path, strerror(errno));
         return -1;
     }
     free(af->temp_path);
@@ -118,8 +109,7 @@ int atomic_file_publish(atomic_file *af, char *err, size_t err_size)
     return 0;
 }
 
-void atomic_file_abort(atomic_file *af)
-{
+void atomic_file_abort(atomic_file *af) {
     if (af->stream != NULL) {
         fclose(af->stream);
         af->stream = NULL;

@@ -5,20 +5,16 @@
 
 #include "tool_errors.h"
 
-int attention_load(const char *option, const char *path, npy_array *out)
-{
+int attention_load(const char *option, const char *path, npy_array *out) {
     char err[512];
-    if (npy_read_file(path, out, err, sizeof err) != 0)
-        return tool_usage_error("%s: %s: %s", option, path, err);
+    if (npy_read_file(path, out, err, sizeof err) != 0) return tool_usage_error("%s: %s: %s", option, path, err);
     return 0;
 }
 
 /* Checks rank and non-zero sizes of one input. */
-static int check_rank(const char *option, const npy_array *a, size_t rank, const char *layout)
-{
+static int check_rank(const char *option, const npy_array *a, size_t rank, const char *layout) {
     if (a->ndim != rank)
-        return tool_usage_error("%s: expected %zu dimensions %s, got %zu", option, rank, layout,
-                                a->ndim);
+        return tool_usage_error("%s: expected %zu dimensions %s, got %zu", option, rank, layout, a->ndim);
     for (size_t i = 0; i < rank; ++i) {
         if (a->shape[i] == 0) {
             char shape[128];
@@ -29,22 +25,18 @@ static int check_rank(const char *option, const npy_array *a, size_t rank, const
     return 0;
 }
 
-int attention_check_same_shape(const char *option, const npy_array *a, const char *like_option,
-                               const npy_array *like)
-{
+int attention_check_same_shape(const char *option, const npy_array *a, const char *like_option, const npy_array *like) {
     if (a->ndim != like->ndim || memcmp(a->shape, like->shape, a->ndim * sizeof a->shape[0]) != 0) {
         char as[128], ls[128];
         npy_format_shape(a->shape, a->ndim, as, sizeof as);
         npy_format_shape(like->shape, like->ndim, ls, sizeof ls);
-        return tool_usage_error("%s: shape %s does not match %s's shape %s", option, as,
-                                like_option, ls);
+        return tool_usage_error("%s: shape %s does not match %s's shape %s", option, as, like_option, ls);
     }
     return 0;
 }
 
-int attention_check_shapes(const npy_array *q, const npy_array *k, const npy_array *v,
-                           int varlen, flashcl_attention_desc *desc)
-{
+int attention_check_shapes(const npy_array *q, const npy_array *k, const npy_array *v, int varlen,
+                           flashcl_attention_desc *desc) {
     /* With varlen there is no batch dimension: index i of [b, s, h, d] is i - 1 of [total, h, d]. */
     const size_t rank = varlen ? 3 : 4, s = rank - 3, h = rank - 2, d = rank - 1;
     int rc;
@@ -62,20 +54,16 @@ int attention_check_shapes(const npy_array *q, const npy_array *k, const npy_arr
                                 vs, ks);
     }
     if (!varlen && k->shape[0] != q->shape[0])
-        return tool_usage_error("--k: batch %zu does not match --q's batch %zu", k->shape[0],
-                                q->shape[0]);
+        return tool_usage_error("--k: batch %zu does not match --q's batch %zu", k->shape[0], q->shape[0]);
     if (k->shape[d] != q->shape[d])
-        return tool_usage_error("--k: head dim %zu does not match --q's head dim %zu", k->shape[d],
-                                q->shape[d]);
+        return tool_usage_error("--k: head dim %zu does not match --q's head dim %zu", k->shape[d], q->shape[d]);
     if (q->shape[d] > FLASHCL_MAX_HEAD_DIM)
-        return tool_usage_error("--q: head dim %zu is larger than the maximum %d", q->shape[d],
-                                FLASHCL_MAX_HEAD_DIM);
+        return tool_usage_error("--q: head dim %zu is larger than the maximum %d", q->shape[d], FLASHCL_MAX_HEAD_DIM);
     if (v->shape[d] > FLASHCL_MAX_HEAD_DIM)
-        return tool_usage_error("--v: head dim %zu is larger than the maximum %d", v->shape[d],
-                                FLASHCL_MAX_HEAD_DIM);
+        return tool_usage_error("--v: head dim %zu is larger than the maximum %d", v->shape[d], FLASHCL_MAX_HEAD_DIM);
     if (q->shape[h] % k->shape[h] != 0)
-        return tool_usage_error("--k: the %zu query heads are not a multiple of the %zu kv heads",
-                                q->shape[h], k->shape[h]);
+        return tool_usage_error("--k: the %zu query heads are not a multiple of the %zu kv heads", q->shape[h],
+                                k->shape[h]);
     desc->batch = varlen ? 1 : q->shape[0];
     desc->seqlen_q = q->shape[s];
     desc->heads_q = q->shape[h];

@@ -20,11 +20,10 @@ int attention_load(const char *option, const char *path, npy_array *out);
  * seqlen_q/k are the totals), or reports the first mismatch. Returns 0 or
  * TOOL_EXIT_USAGE.
  */
-int attention_check_shapes(const npy_array *q, const npy_array *k, const npy_array *v,
-                           int varlen, flashcl_attention_desc *desc);
+int attention_check_shapes(const npy_array *q, const npy_array *k, const npy_array *v, int varlen,
+                           flashcl_attention_desc *desc);
 
 /* That `a` (named by option) has exactly the shape of `like` (named by like_option). */
-int attention_check_same_shape(const char *option, const npy_array *a, const char *like_option,
-                               const npy_array *like);
+int attention_check_same_shape(const char *option, const npy_array *a, const char *like_option, const npy_array *like);
 
 #endif

@@ -27,8 +27,7 @@
 #include "variant_inputs.h"
 #include "variant_options.h"
 
-void cmd_attention_help(FILE *out)
-{
+void cmd_attention_help(FILE *out) {
     fputs("usage: flashcl attention --q Q.npy --k K.npy --v V.npy --out O.npy\n"
           "                         [--lse LSE.npy] [--causal] [--scale S] [--path flash|standard]\n"
           "                         [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
@@ -109,10 +108,7 @@ typedef struct attention_args {
 static const char *const path_choices[] = {"flash", "standard"};
 static const flashcl_path path_values[] = {FLASHCL_PATH_FLASH, FLASHCL_PATH_STANDARD};
 
-static bool wants_backward(const attention_args *a)
-{
-    return a->dout_path != NULL;
-}
+static bool wants_backward(const attention_args *a) { return a->dout_path != NULL; }
 
 /* An option that takes a file name (or other text), and where parse_args stores it. */
 typedef struct path_option {
@@ -120,12 +116,9 @@ typedef struct path_option {
     const char **value;
 } path_option;
 
-static const path_option *find_path_option(const option_cursor *c, const path_option *options,
-                                           size_t count)
-{
+static const path_option *find_path_option(const option_cursor *c, const path_option *options, size_t count) {
     for (size_t i = 0; i < count; ++i)
-        if (options_is(c, options[i].name))
-            return &options[i];
+        if (options_is(c, options[i].name)) return &options[i];
     return NULL;
 }
 
@@ -134,8 +127,7 @@ static const path_option *find_path_option(const option_cursor *c, const path_op
  * dO has nothing to be computed from, and dO without a destination for
  * every gradient would compute results only to drop some of them.
  */
-static int check_backward_set(const attention_args *a)
-{
+static int check_backward_set(const attention_args *a) {
     const char *const given[] = {a->dq_path, a->dk_path, a->dv_path};
     const char *const names[] = {"--dq", "--dk", "--dv"};
     for (size_t i = 0; i < 3; ++i) {
@@ -152,8 +144,7 @@ static int check_backward_set(const attention_args *a)
 }
 
 /* Every output goes to its own file, and each destination is writable now. */
-static int check_outputs(const attention_args *a)
-{
+static int check_outputs(const attention_args *a) {
     const struct {
         const char *name, *path;
     } outputs[] = {{"--out", a->out_path},
@@ -167,17 +158,14 @@ static int check_outputs(const attention_args *a)
     enum { OUTPUTS = sizeof outputs / sizeof outputs[0] };
     for (size_t i = 0; i < OUTPUTS; ++i) {
         const char *path = outputs[i].path;
-        if (path == NULL)
-            continue;
+        if (path == NULL) continue;
         for (size_t j = 0; j < i; ++j) {
             if (outputs[j].path != NULL && strcmp(outputs[j].path, path) == 0)
-                return tool_usage_error("%s: same file as %s ('%s')", outputs[i].name,
-                                        outputs[j].name, path);
+                return tool_usage_error("%s: same file as %s ('%s')", outputs[i].name, outputs[j].name, path);
         }
         /* Catch an unwritable destination now, not after the computation. */
         char err[512];
-        if (atomic_file_check(path, err, sizeof err) != 0)
-            return tool_usage_error("%s: %s", outputs[i].name, err);
+        if (atomic_file_check(path, err, sizeof err) != 0) return tool_usage_error("%s: %s", outputs[i].name, err);
     }
     return 0;
 }
@@ -198,13 +186,11 @@ static int check_cache_call(const attention_args *a) {
 }
 
 /* Returns 0 to go on, the exit status, or TOOL_SHOW_HELP. */
-static int parse_args(int argc, char **argv, attention_args *a)
-{
-    const path_option paths[] = {
-        {"--q", &a->q_path},     {"--k", &a->k_path},   {"--v", &a->v_path},
-        {"--out", &a->out_path}, {"--lse", &a->lse_path}, {"--dout", &a->dout_path},
-        {"--dq", &a->dq_path},   {"--dk", &a->dk_path}, {"--dv", &a->dv_path},
-        {"--device", &a->device}, {"--dsinks", &a->var.dsinks}};
+static int parse_args(int argc, char **argv, attention_args *a) {
+    const path_option paths[] = {{"--q", &a->q_path},      {"--k", &a->k_path},         {"--v", &a->v_path},
+                                 {"--out", &a->out_path},  {"--lse", &a->lse_path},     {"--dout", &a->dout_path},
+                                 {"--dq", &a->dq_path},    {"--dk", &a->dk_path},       {"--dv", &a->dv_path},
+                                 {"--device", &a->device}, {"--dsinks", &a->var.dsinks}};
     enum { PATHS = sizeof paths / sizeof paths[0] };
 
     variant_defaults(&a->var);
@@ -234,15 +220,12 @@ static int parse_args(int argc, char **argv, attention_args *a)
         } else {
             int taken = kv_parse_option(&c, KV_FOR_ATTENTION, &a->kv);
             if (taken == 0) taken = variant_parse_option(&c, &a->var);
-            if (taken == 0)
-                return options_unknown(&c);
+            if (taken == 0) return options_unknown(&c);
             ok = taken > 0;
         }
-        if (!ok)
-            return TOOL_EXIT_USAGE;
+        if (!ok) return TOOL_EXIT_USAGE;
     }
-    if (more < 0)
-        return TOOL_EXIT_USAGE;
+    if (more < 0) return TOOL_EXIT_USAGE;
 
     int rc = kv_check(&a->kv, KV_FOR_ATTENTION);
     if (rc == 0) rc = kv_attention_wants_cache(&a->kv) ? check_cache_call(a) : 0;
@@ -254,12 +237,10 @@ static int parse_args(int argc, char **argv, attention_args *a)
                                     {"--out", &a->out_path}};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i) {
         if (*required[i].value == NULL)
-            return tool_usage_error("attention: %s is required (try 'flashcl help attention')",
-                                    required[i].name);
+            return tool_usage_error("attention: %s is required (try 'flashcl help attention')", required[i].name);
     }
     rc = check_backward_set(a);
-    if (rc == 0)
-        rc = variant_check(&a->var);
+    if (rc == 0) rc = variant_check(&a->var);
     if (rc == 0 && a->var.dsinks && !wants_backward(a))
         rc = tool_usage_error("--dsinks: needs --dout (the gradient is computed by the backward pass)");
     return rc != 0 ? rc : check_outputs(a);
@@ -279,8 +260,7 @@ typedef struct attention_results {
     float *o, *lse, *dq, *dk, *dv, *dsinks;
 } attention_results;
 
-static void free_results(attention_results *r)
-{
+static void free_results(attention_results *r) {
     float **all[] = {&r->o, &r->lse, &r->dq, &r->dk, &r->dv, &r->dsinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
         free(*all[i]);
@@ -288,17 +268,14 @@ static void free_results(attention_results *r)
     }
 }
 
-static size_t product(const size_t *shape, size_t rank)
-{
+static size_t product(const size_t *shape, size_t rank) {
     size_t n = 1;
-    for (size_t i = 0; i < rank; ++i)
-        n *= shape[i];
+    for (size_t i = 0; i < rank; ++i) n *= shape[i];
     return n;
 }
 
-static int alloc_results(const attention_args *a, const flashcl_attention_desc *desc,
-                         const attention_inputs *in, attention_results *r)
-{
+static int alloc_results(const attention_args *a, const flashcl_attention_desc *desc, const attention_inputs *in,
+                         attention_results *r) {
     memset(r, 0, sizeof *r);
     bool backward = wants_backward(a);
     r->o = malloc(product(in->o_shape, in->q.ndim) * sizeof(float));
@@ -325,9 +302,8 @@ static int alloc_results(const attention_args *a, const flashcl_attention_desc *
     return 0;
 }
 
-static int write_results(const attention_args *a, const flashcl_attention_desc *desc,
-                         const attention_inputs *in, const attention_results *r)
-{
+static int write_results(const attention_args *a, const flashcl_attention_desc *desc, const attention_inputs *in,
+                         const attention_results *r) {
     const size_t dsinks_shape[1] = {desc->heads_q};
     const npy_output outputs[] = {
         {"--out", a->out_path, in->o_shape, in->q.ndim, r->o},
@@ -340,40 +316,31 @@ static int write_results(const attention_args *a, const flashcl_attention_desc *
     return npy_outputs_write(outputs, sizeof outputs / sizeof outputs[0]);
 }
 
-static void print_verbose(const attention_args *a, const flashcl_attention_desc *desc,
-                          flashcl_context *ctx, double forward_s, double backward_s)
-{
+static void print_verbose(const attention_args *a, const flashcl_attention_desc *desc, flashcl_context *ctx,
+                          double forward_s, double backward_s) {
     char device[256];
     device_string_into(flashcl_context_device(ctx), CL_DEVICE_NAME, device, sizeof device);
     static const char *const dtypes[] = {"f32", "f32", "f16", "bf16"};
     printf("flashcl: attention: b=%zu sq=%zu sk=%zu hq=%zu hkv=%zu d=%zu d_v=%zu %s%s%s%s%s%s%s"
            "%s%s%s%s, %s path on %s, %.3f ms",
-           desc->batch, desc->seqlen_q, desc->seqlen_k, desc->heads_q, desc->heads_kv,
-           desc->head_dim, desc->head_dim_v, dtypes[desc->dtype], desc->causal ? " causal" : "",
-           desc->window ? " window" : "", desc->softcap > 0.0f ? " softcap" : "",
-           desc->alibi_slopes ? " alibi" : "", desc->sinks ? " sinks" : "",
-           desc->dropout_p > 0.0f ? " dropout" : "", desc->bias.buffer ? " bias" : "",
-           desc->mask.buffer ? " mask" : "", desc->block_mask.buffer ? " block-mask" : "",
-           desc->cu_seqlens_q ? " varlen" : "", path_choices[a->path], device,
-           forward_s * 1e3);
-    if (wants_backward(a))
-        printf(" + backward %.3f ms", backward_s * 1e3);
+           desc->batch, desc->seqlen_q, desc->seqlen_k, desc->heads_q, desc->heads_kv, desc->head_dim, desc->head_dim_v,
+           dtypes[desc->dtype], desc->causal ? " causal" : "", desc->window ? " window" : "",
+           desc->softcap > 0.0f ? " softcap" : "", desc->alibi_slopes ? " alibi" : "", desc->sinks ? " sinks" : "",
+           desc->dropout_p > 0.0f ? " dropout" : "", desc->bias.buffer ? " bias" : "", desc->mask.buffer ? " mask" : "",
+           desc->block_mask.buffer ? " block-mask" : "", desc->cu_seqlens_q ? " varlen" : "", path_choices[a->path],
+           device, forward_s * 1e3);
+    if (wants_backward(a)) printf(" + backward %.3f ms", backward_s * 1e3);
     printf("; wrote %s", a->out_path);
-    if (a->lse_path != NULL)
-        printf(", %s", a->lse_path);
-    if (wants_backward(a))
-        printf(", %s, %s, %s", a->dq_path, a->dk_path, a->dv_path);
+    if (a->lse_path != NULL) printf(", %s", a->lse_path);
+    if (wants_backward(a)) printf(", %s, %s, %s", a->dq_path, a->dk_path, a->dv_path);
     putchar('\n');
 }
 
 /* Forward (and backward), then the outputs; the inputs are already valid. */
-static int compute_and_write(const attention_args *a, const flashcl_attention_desc *desc,
-                             const attention_inputs *in)
-{
+static int compute_and_write(const attention_args *a, const flashcl_attention_desc *desc, const attention_inputs *in) {
     attention_results r;
     int rc = alloc_results(a, desc, in, &r);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
 
     flashcl_context *ctx = NULL;
     char err[1024] = "";
@@ -402,18 +369,16 @@ static int compute_and_write(const attention_args *a, const flashcl_attention_de
         rc = tool_status_error(NULL, status, flashcl_last_error(ctx));
     } else if (wants_backward(a)) {
         start = wall_seconds();
-        status = flashcl_backward_host(ctx, desc, in->q.data, in->k.data, in->v.data, r.o,
-                                       in->dout.data, r.lse, r.dq, r.dk, r.dv);
+        status = flashcl_backward_host(ctx, desc, in->q.data, in->k.data, in->v.data, r.o, in->dout.data, r.lse, r.dq,
+                                       r.dk, r.dv);
         backward_s = wall_seconds() - start;
         if (status != FLASHCL_SUCCESS)
             rc = tool_status_error("backward", status, flashcl_last_error(ctx));
         else if (r.dsinks != NULL)
             rc = variant_read_dsinks(ctx, &vbufs, desc->heads_q, r.dsinks);
     }
-    if (rc == 0)
-        rc = write_results(a, desc, in, &r);
-    if (rc == 0 && a->verbose)
-        print_verbose(a, desc, ctx, forward_s, backward_s);
+    if (rc == 0) rc = write_results(a, desc, in, &r);
+    if (rc == 0 && a->verbose) print_verbose(a, desc, ctx, forward_s, backward_s);
     variant_buffers_release(&vbufs);
     flashcl_context_destroy(ctx);
     free_results(&r);
@@ -421,20 +386,16 @@ static int compute_and_write(const attention_args *a, const flashcl_attention_de
 }
 
 /* Loads every input and checks every shape rule; fills desc's sizes. */
-static int load_inputs(const attention_args *a, attention_inputs *in,
-                       flashcl_attention_desc *desc)
-{
+static int load_inputs(const attention_args *a, attention_inputs *in, flashcl_attention_desc *desc) {
     int rc;
     bool varlen = variant_is_varlen(&a->var);
-    if ((rc = attention_load("--q", a->q_path, &in->q)) != 0 ||
-        (rc = attention_load("--k", a->k_path, &in->k)) != 0 ||
+    if ((rc = attention_load("--q", a->q_path, &in->q)) != 0 || (rc = attention_load("--k", a->k_path, &in->k)) != 0 ||
         (rc = attention_load("--v", a->v_path, &in->v)) != 0 ||
         (rc = attention_check_shapes(&in->q, &in->k, &in->v, varlen, desc)) != 0)
         return rc;
     /* 'random' variant data starts from the same seed as bench's inputs. */
     uint64_t state = VARIANT_RANDOM_SEED;
-    if ((rc = variant_arrays_prepare(&a->var, desc, &state, &in->var)) != 0)
-        return rc;
+    if ((rc = variant_arrays_prepare(&a->var, desc, &state, &in->var)) != 0) return rc;
     /* O (and dO) are Q's shape with V's head dim. */
     memcpy(in->o_shape, in->q.shape, in->q.ndim * sizeof in->o_shape[0]);
     in->o_shape[in->q.ndim - 1] = desc->head_dim_v;
@@ -448,24 +409,20 @@ static int load_inputs(const attention_args *a, attention_inputs *in,
         in->lse_shape[2] = desc->seqlen_q;
     }
     if (wants_backward(a)) {
-        if ((rc = attention_load("--dout", a->dout_path, &in->dout)) != 0)
-            return rc;
+        if ((rc = attention_load("--dout", a->dout_path, &in->dout)) != 0) return rc;
         npy_array like_o = in->q;
         memcpy(like_o.shape, in->o_shape, in->q.ndim * sizeof like_o.shape[0]);
         const char *like = desc->head_dim_v == desc->head_dim ? "--q" : "O (Q with V's head dim)";
-        if ((rc = attention_check_same_shape("--dout", &in->dout, like, &like_o)) != 0)
-            return rc;
+        if ((rc = attention_check_same_shape("--dout", &in->dout, like, &like_o)) != 0) return rc;
     }
     return 0;
 }
 
-int cmd_attention(int argc, char **argv)
-{
+int cmd_attention(int argc, char **argv) {
     attention_args a;
     memset(&a, 0, sizeof a);
     int rc = parse_args(argc, argv, &a);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
 
     if (kv_attention_wants_cache(&a.kv)) {
         const kvcache_request req = {.q_path = a.q_path,

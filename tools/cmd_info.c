@@ -16,16 +16,18 @@
 #define INFO_PLATFORM_NOT_FOUND_KHR (-1001)
 
 /* Extensions that matter to FlashCL's kernels or device tuning. */
-static const char *const relevant_extensions[] = {
-    "cl_khr_fp16",      "cl_khr_fp64",         "cl_khr_subgroups",
-    "cl_intel_subgroups", "cl_nv_device_attribute_query", "cl_amd_device_attribute_query"};
+static const char *const relevant_extensions[] = {"cl_khr_fp16",
+                                                  "cl_khr_fp64",
+                                                  "cl_khr_subgroups",
+                                                  "cl_intel_subgroups",
+                                                  "cl_nv_device_attribute_query",
+                                                  "cl_amd_device_attribute_query"};
 
 /* The problem the reported plans are for: a typical single-batch layer. */
 enum { INFO_BATCH = 1, INFO_HEADS = 8, INFO_SEQLEN = 1024 };
 static const size_t info_head_dims[] = {64, 128};
 
-void cmd_info_help(FILE *out)
-{
+void cmd_info_help(FILE *out) {
     fputs("usage: flashcl info\n"
           "\n"
           "Lists every OpenCL platform and device with the index pair P:D that\n"
@@ -40,8 +42,7 @@ void cmd_info_help(FILE *out)
 }
 
 /* Exact below 1 KiB ("640 B"), else one decimal in the largest binary unit that fits ("15.6 GiB"). */
-static void format_bytes(uint64_t bytes, char *buf, size_t buf_size)
-{
+static void format_bytes(uint64_t bytes, char *buf, size_t buf_size) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     if (bytes < 1024) {
         snprintf(buf, buf_size, "%llu B", (unsigned long long)bytes);
@@ -60,8 +61,7 @@ static void format_bytes(uint64_t bytes, char *buf, size_t buf_size)
         snprintf(buf, buf_size, "%.1f %s", value, units[unit]);
 }
 
-static void print_size_property(cl_device_id device, cl_device_info param, const char *label)
-{
+static void print_size_property(cl_device_id device, cl_device_info param, const char *label) {
     size_t value = 0;
     if (clGetDeviceInfo(device, param, sizeof value, &value, NULL) == CL_SUCCESS)
         printf("    %-22s %zu\n", label, value);
@@ -69,8 +69,7 @@ static void print_size_property(cl_device_id device, cl_device_info param, const
         printf("    %-22s ?\n", label);
 }
 
-static void print_bytes_property(cl_device_id device, cl_device_info param, const char *label)
-{
+static void print_bytes_property(cl_device_id device, cl_device_info param, const char *label) {
     cl_ulong value = 0;
     if (clGetDeviceInfo(device, param, sizeof value, &value, NULL) == CL_SUCCESS) {
         char text[32];
@@ -81,15 +80,13 @@ static void print_bytes_property(cl_device_id device, cl_device_info param, cons
     }
 }
 
-static void print_string_property(cl_device_id device, cl_device_info param, const char *label)
-{
+static void print_string_property(cl_device_id device, cl_device_info param, const char *label) {
     char *s = device_string(device, param);
     printf("    %-22s %s\n", label, s != NULL ? s : "?");
     free(s);
 }
 
-static void print_device_properties(cl_device_id device)
-{
+static void print_device_properties(cl_device_id device) {
     print_string_property(device, CL_DEVICE_VENDOR, "vendor");
     print_string_property(device, CL_DEVICE_VERSION, "version");
     print_string_property(device, CL_DRIVER_VERSION, "driver");
@@ -101,8 +98,7 @@ static void print_device_properties(cl_device_id device)
     printf("    %-22s %s\n", "type", type_text);
 
     cl_uint units = 0;
-    if (clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) ==
-        CL_SUCCESS)
+    if (clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) == CL_SUCCESS)
         printf("    %-22s %u\n", "compute units", (unsigned)units);
     print_bytes_property(device, CL_DEVICE_LOCAL_MEM_SIZE, "local memory");
     print_size_property(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, "max work-group size");
@@ -124,15 +120,12 @@ static void print_device_properties(cl_device_id device)
         if (extensions == NULL || !extension_listed(extensions, relevant_extensions[i]))
             printf(" %s", relevant_extensions[i]);
     }
-    printf("%s\n", present == sizeof relevant_extensions / sizeof relevant_extensions[0]
-                       ? " (none)"
-                       : "");
+    printf("%s\n", present == sizeof relevant_extensions / sizeof relevant_extensions[0] ? " (none)" : "");
     free(extensions);
 }
 
 /* Prints the plans for one device; returns how many queries failed. */
-static int print_device_plans(const char *spec)
-{
+static int print_device_plans(const char *spec) {
     flashcl_context *ctx = NULL;
     char err[1024] = "";
     flashcl_status status = flashcl_context_create(&ctx, spec, err, sizeof err);
@@ -144,8 +137,7 @@ static int print_device_plans(const char *spec)
     }
     const char *cache = flashcl_context_cache_dir(ctx);
     printf("    %-22s %s\n", "cache directory", cache != NULL && cache[0] ? cache : "(disabled)");
-    printf("    plans for batch %d, heads %d, seqlen %d, float32, non-causal:\n", INFO_BATCH,
-           INFO_HEADS, INFO_SEQLEN);
+    printf("    plans for batch %d, heads %d, seqlen %d, float32, non-causal:\n", INFO_BATCH, INFO_HEADS, INFO_SEQLEN);
 
     int failures = 0;
     for (size_t i = 0; i < sizeof info_head_dims / sizeof info_head_dims[0]; ++i) {
@@ -159,13 +151,12 @@ static int print_device_plans(const char *spec)
             desc.path = (flashcl_path)path;
             flashcl_plan plan;
             memset(&plan, 0, sizeof plan);
-            printf("      d=%zu %s:\n", info_head_dims[i],
-                   path == FLASHCL_PATH_FLASH ? "flash" : "standard");
+            printf("      d=%zu %s:\n", info_head_dims[i], path == FLASHCL_PATH_FLASH ? "flash" : "standard");
             status = flashcl_plan_query(ctx, &desc, &plan);
             if (status != FLASHCL_SUCCESS) {
                 printf("        failed: %s: ", flashcl_status_name(status));
                 tool_print_one_line(stdout, flashcl_last_error(ctx)[0] ? flashcl_last_error(ctx)
-                                                                     : flashcl_status_string(status));
+                                                                       : flashcl_status_string(status));
                 printf("\n");
                 failures++;
                 continue;
@@ -178,13 +169,12 @@ static int print_device_plans(const char *spec)
 }
 
 /* Lists one platform's devices; returns how many things failed. */
-static int print_platform(cl_platform_id platform, cl_uint p)
-{
+static int print_platform(cl_platform_id platform, cl_uint p) {
     char *name = platform_string(platform, CL_PLATFORM_NAME);
     char *vendor = platform_string(platform, CL_PLATFORM_VENDOR);
     char *version = platform_string(platform, CL_PLATFORM_VERSION);
-    printf("\nplatform %u: %s\n  vendor  %s\n  version %s\n", (unsigned)p, name ? name : "?",
-           vendor ? vendor : "?", version ? version : "?");
+    printf("\nplatform %u: %s\n  vendor  %s\n  version %s\n", (unsigned)p, name ? name : "?", vendor ? vendor : "?",
+           version ? version : "?");
     free(name);
     free(vendor);
     free(version);
@@ -200,8 +190,7 @@ static int print_platform(cl_platform_id platform, cl_uint p)
         return 1;
     }
     cl_device_id *devices = malloc(count * sizeof *devices);
-    if (devices == NULL || clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, devices, NULL) !=
-                               CL_SUCCESS) {
+    if (devices == NULL || clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, devices, NULL) != CL_SUCCESS) {
         printf("  cannot list devices\n");
         free(devices);
         return 1;
@@ -223,37 +212,32 @@ static int print_platform(cl_platform_id platform, cl_uint p)
     return failures;
 }
 
-int cmd_info(int argc, char **argv)
-{
+int cmd_info(int argc, char **argv) {
     option_cursor opts;
     options_begin(&opts, "info", argc, argv);
     int more;
     while ((more = options_next(&opts)) > 0) {
         return options_is_help(&opts) ? TOOL_SHOW_HELP : options_unknown(&opts);
     }
-    if (more < 0)
-        return TOOL_EXIT_USAGE;
+    if (more < 0) return TOOL_EXIT_USAGE;
 
     printf("flashcl %s (library %s)\n", FLASHCL_VERSION_STRING, flashcl_version_string());
     cl_uint count = 0;
     cl_int err = clGetPlatformIDs(0, NULL, &count);
     if (err == INFO_PLATFORM_NOT_FOUND_KHR || (err == CL_SUCCESS && count == 0))
         return tool_failure("info: no OpenCL platform found (is an ICD installed?)");
-    if (err != CL_SUCCESS)
-        return tool_failure("info: clGetPlatformIDs failed: %s", flashcl_status_name(err));
+    if (err != CL_SUCCESS) return tool_failure("info: clGetPlatformIDs failed: %s", flashcl_status_name(err));
     cl_platform_id *platforms = malloc(count * sizeof *platforms);
     if (platforms == NULL || clGetPlatformIDs(count, platforms, NULL) != CL_SUCCESS) {
         free(platforms);
         return tool_failure("info: cannot list OpenCL platforms");
     }
     int failures = 0;
-    for (cl_uint p = 0; p < count; ++p)
-        failures += print_platform(platforms[p], p);
+    for (cl_uint p = 0; p < count; ++p) failures += print_platform(platforms[p], p);
     free(platforms);
     fflush(stdout);
     if (failures > 0) {
-        fprintf(stderr, "flashcl: info: %d quer%s failed (see above)\n", failures,
-                failures == 1 ? "y" : "ies");
+        fprintf(stderr, "flashcl: info: %d quer%s failed (see above)\n", failures, failures == 1 ? "y" : "ies");
         return TOOL_EXIT_FAILED;
     }
     return TOOL_EXIT_OK;

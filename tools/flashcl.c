@@ -17,13 +17,11 @@ typedef struct command {
 static const command commands[] = {
     {"info", "list OpenCL devices and the plans FlashCL picks on them", cmd_info, cmd_info_help},
     {"attention", "compute attention on .npy files", cmd_attention, cmd_attention_help},
-    {"bench", "time the flash and standard paths and check they agree", cmd_bench,
-     cmd_bench_help},
+    {"bench", "time the flash and standard paths and check they agree", cmd_bench, cmd_bench_help},
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof commands[0] };
 
-static void print_usage(FILE *out)
-{
+static void print_usage(FILE *out) {
     fputs("usage: flashcl COMMAND [OPTIONS]\n"
           "       flashcl help COMMAND | --help | --version\n"
           "\n"
@@ -31,8 +29,7 @@ static void print_usage(FILE *out)
           "\n"
           "commands:\n",
           out);
-    for (size_t i = 0; i < COMMAND_COUNT; ++i)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    for (size_t i = 0; i < COMMAND_COUNT; ++i) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\n"
           "The device is chosen by --device SPEC, else $FLASHCL_DEVICE, else the first\n"
           "GPU, else the first device; SPEC is \"P:D\" as `flashcl info` lists it, or\n"
@@ -42,37 +39,30 @@ static void print_usage(FILE *out)
           out);
 }
 
-static const command *find_command(const char *name)
-{
+static const command *find_command(const char *name) {
     for (size_t i = 0; i < COMMAND_COUNT; ++i)
-        if (strcmp(commands[i].name, name) == 0)
-            return &commands[i];
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
     return NULL;
 }
 
-static int unknown_command(const char *name)
-{
+static int unknown_command(const char *name) {
     return tool_usage_error("unknown command '%s' (try 'flashcl --help')", name);
 }
 
 /* `flashcl help [COMMAND]` */
-static int run_help(int argc, char **argv)
-{
+static int run_help(int argc, char **argv) {
     if (argc < 1) {
         print_usage(stdout);
         return TOOL_EXIT_OK;
     }
-    if (argc > 1)
-        return tool_usage_error("help: expected one command name, got %d arguments", argc);
+    if (argc > 1) return tool_usage_error("help: expected one command name, got %d arguments", argc);
     const command *cmd = find_command(argv[0]);
-    if (cmd == NULL)
-        return unknown_command(argv[0]);
+    if (cmd == NULL) return unknown_command(argv[0]);
     cmd->help(stdout);
     return TOOL_EXIT_OK;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc < 2) {
         print_usage(stderr);
         return TOOL_EXIT_USAGE;
@@ -87,11 +77,9 @@ int main(int argc, char **argv)
         printf("flashcl %s (library %s)\n", FLASHCL_VERSION_STRING, flashcl_version_string());
         return TOOL_EXIT_OK;
     }
-    if (strcmp(name, "help") == 0)
-        return run_help(argc - 2, argv + 2);
+    if (strcmp(name, "help") == 0) return run_help(argc - 2, argv + 2);
     const command *cmd = find_command(name);
-    if (cmd == NULL)
-        return unknown_command(name);
+    if (cmd == NULL) return unknown_command(name);
     int rc = cmd->run(argc - 2, argv + 2);
     if (rc == TOOL_SHOW_HELP) {
         cmd->help(stdout);
@@ -100,8 +88,7 @@ int main(int argc, char **argv)
     /* A full disk or closed pipe on stdout is a failure, not a success. */
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fputs("flashcl: error writing to standard output\n", stderr);
-        if (rc == TOOL_EXIT_OK)
-            rc = TOOL_EXIT_FAILED;
+        if (rc == TOOL_EXIT_OK) rc = TOOL_EXIT_FAILED;
     }
     return rc;
 }

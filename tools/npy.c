@@ -21,8 +21,7 @@ static int fail(char *err, size_t err_size, const char *fmt, ...)
 #endif
     ;
 
-static int fail(char *err, size_t err_size, const char *fmt, ...)
-{
+static int fail(char *err, size_t err_size, const char *fmt, ...) {
     if (err != NULL && err_size > 0) {
         va_list ap;
         va_start(ap, fmt);
@@ -32,16 +31,14 @@ static int fail(char *err, size_t err_size, const char *fmt, ...)
     return -1;
 }
 
-static bool host_is_little_endian(void)
-{
+static bool host_is_little_endian(void) {
     const uint32_t one = 1;
     unsigned char first;
     memcpy(&first, &one, 1);
     return first == 1;
 }
 
-const char *npy_dtype_name(npy_dtype dtype)
-{
+const char *npy_dtype_name(npy_dtype dtype) {
     switch (dtype) {
     case NPY_FLOAT32:
         return "float32";
@@ -60,12 +57,10 @@ static const struct {
     const char *descr;
     npy_dtype dtype;
     size_t size;
-} known_descrs[] = {
-    {"<f4", NPY_FLOAT32, 4}, {"<i4", NPY_INT32, 4}, {"|u1", NPY_UINT8, 1}, {"|b1", NPY_BOOL, 1}};
+} known_descrs[] = {{"<f4", NPY_FLOAT32, 4}, {"<i4", NPY_INT32, 4}, {"|u1", NPY_UINT8, 1}, {"|b1", NPY_BOOL, 1}};
 
 /* .npy data is little-endian; on a big-endian host each 4-byte element is reversed. */
-static void swap_float_bytes(void *data, size_t count)
-{
+static void swap_float_bytes(void *data, size_t count) {
     unsigned char *b = data;
     for (size_t i = 0; i < count; ++i, b += 4) {
         unsigned char t0 = b[0], t1 = b[1];
@@ -76,22 +71,19 @@ static void swap_float_bytes(void *data, size_t count)
     }
 }
 
-void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_size)
-{
+void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_size) {
     size_t used = 0;
-    if (buf_size == 0)
-        return;
+    if (buf_size == 0) return;
     buf[0] = '\0';
-#define NPY_APPEND(...)                                                               \
-    do {                                                                              \
-        if (used < buf_size) {                                                        \
-            int n_ = snprintf(buf + used, buf_size - used, __VA_ARGS__);              \
-            used = n_ < 0 ? buf_size : used + (size_t)n_;                             \
-        }                                                                             \
+#define NPY_APPEND(...)                                                                                                \
+    do {                                                                                                               \
+        if (used < buf_size) {                                                                                         \
+            int n_ = snprintf(buf + used, buf_size - used, __VA_ARGS__);                                               \
+            used = n_ < 0 ? buf_size : used + (size_t)n_;                                                              \
+        }                                                                                                              \
     } while (0)
     NPY_APPEND("(");
-    for (size_t i = 0; i < ndim; ++i)
-        NPY_APPEND("%s%zu", i == 0 ? "" : ", ", shape[i]);
+    for (size_t i = 0; i < ndim; ++i) NPY_APPEND("%s%zu", i == 0 ? "" : ", ", shape[i]);
     NPY_APPEND(ndim == 1 ? ",)" : ")");
 #undef NPY_APPEND
 }
@@ -99,29 +91,24 @@ void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_si
 /* ------------------------------------------------------------ preamble */
 
 /* Checks magic and version; sets the size of the length field that follows. */
-static int parse_preamble(const unsigned char *bytes, size_t len, npy_header *hdr,
-                          size_t *length_field_size, char *err, size_t err_size)
-{
+static int parse_preamble(const unsigned char *bytes, size_t len, npy_header *hdr, size_t *length_field_size, char *err,
+                          size_t err_size) {
     size_t magic_len = len < sizeof npy_magic ? len : sizeof npy_magic;
-    if (memcmp(bytes, npy_magic, magic_len) != 0)
-        return fail(err, err_size, "bad magic: not a .npy file");
+    if (memcmp(bytes, npy_magic, magic_len) != 0) return fail(err, err_size, "bad magic: not a .npy file");
     if (len < NPY_PREAMBLE)
-        return fail(err, err_size, "file is truncated: %zu bytes, shorter than the .npy preamble",
-                    len);
+        return fail(err, err_size, "file is truncated: %zu bytes, shorter than the .npy preamble", len);
     hdr->major = bytes[6];
     hdr->minor = bytes[7];
     if (hdr->minor != 0 || hdr->major < 1 || hdr->major > 3)
-        return fail(err, err_size, "unsupported .npy format version %d.%d (supported: 1.0, 2.0, 3.0)",
-                    hdr->major, hdr->minor);
+        return fail(err, err_size, "unsupported .npy format version %d.%d (supported: 1.0, 2.0, 3.0)", hdr->major,
+                    hdr->minor);
     *length_field_size = hdr->major == 1 ? 2 : 4;
     return 0;
 }
 
-static size_t read_le_length(const unsigned char *p, size_t size)
-{
+static size_t read_le_length(const unsigned char *p, size_t size) {
     size_t value = 0;
-    for (size_t i = size; i-- > 0;)
-        value = (value << 8) | p[i];
+    for (size_t i = size; i-- > 0;) value = (value << 8) | p[i];
     return value;
 }
 
@@ -135,20 +122,16 @@ typedef struct header_cursor {
     size_t err_size;
 } header_cursor;
 
-static void skip_space(header_cursor *c)
-{
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
-        c->p++;
+static void skip_space(header_cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
 }
 
-static bool at_char(header_cursor *c, char ch)
-{
+static bool at_char(header_cursor *c, char ch) {
     skip_space(c);
     return c->p < c->end && *c->p == ch;
 }
 
-static bool expect_char(header_cursor *c, char ch, const char *context)
-{
+static bool expect_char(header_cursor *c, char ch, const char *context) {
     if (!at_char(c, ch)) {
         fail(c->err, c->err_size, "header: expected '%c' %s", ch, context);
         return false;
@@ -158,8 +141,7 @@ static bool expect_char(header_cursor *c, char ch, const char *context)
 }
 
 /* A Python string literal without escapes: all that .npy headers use. */
-static bool parse_string(header_cursor *c, char *out, size_t out_size, const char *what)
-{
+static bool parse_string(header_cursor *c, char *out, size_t out_size, const char *what) {
     skip_space(c);
     if (c->p >= c->end || (*c->p != '\'' && *c->p != '"')) {
         fail(c->err, c->err_size, "header: expected a quoted string for %s", what);
@@ -190,8 +172,7 @@ static bool parse_string(header_cursor *c, char *out, size_t out_size, const cha
     return true;
 }
 
-static bool parse_bool(header_cursor *c, bool *out, const char *what)
-{
+static bool parse_bool(header_cursor *c, bool *out, const char *what) {
     skip_space(c);
     size_t left = (size_t)(c->end - c->p);
     if (left >= 4 && memcmp(c->p, "True", 4) == 0) {
@@ -213,8 +194,7 @@ static bool parse_bool(header_cursor *c, bool *out, const char *what)
     return true;
 }
 
-static bool parse_dim(header_cursor *c, size_t *out)
-{
+static bool parse_dim(header_cursor *c, size_t *out) {
     skip_space(c);
     if (c->p >= c->end || *c->p < '0' || *c->p > '9') {
         fail(c->err, c->err_size, "header: shape must hold non-negative integers");
@@ -231,16 +211,13 @@ static bool parse_dim(header_cursor *c, size_t *out)
         c->p++;
     }
     /* Files written by NumPy under Python 2 spell dimensions as "3L". */
-    if (c->p < c->end && (*c->p == 'L' || *c->p == 'l'))
-        c->p++;
+    if (c->p < c->end && (*c->p == 'L' || *c->p == 'l')) c->p++;
     *out = value;
     return true;
 }
 
-static bool parse_shape(header_cursor *c, npy_header *hdr)
-{
-    if (!expect_char(c, '(', "to open the shape tuple"))
-        return false;
+static bool parse_shape(header_cursor *c, npy_header *hdr) {
+    if (!expect_char(c, '(', "to open the shape tuple")) return false;
     hdr->ndim = 0;
     if (at_char(c, ')')) {
         c->p++;
@@ -251,8 +228,7 @@ static bool parse_shape(header_cursor *c, npy_header *hdr)
             fail(c->err, c->err_size, "header: shape has more than %d dimensions", NPY_MAX_DIMS);
             return false;
         }
-        if (!parse_dim(c, &hdr->shape[hdr->ndim]))
-            return false;
+        if (!parse_dim(c, &hdr->shape[hdr->ndim])) return false;
         hdr->ndim++;
         if (at_char(c, ',')) {
             c->p++;
@@ -265,8 +241,8 @@ static bool parse_shape(header_cursor *c, npy_header *hdr)
         if (at_char(c, ')')) {
             /* "(3)" is the integer 3 in Python, not a tuple. */
             if (hdr->ndim == 1) {
-                fail(c->err, c->err_size, "header: shape (%zu) is not a tuple; write (%zu,)",
-                     hdr->shape[0], hdr->shape[0]);
+                fail(c->err, c->err_size, "header: shape (%zu) is not a tuple; write (%zu,)", hdr->shape[0],
+                     hdr->shape[0]);
                 return false;
             }
             c->p++;
@@ -279,64 +255,50 @@ static bool parse_shape(header_cursor *c, npy_header *hdr)
 
 /* The header is a Python dict literal with exactly the keys descr,
  * fortran_order and shape, in any order, optionally with a trailing comma. */
-static int parse_dict(header_cursor *c, npy_header *hdr)
-{
+static int parse_dict(header_cursor *c, npy_header *hdr) {
     char descr[32] = "";
     bool fortran_order = false;
     bool seen_descr = false, seen_fortran = false, seen_shape = false;
 
-    if (!expect_char(c, '{', "at the start of the header"))
-        return -1;
+    if (!expect_char(c, '{', "at the start of the header")) return -1;
     for (;;) {
         if (at_char(c, '}')) {
             c->p++;
             break;
         }
         char key[32];
-        if (!parse_string(c, key, sizeof key, "a dictionary key"))
-            return -1;
-        if (!expect_char(c, ':', "after a dictionary key"))
-            return -1;
+        if (!parse_string(c, key, sizeof key, "a dictionary key")) return -1;
+        if (!expect_char(c, ':', "after a dictionary key")) return -1;
         bool *seen;
         if (strcmp(key, "descr") == 0) {
             seen = &seen_descr;
             if (at_char(c, '[') || at_char(c, '(')) {
-                return fail(c->err, c->err_size,
-                            "structured dtypes are not supported: expected '<f4' (float32)");
+                return fail(c->err, c->err_size, "structured dtypes are not supported: expected '<f4' (float32)");
             }
-            if (!parse_string(c, descr, sizeof descr, "descr"))
-                return -1;
+            if (!parse_string(c, descr, sizeof descr, "descr")) return -1;
         } else if (strcmp(key, "fortran_order") == 0) {
             seen = &seen_fortran;
-            if (!parse_bool(c, &fortran_order, "fortran_order"))
-                return -1;
+            if (!parse_bool(c, &fortran_order, "fortran_order")) return -1;
         } else if (strcmp(key, "shape") == 0) {
             seen = &seen_shape;
-            if (!parse_shape(c, hdr))
-                return -1;
+            if (!parse_shape(c, hdr)) return -1;
         } else {
             return fail(c->err, c->err_size, "header: unknown key '%s'", key);
         }
-        if (*seen)
-            return fail(c->err, c->err_size, "header: duplicate key '%s'", key);
+        if (*seen) return fail(c->err, c->err_size, "header: duplicate key '%s'", key);
         *seen = true;
         if (at_char(c, ',')) {
             c->p++;
             continue;
         }
-        if (!expect_char(c, '}', "or ',' after a dictionary value"))
-            return -1;
+        if (!expect_char(c, '}', "or ',' after a dictionary value")) return -1;
         break;
     }
     skip_space(c);
-    if (c->p != c->end)
-        return fail(c->err, c->err_size, "header: unexpected text after the dictionary");
-    if (!seen_descr)
-        return fail(c->err, c->err_size, "header: missing key 'descr'");
-    if (!seen_fortran)
-        return fail(c->err, c->err_size, "header: missing key 'fortran_order'");
-    if (!seen_shape)
-        return fail(c->err, c->err_size, "header: missing key 'shape'");
+    if (c->p != c->end) return fail(c->err, c->err_size, "header: unexpected text after the dictionary");
+    if (!seen_descr) return fail(c->err, c->err_size, "header: missing key 'descr'");
+    if (!seen_fortran) return fail(c->err, c->err_size, "header: missing key 'fortran_order'");
+    if (!seen_shape) return fail(c->err, c->err_size, "header: missing key 'shape'");
     /* An unknown descr is refused by the reader, which knows what it accepts. */
     snprintf(hdr->descr, sizeof hdr->descr, "%s", descr);
     hdr->dtype = 0;
@@ -355,8 +317,7 @@ static int parse_dict(header_cursor *c, npy_header *hdr)
 }
 
 /* Element count and byte size, refusing any product that overflows size_t. */
-static int compute_sizes(npy_header *hdr, char *err, size_t err_size)
-{
+static int compute_sizes(npy_header *hdr, char *err, size_t err_size) {
     size_t count = 1;
     for (size_t i = 0; i < hdr->ndim; ++i) {
         size_t dim = hdr->shape[i];
@@ -378,134 +339,106 @@ static int compute_sizes(npy_header *hdr, char *err, size_t err_size)
 }
 
 /* "expected '<f4' (little-endian float32)" or a list of what is accepted. */
-static int refuse_dtype(const npy_header *hdr, unsigned accepted, char *err, size_t err_size)
-{
+static int refuse_dtype(const npy_header *hdr, unsigned accepted, char *err, size_t err_size) {
     char list[160] = "";
     size_t used = 0, n = 0, total = 0;
     for (size_t i = 0; i < sizeof known_descrs / sizeof known_descrs[0]; ++i)
         total += (accepted & known_descrs[i].dtype) != 0;
     for (size_t i = 0; i < sizeof known_descrs / sizeof known_descrs[0]; ++i) {
-        if (!(accepted & known_descrs[i].dtype))
-            continue;
+        if (!(accepted & known_descrs[i].dtype)) continue;
         const char *sep = n == 0 ? "" : n + 1 == total ? " or " : ", ";
-        int w = snprintf(list + used, sizeof list - used, "%s'%s' (%s%s)", sep,
-                         known_descrs[i].descr,
-                         known_descrs[i].size > 1 ? "little-endian " : "",
-                         npy_dtype_name(known_descrs[i].dtype));
-        if (w > 0 && (size_t)w < sizeof list - used)
-            used += (size_t)w;
+        int w = snprintf(list + used, sizeof list - used, "%s'%s' (%s%s)", sep, known_descrs[i].descr,
+                         known_descrs[i].size > 1 ? "little-endian " : "", npy_dtype_name(known_descrs[i].dtype));
+        if (w > 0 && (size_t)w < sizeof list - used) used += (size_t)w;
         n++;
     }
     return fail(err, err_size, "dtype '%s' is not supported: expected %s", hdr->descr, list);
 }
 
 /* A bool array whose bytes are not all 0 or 1 was not written by NumPy. */
-static int check_bools(const npy_header *hdr, const unsigned char *data, char *err,
-                       size_t err_size)
-{
-    if (hdr->dtype != NPY_BOOL)
-        return 0;
+static int check_bools(const npy_header *hdr, const unsigned char *data, char *err, size_t err_size) {
+    if (hdr->dtype != NPY_BOOL) return 0;
     for (size_t i = 0; i < hdr->count; ++i)
         if (data[i] > 1)
-            return fail(err, err_size, "bool element %zu holds the byte %u, not 0 or 1", i,
-                        (unsigned)data[i]);
+            return fail(err, err_size, "bool element %zu holds the byte %u, not 0 or 1", i, (unsigned)data[i]);
     return 0;
 }
 
-int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, char *err,
-                     size_t err_size)
-{
+int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, char *err, size_t err_size) {
     memset(hdr, 0, sizeof *hdr);
     size_t length_field_size;
-    if (parse_preamble(bytes, len, hdr, &length_field_size, err, err_size) != 0)
-        return -1;
+    if (parse_preamble(bytes, len, hdr, &length_field_size, err, err_size) != 0) return -1;
     if (len < NPY_PREAMBLE + length_field_size)
         return fail(err, err_size, "file is truncated inside the header length");
     size_t header_len = read_le_length(bytes + NPY_PREAMBLE, length_field_size);
     if (header_len > NPY_MAX_HEADER_BYTES)
-        return fail(err, err_size, "header length %zu is larger than the %zu bytes allowed",
-                    header_len, NPY_MAX_HEADER_BYTES);
+        return fail(err, err_size, "header length %zu is larger than the %zu bytes allowed", header_len,
+                    NPY_MAX_HEADER_BYTES);
     size_t header_start = NPY_PREAMBLE + length_field_size;
     if (len - header_start < header_len)
-        return fail(err, err_size, "file is truncated inside the header (%zu of %zu bytes)",
-                    len - header_start, header_len);
+        return fail(err, err_size, "file is truncated inside the header (%zu of %zu bytes)", len - header_start,
+                    header_len);
     hdr->data_offset = header_start + header_len;
 
-    header_cursor c = {(const char *)bytes + header_start,
-                       (const char *)bytes + header_start + header_len, err, err_size};
-    if (parse_dict(&c, hdr) != 0)
-        return -1;
+    header_cursor c = {(const char *)bytes + header_start, (const char *)bytes + header_start + header_len, err,
+                       err_size};
+    if (parse_dict(&c, hdr) != 0) return -1;
     return compute_sizes(hdr, err, err_size);
 }
 
-static void fill_array(npy_array *out, const npy_header *hdr, void *data)
-{
+static void fill_array(npy_array *out, const npy_header *hdr, void *data) {
     out->ndim = hdr->ndim;
     memcpy(out->shape, hdr->shape, sizeof out->shape);
     out->count = hdr->count;
     out->dtype = hdr->dtype;
     out->bytes = data;
     out->data = hdr->dtype == NPY_FLOAT32 ? data : NULL;
-    if (!host_is_little_endian() && hdr->elem_size == 4)
-        swap_float_bytes(data, hdr->count);
+    if (!host_is_little_endian() && hdr->elem_size == 4) swap_float_bytes(data, hdr->count);
 }
 
-static int size_mismatch(const npy_header *hdr, size_t have, char *err, size_t err_size)
-{
+static int size_mismatch(const npy_header *hdr, size_t have, char *err, size_t err_size) {
     char shape[128];
     npy_format_shape(hdr->shape, hdr->ndim, shape, sizeof shape);
     if (have < hdr->data_bytes)
-        return fail(err, err_size, "data is truncated: shape %s needs %zu bytes, file has %zu",
-                    shape, hdr->data_bytes, have);
-    return fail(err, err_size, "file has bytes after the data of shape %s (%zu bytes expected)",
-                shape, hdr->data_bytes);
+        return fail(err, err_size, "data is truncated: shape %s needs %zu bytes, file has %zu", shape, hdr->data_bytes,
+                    have);
+    return fail(err, err_size, "file has bytes after the data of shape %s (%zu bytes expected)", shape,
+                hdr->data_bytes);
 }
 
-int npy_read_memory(const unsigned char *bytes, size_t len, npy_array *out, char *err,
-                    size_t err_size)
-{
+int npy_read_memory(const unsigned char *bytes, size_t len, npy_array *out, char *err, size_t err_size) {
     npy_header hdr;
     memset(out, 0, sizeof *out);
-    if (npy_parse_header(bytes, len, &hdr, err, err_size) != 0)
-        return -1;
-    if (hdr.dtype != NPY_FLOAT32)
-        return refuse_dtype(&hdr, NPY_FLOAT32, err, err_size);
+    if (npy_parse_header(bytes, len, &hdr, err, err_size) != 0) return -1;
+    if (hdr.dtype != NPY_FLOAT32) return refuse_dtype(&hdr, NPY_FLOAT32, err, err_size);
     size_t have = len - hdr.data_offset;
-    if (have != hdr.data_bytes)
-        return size_mismatch(&hdr, have, err, err_size);
+    if (have != hdr.data_bytes) return size_mismatch(&hdr, have, err, err_size);
     unsigned char *data = malloc(hdr.data_bytes > 0 ? hdr.data_bytes : 1);
-    if (data == NULL)
-        return fail(err, err_size, "cannot allocate %zu bytes for the data", hdr.data_bytes);
+    if (data == NULL) return fail(err, err_size, "cannot allocate %zu bytes for the data", hdr.data_bytes);
     memcpy(data, bytes + hdr.data_offset, hdr.data_bytes);
     fill_array(out, &hdr, data);
     return 0;
 }
 
 /* Reads up to n bytes; returns how many arrived. */
-static size_t read_some(FILE *f, void *buf, size_t n)
-{
-    return fread(buf, 1, n, f);
-}
+static size_t read_some(FILE *f, void *buf, size_t n) { return fread(buf, 1, n, f); }
 
 /* Reads the header of an open file into a fresh buffer and parses it. */
-static int read_header(FILE *f, npy_header *hdr, char *err, size_t err_size)
-{
+static int read_header(FILE *f, npy_header *hdr, char *err, size_t err_size) {
     unsigned char start[NPY_PREAMBLE + 4];
     size_t got = read_some(f, start, NPY_PREAMBLE);
     size_t length_field_size;
-    if (parse_preamble(start, got, hdr, &length_field_size, err, err_size) != 0)
-        return -1;
+    if (parse_preamble(start, got, hdr, &length_field_size, err, err_size) != 0) return -1;
     got += read_some(f, start + NPY_PREAMBLE, length_field_size);
     if (got < NPY_PREAMBLE + length_field_size)
         return fail(err, err_size, "file is truncated inside the header length");
     size_t header_len = read_le_length(start + NPY_PREAMBLE, length_field_size);
     if (header_len > NPY_MAX_HEADER_BYTES)
-        return fail(err, err_size, "header length %zu is larger than the %zu bytes allowed",
-                    header_len, NPY_MAX_HEADER_BYTES);
+        return fail(err, err_size, "header length %zu is larger than the %zu bytes allowed", header_len,
+                    NPY_MAX_HEADER_BYTES);
     size_t total = got + header_len;
     unsigned char *buf = malloc(total);
-    if (buf == NULL)
-        return fail(err, err_size, "cannot allocate %zu bytes for the header", total);
+    if (buf == NULL) return fail(err, err_size, "cannot allocate %zu bytes for the header", total);
     memcpy(buf, start, got);
     got += read_some(f, buf + got, header_len);
     int rc = npy_parse_header(buf, got, hdr, err, err_size);
@@ -513,24 +446,19 @@ static int read_header(FILE *f, npy_header *hdr, char *err, size_t err_size)
     return rc;
 }
 
-int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size)
-{
+int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size) {
     return npy_read_file_typed(path, NPY_FLOAT32, out, err, err_size);
 }
 
-int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, char *err,
-                        size_t err_size)
-{
+int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, char *err, size_t err_size) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return fail(err, err_size, "cannot open: %s", strerror(errno));
+    if (f == NULL) return fail(err, err_size, "cannot open: %s", strerror(errno));
 
     npy_header hdr;
     unsigned char *data = NULL;
     int rc = read_header(f, &hdr, err, err_size);
-    if (rc == 0 && !(hdr.dtype & accepted))
-        rc = refuse_dtype(&hdr, accepted, err, err_size);
+    if (rc == 0 && !(hdr.dtype & accepted)) rc = refuse_dtype(&hdr, accepted, err, err_size);
     if (rc == 0) {
         size_t capacity = 0, have = 0;
         while (have < hdr.data_bytes) {
@@ -539,12 +467,10 @@ int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, cha
                  * header promised: memory follows the bytes that arrive. */
                 size_t left = hdr.data_bytes - capacity;
                 size_t grow = capacity == 0 ? NPY_READ_STEP : capacity;
-                if (grow > left)
-                    grow = left;
+                if (grow > left) grow = left;
                 unsigned char *bigger = realloc(data, capacity + grow);
                 if (bigger == NULL) {
-                    rc = fail(err, err_size, "cannot allocate %zu bytes for the data",
-                              hdr.data_bytes);
+                    rc = fail(err, err_size, "cannot allocate %zu bytes for the data", hdr.data_bytes);
                     break;
                 }
                 data = bigger;
@@ -552,8 +478,7 @@ int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, cha
             }
             size_t n = read_some(f, data + have, capacity - have);
             have += n;
-            if (n == 0)
-                break;
+            if (n == 0) break;
         }
         if (rc == 0 && ferror(f))
             rc = fail(err, err_size, "read error: %s", strerror(errno));
@@ -561,8 +486,7 @@ int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, cha
             rc = size_mismatch(&hdr, have, err, err_size);
         else if (rc == 0 && fgetc(f) != EOF)
             rc = size_mismatch(&hdr, hdr.data_bytes + 1, err, err_size);
-        if (rc == 0 && data != NULL)
-            rc = check_bools(&hdr, data, err, err_size);
+        if (rc == 0 && data != NULL) rc = check_bools(&hdr, data, err, err_size);
     }
     fclose(f);
     if (rc != 0) {
@@ -575,8 +499,7 @@ int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, cha
     return 0;
 }
 
-void npy_array_free(npy_array *a)
-{
+void npy_array_free(npy_array *a) {
     free(a->bytes);
     a->bytes = NULL;
     a->data = NULL;
@@ -586,18 +509,13 @@ void npy_array_free(npy_array *a)
 
 /* -------------------------------------------------------------- writing */
 
-static int write_bytes(FILE *f, const void *p, size_t n, char *err, size_t err_size)
-{
-    if (n > 0 && fwrite(p, 1, n, f) != n)
-        return fail(err, err_size, "write error: %s", strerror(errno));
+static int write_bytes(FILE *f, const void *p, size_t n, char *err, size_t err_size) {
+    if (n > 0 && fwrite(p, 1, n, f) != n) return fail(err, err_size, "write error: %s", strerror(errno));
     return 0;
 }
 
-int npy_write(FILE *f, const size_t *shape, size_t ndim, const float *data, char *err,
-              size_t err_size)
-{
-    if (ndim > NPY_MAX_DIMS)
-        return fail(err, err_size, "cannot write more than %d dimensions", NPY_MAX_DIMS);
+int npy_write(FILE *f, const size_t *shape, size_t ndim, const float *data, char *err, size_t err_size) {
+    if (ndim > NPY_MAX_DIMS) return fail(err, err_size, "cannot write more than %d dimensions", NPY_MAX_DIMS);
     size_t count = 1;
     for (size_t i = 0; i < ndim; ++i) {
         if (shape[i] != 0 && count > SIZE_MAX / sizeof(float) / shape[i])
@@ -609,10 +527,8 @@ int npy_write(FILE *f, const size_t *shape, size_t ndim, const float *data, char
     char shape_text[NPY_MAX_DIMS * 22 + 4];
     npy_format_shape(shape, ndim, shape_text, sizeof shape_text);
     char dict[sizeof shape_text + 64];
-    int dict_len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }",
-                            shape_text);
-    if (dict_len < 0 || (size_t)dict_len >= sizeof dict)
-        return fail(err, err_size, "cannot format the header");
+    int dict_len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_text);
+    if (dict_len < 0 || (size_t)dict_len >= sizeof dict) return fail(err, err_size, "cannot format the header");
 
     /* Version 1.0 stores the header length in 16 bits; 2.0 in 32. */
     size_t length_field_size = 2;
@@ -629,27 +545,22 @@ int npy_write(FILE *f, const size_t *shape, size_t ndim, const float *data, char
     memcpy(preamble, npy_magic, sizeof npy_magic);
     preamble[6] = length_field_size == 2 ? 1 : 2;
     preamble[7] = 0;
-    for (size_t i = 0; i < length_field_size; ++i)
-        preamble[NPY_PREAMBLE + i] = (unsigned char)(header_len >> (8 * i));
+    for (size_t i = 0; i < length_field_size; ++i) preamble[NPY_PREAMBLE + i] = (unsigned char)(header_len >> (8 * i));
     if (write_bytes(f, preamble, NPY_PREAMBLE + length_field_size, err, err_size) != 0 ||
         write_bytes(f, dict, (size_t)dict_len, err, err_size) != 0)
         return -1;
     for (size_t i = 0; i < padding; ++i)
-        if (fputc(' ', f) == EOF)
-            return fail(err, err_size, "write error: %s", strerror(errno));
-    if (fputc('\n', f) == EOF)
-        return fail(err, err_size, "write error: %s", strerror(errno));
+        if (fputc(' ', f) == EOF) return fail(err, err_size, "write error: %s", strerror(errno));
+    if (fputc('\n', f) == EOF) return fail(err, err_size, "write error: %s", strerror(errno));
 
-    if (host_is_little_endian())
-        return write_bytes(f, data, count * sizeof(float), err, err_size);
+    if (host_is_little_endian()) return write_bytes(f, data, count * sizeof(float), err, err_size);
     /* Big-endian host: convert through a small buffer, leaving data untouched. */
     float chunk[1024];
     for (size_t done = 0; done < count;) {
         size_t n = count - done < 1024 ? count - done : 1024;
         memcpy(chunk, data + done, n * sizeof(float));
         swap_float_bytes(chunk, n);
-        if (write_bytes(f, chunk, n * sizeof(float), err, err_size) != 0)
-            return -1;
+        if (write_bytes(f, chunk, n * sizeof(float), err, err_size) != 0) return -1;
         done += n;
     }
     return 0;

@@ -33,15 +33,15 @@ typedef enum npy_dtype {
 const char *npy_dtype_name(npy_dtype dtype);
 
 typedef struct npy_header {
-    int major, minor;         /* format version */
-    npy_dtype dtype;          /* 0 when descr names a type the reader does not know */
-    char descr[32];           /* the descr string as written in the file */
-    size_t elem_size;         /* bytes per element */
+    int major, minor; /* format version */
+    npy_dtype dtype;  /* 0 when descr names a type the reader does not know */
+    char descr[32];   /* the descr string as written in the file */
+    size_t elem_size; /* bytes per element */
     size_t ndim;
     size_t shape[NPY_MAX_DIMS];
-    size_t count;             /* elements: the product of shape (1 for a 0-d array) */
-    size_t data_bytes;        /* count * elem_size */
-    size_t data_offset;       /* bytes from the start of the file to the data */
+    size_t count;       /* elements: the product of shape (1 for a 0-d array) */
+    size_t data_bytes;  /* count * elem_size */
+    size_t data_offset; /* bytes from the start of the file to the data */
 } npy_header;
 
 typedef struct npy_array {
@@ -58,19 +58,16 @@ typedef struct npy_array {
  * start of bytes[0..len). len must cover at least the whole header; the
  * array data after it is not looked at.
  */
-int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, char *err,
-                     size_t err_size);
+int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, char *err, size_t err_size);
 
 /* Reads a whole float32 .npy file; its size must be exactly header + data. */
 int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size);
 
 /* The same for any dtype in `accepted` (NPY_FLOAT32 | NPY_INT32 | ...). */
-int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, char *err,
-                        size_t err_size);
+int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, char *err, size_t err_size);
 
 /* Same checks as npy_read_file, on a file already in memory (for fuzzing). */
-int npy_read_memory(const unsigned char *bytes, size_t len, npy_array *out, char *err,
-                    size_t err_size);
+int npy_read_memory(const unsigned char *bytes, size_t len, npy_array *out, char *err, size_t err_size);
 
 void npy_array_free(npy_array *a);
 
@@ -79,8 +76,7 @@ void npy_array_free(npy_array *a);
  * fit in 1.0's 16-bit length), the header padded with spaces and ended by
  * '\n' so the data starts at a multiple of 64 bytes, as NumPy does.
  */
-int npy_write(FILE *f, const size_t *shape, size_t ndim, const float *data, char *err,
-              size_t err_size);
+int npy_write(FILE *f, const size_t *shape, size_t ndim, const float *data, char *err, size_t err_size);
 
 /* "(2, 128, 8, 64)", "(3,)" or "()" into buf, truncated to fit. */
 void npy_format_shape(const size_t *shape, size_t ndim, char *buf, size_t buf_size);

@@ -7,18 +7,15 @@
 #include "npy.h"
 #include "tool_errors.h"
 
-int npy_outputs_write(const npy_output *outputs, size_t count)
-{
+int npy_outputs_write(const npy_output *outputs, size_t count) {
     atomic_file *files = calloc(count > 0 ? count : 1, sizeof *files);
-    if (files == NULL)
-        return tool_failure("out of host memory for the output files");
+    if (files == NULL) return tool_failure("out of host memory for the output files");
     char err[600];
     size_t opened = 0;
     int rc = 0;
     for (size_t i = 0; i < count && rc == 0; ++i) {
         const npy_output *o = &outputs[i];
-        if (o->path == NULL)
-            continue;
+        if (o->path == NULL) continue;
         if (atomic_file_open(&files[i], o->path, err, sizeof err) != 0) {
             rc = tool_failure("%s: %s", o->option, err);
             break;
@@ -35,8 +32,7 @@ int npy_outputs_write(const npy_output *outputs, size_t count)
     }
     /* A no-op for published files; removes the temporaries of the others.
      * Slots never opened are still zeroed by calloc, so aborting them is safe. */
-    for (size_t i = 0; i < count; ++i)
-        atomic_file_abort(&files[i]);
+    for (size_t i = 0; i < count; ++i) atomic_file_abort(&files[i]);
     free(files);
     return rc;
 }

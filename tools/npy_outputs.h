@@ -14,7 +14,7 @@ typedef struct npy_output {
     const char *path;   /* NULL: this output was not asked for and is skipped */
     const size_t *shape;
     size_t ndim;
-    const float *data;  /* product(shape) floats */
+    const float *data; /* product(shape) floats */
 } npy_output;
 
 /* Returns 0, or TOOL_EXIT_FAILED after printing one line about the failure. */

@@ -16,8 +16,7 @@
 #define ROOF_RUNS 3
 
 /* Best GFLOP/s of ROOF_RUNS sgemm calls after one warm-up, or NaN without memory. */
-static double measure_sgemm(void)
-{
+static double measure_sgemm(void) {
     const size_t n = ROOF_N, count = n * n;
     float *a = malloc(count * sizeof *a), *b = malloc(count * sizeof *b), *c = malloc(count * sizeof *c);
     double best = NAN;
@@ -29,8 +28,8 @@ static double measure_sgemm(void)
         memset(c, 0, count * sizeof *c);
         for (int run = 0; run <= ROOF_RUNS; ++run) {
             double t0 = wall_seconds();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b,
-                        (int)n, 0.0f, c, (int)n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
+                        0.0f, c, (int)n);
             double ms = (wall_seconds() - t0) * 1e3;
             double gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) * 1e-9;
             if (run > 0 && (isnan(best) || gflops > best)) best = gflops;
@@ -43,8 +42,7 @@ static double measure_sgemm(void)
 }
 #endif
 
-void roof_init(bench_roof *roof, bool cpu_device, double user_gflops)
-{
+void roof_init(bench_roof *roof, bool cpu_device, double user_gflops) {
     roof->gflops = NAN;
     if (user_gflops > 0.0) {
         roof->gflops = user_gflops;
@@ -57,23 +55,21 @@ void roof_init(bench_roof *roof, bool cpu_device, double user_gflops)
     }
 #ifdef FLASHCL_HAVE_OPENBLAS
     roof->gflops = measure_sgemm();
-    snprintf(roof->source, sizeof roof->source, "OpenBLAS cblas_sgemm %dx%dx%d float32, best of %d, %s threads",
-             ROOF_N, ROOF_N, ROOF_N, ROOF_RUNS, getenv("OPENBLAS_NUM_THREADS") ? "OPENBLAS_NUM_THREADS" : "default");
+    snprintf(roof->source, sizeof roof->source, "OpenBLAS cblas_sgemm %dx%dx%d float32, best of %d, %s threads", ROOF_N,
+             ROOF_N, ROOF_N, ROOF_RUNS, getenv("OPENBLAS_NUM_THREADS") ? "OPENBLAS_NUM_THREADS" : "default");
 #else
     snprintf(roof->source, sizeof roof->source, "built without OpenBLAS: give --roof GFLOPS");
 #endif
 }
 
-void roof_print_line(FILE *out, const bench_roof *roof)
-{
+void roof_print_line(FILE *out, const bench_roof *roof) {
     if (isnan(roof->gflops))
         fprintf(out, "roof     n/a (%s)\n", roof->source);
     else
         fprintf(out, "roof     %.1f GFLOP/s (%s); %%roof = GFLOP/s / roof\n", roof->gflops, roof->source);
 }
 
-void roof_format_percent(char *buf, size_t cap, const bench_roof *roof, double gflops)
-{
+void roof_format_percent(char *buf, size_t cap, const bench_roof *roof, double gflops) {
     if (isnan(roof->gflops) || isnan(gflops))
         snprintf(buf, cap, "n/a");
     else
@@ -81,14 +77,12 @@ void roof_format_percent(char *buf, size_t cap, const bench_roof *roof, double g
 }
 
 /* NaN (no roof, or no rate) prints as null. */
-void roof_json_fields(FILE *out, const bench_roof *roof, double gflops)
-{
+void roof_json_fields(FILE *out, const bench_roof *roof, double gflops) {
     json_member_number(out, "roof_gflops", roof->gflops);
     json_member_number(out, "roof_percent", 100.0 * gflops / roof->gflops);
 }
 
-void roof_json_summary(FILE *out, const bench_roof *roof)
-{
+void roof_json_summary(FILE *out, const bench_roof *roof) {
     json_member_number(out, "roof_gflops", roof->gflops);
     json_member_string(out, "roof_source", roof->source);
 }

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 typedef struct bench_roof {
-    double gflops;   /* NaN when there is no roof */
+    double gflops;    /* NaN when there is no roof */
     char source[160]; /* how it was obtained, or why there is none */
 } bench_roof;
 

@@ -6,16 +6,14 @@
 #include <flashcl.h>
 
 /* "flashcl: <message>" on stderr; returns status. */
-static int report(int status, const char *fmt, va_list ap)
-{
+static int report(int status, const char *fmt, va_list ap) {
     fputs("flashcl: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     return status;
 }
 
-int tool_usage_error(const char *fmt, ...)
-{
+int tool_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int status = report(TOOL_EXIT_USAGE, fmt, ap);
@@ -23,8 +21,7 @@ int tool_usage_error(const char *fmt, ...)
     return status;
 }
 
-int tool_failure(const char *fmt, ...)
-{
+int tool_failure(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int status = report(TOOL_EXIT_FAILED, fmt, ap);
@@ -32,8 +29,7 @@ int tool_failure(const char *fmt, ...)
     return status;
 }
 
-void tool_print_one_line(FILE *out, const char *text)
-{
+void tool_print_one_line(FILE *out, const char *text) {
     int pending_break = 0; /* a break is written only between non-empty lines */
     int wrote_any = 0;
     for (const char *p = text; *p; ++p) {
@@ -50,13 +46,10 @@ void tool_print_one_line(FILE *out, const char *text)
     }
 }
 
-int tool_status_error(const char *where, int status, const char *detail)
-{
-    if (detail == NULL || detail[0] == '\0')
-        detail = flashcl_status_string(status);
+int tool_status_error(const char *where, int status, const char *detail) {
+    if (detail == NULL || detail[0] == '\0') detail = flashcl_status_string(status);
     fputs("flashcl: ", stderr);
-    if (where != NULL)
-        fprintf(stderr, "%s: ", where);
+    if (where != NULL) fprintf(stderr, "%s: ", where);
     fprintf(stderr, "%s: ", flashcl_status_name(status));
     tool_print_one_line(stderr, detail);
     fputc('\n', stderr);

@@ -35,6 +35,6 @@ static void cpu_release(flashcl_context *ctx) {
 }
 
 const flashcl__backend flashcl__backend_cpu = {
-    "cpu",       FLASHCL_PATH_FLASH,   cpu_covers,           cpu_plan,
-    cpu_scratch, flashcl__cpu_forward, flashcl__cpu_backward, cpu_release,
+    "cpu",       FLASHCL_PATH_FLASH, cpu_covers, cpu_plan, cpu_scratch, flashcl__cpu_forward, flashcl__cpu_backward,
+    cpu_release,
 };

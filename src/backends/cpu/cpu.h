@@ -18,9 +18,9 @@
 #define FLASHCL__CPU_DKDV_KERNEL "flash_bwd_cpu_dkdv"
 
 typedef struct flashcl__cpu_plan {
-    flashcl_plan pub;     /* block_rows: rows per work-item; block_cols: the chunk */
-    cl_kernel main[3];    /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ */
-    cl_kernel pack;       /* flash_cpu_pack */
+    flashcl_plan pub;  /* block_rows: rows per work-item; block_cols: the chunk */
+    cl_kernel main[3]; /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ */
+    cl_kernel pack;    /* flash_cpu_pack */
     int head_dim;
     struct flashcl__cpu_plan *next;
 } flashcl__cpu_plan;
@@ -31,7 +31,8 @@ typedef struct flashcl__cpu_state {
 } flashcl__cpu_state;
 
 /* Whether the family takes the pass: forced by the override, or a CPU device and a call it supports. */
-int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why, size_t cap);
+int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
+                        size_t cap);
 /* The pass's plan (built once per head dim); a forced call the family does not support is an error. */
 flashcl_status flashcl__cpu_plan_for(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                                      const flashcl__cpu_plan **out);

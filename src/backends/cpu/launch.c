@@ -64,8 +64,9 @@ flashcl_status flashcl__cpu_forward(flashcl_context *ctx, const flashcl__call *c
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
     if (st != FLASHCL_SUCCESS) return st;
-    const pack_job jobs[2] = {{&views[FLASHCL__VK], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES, "forward: packed K"},
-                              {&views[FLASHCL__VV], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES2, "forward: packed V"}};
+    const pack_job jobs[2] = {
+        {&views[FLASHCL__VK], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES, "forward: packed K"},
+        {&views[FLASHCL__VV], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES2, "forward: packed V"}};
     cl_mem packed[2];
     int packs[2];
     st = enqueue_packs(ctx, &chain, plan->pack, d, block, plan->pub.block_cols, jobs, 2, packed, packs);
@@ -100,8 +101,8 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
     if (st != FLASHCL_SUCCESS) return st;
     const size_t block = (size_t)plan->pub.block_rows;
     cl_mem dsum = NULL;
-    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, flashcl__row_count(d) * sizeof(float), "backward: D = rowsum(dO*O)",
-                          &dsum);
+    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, flashcl__row_count(d) * sizeof(float),
+                          "backward: D = rowsum(dO*O)", &dsum);
     if (st != FLASHCL_SUCCESS) return st;
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
@@ -154,11 +155,13 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
     const size_t one[3] = {1, 1, 1};
     const size_t g_rows[3] = {blocks_of(d->seqlen_q, block), d->heads_q, d->batch};
     const size_t g_keys[3] = {blocks_of(d->seqlen_k, block), d->heads_kv, d->batch};
-    const int e_dot = flashcl__chain_launch(&chain, plan->main[0], "flash_bwd_cpu_dot", 3, g_rows, one, FLASHCL__AFTER_START);
+    const int e_dot =
+        flashcl__chain_launch(&chain, plan->main[0], "flash_bwd_cpu_dot", 3, g_rows, one, FLASHCL__AFTER_START);
     const int dkdv_after[3] = {packs[0], packs[1], e_dot}; /* dK/dV reads packed Q, dO and D */
     const int dq_after[3] = {packs[2], packs[3], e_dot};   /* dQ reads packed K, V and D */
     int last[2];
-    last[0] = flashcl__chain_launch_after(&chain, plan->main[1], FLASHCL__CPU_DKDV_KERNEL, 3, g_keys, one, 3, dkdv_after);
+    last[0] =
+        flashcl__chain_launch_after(&chain, plan->main[1], FLASHCL__CPU_DKDV_KERNEL, 3, g_keys, one, 3, dkdv_after);
     last[1] = flashcl__chain_launch_after(&chain, plan->main[2], "flash_bwd_cpu_dq", 3, g_rows, one, 3, dq_after);
     return flashcl__chain_end(&chain, 2, last, call->event);
 }

@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CPU_LANES 16  /* rows in one float16 */
-#define CPU_GROUPS 1  /* float16 row groups per work-item (see above) */
+#define CPU_LANES 16 /* rows in one float16 */
+#define CPU_GROUPS 1 /* float16 row groups per work-item (see above) */
 #define CPU_STEP 6
 #define CPU_CHUNK 48
 #define CPU_MAX_CHUNK 480
@@ -33,7 +33,8 @@ static int cpu_family_covers(const flashcl_attention_desc *desc) {
 /* Forced with FLASHCL_TILE=kernel=cpu (FLASHCL_BWD_KERNEL=cpu), the family takes the call even
    where it does not apply, so that its plan can say why it refuses. An override that does not
    parse leaves the call to the portable family, whose planner reports the error. */
-int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why, size_t cap) {
+int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
+                        size_t cap) {
     const char *var = pass == FLASHCL__FORWARD ? "FLASHCL_TILE" : "FLASHCL_BWD_KERNEL";
     int present = 0, forced = 0;
     if (pass == FLASHCL__FORWARD) {
@@ -62,7 +63,8 @@ int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_
     if (!cpu_family_covers(d)) {
         char features[160];
         flashcl__describe_variants(d, features, sizeof features);
-        snprintf(why, cap, "the CPU family runs plain float32 with d <= 256 (this call: d=%zu, %s)", d->head_dim, features);
+        snprintf(why, cap, "the CPU family runs plain float32 with d <= 256 (this call: d=%zu, %s)", d->head_dim,
+                 features);
         return 0;
     }
     return 1;
@@ -132,8 +134,8 @@ static flashcl_status sizes_from(flashcl_context *ctx, int rows, int cols, int *
     if (cols > 0) {
         if (cols % CPU_STEP != 0 || cols > CPU_MAX_CHUNK)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "the cpu kernels need bc a multiple of %d, at most %d (got %d)", CPU_STEP, CPU_MAX_CHUNK,
-                                 cols);
+                                 "the cpu kernels need bc a multiple of %d, at most %d (got %d)", CPU_STEP,
+                                 CPU_MAX_CHUNK, cols);
         *chunk = cols;
     }
     return FLASHCL_SUCCESS;
@@ -175,13 +177,15 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
                                             {"flash_bwd_cpu_dot", FLASHCL__CPU_DKDV_KERNEL, "flash_bwd_cpu_dq"}};
     cl_ulong priv = 0;
     for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i)
-        if (names[pass][i]) st = make_kernel(ctx, program, names[pass][i], &out->main[i], i == 0 && !forward ? NULL : &priv);
+        if (names[pass][i])
+            st = make_kernel(ctx, program, names[pass][i], &out->main[i], i == 0 && !forward ? NULL : &priv);
     if (st == FLASHCL_SUCCESS) st = make_kernel(ctx, program, "flash_cpu_pack", &out->pack, NULL);
     if (st != FLASHCL_SUCCESS) return st; /* the caller releases what was made */
     const int lanes = groups * CPU_LANES;
     fill_public(&out->pub, forward ? FLASHCL__CPU_FWD_KERNEL : FLASHCL__CPU_DKDV_KERNEL, lanes, chunk, priv, options,
                 present ? "env" : "table");
-    const char *origin = present ? (forward ? "FLASHCL_TILE=kernel=cpu" : "FLASHCL_BWD_KERNEL=cpu") : "table: CPU device";
+    const char *origin =
+        present ? (forward ? "FLASHCL_TILE=kernel=cpu" : "FLASHCL_BWD_KERNEL=cpu") : "table: CPU device";
     if (forward)
         snprintf(out->pub.reason, sizeof out->pub.reason,
                  "%s: CPU kernel family (%s), %d rows per work-item, %d keys per pass%s", origin, family_reason, lanes,

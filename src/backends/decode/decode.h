@@ -20,28 +20,28 @@
 
 /* What a decode launch needs to know about the keys beyond the descriptor. */
 typedef struct flashcl__decode_keys {
-    int paged;                 /* 1: through table/seqinfo (KV cache calls) */
-    flashcl_cache_dtype dtype; /* cache storage */
+    int paged;                   /* 1: through table/seqinfo (KV cache calls) */
+    flashcl_cache_dtype dtype;   /* cache storage */
     const flashcl_tensor *k, *v; /* the views (forward) or pools (paged) */
-    cl_mem table, seqinfo;     /* paged: int32 [batch, max_pages], int32 [batch][4] */
+    cl_mem table, seqinfo;       /* paged: int32 [batch, max_pages], int32 [batch][4] */
     int max_pages;
     long page_size;
-    size_t max_seqlen_k;       /* the longest sequence's keys (splits are planned on it) */
-    cl_mem k_scale, v_scale;   /* fp8: float32 [1] or [heads_kv] (NULL = 1) */
+    size_t max_seqlen_k;     /* the longest sequence's keys (splits are planned on it) */
+    cl_mem k_scale, v_scale; /* fp8: float32 [1] or [heads_kv] (NULL = 1) */
     int scale_per_head;
 } flashcl__decode_keys;
 
 /* One built decode shape: the attention kernel and its merge. */
 typedef struct flashcl__decode_plan {
     flashcl_plan pub;
-    cl_kernel attend;  /* flash_decode or flash_decode_cpu (a run-time flag selects partials or O) */
-    cl_kernel merge;   /* flash_merge for the partials */
-    int rows;          /* packed rows per work-group */
-    int block_n;       /* keys per tile (chunk on CPUs) */
-    size_t wg;         /* work-items per group */
+    cl_kernel attend;   /* flash_decode or flash_decode_cpu (a run-time flag selects partials or O) */
+    cl_kernel merge;    /* flash_merge for the partials */
+    int rows;           /* packed rows per work-group */
+    int block_n;        /* keys per tile (chunk on CPUs) */
+    size_t wg;          /* work-items per group */
     size_t local_bytes; /* __local the GPU kernel declares (the plan's figure when the driver reports none) */
-    int cpu;           /* the CPU kernel */
-    int groups_per_cu; /* work-groups a compute unit runs at once, as the split count assumes (1 to 4) */
+    int cpu;            /* the CPU kernel */
+    int groups_per_cu;  /* work-groups a compute unit runs at once, as the split count assumes (1 to 4) */
     char key[640];
     struct flashcl__decode_plan *next;
 } flashcl__decode_plan;
@@ -58,8 +58,8 @@ void flashcl__decode_release(flashcl_context *ctx);
 /* Whether the family takes a flashcl_forward call; why when not. */
 int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d, char *why, size_t cap);
 /* Splits per (row block, KV head, sequence): desc->num_splits, or enough to fill the device. */
-int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__decode_plan *plan,
-                           size_t max_seqlen_k);
+int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_desc *d,
+                           const flashcl__decode_plan *plan, size_t max_seqlen_k);
 /* Scratch of the partials (0 with one split). */
 size_t flashcl__decode_scratch_bytes(const flashcl_attention_desc *d, const flashcl__decode_plan *plan, int splits);
 

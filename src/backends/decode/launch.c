@@ -123,8 +123,18 @@ flashcl_status flashcl__decode_enqueue(flashcl_context *ctx, flashcl__chain *cha
 flashcl_status flashcl__decode_forward(flashcl_context *ctx, const flashcl__call *call) {
     const flashcl_attention_desc *d = call->d;
     const flashcl_tensor *views = call->views;
-    const flashcl__decode_keys keys = {0, FLASHCL_CACHE_DTYPE_SAME, &views[FLASHCL__VK], &views[FLASHCL__VV],
-                                       NULL, NULL, 1, 0, d->max_seqlen_k, NULL, NULL, 0};
+    const flashcl__decode_keys keys = {0,
+                                       FLASHCL_CACHE_DTYPE_SAME,
+                                       &views[FLASHCL__VK],
+                                       &views[FLASHCL__VV],
+                                       NULL,
+                                       NULL,
+                                       1,
+                                       0,
+                                       d->max_seqlen_k,
+                                       NULL,
+                                       NULL,
+                                       0};
     /* Plan first: the split count says whether the call uses scratch (and so waits for its last user). */
     const flashcl__decode_plan *plan = NULL;
     flashcl_status st = flashcl__decode_plan_for(ctx, d, 0, FLASHCL_CACHE_DTYPE_SAME, keys_aligned(d, &keys), &plan);

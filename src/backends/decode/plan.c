@@ -28,10 +28,7 @@
 #define CPU_CHUNK 16
 #define MAX_SPLITS 128
 
-
-static int packed_rows(const flashcl_attention_desc *d) {
-    return (int)(d->heads_q / d->heads_kv * d->max_seqlen_q);
-}
+static int packed_rows(const flashcl_attention_desc *d) { return (int)(d->heads_q / d->heads_kv * d->max_seqlen_q); }
 
 /* The GPU kernel's shape (cl/flash_decode.cl's knobs). */
 typedef struct gpu_shape {
@@ -79,7 +76,8 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     g->max_registers = 0;
     /* FLASHCL_TILE=kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
     flashcl__tile_override ov;
-    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present && ov.kernel == FLASHCL__TILE_KERNEL_DECODE) {
+    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present &&
+        ov.kernel == FLASHCL__TILE_KERNEL_DECODE) {
         if (ov.block_rows > 0) g->rows = pow2_at_least(ov.block_rows < 16 ? ov.block_rows : 16);
         if (ov.block_cols > 0) g->unroll = pow2_at_least(ov.block_cols < 16 ? ov.block_cols : 16);
         if (ov.max_registers > 0) g->max_registers = ov.max_registers;
@@ -88,9 +86,12 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     for (;;) {
         g->local_bytes = gpu_local(g, dv);
         if (g->local_bytes <= ctx->info.local_mem_bytes) break;
-        if (g->unroll > 1) g->unroll /= 2;
-        else if (g->rows > 1) g->rows /= 2;
-        else return 0;
+        if (g->unroll > 1)
+            g->unroll /= 2;
+        else if (g->rows > 1)
+            g->rows /= 2;
+        else
+            return 0;
     }
     g->block_n = (GPU_WG / g->lanes) * g->unroll;
     return 1;
@@ -103,8 +104,8 @@ static int cpu_rows(const flashcl_attention_desc *d) {
     return r;
 }
 
-int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__decode_plan *plan,
-                           size_t max_seqlen_k) {
+int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_desc *d,
+                           const flashcl__decode_plan *plan, size_t max_seqlen_k) {
     const long tiles = (long)((max_seqlen_k + (size_t)plan->block_n - 1) / (size_t)plan->block_n);
     const long cap = tiles < 1 ? 1 : (tiles < MAX_SPLITS ? tiles : MAX_SPLITS);
     if (d->num_splits > 0) return (int)((long)d->num_splits < cap ? (long)d->num_splits : cap);
@@ -207,13 +208,15 @@ static int use_cpu_kernel(const flashcl_context *ctx) {
 }
 
 flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, int paged,
-                                        flashcl_cache_dtype cache_dtype, int aligned, const flashcl__decode_plan **out) {
+                                        flashcl_cache_dtype cache_dtype, int aligned,
+                                        const flashcl__decode_plan **out) {
     const int cpu = use_cpu_kernel(ctx);
     gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0};
     if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, &g))
-        return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "decode: no shape for d=%zu, d_v=%zu fits %llu bytes of local memory",
-                             d->head_dim, d->head_dim_v, (unsigned long long)ctx->info.local_mem_bytes);
-    char variants[256], options[sizeof ((flashcl__decode_plan *)0)->key], regs[48] = "";
+        return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN,
+                             "decode: no shape for d=%zu, d_v=%zu fits %llu bytes of local memory", d->head_dim,
+                             d->head_dim_v, (unsigned long long)ctx->info.local_mem_bytes);
+    char variants[256], options[sizeof((flashcl__decode_plan *)0)->key], regs[48] = "";
     flashcl__variant_options(d, variants, sizeof variants);
     if (!cpu && g.shfl && g.max_registers > 0) snprintf(regs, sizeof regs, " -cl-nv-maxrregcount=%d", g.max_registers);
     if (cpu)
@@ -224,7 +227,8 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
                  "-D HEAD_DIM=%zu -D ROWS=%d -D LANES=%d -D VEC=%d -D UNROLL=%d -D WG_SIZE=%d -D ALIGNED=%d "
                  "-D LANE_SHFL=%d -D FP8_DENORM_MUL=%d -D PAGED=%d -D CACHE_DTYPE=%d %s%s",
                  d->head_dim, g.rows, g.lanes, g.vec, g.unroll, GPU_WG, aligned != 0, g.shfl,
-                 cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype, variants, regs);
+                 cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype, variants,
+                 regs);
     for (flashcl__decode_plan *p = ctx->family[FLASHCL__FAMILY_DECODE]; p; p = p->next)
         if (strcmp(p->key, options) == 0) {
             *out = p;

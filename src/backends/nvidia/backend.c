@@ -18,7 +18,8 @@ static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl
 static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                                   flashcl_plan *out) {
     const flashcl__mma_plan *p = NULL;
-    flashcl_status st = pass == FLASHCL__FORWARD ? flashcl__mma_plan_for(ctx, d, &p) : flashcl__mma_backward_plan_for(ctx, d, &p);
+    flashcl_status st =
+        pass == FLASHCL__FORWARD ? flashcl__mma_plan_for(ctx, d, &p) : flashcl__mma_backward_plan_for(ctx, d, &p);
     if (st == FLASHCL_SUCCESS) *out = pass == FLASHCL__FORWARD ? p->pub : p->bwd_pub;
     return st;
 }
@@ -38,6 +39,6 @@ static void nvidia_release(flashcl_context *ctx) {
 }
 
 const flashcl__backend flashcl__backend_nvidia = {
-    "nvidia",       FLASHCL_PATH_FLASH,   nvidia_covers,          nvidia_plan,
-    nvidia_scratch, flashcl__mma_forward, flashcl__mma_backward,  nvidia_release,
+    "nvidia",       FLASHCL_PATH_FLASH,   nvidia_covers,         nvidia_plan,
+    nvidia_scratch, flashcl__mma_forward, flashcl__mma_backward, nvidia_release,
 };

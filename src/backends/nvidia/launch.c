@@ -34,8 +34,10 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
         flashcl__arg_mem(&a, call->lse);
         flashcl__arg_ulong(&a, call->lse_offset);
         flashcl__arg_mem(&a, dsum);
-        if (m == 1) flashcl__arg_views(&a, views, dkdv_out, 2);
-        else flashcl__arg_views(&a, views, dq_out, 1);
+        if (m == 1)
+            flashcl__arg_views(&a, views, dkdv_out, 2);
+        else
+            flashcl__arg_views(&a, views, dq_out, 1);
         flashcl__arg_backward_sizes(&a, d);
         flashcl__arg_int(&a, d->causal != 0);
         st = flashcl__args_check(ctx, &a);

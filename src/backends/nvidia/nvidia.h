@@ -21,8 +21,8 @@ typedef struct flashcl__mma_plan {
 
 /* The family's state in ctx->family[FLASHCL__FAMILY_NVIDIA]. */
 typedef struct flashcl__nvidia_state {
-    int probe;     /* 0 not yet probed, 1 usable, -1 not */
-    char why[160]; /* what the probe found */
+    int probe;                                           /* 0 not yet probed, 1 usable, -1 not */
+    char why[160];                                       /* what the probe found */
     flashcl__mma_plan *plans[2][FLASHCL__MMA_DIM_SLOTS]; /* [bf16, f16][d/16] */
 } flashcl__nvidia_state;
 
@@ -35,7 +35,8 @@ int flashcl__mma_covers(flashcl_context *ctx, const flashcl_attention_desc *d, c
 /* cp.async moves 16 bytes: every row start must be a multiple of 8 elements. */
 int flashcl__mma_views_aligned(const flashcl_tensor *views, int n);
 /* The plan of the descriptor's storage and head dim; the backward kernels built on demand. */
-flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_plan **out);
+flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                     const flashcl__mma_plan **out);
 flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
                                               const flashcl__mma_plan **out);
 void flashcl__mma_release_plans(flashcl__nvidia_state *state);

@@ -48,13 +48,16 @@ static int mma_env_shape(const flashcl_context *ctx, size_t head_dim, mma_shape 
     if (sscanf(e, "%d:%d:%d:%d%c", &s.warps, &s.bc, &s.mt, &s.qlocal, &tail) != 4 ||
         (s.warps != 1 && s.warps != 2 && s.warps != 4 && s.warps != 8) || (s.bc != 16 && s.bc != 32 && s.bc != 64) ||
         (s.mt != 1 && s.mt != 2) || (s.qlocal != 0 && s.qlocal != 1)) {
-        snprintf(why, cap, "FLASHCL_MMA_FWD: expected W:BC:MT:QL with W in {1,2,4,8}, BC in {16,32,64}, MT in {1,2}, "
-                 "QL in {0,1}, got '%s'", e);
+        snprintf(why, cap,
+                 "FLASHCL_MMA_FWD: expected W:BC:MT:QL with W in {1,2,4,8}, BC in {16,32,64}, MT in {1,2}, "
+                 "QL in {0,1}, got '%s'",
+                 e);
         return -1;
     }
     if (head_dim % 64 != 0) s.qlocal = 0;
     /* __local elements as the kernel lays them out (16-byte row padding unless QL). */
-    const size_t ld = s.qlocal ? head_dim : head_dim + 8, q = (size_t)16 * s.mt * s.warps * ld, kv = 2 * (size_t)s.bc * ld;
+    const size_t ld = s.qlocal ? head_dim : head_dim + 8, q = (size_t)16 * s.mt * s.warps * ld,
+                 kv = 2 * (size_t)s.bc * ld;
     const size_t bytes = 2 * (s.qlocal ? q + kv : (q > kv ? q : kv));
     if (bytes > ctx->info.local_mem_bytes) {
         snprintf(why, cap, "FLASHCL_MMA_FWD=%s needs %zu B of __local, the device has %llu", e, bytes,
@@ -104,7 +107,8 @@ int flashcl__mma_views_aligned(const flashcl_tensor *views, int n) {
     return 1;
 }
 
-flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_plan **out) {
+flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                     const flashcl__mma_plan **out) {
     const int slot = dtype_slot(d->dtype);
     flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
     if (!state) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
@@ -164,8 +168,10 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         /* dK/dV: 32 query rows per step at d > 64 (registers), 64 below; dQ: 32 or 64 keys per step. */
         const int step = d->head_dim > 64 ? 32 : 64;
         char options[256];
-        snprintf(options, sizeof options, "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_BWD_BR=%d "
-                 "-DMMA_BWD_BCQ=%d", d->head_dim, MMA_WARPS, dtype_slot(d->dtype), step, step);
+        snprintf(options, sizeof options,
+                 "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_BWD_BR=%d "
+                 "-DMMA_BWD_BCQ=%d",
+                 d->head_dim, MMA_WARPS, dtype_slot(d->dtype), step, step);
         cl_program program = NULL;
         static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
         cl_kernel k[3] = {NULL, NULL, NULL};
@@ -221,7 +227,8 @@ flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *c
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 0);
     if (st != FLASHCL_SUCCESS) return st;
-    const int done = flashcl__chain_launch(&chain, plan->kernel, "flash_fwd_mma", 3, global, local, FLASHCL__AFTER_START);
+    const int done =
+        flashcl__chain_launch(&chain, plan->kernel, "flash_fwd_mma", 3, global, local, FLASHCL__AFTER_START);
     return flashcl__chain_end(&chain, 1, &done, call->event);
 }
 

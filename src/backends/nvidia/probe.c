@@ -89,7 +89,8 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
     cl_mem bin = NULL, bout = NULL;
     float out[PROBE_OUT];
     int ok = 0;
-    if (err == CL_SUCCESS) bin = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof in, in, &err);
+    if (err == CL_SUCCESS)
+        bin = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof in, in, &err);
     if (err == CL_SUCCESS) bout = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, sizeof out, NULL, &err);
     if (err == CL_SUCCESS) err = clSetKernelArg(kernel, 0, sizeof bin, &bin);
     if (err == CL_SUCCESS) err = clSetKernelArg(kernel, 1, sizeof bout, &bout);
@@ -119,7 +120,8 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
 }
 
 flashcl__nvidia_state *flashcl__nvidia_state_of(flashcl_context *ctx) {
-    if (!ctx->family[FLASHCL__FAMILY_NVIDIA]) ctx->family[FLASHCL__FAMILY_NVIDIA] = calloc(1, sizeof(flashcl__nvidia_state));
+    if (!ctx->family[FLASHCL__FAMILY_NVIDIA])
+        ctx->family[FLASHCL__FAMILY_NVIDIA] = calloc(1, sizeof(flashcl__nvidia_state));
     return ctx->family[FLASHCL__FAMILY_NVIDIA];
 }
 

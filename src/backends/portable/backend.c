@@ -39,6 +39,12 @@ static void portable_release(flashcl_context *ctx) {
 }
 
 const flashcl__backend flashcl__backend_portable = {
-    "portable",         FLASHCL_PATH_FLASH,          portable_covers,  portable_plan,
-    portable_scratch,   flashcl__portable_forward,   flashcl__portable_backward, portable_release,
+    "portable",
+    FLASHCL_PATH_FLASH,
+    portable_covers,
+    portable_plan,
+    portable_scratch,
+    flashcl__portable_forward,
+    flashcl__portable_backward,
+    portable_release,
 };

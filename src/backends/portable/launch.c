@@ -24,7 +24,8 @@ flashcl_status flashcl__portable_forward(flashcl_context *ctx, const flashcl__ca
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 0);
     if (st != FLASHCL_SUCCESS) return st;
-    const int done = flashcl__chain_launch(&chain, plan->kernel, plan->pub.kernel, 3, global, local, FLASHCL__AFTER_START);
+    const int done =
+        flashcl__chain_launch(&chain, plan->kernel, plan->pub.kernel, 3, global, local, FLASHCL__AFTER_START);
     return flashcl__chain_end(&chain, 1, &done, call->event);
 }
 
@@ -63,8 +64,10 @@ flashcl_status flashcl__portable_backward(flashcl_context *ctx, const flashcl__c
         flashcl__arg_mem(&a, call->lse);
         flashcl__arg_ulong(&a, call->lse_offset);
         flashcl__arg_mem(&a, dsum);
-        if (m == 0) flashcl__arg_views(&a, views, dkdv_out, 2);
-        else flashcl__arg_views(&a, views, dq_out, 1);
+        if (m == 0)
+            flashcl__arg_views(&a, views, dkdv_out, 2);
+        else
+            flashcl__arg_views(&a, views, dq_out, 1);
         flashcl__arg_backward_sizes(&a, d);
         flashcl__arg_variants(&a, d, dummy);
         st = flashcl__args_check(ctx, &a);
@@ -99,10 +102,12 @@ flashcl_status flashcl__portable_backward(flashcl_context *ctx, const flashcl__c
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
     if (st != FLASHCL_SUCCESS) return st;
     /* dK/dV, dQ and dsinks need only D: on an out-of-order queue they may overlap; the call's event covers all. */
-    const int e_dot = flashcl__chain_launch(&chain, plan->dot, "flash_bwd_dot", 3, g_dot, dot_local, FLASHCL__AFTER_START);
+    const int e_dot =
+        flashcl__chain_launch(&chain, plan->dot, "flash_bwd_dot", 3, g_dot, dot_local, FLASHCL__AFTER_START);
     int last[3];
     last[0] = flashcl__chain_launch(&chain, plan->dkdv, dkdv_name, 3, g_keys, main_local, e_dot);
     last[1] = flashcl__chain_launch(&chain, plan->dq, dq_name, 3, g_rows, main_local, e_dot);
-    if (want_dsinks) last[2] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, dot_local, e_dot);
+    if (want_dsinks)
+        last[2] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, dot_local, e_dot);
     return flashcl__chain_end(&chain, want_dsinks ? 3 : 2, last, call->event);
 }

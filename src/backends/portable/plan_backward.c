@@ -44,10 +44,10 @@
 
 #define MAX_ROWS 64
 
-#define TILES_GRID 16                          /* the tiles kernels are a 16x16 grid */
+#define TILES_GRID 16 /* the tiles kernels are a 16x16 grid */
 #define TILES_WG (TILES_GRID * TILES_GRID)
-#define TILES_SLICE 16                         /* dims per phase-A slice */
-#define TILES_MAX_BLOCK 64                     /* TILE_M, TILE_N <= 4: registers */
+#define TILES_SLICE 16     /* dims per phase-A slice */
+#define TILES_MAX_BLOCK 64 /* TILE_M, TILE_N <= 4: registers */
 #define MAX_TILE_ATTEMPTS 16
 
 static const char *const rows_kernels = "flash_bwd_dkdv+flash_bwd_dq";
@@ -69,8 +69,10 @@ static size_t rows_local_bytes(int rows, const problem *pr) {
 
 static flashcl_status kernel_info(flashcl_context *ctx, cl_kernel k, size_t *wg, cl_ulong *local, cl_ulong *priv) {
     cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *wg, wg, NULL);
-    if (err == CL_SUCCESS) err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local, local, NULL);
-    if (err == CL_SUCCESS) err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof *priv, priv, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local, local, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof *priv, priv, NULL);
     return err == CL_SUCCESS ? FLASHCL_SUCCESS : flashcl__fail_cl(ctx, err, "clGetKernelWorkGroupInfo(backward)");
 }
 
@@ -111,14 +113,16 @@ static flashcl_status plan_rows(flashcl_context *ctx, const problem *pr, flashcl
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_bwd_dot", &out->dot);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_bwd_dkdv", &out->dkdv);
         if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_bwd_dq", &out->dq);
-        if (st == FLASHCL_SUCCESS && pr->sinks) st = flashcl__create_kernel(ctx, program, "flash_bwd_dsinks", &out->dsinks);
+        if (st == FLASHCL_SUCCESS && pr->sinks)
+            st = flashcl__create_kernel(ctx, program, "flash_bwd_dsinks", &out->dsinks);
         /* Without sinks the dot kernel stands in for the absent dsinks kernel (same work-group size). */
         size_t wg[4] = {0, 0, 0, 0};
         cl_ulong local[4] = {0, 0, 0, 0}, priv[4] = {0, 0, 0, 0};
         if (st == FLASHCL_SUCCESS) st = kernel_info(ctx, out->dot, &wg[0], &local[0], &priv[0]);
         if (st == FLASHCL_SUCCESS) st = kernel_info(ctx, out->dkdv, &wg[1], &local[1], &priv[1]);
         if (st == FLASHCL_SUCCESS) st = kernel_info(ctx, out->dq, &wg[2], &local[2], &priv[2]);
-        if (st == FLASHCL_SUCCESS) st = kernel_info(ctx, pr->sinks ? out->dsinks : out->dot, &wg[3], &local[3], &priv[3]);
+        if (st == FLASHCL_SUCCESS)
+            st = kernel_info(ctx, pr->sinks ? out->dsinks : out->dot, &wg[3], &local[3], &priv[3]);
         if (st != FLASHCL_SUCCESS) {
             release(out);
             return st;
@@ -157,7 +161,9 @@ typedef struct {
 } tile_shape;
 
 /* The stage arrays of cl/flash_bwd_tiles.cl, in floats (mirrors its LDM, LDN, STAGE_A, STAGE_B). */
-static size_t stage_a_floats(const tile_shape *s) { return TILES_SLICE * (2 * (size_t)(s->bm + 2) + 2 * (size_t)(s->bn + 2)); }
+static size_t stage_a_floats(const tile_shape *s) {
+    return TILES_SLICE * (2 * (size_t)(s->bm + 2) + 2 * (size_t)(s->bn + 2));
+}
 /* d: the longer of the two head dims (phase B stages rows of d_v for dV, of d for dK and dQ). */
 static size_t stage_b_floats(const tile_shape *s, int d) { return (size_t)s->slice * (size_t)d; }
 
@@ -170,9 +176,12 @@ static size_t tiles_local_bytes(const tile_shape *s, int d) {
 
 /* One step smaller in registers (and __local): Bc first while it is the larger, then Br. 0 at 16x16. */
 static int shrink_block(tile_shape *s) {
-    if (s->bn >= s->bm && s->bn > TILES_GRID) s->bn -= TILES_GRID;
-    else if (s->bm > TILES_GRID) s->bm -= TILES_GRID;
-    else return 0;
+    if (s->bn >= s->bm && s->bn > TILES_GRID)
+        s->bn -= TILES_GRID;
+    else if (s->bm > TILES_GRID)
+        s->bm -= TILES_GRID;
+    else
+        return 0;
     return 1;
 }
 
@@ -275,8 +284,8 @@ static flashcl_status plan_tiles(flashcl_context *ctx, const problem *pr, tile_s
     const tile_shape asked = s;
     while (tiles_local_bytes(&s, d) > info->local_mem_bytes) {
         if (!may_shrink || !shrink_local(&s, d)) {
-            snprintf(why_not, cap, "Br=%d Bc=%d slice=%d needs %zu B of __local, the device has %llu", asked.bm, asked.bn,
-                     asked.slice, tiles_local_bytes(&asked, d), (unsigned long long)info->local_mem_bytes);
+            snprintf(why_not, cap, "Br=%d Bc=%d slice=%d needs %zu B of __local, the device has %llu", asked.bm,
+                     asked.bn, asked.slice, tiles_local_bytes(&asked, d), (unsigned long long)info->local_mem_bytes);
             return FLASHCL_SUCCESS;
         }
     }
@@ -309,10 +318,11 @@ static const char *const force_hint = "; FLASHCL_BWD_KERNEL=rows|tiles[,br=,bc=,
 /* Appends the tiles plan's description to its reason. */
 static void describe_tiles(flashcl__backward_plan *out, const problem *pr) {
     flashcl_plan *p = &out->pub;
-    flashcl__appendf(p->reason, sizeof p->reason,
-                     "; kernels %s, Br=%d query rows x Bc=%d keys per block, 16x16 work-items, %zu B local, d=%d d_v=%d; "
-                     "flash_bwd_dot from the row build, %zu rows per work-group",
-                     p->kernel, p->block_rows, p->block_cols, p->local_mem_bytes, pr->d, pr->dv, out->dot_wg);
+    flashcl__appendf(
+        p->reason, sizeof p->reason,
+        "; kernels %s, Br=%d query rows x Bc=%d keys per block, 16x16 work-items, %zu B local, d=%d d_v=%d; "
+        "flash_bwd_dot from the row build, %zu rows per work-group",
+        p->kernel, p->block_rows, p->block_cols, p->local_mem_bytes, pr->d, pr->dv, out->dot_wg);
 }
 
 static int valid_block(int v) { return v >= TILES_GRID && v <= TILES_MAX_BLOCK && v % TILES_GRID == 0; }
@@ -345,10 +355,11 @@ static flashcl_status compute(flashcl_context *ctx, const problem *pr, flashcl__
         if ((ov.block_rows > 0 && !valid_block(ov.block_rows)) || (ov.block_cols > 0 && !valid_block(ov.block_cols)) ||
             (ov.slice > 0 && TILES_GRID % ov.slice != 0)) {
             release(out);
-            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_BWD_KERNEL: the tiles kernels need br and bc in {16, 32, 48, 64} and slice in "
-                                 "{1, 2, 4, 8, 16} (got br=%d bc=%d slice=%d)",
-                                 ov.block_rows, ov.block_cols, ov.slice);
+            return flashcl__fail(
+                ctx, FLASHCL_ERR_INVALID_TILE,
+                "FLASHCL_BWD_KERNEL: the tiles kernels need br and bc in {16, 32, 48, 64} and slice in "
+                "{1, 2, 4, 8, 16} (got br=%d bc=%d slice=%d)",
+                ov.block_rows, ov.block_cols, ov.slice);
         }
         if (ov.block_rows > 0) s.bm = ov.block_rows;
         if (ov.block_cols > 0) s.bn = ov.block_cols;
@@ -385,14 +396,16 @@ static flashcl_status compute(flashcl_context *ctx, const problem *pr, flashcl__
             return FLASHCL_SUCCESS;
         }
         p->reason[0] = '\0';
-        flashcl__appendf(p->reason, sizeof p->reason, "table: GPU device -> tiles kernels, but %s; fell back to the row kernels; %s",
-                         why_not, rows_reason);
+        flashcl__appendf(p->reason, sizeof p->reason,
+                         "table: GPU device -> tiles kernels, but %s; fell back to the row kernels; %s", why_not,
+                         rows_reason);
         flashcl__appendf(p->reason, sizeof p->reason, "%s", force_hint);
         flashcl__copy_str(p->origin, sizeof p->origin, "fallback");
         return FLASHCL_SUCCESS;
     }
 
-    flashcl__copy_str(p->reason, sizeof p->reason, "CPU device: row kernels (a work-item's four d-float rows stay in L1); ");
+    flashcl__copy_str(p->reason, sizeof p->reason,
+                      "CPU device: row kernels (a work-item's four d-float rows stay in L1); ");
     flashcl__appendf(p->reason, sizeof p->reason, "%s%s", rows_reason, force_hint);
     return FLASHCL_SUCCESS;
 }

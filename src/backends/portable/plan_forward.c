@@ -36,7 +36,7 @@ static const char *const kernel_files[] = {"flash_fwd_rows.cl", "flash_fwd_split
 
 typedef struct {
     int kernel, br, bc, tpr, staging;
-    int dv; /* head dim of V and O (the d of the other functions is that of Q and K) */
+    int dv;                      /* head dim of V and O (the d of the other functions is that of Q and K) */
     const char *variant_options; /* cl/variants.cl switches of the call */
     int plain;                   /* no variant: the split kernel can run it */
 } shape;
@@ -91,9 +91,12 @@ static int legal_bc(int bc, const shape *s) {
 /* Shrinks the shape until its local memory fits; 0 when nothing does. */
 static int fit_local(shape *s, int d, size_t limit) {
     while (local_bytes(s, d) > limit) {
-        if (s->bc > min_bc(s)) s->bc = legal_bc(s->bc / 2, s);
-        else if (s->br > 1) s->br /= 2;
-        else return 0;
+        if (s->bc > min_bc(s))
+            s->bc = legal_bc(s->bc / 2, s);
+        else if (s->br > 1)
+            s->br /= 2;
+        else
+            return 0;
     }
     return 1;
 }
@@ -110,7 +113,8 @@ static void seed_shape(const flashcl_context *ctx, int d, shape *s, char *why, s
     if (info->is_cpu) {
         s->tpr = 1;
         s->staging = FLASHCL_STAGING_LOCAL;
-        flashcl__appendf(why, cap, "CPU device: one work-item per row, K/V tiles in __local (measured faster than direct reads)");
+        flashcl__appendf(why, cap,
+                         "CPU device: one work-item per row, K/V tiles in __local (measured faster than direct reads)");
     } else if (d <= 32) {
         s->tpr = 1;
         s->staging = FLASHCL_STAGING_LOCAL;
@@ -128,8 +132,10 @@ static void seed_shape(const flashcl_context *ctx, int d, shape *s, char *why, s
 static void apply_override(const flashcl__tile_override *ov, shape *s) {
     if (ov->threads_per_row > 0) s->tpr = ov->threads_per_row;
     if (ov->staging >= 0) s->staging = ov->staging;
-    if (ov->kernel >= 0 && ov->kernel <= KERNEL_TILES) s->kernel = ov->kernel; /* cpu/decode: their families' */
-    else if (ov->threads_per_row > 0) s->kernel = s->tpr > 1 ? KERNEL_SPLIT : KERNEL_ROWS;
+    if (ov->kernel >= 0 && ov->kernel <= KERNEL_TILES)
+        s->kernel = ov->kernel; /* cpu/decode: their families' */
+    else if (ov->threads_per_row > 0)
+        s->kernel = s->tpr > 1 ? KERNEL_SPLIT : KERNEL_ROWS;
     if (s->kernel == KERNEL_TILES) {
         s->tpr = TILES_GRID;
         s->br = s->bc = 4 * TILES_GRID;
@@ -148,8 +154,8 @@ static void build_options(const shape *s, int d, char *out, size_t cap) {
         snprintf(out, cap, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D TILE_M=%d -D TILE_N=%d %s", d, s->br, s->bc,
                  s->br / TILES_GRID, s->bc / TILES_GRID, s->variant_options);
     else if (s->kernel == KERNEL_SPLIT)
-        snprintf(out, cap, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D THREADS_PER_ROW=%d %s", d, s->br, s->bc, s->tpr,
-                 s->variant_options);
+        snprintf(out, cap, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D THREADS_PER_ROW=%d %s", d, s->br, s->bc,
+                 s->tpr, s->variant_options);
     else
         snprintf(out, cap, "-D HEAD_DIM=%d -D BLOCK_M=%d -D BLOCK_N=%d -D STAGE_LOCAL=%d %s", d, s->br, s->bc,
                  s->staging == FLASHCL_STAGING_LOCAL, s->variant_options);
@@ -173,14 +179,15 @@ static flashcl_status try_shape(flashcl_context *ctx, const shape *s, int d, fla
     if (st != FLASHCL_SUCCESS) return st;
     size_t kernel_wg = 0, pm = 1;
     cl_ulong local = 0, priv = 0;
-    cl_int err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kernel_wg, &kernel_wg, NULL);
+    cl_int err =
+        clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kernel_wg, &kernel_wg, NULL);
     if (err == CL_SUCCESS)
         err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
     if (err == CL_SUCCESS)
         err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof priv, &priv, NULL);
     if (err == CL_SUCCESS)
-        err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE, sizeof pm, &pm,
-                                       NULL);
+        err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE, sizeof pm,
+                                       &pm, NULL);
     if (err != CL_SUCCESS) {
         clReleaseKernel(kernel);
         return flashcl__fail_cl(ctx, err, "clGetKernelWorkGroupInfo(flash forward)");
@@ -249,11 +256,15 @@ static flashcl_status build_halving(flashcl_context *ctx, shape s, int d, const 
         }
         /* Does not fit the compiled kernel (registers, local): halve and retry. */
         origin = "fallback";
-        if (s.br > 1) s.br /= 2;
-        else if (s.bc > min_bc(&s)) s.bc = legal_bc(s.bc / 2, &s);
-        else break;
+        if (s.br > 1)
+            s.br /= 2;
+        else if (s.bc > min_bc(&s))
+            s.bc = legal_bc(s.bc / 2, &s);
+        else
+            break;
     }
-    return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash forward plan for d=%d fits this device's kernel limits", d);
+    return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no flash forward plan for d=%d fits this device's kernel limits",
+                         d);
 }
 
 /* FLASHCL_TILE: exactly what was asked, or an error that says why not. */
@@ -264,8 +275,9 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
     seed_shape(ctx, d, &s, why, sizeof why);
     apply_override(ov, &s);
     if (s.kernel == KERNEL_SPLIT && !proto_plain(proto))
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                             "FLASHCL_TILE: the split kernel runs plain attention only (float32, no variants); use rows or tiles");
+        return flashcl__fail(
+            ctx, FLASHCL_ERR_INVALID_TILE,
+            "FLASHCL_TILE: the split kernel runs plain attention only (float32, no variants); use rows or tiles");
     flashcl__appendf(why, sizeof why, "; overridden by FLASHCL_TILE");
     /* Sizes not given are fitted to the device, as the planner would. */
     if (ov->block_cols < 0 && s.kernel != KERNEL_TILES) s.bc = legal_bc(s.bc, &s);
@@ -282,10 +294,12 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
     if (s.kernel == KERNEL_TILES) {
         if (s.br % TILES_GRID || s.bc % TILES_GRID || s.br > 4 * TILES_GRID || s.bc > 4 * TILES_GRID)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_TILE: the tiles kernel needs br and bc in {16, 32, 48, 64} (got %d, %d)", s.br, s.bc);
+                                 "FLASHCL_TILE: the tiles kernel needs br and bc in {16, 32, 48, 64} (got %d, %d)",
+                                 s.br, s.bc);
     } else if (s.tpr & (s.tpr - 1) || s.bc % 4 || s.bc % s.tpr) {
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                             "FLASHCL_TILE: tpr (%d) must be a power of two and bc (%d) a multiple of 4 and of tpr", s.tpr, s.bc);
+                             "FLASHCL_TILE: tpr (%d) must be a power of two and bc (%d) a multiple of 4 and of tpr",
+                             s.tpr, s.bc);
     }
     if (ov->block_rows < 0 && ov->block_cols < 0 && s.kernel != KERNEL_TILES)
         return build_halving(ctx, s, d, "env", why, out);
@@ -294,10 +308,11 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
     flashcl_status st = fits_device(ctx, &s, d) ? try_shape(ctx, &s, d, out, &fits, &pm) : FLASHCL_SUCCESS;
     if (st != FLASHCL_SUCCESS) return st;
     if (!fits)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                             "FLASHCL_TILE plan (%s br=%d bc=%d tpr=%d) needs %zu work-items and %zu B of local memory; the "
-                             "device or the built kernel allows less",
-                             kernel_names[s.kernel], s.br, s.bc, s.tpr, work_group_of(&s), local_bytes(&s, d));
+        return flashcl__fail(
+            ctx, FLASHCL_ERR_INVALID_TILE,
+            "FLASHCL_TILE plan (%s br=%d bc=%d tpr=%d) needs %zu work-items and %zu B of local memory; the "
+            "device or the built kernel allows less",
+            kernel_names[s.kernel], s.br, s.bc, s.tpr, work_group_of(&s), local_bytes(&s, d));
     describe(out, &s, "env", why);
     return FLASHCL_SUCCESS;
 }
@@ -310,13 +325,15 @@ static flashcl_status plan_from_formula(flashcl_context *ctx, int d, const shape
     if (s.kernel == KERNEL_SPLIT && !proto_plain(proto)) {
         s.kernel = KERNEL_ROWS;
         s.tpr = 1;
-        flashcl__appendf(why, sizeof why, "; variants need the rows kernel (the split kernel runs plain attention only)");
+        flashcl__appendf(why, sizeof why,
+                         "; variants need the rows kernel (the split kernel runs plain attention only)");
     }
     s.bc = legal_bc(s.bc, &s);
     size_t max_wg = ctx->info.max_work_group_size;
     if ((size_t)s.br * s.tpr > max_wg) s.br = (int)(max_wg / (size_t)s.tpr);
     if (s.br < 1)
-        return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "max work-group size %zu is below %d threads per row", max_wg, s.tpr);
+        return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "max work-group size %zu is below %d threads per row", max_wg,
+                             s.tpr);
     const char *origin = "formula";
     const shape seeded = s;
     if (!fit_local(&s, d, ctx->info.local_mem_bytes) && s.kernel == KERNEL_SPLIT) {
@@ -334,8 +351,8 @@ static flashcl_status plan_from_formula(flashcl_context *ctx, int d, const shape
 }
 
 /* Lookup chain, most specific first: FLASHCL_TILE, the built-in table, the formula. */
-static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention_desc *desc, const char *variant_options,
-                                   flashcl__flash_plan *out) {
+static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                   const char *variant_options, flashcl__flash_plan *out) {
     memset(out, 0, sizeof *out);
     const int d = (int)desc->head_dim;
     shape proto;

@@ -29,7 +29,7 @@ typedef struct flashcl__backward_plan {
     size_t keys_per_group; /* keys one dK/dV work-group owns */
     size_t rows_per_group; /* query rows one dQ work-group owns */
     cl_kernel dot, dkdv, dq;
-    cl_kernel dsinks;      /* flash_bwd_dsinks (rows build, dot_wg work-items), only with sinks */
+    cl_kernel dsinks; /* flash_bwd_dsinks (rows build, dot_wg work-items), only with sinks */
     char key[320];
     struct flashcl__backward_plan *next;
 } flashcl__backward_plan;
@@ -41,7 +41,8 @@ typedef struct flashcl__portable_state {
 } flashcl__portable_state;
 
 /* Plans are computed once per context and (head dims, variant switches), and owned by it. */
-flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__flash_plan **out);
+flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                   const flashcl__flash_plan **out);
 flashcl_status flashcl__plan_backward(flashcl_context *ctx, const flashcl_attention_desc *d,
                                       const flashcl__backward_plan **out);
 void flashcl__release_flash_plans(flashcl__portable_state *state);

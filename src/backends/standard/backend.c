@@ -25,6 +25,12 @@ static size_t standard_scratch(flashcl_context *ctx, flashcl__pass pass, const f
 }
 
 const flashcl__backend flashcl__backend_standard = {
-    "standard",       FLASHCL_PATH_STANDARD,      standard_covers,            standard_plan,
-    standard_scratch, flashcl__standard_forward,  flashcl__standard_backward, flashcl__release_standard_plan,
+    "standard",
+    FLASHCL_PATH_STANDARD,
+    standard_covers,
+    standard_plan,
+    standard_scratch,
+    flashcl__standard_forward,
+    flashcl__standard_backward,
+    flashcl__release_standard_plan,
 };

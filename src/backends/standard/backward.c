@@ -29,8 +29,8 @@ static void arg_scores(flashcl__args *a, const flashcl_tensor *lhs, const flashc
 }
 
 /* Launches `kernel` after `*last` once its arguments are set; a failure in either sticks on the chain. */
-static void launch_next(flashcl__chain *chain, flashcl__args *a, cl_uint dims, const size_t *global, const size_t *local,
-                        int *last) {
+static void launch_next(flashcl__chain *chain, flashcl__args *a, cl_uint dims, const size_t *global,
+                        const size_t *local, int *last) {
     if (chain->status == FLASHCL_SUCCESS) chain->status = flashcl__args_check(chain->ctx, a);
     *last = flashcl__chain_launch(chain, a->kernel, a->name, dims, global, local, *last);
 }

@@ -10,9 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct {
-    int tile, wpt;
-} gemm_shapes[] = {{64, 4}, {32, 4}, {32, 2}, {16, 2}, {8, 2}, {4, 1}};
+static const struct { int tile, wpt; } gemm_shapes[] = {{64, 4}, {32, 4}, {32, 2}, {16, 2}, {8, 2}, {4, 1}};
 
 static size_t gemm_local_bytes(int tile) { return 2 * 16 * (size_t)(tile + 1) * 4; }
 
@@ -26,7 +24,8 @@ static int pow2_at_most(size_t a, size_t b) {
 
 static flashcl_status kernel_limits(flashcl_context *ctx, cl_kernel k, size_t *wg, cl_ulong *local) {
     cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *wg, wg, NULL);
-    if (err == CL_SUCCESS) err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local, local, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local, local, NULL);
     return err == CL_SUCCESS ? FLASHCL_SUCCESS : flashcl__fail_cl(ctx, err, "clGetKernelWorkGroupInfo(standard)");
 }
 
@@ -99,8 +98,8 @@ static flashcl_status compute_plan(flashcl_context *ctx, flashcl__standard_plan 
         out->softmax_wg = softmax_wg;
         return FLASHCL_SUCCESS;
     }
-    return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN, "no standard-attention GEMM tile fits this device (max work-group %zu)",
-                         max_wg);
+    return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN,
+                         "no standard-attention GEMM tile fits this device (max work-group %zu)", max_wg);
 }
 
 flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__standard_plan **out) {
