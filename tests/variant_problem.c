@@ -328,6 +328,33 @@ int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, cons
     return ok;
 }
 
+/*
+ * dsinks_h = -sum_i exp(sink_h - lse_i) D_i, and the backward takes D_i = rowsum(dO_i * O_i)
+ * from the stored O, as FlashAttention does, where the plain implementation sums P * dP.
+ * Storing O rounds each element by at most the unit roundoff u, so D_i may differ by
+ * u * sum_c |dO_ic O_ic|: the largest over heads of that, weighted as dsinks weighs D_i.
+ */
+static double dsinks_allowance(const vp_problem *p, flashcl_dtype dtype) {
+    const rv_problem *r = &p->ref;
+    size_t hq = r->heads_q, dv = r->head_dim_v, nl = rv_lse_count(r);
+    double *o = xcalloc(p->no, sizeof(double)), *lse = xcalloc(nl, sizeof(double)), worst = 0.0;
+    rv_forward(r, p->q, p->k, p->v, o, lse);
+    for (size_t h = 0; h < hq; h++) {
+        double sum = 0.0;
+        for (size_t b = 0; b < r->batch; b++)
+            for (size_t i = 0; i < rv_seq_len_q(r, b); i++) {
+                size_t at = ((rv_seq_row_q(r, b) + i) * hq + h) * dv;
+                double row = 0.0;
+                for (size_t c = 0; c < dv; c++) row += fabs((double)p->dout[at + c] * o[at + c]);
+                sum += exp((double)p->sinks[h] - lse[rv_lse_index(r, b, h, i)]) * row;
+            }
+        worst = fmax(worst, sum);
+    }
+    free(o);
+    free(lse);
+    return worst * 1.01 * st_epsilon(dtype); /* 1%: the stored O is within u of this O */
+}
+
 int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label) {
     size_t hq = p->desc.heads_q;
     float *got[3] = {xcalloc(p->nq, sizeof(float)), xcalloc(p->nk, sizeof(float)), xcalloc(p->nv, sizeof(float))};
@@ -355,7 +382,7 @@ int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, con
         REQUIRE_CL(clEnqueueReadBuffer(queue, p->dsinks_buf, CL_TRUE, 0, hq * sizeof(float), ds, 0, NULL, NULL));
         /* dsinks is float32, but it sums D = rowsum(dO * O) over the stored O. */
         if (lowp)
-            ok &= vcmp_lowp(label, "dsinks", ds, ref_ds, base_ds, hq);
+            ok &= vcmp_lowp_allowing(label, "dsinks", ds, ref_ds, base_ds, hq, dsinks_allowance(p, p->desc.dtype));
         else
             ok &= vcmp_max_relative(label, "dsinks", ds, ref_ds, hq, GRAD_ABS_TOL, GRAD_REL_TOL);
         free(ds);
