@@ -23,5 +23,12 @@ int vcmp_max_relative(const char *label, const char *name, const float *got, con
 /* max|got - ref| <= 2 * max|base - ref| + VCMP_LOWP_FLOOR, base being the plain
    implementation in the storage type. */
 int vcmp_lowp(const char *label, const char *name, const float *got, const double *ref, const double *base, size_t n);
+/* The same with `extra` added to the tolerance: an error the plain implementation does not
+   make but FlashAttention's algorithm does by design (see vp_check_backward's dsinks). */
+int vcmp_lowp_allowing(const char *label, const char *name, const float *got, const double *ref, const double *base,
+                       size_t n, double extra);
+
+/* Quiet: passing checks print nothing (the soak makes thousands). Failures always print. */
+void vcmp_set_quiet(int quiet);
 
 #endif

@@ -328,6 +328,72 @@ int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, cons
     return ok;
 }
 
+/*
+ * dsinks_h = -sum_i exp(sink_h - lse_i) D_i, and the backward takes D_i = rowsum(dO_i * O_i)
+ * from the stored O, as FlashAttention does, where the plain implementation sums P * dP.
+ * Storing O rounds each element by at most the unit roundoff u, so D_i may differ by
+ * u * sum_c |dO_ic O_ic|: the largest over heads of that, weighted as dsinks weighs D_i.
+ */
+static double dsinks_allowance(const vp_problem *p, flashcl_dtype dtype) {
+    const rv_problem *r = &p->ref;
+    size_t hq = r->heads_q, dv = r->head_dim_v, nl = rv_lse_count(r);
+    double *o = xcalloc(p->no, sizeof(double)), *lse = xcalloc(nl, sizeof(double)), worst = 0.0;
+    rv_forward(r, p->q, p->k, p->v, o, lse);
+    for (size_t h = 0; h < hq; h++) {
+        double sum = 0.0;
+        for (size_t b = 0; b < r->batch; b++)
+            for (size_t i = 0; i < rv_seq_len_q(r, b); i++) {
+                size_t at = ((rv_seq_row_q(r, b) + i) * hq + h) * dv;
+                double row = 0.0;
+                for (size_t c = 0; c < dv; c++) row += fabs((double)p->dout[at + c] * o[at + c]);
+                sum += exp((double)p->sinks[h] - lse[rv_lse_index(r, b, h, i)]) * row;
+            }
+        worst = fmax(worst, sum);
+    }
+    free(o);
+    free(lse);
+    return worst * 1.01 * st_epsilon(dtype); /* 1%: the stored O is within u of this O */
+}
+
+static double max_abs_f(const float *x, size_t n) {
+    double m = 0.0;
+    for (size_t e = 0; e < n; e++) m = fmax(m, fabs((double)x[e]));
+    return m;
+}
+
+/*
+ * The same rounding of the stored O in dQ and dK: dS_ij = P_ij (dP_ij - D_i), so an error
+ * e_i in D_i moves dQ_i by scale e_i sum_j P_ij k_j and dK_j by scale sum_i P_ij e_i q_i
+ * (tanh' <= 1 under softcap). With e_i <= u sum_c |dO_ic O_ic| =: u A_i, sum_j P_ij <= 1/(1-p)
+ * (dropout's scaling) and sum_i P_ij (over a KV head's query heads) read off dV for dO = 1,
+ * the bounds below hold for every element. They matter where dP - D cancels: rows that see
+ * a few keys, one of them dominant (found by test_soak over random shapes).
+ */
+static void d_allowances(const vp_problem *p, flashcl_dtype dtype, double *dq_extra, double *dk_extra) {
+    const rv_problem *r = &p->ref;
+    size_t hq = r->heads_q, dv = r->head_dim_v, nl = rv_lse_count(r);
+    double *o = xcalloc(p->no, sizeof(double)), *lse = xcalloc(nl, sizeof(double)), max_a = 0.0;
+    rv_forward(r, p->q, p->k, p->v, o, lse);
+    for (size_t row = 0; row < rv_rows_q(r) * hq; row++) {
+        double a = 0.0;
+        for (size_t c = 0; c < dv; c++) a += fabs((double)p->dout[row * dv + c] * o[row * dv + c]);
+        max_a = fmax(max_a, a);
+    }
+    float *ones = xcalloc(p->no, sizeof(float));
+    for (size_t e = 0; e < p->no; e++) ones[e] = 1.0f;
+    double *g[3] = {xcalloc(p->nq, sizeof(double)), xcalloc(p->nk, sizeof(double)), xcalloc(p->nv, sizeof(double))};
+    rv_backward(r, p->q, p->k, p->v, ones, g[0], g[1], g[2], NULL); /* g[2] = dV = column sums of P */
+    double colsum = 0.0;
+    for (size_t e = 0; e < p->nv; e++) colsum = fmax(colsum, g[2][e]);
+    double e_d = 1.01 * st_epsilon(dtype) * max_a; /* 1%: the stored O is within u of this O */
+    *dq_extra = r->scale * e_d * max_abs_f(p->k, p->nk) / (1.0 - r->dropout_p);
+    *dk_extra = r->scale * e_d * max_abs_f(p->q, p->nq) * colsum;
+    for (int t = 0; t < 3; t++) free(g[t]);
+    free(ones);
+    free(o);
+    free(lse);
+}
+
 int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label) {
     size_t hq = p->desc.heads_q;
     float *got[3] = {xcalloc(p->nq, sizeof(float)), xcalloc(p->nk, sizeof(float)), xcalloc(p->nv, sizeof(float))};
@@ -344,9 +410,11 @@ int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, con
     rv_backward(&p->ref, p->q, p->k, p->v, p->dout, ref[0], ref[1], ref[2], ref_ds);
     int lowp = is_lowp(p), ok = 1;
     if (lowp) rv_backward(&p->base, p->q, p->k, p->v, p->dout, base[0], base[1], base[2], base_ds);
+    double extra[3] = {0.0, 0.0, 0.0}; /* dV does not depend on D */
+    if (lowp) d_allowances(p, p->desc.dtype, &extra[0], &extra[1]);
     for (int t = 0; t < 3; t++) {
         if (lowp)
-            ok &= vcmp_lowp(label, names[t], got[t], ref[t], base[t], counts[t]);
+            ok &= vcmp_lowp_allowing(label, names[t], got[t], ref[t], base[t], counts[t], extra[t]);
         else
             ok &= vcmp_max_relative(label, names[t], got[t], ref[t], counts[t], GRAD_ABS_TOL, GRAD_REL_TOL);
     }
@@ -355,7 +423,7 @@ int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, con
         REQUIRE_CL(clEnqueueReadBuffer(queue, p->dsinks_buf, CL_TRUE, 0, hq * sizeof(float), ds, 0, NULL, NULL));
         /* dsinks is float32, but it sums D = rowsum(dO * O) over the stored O. */
         if (lowp)
-            ok &= vcmp_lowp(label, "dsinks", ds, ref_ds, base_ds, hq);
+            ok &= vcmp_lowp_allowing(label, "dsinks", ds, ref_ds, base_ds, hq, dsinks_allowance(p, p->desc.dtype));
         else
             ok &= vcmp_max_relative(label, "dsinks", ds, ref_ds, hq, GRAD_ABS_TOL, GRAD_REL_TOL);
         free(ds);

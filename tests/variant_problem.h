@@ -58,7 +58,9 @@ flashcl_status vp_backward(flashcl_context *ctx, vp_problem *p, cl_uint num_wait
 
 /* Reads O and LSE (after `after`) and checks them; returns 1 when they pass. */
 int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label);
-/* Reads dQ, dK, dV (and dsinks) and checks them; returns 1 when they pass. */
+/* Reads dQ, dK, dV (and dsinks) and checks them; returns 1 when they pass. In f16/bf16,
+   dQ, dK and dsinks also allow for D = rowsum(dO * O) taken from the stored, rounded O, as
+   FlashAttention's backward takes it (the plain implementation sums P dP instead). */
 int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label);
 
 /* Reads an output of the storage type back as floats (n elements). */
