@@ -311,6 +311,33 @@ static void require_floats(accepted *a, const char *name, cl_mem buf, size_t off
     require_inside(a, name, &t, 1, 1, 1, count, sizeof(float), output);
 }
 
+/* A [batch|1, heads|1, rows, cols] bias or mask, with the library's packed default. */
+static void require_matrix(accepted *a, const char *name, const flashcl_attention_desc *d, const flashcl_matrix *m,
+                           size_t rows, size_t cols, size_t elem) {
+    cl_ulong v[4];
+    flashcl__matrix_strides(d, m, rows, cols, v);
+    const flashcl_tensor t = {m->buffer, (size_t)v[0], (size_t)v[1], (size_t)v[2], (size_t)v[3]};
+    require_inside(a, name, &t, v[1] ? d->batch : 1, v[2] ? d->heads_q : 1, rows, cols, elem, 0);
+}
+
+/* The variant buffers of an accepted call (resolved descriptor): every one the kernels may read. */
+static void require_variant_buffers(accepted *a, const flashcl_attention_desc *d) {
+    if (d->alibi_slopes) {
+        const flashcl_tensor t = {d->alibi_slopes, d->alibi_offset, d->alibi_stride_batch, 0, 0};
+        require_inside(a, "alibi_slopes", &t, d->batch, 1, 1, d->heads_q, sizeof(float), 0);
+    }
+    if (d->sinks) require_floats(a, "sinks", d->sinks, d->sinks_offset, d->heads_q, 0);
+    if (d->bias.buffer) require_matrix(a, "bias", d, &d->bias, d->max_seqlen_q, d->max_seqlen_k, sizeof(float));
+    if (d->mask.buffer) require_matrix(a, "mask", d, &d->mask, d->max_seqlen_q, d->max_seqlen_k, 1);
+    if (d->block_mask.buffer)
+        require_matrix(a, "block_mask", d, &d->block_mask, flashcl__block_rows(d), flashcl__block_cols(d), 1);
+    if (flashcl__is_varlen(d)) {
+        const flashcl_tensor q = {d->cu_seqlens_q, 0, 0, 0, 0}, k = {d->cu_seqlens_k, 0, 0, 0, 0};
+        require_inside(a, "cu_seqlens_q", &q, 1, 1, 1, d->batch + 1, sizeof(cl_int), 0);
+        require_inside(a, "cu_seqlens_k", &k, 1, 1, 1, d->batch + 1, sizeof(cl_int), 0);
+    }
+}
+
 /* ---------------------------------------------------------------- the calls */
 
 typedef struct call {
@@ -439,6 +466,7 @@ static flashcl_status check_forward(const call *c, accepted *a) {
     require_inside(a, "v", &v[2], b, d.heads_kv, d.seqlen_k, d.head_dim_v, e, 0);
     require_inside(a, "o", &v[3], b, d.heads_q, d.seqlen_q, d.head_dim_v, e, 1);
     if (c->lse) require_floats(a, "lse", c->lse, c->lse_offset, b * d.heads_q * d.seqlen_q, 1);
+    require_variant_buffers(a, &d);
     return st;
 }
 
@@ -460,6 +488,7 @@ static flashcl_status check_backward(const call *c, accepted *a) {
     }
     require_floats(a, "lse", c->lse, c->lse_offset, b * hq * d.seqlen_q, 0);
     if (d.dsinks) require_floats(a, "dsinks", d.dsinks, d.dsinks_offset, hq, 1);
+    require_variant_buffers(a, &d);
     return st;
 }
 
@@ -492,6 +521,7 @@ static flashcl_status check_kvcache(const call *c, accepted *a) {
     if (k.k_scale) require_floats(a, "k_scale", k.k_scale, 0, nscale, 0);
     if (k.v_scale) require_floats(a, "v_scale", k.v_scale, 0, nscale, 0);
     if (c->lse) require_floats(a, "lse", c->lse, c->lse_offset, d.batch * d.heads_q * d.seqlen_q, 1);
+    require_variant_buffers(a, &d); /* ALiBi and sinks: the others are refused with a cache */
     return st;
 }
 
@@ -564,6 +594,8 @@ static void cover(const region *g, unsigned char *covered) {
    library's context; then restores every root for the next input. */
 static void launch_guarded(const call *c, const accepted *a) {
     flashcl_status st = launch(c);
+    if (getenv("FLASHCL_FUZZ_TRACE"))
+        fprintf(stderr, "fuzz_validate: launched: %s %s\n", flashcl_status_name(st), flashcl_last_error(g_ctx));
     if ((st == FLASHCL_SUCCESS) != (*flashcl_last_error(g_ctx) == '\0')) FAIL();
     cl_command_queue q = flashcl_context_queue(g_ctx);
     if (clFinish(q) != CL_SUCCESS) FAIL();
