@@ -363,12 +363,14 @@ typedef struct call {
     size_t lse_states_offset;
 } call;
 
-/* A host int32 table of exactly n entries (ASan sees any read past it), or NULL when n is too big. */
+/* A host int32 table of exactly n entries (ASan sees any read past it), or NULL when n is too big.
+   Once the input runs out the entries are 0, as fuzz_next would give, without reading them one
+   by one: tables of thousands of entries were most of the time per input. */
 static int32_t *read_table(fuzz_reader *r, size_t n, int small) {
     if (n == 0 || n > 4096) return NULL;
-    int32_t *t = malloc(n * sizeof *t);
+    int32_t *t = calloc(n, sizeof *t);
     if (!t) FAIL();
-    for (size_t i = 0; i < n; ++i) t[i] = next_i32(r, small);
+    for (size_t i = 0; i < n && r->n; ++i) t[i] = next_i32(r, small);
     return t;
 }
 
