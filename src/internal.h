@@ -204,6 +204,21 @@ flashcl_status flashcl__prepare_backward(flashcl_context *ctx, const flashcl_att
                                          cl_uint num_wait, const cl_event *wait_list, flashcl_attention_desc *d,
                                          flashcl_tensor views[8]);
 
+/* ---- checks only (kvcache.c, merge.c): everything flashcl_forward_kvcache / flashcl_merge_states
+   check before they enqueue, and nothing after; the message as the call would set it. For the
+   validation fuzzer (fuzz/fuzz_validate.c), which needs the checks at host speed. On success:
+   the cache as the call read it and views q, o, cache k, v, k_new, v_new (packed defaults
+   applied; the last two only when appending) / the merged o's view (when not NULL). */
+flashcl_status flashcl__check_forward_kvcache(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                              const flashcl_tensor *q, const flashcl_kv_cache *cache,
+                                              const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                              const cl_event *wait_list, flashcl_kv_cache *resolved,
+                                              flashcl_tensor views[6]);
+flashcl_status flashcl__check_merge_states(flashcl_context *ctx, const flashcl_merge_desc *desc,
+                                           const flashcl_tensor *o_states, cl_mem lse_states, size_t lse_states_offset,
+                                           const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                           const cl_event *wait_list, flashcl_tensor *o_resolved);
+
 /* log2(e): the kernels work in the exp2 domain, the host folds it into the scale. */
 #define FLASHCL__LOG2E 1.4426950408889634
 

@@ -94,6 +94,10 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
         p->pool_rows = c->capacity;
     }
     const size_t capacity = p->paged ? c->max_pages * c->page_size : c->capacity;
+    /* The kernels index new rows with 32-bit ints; bounded here, the sums below cannot overflow. */
+    if (c->seqlen_new > INT32_MAX)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE, "cache->seqlen_new (%zu) is larger than %d", c->seqlen_new,
+                             INT32_MAX);
     if (c->seqlen_new && !c->cache_seqlens)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT,
                              "cache->cache_seqlens is NULL: appending (seqlen_new %zu) needs each sequence's length",
@@ -106,10 +110,10 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
     for (size_t s = 0; s < b; ++s) {
         const long len = c->cache_seqlens ? c->cache_seqlens[s] : (long)capacity;
         const long pad = c->cache_leftpad ? c->cache_leftpad[s] : 0;
-        const long end = len + (long)c->seqlen_new;
+        const long long end = (long long)len + (long long)c->seqlen_new; /* long may be 32 bits */
         if (len < 0)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SHAPE, "cache->cache_seqlens[%zu] = %ld is negative", s, len);
-        if (end > (long)capacity)
+        if (end > (long long)capacity)
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
                                  p->paged
                                      ? "cache->cache_seqlens[%zu] + seqlen_new = %ld + %zu exceeds the block_table's "
@@ -122,7 +126,7 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
                                  "cache->cache_leftpad[%zu] = %ld must be in 0..cache_seqlens[%zu] (%ld)", s, pad, s,
                                  len);
         if (p->paged) {
-            const long pages = (end + p->page_size - 1) / p->page_size;
+            const long pages = (long)((end + p->page_size - 1) / p->page_size); /* end <= capacity here */
             for (long j = 0; j < p->max_pages; ++j) {
                 const int32_t page = c->block_table[s * (size_t)p->max_pages + (size_t)j];
                 /* Pages past the sequence's end are never read: any value is fine there. */
@@ -173,6 +177,11 @@ static flashcl_status check_rotary_and_scales(flashcl_context *ctx, const flashc
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
                                  "cache->seqlen_ro (%zu): the call rotates positions up to %ld", c->seqlen_ro,
                                  need - 1);
+        /* seqlen_ro is the caller's: a product that wraps would let any buffer pass. */
+        if (c->seqlen_ro > SIZE_MAX / (c->rotary_dim / 2))
+            return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
+                                 "cache->seqlen_ro (%zu) x rotary_dim / 2 (%zu) overflows", c->seqlen_ro,
+                                 c->rotary_dim / 2);
         const size_t count = c->seqlen_ro * (c->rotary_dim / 2);
         flashcl_status st =
             flashcl__validate_small(ctx, "cache->rotary_cos", c->rotary_cos, sizeof(float), c->rotary_offset, count);
@@ -313,6 +322,44 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
     return st == FLASHCL_SUCCESS ? flashcl__chain_end(&chain, 1, &last, event) : flashcl__chain_abort(&chain, st);
 }
 
+/* q and o alone, before the tables: o (an output, its rows never overlap) bounds the batch, so
+   the host tables check_tables allocates per sequence stay the size of o's rows; a huge batch
+   with a small o is refused here instead of costing gigabytes of host memory. check_views
+   checks them again with the rest. */
+static flashcl_status check_query_views(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor *q,
+                                        const flashcl_tensor *o, kv_plan *p) {
+    const flashcl__view_spec specs[2] = {
+        {"q", q, d->heads_q, d->seqlen_q, d->head_dim, 0, 0, 0},
+        {"o", o, d->heads_q, d->seqlen_q, d->head_dim_v, 1, 0, 0},
+    };
+    const flashcl__lse_spec no_lse = {NULL, 0, 0, 0};
+    return flashcl__validate_views(ctx, d, specs, 2, &no_lse, 0, NULL, p->views);
+}
+
+/* Every check flashcl_forward_kvcache makes before it enqueues: *d and *p (freed by the caller) resolved. */
+static flashcl_status prepare(flashcl_context *ctx, const flashcl_attention_desc *desc, const flashcl_tensor *q,
+                              const flashcl_kv_cache *cache, const flashcl_tensor *o, cl_mem lse, size_t lse_offset,
+                              cl_uint num_wait, const cl_event *wait_list, flashcl_attention_desc *d, kv_plan *p) {
+    memset(p, 0, sizeof *p);
+    flashcl_status st = flashcl__resolve_desc(ctx, desc, d);
+    if (st == FLASHCL_SUCCESS) st = refuse_variants(ctx, d);
+    if (st != FLASHCL_SUCCESS) return st;
+    /* The lengths come from the cache, not seqlen_k: undo resolve's "a left bound past every key
+       (of seqlen_k) is no bound". */
+    if (d->window) d->window_left = desc->window_left;
+    if (!q || !o) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "%s is NULL", q ? "o" : "q");
+    st = copy_cache(ctx, cache, &p->c);
+    if (st == FLASHCL_SUCCESS) st = check_query_views(ctx, d, q, o, p);
+    if (st == FLASHCL_SUCCESS) st = check_tables(ctx, d, p);
+    if (st == FLASHCL_SUCCESS) st = check_rotary_and_scales(ctx, d, p);
+    /* The views' checks need the lengths: seqlen_k is the longest sequence's. */
+    if (st == FLASHCL_SUCCESS) {
+        d->seqlen_k = d->max_seqlen_k = p->max_kv ? p->max_kv : 1;
+        st = check_views(ctx, d, q, o, lse, lse_offset, num_wait, wait_list, p);
+    }
+    return st;
+}
+
 flashcl_status flashcl_forward_kvcache(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                        const flashcl_tensor *q, const flashcl_kv_cache *cache, const flashcl_tensor *o,
                                        cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
@@ -321,24 +368,26 @@ flashcl_status flashcl_forward_kvcache(flashcl_context *ctx, const flashcl_atten
     flashcl__clear_error(ctx);
     if (event) *event = NULL;
     flashcl_attention_desc d;
-    flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
-    if (st == FLASHCL_SUCCESS) st = refuse_variants(ctx, &d);
-    if (st != FLASHCL_SUCCESS) return st;
-    /* The lengths come from the cache, not seqlen_k: undo resolve's "a left bound past every key
-       (of seqlen_k) is no bound". */
-    if (d.window) d.window_left = desc->window_left;
-    if (!q || !o) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "%s is NULL", q ? "o" : "q");
     kv_plan p;
-    memset(&p, 0, sizeof p);
-    st = copy_cache(ctx, cache, &p.c);
-    if (st == FLASHCL_SUCCESS) st = check_tables(ctx, &d, &p);
-    if (st == FLASHCL_SUCCESS) st = check_rotary_and_scales(ctx, &d, &p);
-    /* The views' checks need the lengths: seqlen_k is the longest sequence's. */
-    if (st == FLASHCL_SUCCESS) {
-        d.seqlen_k = d.max_seqlen_k = p.max_kv ? p.max_kv : 1;
-        st = check_views(ctx, &d, q, o, lse, lse_offset, num_wait, wait_list, &p);
-    }
+    flashcl_status st = prepare(ctx, desc, q, cache, o, lse, lse_offset, num_wait, wait_list, &d, &p);
     if (st == FLASHCL_SUCCESS) st = enqueue(ctx, &d, &p, lse, lse_offset, num_wait, wait_list, event);
+    kv_plan_free(&p);
+    return st;
+}
+
+flashcl_status flashcl__check_forward_kvcache(flashcl_context *ctx, const flashcl_attention_desc *desc,
+                                              const flashcl_tensor *q, const flashcl_kv_cache *cache,
+                                              const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                              const cl_event *wait_list, flashcl_kv_cache *resolved,
+                                              flashcl_tensor views[6]) {
+    flashcl__clear_error(ctx);
+    flashcl_attention_desc d;
+    kv_plan p;
+    flashcl_status st = prepare(ctx, desc, q, cache, o, lse, lse_offset, num_wait, wait_list, &d, &p);
+    if (st == FLASHCL_SUCCESS) {
+        *resolved = p.c;
+        memcpy(views, p.views, sizeof p.views);
+    }
     kv_plan_free(&p);
     return st;
 }

@@ -38,16 +38,15 @@ static flashcl_status resolve_merge(flashcl_context *ctx, const flashcl_merge_de
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status flashcl_merge_states(flashcl_context *ctx, const flashcl_merge_desc *desc,
+/* Every check flashcl_merge_states makes before it enqueues: *m, *d and views[3] resolved. */
+static flashcl_status prepare_merge(flashcl_context *ctx, const flashcl_merge_desc *desc,
                                     const flashcl_tensor *o_states, cl_mem lse_states, size_t lse_states_offset,
                                     const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
-                                    const cl_event *wait_list, cl_event *event) {
-    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
-    flashcl__clear_error(ctx);
-    if (event) *event = NULL;
-    flashcl_merge_desc m;
-    flashcl_status st = resolve_merge(ctx, desc, &m);
+                                    const cl_event *wait_list, flashcl_merge_desc *mp, flashcl_attention_desc *dp,
+                                    flashcl_tensor views[3]) {
+    flashcl_status st = resolve_merge(ctx, desc, mp);
     if (st != FLASHCL_SUCCESS) return st;
+    const flashcl_merge_desc m = *mp;
     if (!o_states || !o) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "%s is NULL", o ? "o_states" : "o");
     /* The merge as an attention descriptor: the same rows, the merged output's dtype. */
     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
@@ -58,25 +57,65 @@ flashcl_status flashcl_merge_states(flashcl_context *ctx, const flashcl_merge_de
     d.head_dim = d.head_dim_v = m.head_dim;
     st = flashcl__resolve_desc(ctx, &d, &d);
     if (st != FLASHCL_SUCCESS) return st;
+    *dp = d;
     /* State 0's view, then the span of all states: the last state must fit the buffer too. */
     flashcl_tensor last = *o_states;
     if (last.stride_batch == 0 && last.stride_head == 0 && last.stride_row == 0)
         last = flashcl_tensor_bshd(o_states->buffer, m.seqlen, m.heads, m.head_dim), last.offset = o_states->offset;
     flashcl_tensor first = last;
-    last.offset += (m.num_states - 1) * m.o_state_stride;
+    /* Only state 0 and the last are checked below: what lies between is in bounds only if the
+       states' offsets do not wrap around on the way. */
+    const size_t rows = m.batch * m.heads * m.seqlen, later = m.num_states - 1;
+    if (later && m.o_state_stride > (SIZE_MAX - last.offset) / later)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
+                             "o_states: the last state's offset (%zu + %zu * o_state_stride %zu) overflows",
+                             last.offset, later, m.o_state_stride);
+    if (later && m.lse_state_stride > (SIZE_MAX - rows) / later)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS, "lse_states: %zu states of lse_state_stride %zu overflow",
+                             m.num_states, m.lse_state_stride);
+    last.offset += later * m.o_state_stride;
     const flashcl__view_spec specs[3] = {
         {"o_states", &first, m.heads, m.seqlen, m.head_dim, 0, 0, sizeof(float)},
         {"o_states (last state)", &last, m.heads, m.seqlen, m.head_dim, 0, 0, sizeof(float)},
         {"o", o, m.heads, m.seqlen, m.head_dim, 1, 0, 0},
     };
-    flashcl_tensor views[3];
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
     st = flashcl__validate_views(ctx, &d, specs, 3, &lse_spec, num_wait, wait_list, views);
     if (st == FLASHCL_SUCCESS)
         st = flashcl__validate_small(ctx, "lse_states", lse_states, sizeof(float), lse_states_offset,
-                                     (m.num_states - 1) * m.lse_state_stride + m.batch * m.heads * m.seqlen);
+                                     later * m.lse_state_stride + rows);
+    return st;
+}
+
+flashcl_status flashcl__check_merge_states(flashcl_context *ctx, const flashcl_merge_desc *desc,
+                                           const flashcl_tensor *o_states, cl_mem lse_states, size_t lse_states_offset,
+                                           const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                           const cl_event *wait_list, flashcl_tensor *o_resolved) {
+    flashcl__clear_error(ctx);
+    flashcl_merge_desc m;
+    flashcl_attention_desc d;
+    flashcl_tensor views[3];
+    flashcl_status st = prepare_merge(ctx, desc, o_states, lse_states, lse_states_offset, o, lse, lse_offset, num_wait,
+                                      wait_list, &m, &d, views);
+    if (st == FLASHCL_SUCCESS && o_resolved) *o_resolved = views[2];
+    return st;
+}
+
+flashcl_status flashcl_merge_states(flashcl_context *ctx, const flashcl_merge_desc *desc,
+                                    const flashcl_tensor *o_states, cl_mem lse_states, size_t lse_states_offset,
+                                    const flashcl_tensor *o, cl_mem lse, size_t lse_offset, cl_uint num_wait,
+                                    const cl_event *wait_list, cl_event *event) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    flashcl__clear_error(ctx);
+    if (event) *event = NULL;
+    flashcl_merge_desc m;
+    flashcl_attention_desc d;
+    flashcl_tensor views[3];
+    flashcl_status st = prepare_merge(ctx, desc, o_states, lse_states, lse_states_offset, o, lse, lse_offset, num_wait,
+                                      wait_list, &m, &d, views);
+    if (st != FLASHCL_SUCCESS) return st;
     cl_kernel kernel = NULL;
-    if (st == FLASHCL_SUCCESS) st = flashcl__merge_kernel(ctx, &d, &kernel);
+    st = flashcl__merge_kernel(ctx, &d, &kernel);
     if (st != FLASHCL_SUCCESS) return st;
     flashcl__args a = flashcl__args_for(kernel, "flash_merge");
     flashcl__arg_mem(&a, views[0].buffer);

@@ -133,6 +133,16 @@ static void cache_fields(void) {
     expect("append without cache_seqlens", &d, &c, FLASHCL_ERR_INVALID_ARGUMENT, "cache_seqlens");
     c = contiguous();
     with_append(&c);
+    c.seqlen_new = SIZE_MAX; /* was cast to a negative long and summed (fuzz_validate) */
+    expect("seqlen_new SIZE_MAX", &d, &c, FLASHCL_ERR_INVALID_SHAPE, "seqlen_new");
+    c = contiguous();
+    c.cache_seqlens = NULL;
+    flashcl_attention_desc huge = base_desc();
+    huge.heads_q = huge.heads_kv = 1;
+    huge.batch = 0x7fffffff; /* the host tables were allocated for it (40 GB) before q and o were checked */
+    expect("batch INT_MAX, q and o of 2 sequences", &huge, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "q");
+    c = contiguous();
+    with_append(&c);
     c.v_new.buffer = NULL;
     expect("append without v_new", &d, &c, FLASHCL_ERR_INVALID_BUFFER, "v_new");
     c = contiguous();
@@ -200,6 +210,11 @@ static void rotary(void) {
     c.seqlen_ro = 64;
     c.rotary_sin = F.small;
     expect("rotary_sin too small", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "rotary_sin");
+    /* seqlen_ro x rotary_dim / 2 wrapped to 0 elements, and any table passed (fuzz_validate). */
+    c.rotary_cos = c.rotary_sin = F.small;
+    c.rotary_dim = 4;
+    c.seqlen_ro = SIZE_MAX / 2 + 1;
+    expect("seqlen_ro x rotary_dim / 2 wraps", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "seqlen_ro");
 }
 
 static void descriptor(void) {
@@ -248,6 +263,18 @@ static void merge(void) {
          "lse_state_stride",
          FLASHCL_ERR_INVALID_STRIDE,
          {m.struct_size, 2, 1, 2, 4, 16, 0, 0, 3},
+         F.buf[BUF_VC]},
+        /* Strides whose products wrapped: only state 0 and the last one were checked, the last
+           landed on state 0 again and state 1 lay 2^63 elements away (fuzz_validate). */
+        {"merge o_state_stride wraps",
+         "o_state_stride",
+         FLASHCL_ERR_OUT_OF_BOUNDS,
+         {m.struct_size, 3, 1, 2, 4, 16, 0, SIZE_MAX / 2 + 1, 0},
+         F.buf[BUF_VC]},
+        {"merge lse_state_stride wraps",
+         "lse_state_stride",
+         FLASHCL_ERR_OUT_OF_BOUNDS,
+         {m.struct_size, 3, 1, 2, 4, 16, 0, 0, SIZE_MAX / 2 + 1},
          F.buf[BUF_VC]},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
