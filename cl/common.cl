@@ -89,6 +89,37 @@ inline void flashcl_store_row4(__global float *row, int c4, float4 x) {
 inline float flashcl_sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
 
 /*
+ * 2^x for 16 values, for the CPU kernels (where the OpenCL built-in is a
+ * library call per element on POCL and showed in the profile): 2^round(x)
+ * times a degree-6 polynomial on [-0.5, 0.5], relative error ~1e-7, for
+ * -126 <= x <= 0 (larger x only loses range). Below -126 the unmasked form
+ * returns about 2^-126, not 0 (for scores no mask touches); max and the
+ * 1.5 * 2^23 rounding trick stand in for fmax and rint, which carry NaN
+ * handling and a library call. A NaN input is kept, so it reaches the rows
+ * it touches.
+ */
+inline float16 flashcl_exp2_16_unmasked(float16 x) {
+    const float16 xc = max(x, (float16)(-126.0f));
+    const float16 t = xc + (float16)(12582912.0f); /* round to nearest: n sits in t's low mantissa bits */
+    const float16 n = t - (float16)(12582912.0f);
+    const float16 f = xc - n;
+    float16 p = (float16)(1.5403530393381608e-4f);
+    p = fma(p, f, (float16)(1.3333558146428443e-3f));
+    p = fma(p, f, (float16)(9.6181291076284772e-3f));
+    p = fma(p, f, (float16)(5.5504108664821580e-2f));
+    p = fma(p, f, (float16)(2.4022650695910071e-1f));
+    p = fma(p, f, (float16)(6.9314718055994531e-1f));
+    p = fma(p, f, (float16)(1.0f));
+    const float16 r = as_float16(as_int16(p) + ((as_int16(t) - (int16)(0x4B400000)) << 23));
+    return select(r, x, isnan(x));
+}
+
+/* The same, exactly 0 below -126 (and for masked scores, -inf), so a row that sees no key sums to 0. */
+inline float16 flashcl_exp2_16(float16 x) {
+    return select(flashcl_exp2_16_unmasked(x), (float16)(0.0f), x < (float16)(-126.0f));
+}
+
+/*
  * A loop the work-items of a group share: item `lid` of `wg` takes v = lid,
  * lid + wg, ... below n. Use it instead of `for (v = lid; v < n; v += wg)`
  * and follow it with the body:

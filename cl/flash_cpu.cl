@@ -59,35 +59,22 @@
 /* Head dim rounded up to whole micro-tiles; pad columns read a clamped column and are never stored. */
 #define DIM_PAD ((HEAD_DIM + STEP - 1) / STEP * STEP)
 
-/* 2^x for -126 <= x <= 0 (larger x only loses range): 2^round(x) times a
-   degree-6 polynomial on [-0.5, 0.5] (relative error ~1e-7). Below -126 it
-   returns about 2^-126, not 0: for scores that no mask touches. */
+/* 2^x: the polynomial flashcl_exp2_16 (cl/common.cl) by default, which at d = 64 matters: a
+   score costs only 128 FMAs there and the library exp2 would take a third of the time. */
 inline float16 cpu_exp2_unmasked(float16 x) {
 #if FAST_EXP2
-    /* max and the 1.5 * 2^23 rounding trick instead of fmax and rint: those
-       carry NaN handling and a library call that showed in the profile. */
-    const float16 xc = max(x, (float16)(-126.0f));
-    const float16 t = xc + (float16)(12582912.0f); /* round to nearest: n sits in t's low mantissa bits */
-    const float16 n = t - (float16)(12582912.0f);
-    const float16 f = xc - n;
-    float16 p = (float16)(1.5403530393381608e-4f);
-    p = fma(p, f, (float16)(1.3333558146428443e-3f));
-    p = fma(p, f, (float16)(9.6181291076284772e-3f));
-    p = fma(p, f, (float16)(5.5504108664821580e-2f));
-    p = fma(p, f, (float16)(2.4022650695910071e-1f));
-    p = fma(p, f, (float16)(6.9314718055994531e-1f));
-    p = fma(p, f, (float16)(1.0f));
-    const float16 r = as_float16(as_int16(p) + ((as_int16(t) - (int16)(0x4B400000)) << 23));
-    /* max() may drop a NaN score; keep it, so a NaN input reaches the rows it touches. */
-    return select(r, x, isnan(x));
+    return flashcl_exp2_16_unmasked(x);
 #else
     return exp2(x);
 #endif
 }
-
-/* 2^x, exactly 0 below -126 (and for masked scores, -inf), so a row that
-   sees no key sums to exactly 0. */
-inline float16 cpu_exp2(float16 x) { return select(cpu_exp2_unmasked(x), (float16)(0.0f), x < (float16)(-126.0f)); }
+inline float16 cpu_exp2(float16 x) {
+#if FAST_EXP2
+    return flashcl_exp2_16(x);
+#else
+    return select(exp2(x), (float16)(0.0f), x < (float16)(-126.0f));
+#endif
+}
 
 /* out[c * 16 + r] = scale * rows[min(first + r, count - 1)][c]: 16 rows transposed. */
 inline void cpu_load_transposed(__global const float *base, ulong stride, int first, int count, float scale,

@@ -166,12 +166,20 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
             }
             const float base = flashcl_safe_base(mx);
             alpha[r] = exp2(m[r] - base);
+#if CHUNK == 16
+            /* The chunk's 16 probabilities at once (keys past n are -inf: 0). */
+            for (int j = n; j < CHUNK; ++j) s[r][j] = FLASHCL_NEG_INF;
+            const float16 p = flashcl_exp2_16(vload16(0, s[r]) - (float16)(base));
+            vstore16(p, 0, s[r]);
+            const float sum = cpu_sum16(p);
+#else
             float sum = 0.0f;
             for (int j = 0; j < n; ++j) {
                 const float p = exp2(s[r][j] - base);
                 s[r][j] = p;
                 sum += p;
             }
+#endif
             l[r] = l[r] * alpha[r] + sum;
             m[r] = mx;
             for (int c = 0; c < DV16; ++c) acc[r][c] *= alpha[r];
