@@ -66,21 +66,6 @@ def torch_times(iters):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 
-    def median_ms(fn):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(iters):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-            torch.cuda.synchronize()
-            ts.append(e0.elapsed_time(e1))
-        ts.sort()
-        return ts[len(ts) // 2]
-
     out = {}
     backends = {"FLASH": SDPBackend.FLASH_ATTENTION, "CUDNN": SDPBackend.CUDNN_ATTENTION,
                 "EFFICIENT": SDPBackend.EFFICIENT_ATTENTION}
@@ -94,8 +79,8 @@ def torch_times(iters):
                 try:
                     with sdpa_kernel(backends[name]):
                         f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                        ms_f = median_ms(f)
-                        ms_fb = median_ms(lambda: f().backward(g))
+                        ms_f = median_ms_cuda(f, iters)
+                        ms_fb = median_ms_cuda(lambda: f().backward(g), iters)
                 except RuntimeError as e:
                     print(f"torch {name} {dtype_name} {label}: not available ({str(e).splitlines()[0]})")
                     continue
