@@ -32,6 +32,19 @@
  * clamped row and never stored, keys past the end are padding and masked),
  * GQA, bottom-right causal masks with the loops cut at the last visible
  * chunk. A row that sees no key gets O = 0, LSE = -inf and zero gradients.
+ *
+ * Variants (cl/variants.cl, the same switches and VARIANT_ARGS as the
+ * portable kernels, and the same semantics): Q/K/V/O and the gradients are
+ * store_t (float, half or bfloat16), converted to float where they are
+ * loaded (the resident side) or packed (flash_cpu_pack writes float), and
+ * rounded where they are stored. The window (causal is the window (left, 0))
+ * bounds the chunks visited; chunks inside every row's band take the
+ * unmasked path. Softcap and ALiBi are vector operations on the chunk's
+ * scores; bias, boolean and block masks are gathered per element; chunks the
+ * block mask drops are skipped; dropout multiplies P with the Philox words of
+ * flashcl_dropout_words (the portable kernels' mask, bit for bit); sinks are
+ * folded into each row at the end (flashcl_fold_sink), and their gradient has
+ * a kernel of its own. Not here: varlen and d_v != d (the row kernels).
  */
 
 #ifndef HEAD_DIM
@@ -77,20 +90,20 @@ inline float16 cpu_exp2(float16 x) {
 }
 
 /* out[c * 16 + r] = scale * rows[min(first + r, count - 1)][c]: 16 rows transposed. */
-inline void cpu_load_transposed(__global const float *base, ulong stride, int first, int count, float scale,
+inline void cpu_load_transposed(__global const store_t *base, ulong stride, int first, int count, float scale,
                                 float *out) {
     for (int r = 0; r < LANES; ++r) {
-        __global const float *row = base + (ulong)min(first + r, count - 1) * stride;
-        for (int c = 0; c < HEAD_DIM; ++c) out[c * LANES + r] = scale * row[c];
+        __global const store_t *row = base + (ulong)min(first + r, count - 1) * stride;
+        for (int c = 0; c < HEAD_DIM; ++c) out[c * LANES + r] = scale * FLASHCL_LOAD(row, c);
     }
 }
 
 /* Stores 16 transposed rows (acc[c * 16 + r]) times scale into rows first .. count-1 of a view. */
-inline void cpu_store_transposed(const float *acc, float scale, __global float *base, ulong stride, int first,
+inline void cpu_store_transposed(const float *acc, float scale, __global store_t *base, ulong stride, int first,
                                  int count) {
     for (int r = 0; r < min(LANES, count - first); ++r) {
-        __global float *row = base + (ulong)(first + r) * stride;
-        for (int c = 0; c < HEAD_DIM; ++c) row[c] = acc[c * LANES + r] * scale;
+        __global store_t *row = base + (ulong)(first + r) * stride;
+        for (int c = 0; c < HEAD_DIM; ++c) FLASHCL_STORE(row, c, acc[c * LANES + r] * scale);
     }
 }
 
@@ -140,20 +153,21 @@ inline int cpu_padded(int rows) { return (rows + CHUNK - 1) / CHUNK * CHUNK; }
  * Q and dO) from such a copy: rows of a [b, s, h, d] view lie h*d floats
  * apart, a power of two, so the rows of a chunk would share a few L1 sets and
  * defeat the prefetchers; the dense copy costs one pass over the tensor.
+ * Half and bfloat16 views are converted here, once, so the kernels stream float.
  * Grid: (ceil(rows_padded / BLOCK), heads, batch).
  */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_cpu_pack(__global const float *X, VIEW_ARGS(x),
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_cpu_pack(__global const store_t *X, VIEW_ARGS(x),
                                                                             __global float *out, int rows, int heads) {
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int padded = cpu_padded(rows);
-    __global const float *xb = X + VIEW_BASE(x, b, h);
+    __global const store_t *xb = X + VIEW_BASE(x, b, h);
     __global float *ob = out + ((ulong)b * heads + h) * (ulong)padded * DIM_PAD;
     const int first = (int)get_group_id(0) * BLOCK;
     for (int r = first; r < min(first + BLOCK, padded); ++r) {
-        __global const float *row = xb + (ulong)min(r, rows - 1) * x_sr;
+        __global const store_t *row = xb + (ulong)min(r, rows - 1) * x_sr;
         __global float *dst = ob + (ulong)r * DIM_PAD;
-        for (int c = 0; c < HEAD_DIM; ++c) dst[c] = row[c];
-        for (int c = HEAD_DIM; c < DIM_PAD; ++c) dst[c] = row[HEAD_DIM - 1];
+        for (int c = 0; c < HEAD_DIM; ++c) dst[c] = FLASHCL_LOAD(row, c);
+        for (int c = HEAD_DIM; c < DIM_PAD; ++c) dst[c] = FLASHCL_LOAD(row, HEAD_DIM - 1);
     }
 }
 
@@ -162,29 +176,161 @@ inline __global const float *cpu_packed(__global const float *base, int b, int h
     return base + ((ulong)b * heads + h) * (ulong)cpu_padded(rows) * DIM_PAD;
 }
 
-/* Last key (inclusive) each of the 16 rows first .. first+15 may see. */
-inline int16 cpu_key_limit(int first, int seqlen_q, int seqlen_k, int causal) {
-    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const int16 all = (int16)(seqlen_k - 1);
-    return causal ? min(all, (int16)(first + seqlen_k - seqlen_q) + lane) : all;
+#define CPU_LANE_IDS ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+
+/* First and last key (inclusive) each of the 16 rows first .. first+15 may see (window, causal, length). */
+inline void cpu_key_range(flashcl_head hd, int first, int win_left, int win_right, int16 *lo, int16 *hi) {
+    int a[LANES], z[LANES];
+    for (int r = 0; r < LANES; ++r) {
+        a[r] = (int)flashcl_key_lo(hd, first + r, win_left);
+        z[r] = (int)flashcl_key_hi(hd, first + r, win_right);
+    }
+    *lo = vload16(0, a);
+    *hi = vload16(0, z);
+}
+
+/* tanh for the softcap, (1 - e) / (1 + e) with e = 2^(-2 log2(e) |y|) through the polynomial exp2:
+   a few vector operations where the built-in is a library call per lane on POCL. Absolute error
+   about 1e-7 (the float rounding of 1 - e); NaN stays NaN. */
+inline float16 cpu_tanh(float16 y) {
+    const float16 e = flashcl_exp2_16((float16)(-2.0f * FLASHCL_LOG2E_F) * fabs(y));
+    return copysign(((float16)(1.0f) - e) / ((float16)(1.0f) + e), y);
+}
+
+/*
+ * The score terms of a chunk with rows in lanes (forward, dQ): s[j][r] = s2
+ * of row first+r and key j0+j becomes flashcl_score's logit before the window
+ * (softcap, ALiBi, bias, boolean and block mask). With want_grad (the
+ * backward) grad[j][r] gets d(logit)/d(s2), the softcap's 1 - tanh^2.
+ * Pad rows and keys read the last real row and key; they are never stored.
+ */
+inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd, int first, int j0, VARIANT_ARGS) {
+#if HAS_SOFTCAP || HAS_ALIBI
+    const float16 pos = convert_float16((int16)(first + (int)hd.off) + CPU_LANE_IDS);
+    for (int j = 0; j < CHUNK; ++j) {
+        float16 x = vload16(j, s);
+#if HAS_SOFTCAP
+        const float16 t = cpu_tanh(x * (1.0f / softcap2));
+        x = softcap2 * t;
+        if (want_grad) vstore16((float16)(1.0f) - t * t, j, grad);
+#endif
+#if HAS_ALIBI
+        x -= hd.slope2 * fabs(pos - (float)(j0 + j));
+#endif
+        vstore16(x, j, s);
+    }
+#endif
+#if HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK
+    for (int r = 0; r < LANES; ++r) {
+        const ulong i = (ulong)min((long)(first + r), hd.sq - 1);
+        for (int j = 0; j < CHUNK; ++j) {
+            const ulong key = (ulong)min((long)(j0 + j), hd.sk - 1);
+            float x = s[j * LANES + r];
+#if HAS_BIAS
+            x += bias[hd.bias_at + i * bias_sr + key] * FLASHCL_LOG2E_F;
+#endif
+#if HAS_MASK
+            if (!mask[hd.mask_at + i * mask_sr + key]) x = FLASHCL_NEG_INF;
+#endif
+#if HAS_BLOCK_MASK
+            if (!bmask[hd.bmask_at + (i / (ulong)bmask_bq) * bmask_sr + key / (ulong)bmask_bk]) x = FLASHCL_NEG_INF;
+#endif
+            s[j * LANES + r] = x;
+        }
+    }
+#endif
+}
+
+/* Multiplies x[j][r] (rows in lanes, keys j0 + j) by the dropout factor of (first + r, j0 + j): 0 or
+   1/(1-p), from the Philox words of flashcl_dropout_words, one call per four aligned keys. */
+inline void cpu_dropout_rows(float *x, flashcl_head hd, int first, int j0, VARIANT_ARGS) {
+#if HAS_DROPOUT
+    for (int r = 0; r < LANES; ++r) {
+        for (int q4 = j0 >> 2; q4 * 4 < j0 + CHUNK; ++q4) {
+            const uint4 w = flashcl_dropout_words(hd, first + r, q4, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
+            const uint words[4] = {w.x, w.y, w.z, w.w};
+            for (int t = 0; t < 4; ++t) {
+                const int j = q4 * 4 + t - j0;
+                if (j >= 0 && j < CHUNK) x[j * LANES + r] *= words[t] >= drop_threshold ? drop_scale : 0.0f;
+            }
+        }
+    }
+#endif
+}
+
+/* The dropout factors of row i for the 16 keys k_first .. k_first+15 (k_first a multiple of 16). */
+inline float16 cpu_dropout_keys(flashcl_head hd, long i, int k_first, VARIANT_ARGS) {
+    float z[LANES];
+#if HAS_DROPOUT
+    for (int q = 0; q < LANES / 4; ++q) {
+        const uint4 w = flashcl_dropout_words(hd, i, (k_first >> 2) + q, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
+        z[4 * q + 0] = w.x >= drop_threshold ? drop_scale : 0.0f;
+        z[4 * q + 1] = w.y >= drop_threshold ? drop_scale : 0.0f;
+        z[4 * q + 2] = w.z >= drop_threshold ? drop_scale : 0.0f;
+        z[4 * q + 3] = w.w >= drop_threshold ? drop_scale : 0.0f;
+    }
+#else
+    for (int q = 0; q < LANES; ++q) z[q] = 1.0f;
+#endif
+    return vload16(0, z);
+}
+
+/* The score terms of row i against the 16 keys k_first + lane (keys in lanes: dK/dV); grad as in
+   cpu_terms_rows. */
+inline float16 cpu_terms_keys(float16 x, float16 *grad, flashcl_head hd, long i, int k_first, VARIANT_ARGS) {
+#if HAS_SOFTCAP
+    const float16 t = cpu_tanh(x * (1.0f / softcap2));
+    x = softcap2 * t;
+    *grad = (float16)(1.0f) - t * t;
+#endif
+#if HAS_ALIBI
+    x -= hd.slope2 * fabs((float)(i + hd.off) - convert_float16((int16)(k_first) + CPU_LANE_IDS));
+#endif
+#if HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK
+    float v[LANES];
+    vstore16(x, 0, v);
+    for (int r = 0; r < LANES; ++r) {
+        const ulong key = (ulong)min((long)(k_first + r), hd.sk - 1);
+#if HAS_BIAS
+        v[r] += bias[hd.bias_at + (ulong)i * bias_sr + key] * FLASHCL_LOG2E_F;
+#endif
+#if HAS_MASK
+        if (!mask[hd.mask_at + (ulong)i * mask_sr + key]) v[r] = FLASHCL_NEG_INF;
+#endif
+#if HAS_BLOCK_MASK
+        if (!bmask[hd.bmask_at + ((ulong)i / (ulong)bmask_bq) * bmask_sr + key / (ulong)bmask_bk])
+            v[r] = FLASHCL_NEG_INF;
+#endif
+    }
+    x = vload16(0, v);
+#endif
+    return x;
+}
+
+/* Whether a chunk can hold a -inf logit or a key outside some row's band, so that it needs the
+   masked softmax: the window/length test of flashcl_tile_plain (always for masks), and always
+   with a bias (a -inf bias is a mask the host cannot see). */
+inline int cpu_needs_mask(flashcl_head hd, long r0, long r1, long k0, long k1, int win_left, int win_right) {
+    return HAS_BIAS || !flashcl_tile_plain(hd, r0, r1, k0, k1, win_left, win_right);
 }
 
 /* ------------------------------------------------------------------ forward */
 
 /* The online softmax of one chunk of keys for one 16-row group: s holds the
-   group's S^T and leaves with P^T; m and l are the running max and sum.
-   Keys past a row's limit are masked, but only in chunks that reach past the
-   group's smallest limit (masked = 1): the rest skip the compare and select.
-   Returns the rescale factor of the group's output so far.
+   group's logits^T and leaves with P^T; m and l are the running max and sum.
+   Keys outside a row's band [lo, hi] are masked, but only in chunks that need
+   it (masked = 1): the rest skip the compare and select and use the
+   unmasked exp2. Returns the rescale factor of the group's output so far.
    This is flashcl_online_update (cl/common.cl) for 16 rows at once, and it
    cannot call that scalar helper: the rows are the lanes of a float16, and
    the helper's fmax and exp2 are what this family replaced, for speed, by
    max and the polynomial cpu_exp2 (see cpu_exp2_unmasked). */
-inline float16 cpu_softmax_chunk(float *s, int j0, int16 limit, int masked, float16 *m, float16 *l) {
+inline float16 cpu_softmax_chunk(float *s, int j0, int16 lo, int16 hi, int masked, float16 *m, float16 *l) {
     float16 mx = *m;
     if (masked) {
         for (int j = 0; j < CHUNK; ++j) {
-            const float16 x = select(vload16(j, s), (float16)(FLASHCL_NEG_INF), (int16)(j0 + j) > limit);
+            const int16 key = (int16)(j0 + j);
+            const float16 x = select(vload16(j, s), (float16)(FLASHCL_NEG_INF), (key > hi) | (key < lo));
             vstore16(x, j, s);
             mx = max(mx, x);
         }
@@ -214,22 +360,16 @@ inline float16 cpu_softmax_chunk(float *s, int j0, int16 limit, int masked, floa
     return alpha;
 }
 
-/* Whether a chunk of keys from j0 reaches past a limit of one of 16 rows (first is the group's first row). */
-inline int cpu_chunk_masked(int j0, int first, int seqlen_q, int seqlen_k, int causal) {
-    const int smallest = causal ? min(seqlen_k - 1, first + seqlen_k - seqlen_q) : seqlen_k - 1;
-    return j0 + CHUNK - 1 > smallest;
-}
-
 /* Grid: (ceil(seqlen_q / BLOCK), heads_q, batch), BLOCK = GROUPS * 16 rows;
    blocks in reverse so a causal problem's heavy (late) blocks start first.
    Kp, Vp: K and V packed by flash_cpu_pack; each chunk of them feeds all GROUPS groups. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-flash_fwd_cpu(__global const float *Q, VIEW_ARGS(q), __global const float *Kp, __global const float *Vp,
-              __global float *O, VIEW_ARGS(o), __global float *LSE, ulong lse_off, int write_lse, int seqlen_q,
-              int seqlen_k, int heads_q, int group, float scale_log2, int causal) {
+flash_fwd_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const float *Kp, __global const float *Vp,
+              __global store_t *O, VIEW_ARGS(o), FWD_ARGS) {
     const int row0 = ((int)get_num_groups(0) - 1 - (int)get_group_id(0)) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    __global const float *qb = Q + VIEW_BASE(q, b, h);
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    __global const store_t *qb = Q + VIEW_BASE(q, b, h);
     __global const float *kb = cpu_packed(Kp, b, heads_q / group, h / group, seqlen_k);
     __global const float *vb = cpu_packed(Vp, b, heads_q / group, h / group, seqlen_k);
     const int last_row = min(row0 + BLOCK, seqlen_q) - 1;
@@ -239,82 +379,116 @@ flash_fwd_cpu(__global const float *Q, VIEW_ARGS(q), __global const float *Kp, _
     float ot[GROUPS][DIM_PAD * LANES];  /* O^T, unnormalised */
     float s[GROUPS][CHUNK * LANES];     /* S^T of one chunk of keys, then P^T */
     float16 m[GROUPS], l[GROUPS], alpha[GROUPS];
-    int16 limit[GROUPS];
+    int16 lo[GROUPS], hi[GROUPS];
     for (int g = 0; g < groups; ++g) {
         cpu_load_transposed(qb, q_sr, row0 + g * LANES, seqlen_q, scale_log2, qt[g]);
         for (int i = 0; i < DIM_PAD * LANES; ++i) ot[g][i] = 0.0f;
         m[g] = (float16)(FLASHCL_NEG_INF);
         l[g] = (float16)(0.0f);
-        limit[g] = cpu_key_limit(row0 + g * LANES, seqlen_q, seqlen_k, causal);
+        cpu_key_range(hd, row0 + g * LANES, win_left, win_right, &lo[g], &hi[g]);
     }
-    const int key_end = causal ? min(seqlen_k, last_row + seqlen_k - seqlen_q + 1) : seqlen_k;
+    /* Only the chunks inside the block's band. */
+    const int key_begin = (int)flashcl_kv_begin(hd, row0, CHUNK, win_left);
+    const int key_end = (int)flashcl_kv_end(hd, last_row, win_right);
 
-    for (int j0 = 0; j0 < key_end; j0 += CHUNK) {
+    for (int j0 = key_begin; j0 < key_end; j0 += CHUNK) {
+        if (flashcl_tile_skipped(hd, row0, last_row, j0, j0 + CHUNK - 1, VARIANT_PASS)) continue;
         for (int g = 0; g < groups; ++g) {
+            const int first = row0 + g * LANES;
             cpu_product_rows(qt[g], kb + (ulong)j0 * DIM_PAD, s[g]);
-            const int masked = cpu_chunk_masked(j0, row0 + g * LANES, seqlen_q, seqlen_k, causal);
-            alpha[g] = cpu_softmax_chunk(s[g], j0, limit[g], masked, &m[g], &l[g]);
+            cpu_terms_rows(s[g], s[g], 0, hd, first, j0, VARIANT_PASS);
+            const int masked = cpu_needs_mask(hd, first, first + LANES - 1, j0, j0 + CHUNK - 1, win_left, win_right);
+            alpha[g] = cpu_softmax_chunk(s[g], j0, lo[g], hi[g], masked, &m[g], &l[g]);
+            /* The normaliser counts every probability; only P V sees the dropped ones. */
+            cpu_dropout_rows(s[g], hd, first, j0, VARIANT_PASS);
         }
         for (int g = 0; g < groups; ++g)
             cpu_accumulate_cols(s[g], vb + (ulong)j0 * DIM_PAD, min(CHUNK, key_end - j0), alpha[g], ot[g]);
     }
 
-    /* Normalise, transpose back to rows, store; LSE = (m + log2 l) / log2(e). */
-    __global float *ob = O + VIEW_BASE(o, b, h);
+    /* Fold the sinks in, normalise, transpose back to rows, store; LSE in natural log. */
+    __global store_t *ob = O + VIEW_BASE(o, b, h);
     for (int g = 0; g < groups; ++g) {
-        const int16 empty = l[g] == (float16)(0.0f);
-        float inv[LANES], lse[LANES];
-        vstore16(select(1.0f / l[g], (float16)(0.0f), empty), 0, inv);
-        vstore16(select((m[g] + log2(l[g])) * M_LN2_F, (float16)(FLASHCL_NEG_INF), empty), 0, lse);
+        float mr[LANES], lr[LANES];
+        vstore16(m[g], 0, mr);
+        vstore16(l[g], 0, lr);
         const int first = row0 + g * LANES;
         for (int r = 0; r < min(LANES, last_row + 1 - first); ++r) {
-            __global float *orow = ob + (ulong)(first + r) * o_sr;
-            for (int c = 0; c < HEAD_DIM; ++c) orow[c] = ot[g][c * LANES + r] * inv[r];
-            if (write_lse) LSE[lse_off + ((ulong)b * heads_q + h) * seqlen_q + first + r] = lse[r];
+            const float a = flashcl_fold_sink(&mr[r], &lr[r], hd.sink2);
+            const float inv = lr[r] > 0.0f ? a / lr[r] : 0.0f;
+            __global store_t *orow = ob + (ulong)(first + r) * o_sr;
+            for (int c = 0; c < HEAD_DIM; ++c) FLASHCL_STORE(orow, c, ot[g][c * LANES + r] * inv);
+            if (write_lse)
+                LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, first + r)] = flashcl_lse(mr[r], lr[r]);
         }
     }
 }
 
 /* ----------------------------------------------------------------- backward */
 /*
- * With s2 = (scale log2 e) q.k and lse2 = lse log2 e: P = exp2(s2 - lse2),
- * dV += P^T dO, dP = dO V^T, dS = P (dP - D), dK += scale dS^T Q,
- * dQ += scale dS K. Two kernels recompute P (one per key block for dK/dV,
- * looping over the query heads of its GQA group, one per query block for
- * dQ), so there are no atomics and results are bitwise reproducible.
+ * With s2 = (scale log2 e) q.k, f = the logit (score terms, masks),
+ * lse2 = lse log2 e and Z the dropout factor: P = exp2(f - lse2),
+ * dV += (P Z)^T dO, dP = (dO V^T) Z, dS = P (dP - D) f'(s2),
+ * dK += scale dS^T Q, dQ += scale dS K. Two kernels recompute P (one per
+ * key block for dK/dV, looping over the query heads of its GQA group, one
+ * per query block for dQ), so there are no atomics and results are bitwise
+ * reproducible.
  */
 
 /* D = rowsum(dO * O). Grid: (ceil(seqlen_q / BLOCK), heads_q, batch). */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_bwd_cpu_dot(__global const float *dO,
-                                                                               VIEW_ARGS(dout), __global const float *O,
-                                                                               VIEW_ARGS(o), __global float *Dsum,
-                                                                               int seqlen_q, int heads_q) {
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_bwd_cpu_dot(__global const store_t *dO, VIEW_ARGS(dout), __global const store_t *O, VIEW_ARGS(o),
+                  __global float *Dsum, int seqlen_q, int heads_q) {
     const int row0 = (int)get_group_id(0) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    __global const float *gb = dO + VIEW_BASE(dout, b, h);
-    __global const float *yb = O + VIEW_BASE(o, b, h);
+    __global const store_t *gb = dO + VIEW_BASE(dout, b, h);
+    __global const store_t *yb = O + VIEW_BASE(o, b, h);
     for (int i = row0; i < min(row0 + BLOCK, seqlen_q); ++i) {
-        __global const float *g = gb + (ulong)i * dout_sr;
-        __global const float *y = yb + (ulong)i * o_sr;
+        __global const store_t *g = gb + (ulong)i * dout_sr;
+        __global const store_t *y = yb + (ulong)i * o_sr;
         float acc = 0.0f;
-        for (int c = 0; c < HEAD_DIM; ++c) acc = fma(g[c], y[c], acc);
+        for (int c = 0; c < HEAD_DIM; ++c) acc = fma(FLASHCL_LOAD(g, c), FLASHCL_LOAD(y, c), acc);
         Dsum[((ulong)b * heads_q + h) * seqlen_q + i] = acc;
     }
 }
+
+#if HAS_SINKS
+/* dsinks[h] = -sum over (b, i) of exp(sink_h - lse) D (the sink is one more logit with no value
+   row: dP = 0, dS = -P_sink D). One work-item per head, 16 partial sums in a fixed order:
+   deterministic, no atomics. Grid: (1, heads_q, 1). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_bwd_cpu_dsinks(__global const float *LSE, ulong lse_off, __global const float *Dsum, __global float *dsinks,
+                     ulong dsinks_off, int batch, int seqlen_q, int seqlen_k, int heads_q, VARIANT_ARGS) {
+    const int h = (int)get_group_id(1);
+    const float sink = sinks[sinks_off + (ulong)h];
+    float part[LANES];
+    for (int u = 0; u < LANES; ++u) part[u] = 0.0f;
+    for (int b = 0; b < batch; ++b) {
+        const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+        for (long i = 0; i < hd.sq; ++i) {
+            const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, i);
+            const float lse = LSE[lse_off + at];
+            if (lse != FLASHCL_NEG_INF) part[i % LANES] += exp(sink - lse) * Dsum[at];
+        }
+    }
+    float total = 0.0f;
+    for (int u = 0; u < LANES; ++u) total += part[u];
+    dsinks[dsinks_off + (ulong)h] = -total;
+}
+#endif
 
 /* Grid: (ceil(seqlen_k / BLOCK), heads_kv, batch): GROUPS groups of 16 keys in
    the lanes. Qp, dOp: Q and dO packed by flash_cpu_pack; each chunk of query
    rows feeds all groups. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global const float *K, VIEW_ARGS(k),
-                   __global const float *V, VIEW_ARGS(v), __global const float *LSE, ulong lse_off,
-                   __global const float *Dsum, __global float *dK, VIEW_ARGS(dk), __global float *dV, VIEW_ARGS(dv),
-                   int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, int causal) {
+flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global const store_t *K, VIEW_ARGS(k),
+                   __global const store_t *V, VIEW_ARGS(v), __global const float *LSE, ulong lse_off,
+                   __global const float *Dsum, __global store_t *dK, VIEW_ARGS(dk), __global store_t *dV, VIEW_ARGS(dv),
+                   int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, VARIANT_ARGS) {
     const int key0 = (int)get_group_id(0) * BLOCK;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
-    const int offset = seqlen_k - seqlen_q; /* key j is visible to row i iff j <= i + offset */
-    const int groups = (min(key0 + BLOCK, seqlen_k) - 1 - key0) / LANES + 1;
-    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int key_last = min(key0 + BLOCK, seqlen_k) - 1;
+    const int groups = (key_last - key0) / LANES + 1;
 
     float kt[GROUPS][HEAD_DIM * LANES], vt[GROUPS][HEAD_DIM * LANES]; /* K^T (pre-scaled), V^T */
     float dkt[GROUPS][DIM_PAD * LANES], dvt[GROUPS][DIM_PAD * LANES];
@@ -325,30 +499,44 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
     }
     float s[CHUNK * LANES], dp[CHUNK * LANES]; /* one group's S then P, dP then dS: [row][key] */
 
-    /* The first chunk holding a query row that sees any key of this block. */
-    const int row_start = causal ? max(0, key0 - offset) / CHUNK * CHUNK : 0;
+    /* Only the query rows whose band reaches this block's keys (the same for every head). */
+    const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    const int row_begin = (int)flashcl_q_begin(hd0, key0, CHUNK, win_right);
+    const int row_end = (int)flashcl_q_end(hd0, key_last, win_left);
     for (int hh = 0; hh < group; ++hh) {
         const int h = hk * group + hh;
+        const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
         __global const float *qb = cpu_packed(Qp, b, heads_q, h, seqlen_q);
         __global const float *gb = cpu_packed(dOp, b, heads_q, h, seqlen_q);
-        __global const float *lse = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
-        __global const float *dsum = Dsum + ((ulong)b * heads_q + h) * seqlen_q;
-        for (int i0 = row_start; i0 < seqlen_q; i0 += CHUNK) {
+        for (int i0 = row_begin; i0 < row_end; i0 += CHUNK) {
+            if (flashcl_tile_skipped(hd, i0, i0 + CHUNK - 1, key0, key_last, VARIANT_PASS)) continue;
             __global const float *qc = qb + (ulong)i0 * DIM_PAD, *gc = gb + (ulong)i0 * DIM_PAD;
             const int rows = min(CHUNK, seqlen_q - i0);
             for (int g = 0; g < groups; ++g) {
-                const int16 key = (int16)(key0 + g * LANES) + lane;
+                const int k_first = key0 + g * LANES;
+                const int16 key = (int16)(k_first) + CPU_LANE_IDS;
                 cpu_product_rows(kt[g], qc, s);
                 cpu_product_rows(vt[g], gc, dp);
-                /* Unmasked when every key of the group is visible to the chunk's first row. */
-                const int masked = causal && key0 + g * LANES + LANES - 1 > i0 + offset;
+                const int masked =
+                    cpu_needs_mask(hd, i0, i0 + rows - 1, k_first, k_first + LANES - 1, win_left, win_right);
                 for (int i = 0; i < rows; ++i) {
-                    const float l2 = lse[i0 + i] * FLASHCL_LOG2E_F;
-                    float16 p = cpu_exp2_unmasked(vload16(i, s) - l2); /* masks applied below */
-                    if (masked) p = select(p, (float16)(0.0f), key > (int16)(i0 + i + offset));
+                    const long row = i0 + i;
+                    const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, row);
+                    const float l2 = LSE[lse_off + at] * FLASHCL_LOG2E_F;
+                    float16 grad = (float16)(1.0f);
+                    const float16 f = cpu_terms_keys(vload16(i, s), &grad, hd, row, k_first, VARIANT_PASS);
+                    float16 p;
+                    if (masked) {
+                        const int16 out = (key < (int16)((int)flashcl_key_lo(hd, row, win_left))) |
+                                          (key > (int16)((int)flashcl_key_hi(hd, row, win_right)));
+                        p = select(cpu_exp2(f - l2), (float16)(0.0f), out);
+                    } else {
+                        p = cpu_exp2_unmasked(f - l2);
+                    }
                     if (l2 == FLASHCL_NEG_INF) p = (float16)(0.0f); /* the row saw no key in the forward */
-                    vstore16(p, i, s);
-                    vstore16(p * (vload16(i, dp) - dsum[i0 + i]), i, dp);
+                    const float16 z = cpu_dropout_keys(hd, row, k_first, VARIANT_PASS);
+                    vstore16(p * z, i, s);
+                    vstore16(p * (vload16(i, dp) * z - Dsum[at]) * grad, i, dp);
                 }
                 cpu_accumulate_cols(s, gc, rows, (float16)(1.0f), dvt[g]);
                 cpu_accumulate_cols(dp, qc, rows, (float16)(1.0f), dkt[g]);
@@ -364,12 +552,13 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
 /* Grid: (ceil(seqlen_q / BLOCK), heads_q, batch): GROUPS groups of 16 query
    rows in the lanes. Kp, Vp: K and V packed by flash_cpu_pack. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-flash_bwd_cpu_dq(__global const float *Q, VIEW_ARGS(q), __global const float *dO, VIEW_ARGS(dout),
+flash_bwd_cpu_dq(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *dO, VIEW_ARGS(dout),
                  __global const float *Kp, __global const float *Vp, __global const float *LSE, ulong lse_off,
-                 __global const float *Dsum, __global float *dQ, VIEW_ARGS(dq), int seqlen_q, int seqlen_k, int heads_q,
-                 int group, float scale_log2, float scale, int causal) {
+                 __global const float *Dsum, __global store_t *dQ, VIEW_ARGS(dq), int seqlen_q, int seqlen_k,
+                 int heads_q, int group, float scale_log2, float scale, VARIANT_ARGS) {
     const int row0 = ((int)get_num_groups(0) - 1 - (int)get_group_id(0)) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     __global const float *kb = cpu_packed(Kp, b, heads_q / group, h / group, seqlen_k);
     __global const float *vb = cpu_packed(Vp, b, heads_q / group, h / group, seqlen_k);
     const int last_row = min(row0 + BLOCK, seqlen_q) - 1;
@@ -378,7 +567,7 @@ flash_bwd_cpu_dq(__global const float *Q, VIEW_ARGS(q), __global const float *dO
     float qt[GROUPS][HEAD_DIM * LANES], gt[GROUPS][HEAD_DIM * LANES]; /* Q^T (pre-scaled), dO^T */
     float dqt[GROUPS][DIM_PAD * LANES];
     float16 l2[GROUPS], dsum[GROUPS];
-    int16 limit[GROUPS];
+    int16 lo[GROUPS], hi[GROUPS];
     for (int g = 0; g < groups; ++g) {
         const int first = row0 + g * LANES;
         cpu_load_transposed(Q + VIEW_BASE(q, b, h), q_sr, first, seqlen_q, scale_log2, qt[g]);
@@ -386,33 +575,52 @@ flash_bwd_cpu_dq(__global const float *Q, VIEW_ARGS(q), __global const float *dO
         for (int i = 0; i < DIM_PAD * LANES; ++i) dqt[g][i] = 0.0f;
         float lr[LANES], dr[LANES];
         for (int r = 0; r < LANES; ++r) {
-            const ulong i = ((ulong)b * heads_q + h) * seqlen_q + (ulong)min(first + r, seqlen_q - 1);
+            const ulong i = flashcl_row_index(hd, b, h, heads_q, seqlen_q, min(first + r, seqlen_q - 1));
             lr[r] = LSE[lse_off + i] * FLASHCL_LOG2E_F;
             dr[r] = Dsum[i];
         }
         l2[g] = vload16(0, lr);
         dsum[g] = vload16(0, dr);
-        limit[g] = cpu_key_limit(first, seqlen_q, seqlen_k, causal);
+        cpu_key_range(hd, first, win_left, win_right, &lo[g], &hi[g]);
     }
-    const int key_end = causal ? min(seqlen_k, last_row + seqlen_k - seqlen_q + 1) : seqlen_k;
+    const int key_begin = (int)flashcl_kv_begin(hd, row0, CHUNK, win_left);
+    const int key_end = (int)flashcl_kv_end(hd, last_row, win_right);
 
     float s[CHUNK * LANES], dp[CHUNK * LANES]; /* one group's [key][row]: S then dS, dP */
-    for (int j0 = 0; j0 < key_end; j0 += CHUNK) {
+#if HAS_SOFTCAP
+    float grad[CHUNK * LANES]; /* the softcap's d(logit)/d(s2) */
+#else
+    float *grad = s; /* never read */
+#endif
+    for (int j0 = key_begin; j0 < key_end; j0 += CHUNK) {
+        if (flashcl_tile_skipped(hd, row0, last_row, j0, j0 + CHUNK - 1, VARIANT_PASS)) continue;
         __global const float *kc = kb + (ulong)j0 * DIM_PAD, *vc = vb + (ulong)j0 * DIM_PAD;
         for (int g = 0; g < groups; ++g) {
+            const int first = row0 + g * LANES;
             cpu_product_rows(qt[g], kc, s);
             cpu_product_rows(gt[g], vc, dp);
+            cpu_terms_rows(s, grad, 1, hd, first, j0, VARIANT_PASS);
+            cpu_dropout_rows(dp, hd, first, j0, VARIANT_PASS); /* dP Z */
             const int16 empty = l2[g] == (float16)(FLASHCL_NEG_INF);
-            if (cpu_chunk_masked(j0, row0 + g * LANES, seqlen_q, seqlen_k, causal) || any(empty)) {
+            if (cpu_needs_mask(hd, first, first + LANES - 1, j0, j0 + CHUNK - 1, win_left, win_right) || any(empty)) {
                 for (int j = 0; j < CHUNK; ++j) {
-                    const int16 hidden = empty | ((int16)(j0 + j) > limit[g]);
+                    const int16 key = (int16)(j0 + j);
+                    const int16 hidden = empty | (key > hi[g]) | (key < lo[g]);
                     const float16 p = select(cpu_exp2(vload16(j, s) - l2[g]), (float16)(0.0f), hidden);
-                    vstore16(p * (vload16(j, dp) - dsum[g]), j, s);
+                    float16 ds = p * (vload16(j, dp) - dsum[g]);
+#if HAS_SOFTCAP
+                    ds *= vload16(j, grad);
+#endif
+                    vstore16(ds, j, s);
                 }
             } else {
                 for (int j = 0; j < CHUNK; ++j) {
                     const float16 p = cpu_exp2_unmasked(vload16(j, s) - l2[g]);
-                    vstore16(p * (vload16(j, dp) - dsum[g]), j, s);
+                    float16 ds = p * (vload16(j, dp) - dsum[g]);
+#if HAS_SOFTCAP
+                    ds *= vload16(j, grad);
+#endif
+                    vstore16(ds, j, s);
                 }
             }
             cpu_accumulate_cols(s, kc, min(CHUNK, key_end - j0), (float16)(1.0f), dqt[g]);

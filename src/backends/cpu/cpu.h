@@ -2,8 +2,10 @@
  * The CPU kernel family (cl/flash_cpu.cl): forward, and the backward's
  * D / dK,dV / dQ kernels, each work-item owning 16 rows in the lanes of a
  * float16 (see the kernel file); the side a kernel streams is packed into
- * dense scratch first. It covers plain float32 attention (causal or not, GQA,
- * any lengths and strides, d <= 256) on CPU devices; FLASHCL_TILE=kernel=cpu
+ * dense scratch first. It covers float32, float16 and bfloat16 storage with
+ * every variant but varlen and d_v != d (causal, window, softcap, ALiBi,
+ * sinks and their gradient, dropout, bias, masks, block masks; GQA, any
+ * lengths and strides, d <= 256) on CPU devices; FLASHCL_TILE=kernel=cpu
  * and FLASHCL_BWD_KERNEL=cpu force it anywhere (and make an uncovered call an
  * error that says why), FLASHCL_TILE=kernel=rows / FLASHCL_BWD_KERNEL=rows
  * hand the call to the portable row kernels instead.
@@ -19,13 +21,14 @@
 
 typedef struct flashcl__cpu_plan {
     flashcl_plan pub;  /* block_rows: rows per work-item; block_cols: the chunk */
-    cl_kernel main[3]; /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ */
+    cl_kernel main[4]; /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ, dsinks (sinks builds) */
     cl_kernel pack;    /* flash_cpu_pack */
     int head_dim;
+    char variants[256]; /* the variant switches (flashcl__variant_options) it was built with */
     struct flashcl__cpu_plan *next;
 } flashcl__cpu_plan;
 
-/* The family's plans, by pass and head dim, in ctx->family[FLASHCL__FAMILY_CPU]. */
+/* The family's plans, by pass, head dim and variant switches, in ctx->family[FLASHCL__FAMILY_CPU]. */
 typedef struct flashcl__cpu_state {
     flashcl__cpu_plan *plans[2]; /* [flashcl__pass] */
 } flashcl__cpu_state;
@@ -33,7 +36,7 @@ typedef struct flashcl__cpu_state {
 /* Whether the family takes the pass: forced by the override, or a CPU device and a call it supports. */
 int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
                         size_t cap);
-/* The pass's plan (built once per head dim); a forced call the family does not support is an error. */
+/* The pass's plan (built once per head dim and variant build); a forced call the family does not support is an error. */
 flashcl_status flashcl__cpu_plan_for(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                                      const flashcl__cpu_plan **out);
 void flashcl__cpu_release_plans(flashcl__cpu_state *state);

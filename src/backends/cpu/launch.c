@@ -78,8 +78,9 @@ flashcl_status flashcl__cpu_forward(flashcl_context *ctx, const flashcl__call *c
     flashcl__arg_mem(&a, packed[0]);
     flashcl__arg_mem(&a, packed[1]);
     flashcl__arg_view(&a, &views[FLASHCL__VO]);
+    /* Q's buffer stands in for absent buffers (LSE, the inputs of variants that are off): never written. */
     flashcl__arg_forward(&a, d, call->lse, call->lse_offset, views[FLASHCL__VQ].buffer);
-    flashcl__arg_int(&a, d->causal != 0);
+    flashcl__arg_variants(&a, d, views[FLASHCL__VQ].buffer);
     st = flashcl__args_check(ctx, &a);
     if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
     const size_t global[3] = {blocks_of(d->seqlen_q, block), d->heads_q, d->batch}, local[3] = {1, 1, 1};
@@ -87,10 +88,10 @@ flashcl_status flashcl__cpu_forward(flashcl_context *ctx, const flashcl__call *c
     return flashcl__chain_end(&chain, 1, &done, call->event);
 }
 
-/* The scalars both backward kernels end with. */
-static void arg_scalars(flashcl__args *a, const flashcl_attention_desc *d) {
+/* The scalars and variant arguments both backward kernels end with (dummy: for the buffers of variants that are off). */
+static void arg_scalars(flashcl__args *a, const flashcl_attention_desc *d, cl_mem dummy) {
     flashcl__arg_backward_sizes(a, d);
-    flashcl__arg_int(a, d->causal != 0);
+    flashcl__arg_variants(a, d, dummy);
 }
 
 flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *call) {
@@ -136,7 +137,7 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
     flashcl__arg_mem(&dkdv, dsum);
     flashcl__arg_view(&dkdv, &views[FLASHCL__VDK]);
     flashcl__arg_view(&dkdv, &views[FLASHCL__VDV]);
-    arg_scalars(&dkdv, d);
+    arg_scalars(&dkdv, d, views[FLASHCL__VQ].buffer);
     flashcl__args dq = flashcl__args_for(plan->main[2], "flash_bwd_cpu_dq");
     flashcl__arg_view(&dq, &views[FLASHCL__VQ]);
     flashcl__arg_view(&dq, &views[FLASHCL__VDO]);
@@ -146,10 +147,27 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
     flashcl__arg_ulong(&dq, call->lse_offset);
     flashcl__arg_mem(&dq, dsum);
     flashcl__arg_view(&dq, &views[FLASHCL__VDQ]);
-    arg_scalars(&dq, d);
+    arg_scalars(&dq, d, views[FLASHCL__VQ].buffer);
     st = flashcl__args_check(ctx, &dot);
     if (st == FLASHCL_SUCCESS) st = flashcl__args_check(ctx, &dkdv);
     if (st == FLASHCL_SUCCESS) st = flashcl__args_check(ctx, &dq);
+    /* flash_bwd_cpu_dsinks(LSE, lse_off, Dsum, dsinks, dsinks_off, batch, sq, sk, hq, variants): only
+       when the caller asked for the sinks' gradient (the plan builds it for every sinks call). */
+    const int want_dsinks = d->dsinks != NULL && plan->main[3] != NULL;
+    flashcl__args sinks = flashcl__args_for(plan->main[3], "flash_bwd_cpu_dsinks");
+    if (st == FLASHCL_SUCCESS && want_dsinks) {
+        flashcl__arg_mem(&sinks, call->lse);
+        flashcl__arg_ulong(&sinks, call->lse_offset);
+        flashcl__arg_mem(&sinks, dsum);
+        flashcl__arg_mem(&sinks, d->dsinks);
+        flashcl__arg_ulong(&sinks, d->dsinks_offset);
+        flashcl__arg_int(&sinks, (cl_int)d->batch);
+        flashcl__arg_int(&sinks, (cl_int)d->seqlen_q);
+        flashcl__arg_int(&sinks, (cl_int)d->seqlen_k);
+        flashcl__arg_int(&sinks, (cl_int)d->heads_q);
+        flashcl__arg_variants(&sinks, d, views[FLASHCL__VQ].buffer);
+        st = flashcl__args_check(ctx, &sinks);
+    }
     if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
 
     const size_t one[3] = {1, 1, 1};
@@ -159,9 +177,13 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
         flashcl__chain_launch(&chain, plan->main[0], "flash_bwd_cpu_dot", 3, g_rows, one, FLASHCL__AFTER_START);
     const int dkdv_after[3] = {packs[0], packs[1], e_dot}; /* dK/dV reads packed Q, dO and D */
     const int dq_after[3] = {packs[2], packs[3], e_dot};   /* dQ reads packed K, V and D */
-    int last[2];
+    int last[3];
     last[0] =
         flashcl__chain_launch_after(&chain, plan->main[1], FLASHCL__CPU_DKDV_KERNEL, 3, g_keys, one, 3, dkdv_after);
     last[1] = flashcl__chain_launch_after(&chain, plan->main[2], "flash_bwd_cpu_dq", 3, g_rows, one, 3, dq_after);
-    return flashcl__chain_end(&chain, 2, last, call->event);
+    if (want_dsinks) {
+        const size_t g_sinks[3] = {1, d->heads_q, 1}; /* one work-item per head */
+        last[2] = flashcl__chain_launch(&chain, plan->main[3], "flash_bwd_cpu_dsinks", 3, g_sinks, one, e_dot);
+    }
+    return flashcl__chain_end(&chain, want_dsinks ? 3 : 2, last, call->event);
 }

@@ -1,5 +1,7 @@
 /*
- * Plans for the CPU kernel family (cl/flash_cpu.cl).
+ * Plans for the CPU kernel family (cl/flash_cpu.cl): one build per head dim
+ * and set of variant switches (cl/variants.cl: storage type, softcap, ALiBi,
+ * bias, masks, block mask, sinks, dropout), like the portable kernels.
  *
  * The shape is fixed by the kernels: groups of 16 rows (a float16) per
  * work-item, work-groups of one, the streamed side packed into dense scratch
@@ -24,10 +26,21 @@
 #define CPU_CHUNK 48
 #define CPU_MAX_CHUNK 480
 
-/* What the family runs: float32, causal or not, GQA, any lengths and strides,
-   d <= 256 (d_v = d). Every other variant goes to the portable row kernels. */
+/* What the family runs: float32, float16 or bfloat16 storage, every variant of
+   cl/variants.cl but varlen (the kernels and packs index whole [b, h] views) and
+   d_v != d (one HEAD_DIM for Q, K, V), GQA, any lengths and strides, d <= 256
+   (the private arrays of a 16-row group grow with d). The rest goes to the
+   portable row kernels. */
 static int cpu_family_covers(const flashcl_attention_desc *desc) {
-    return flashcl__desc_is_plain(desc) && desc->head_dim <= 256;
+    return desc->head_dim <= 256 && desc->head_dim_v == desc->head_dim && !flashcl__is_varlen(desc);
+}
+
+/* Why the family does not take a call it does not cover. */
+static void uncovered_why(const flashcl_attention_desc *d, char *out, size_t cap) {
+    snprintf(out, cap, "%s",
+             d->head_dim > 256              ? "d > 256"
+             : d->head_dim_v != d->head_dim ? "d_v != d"
+                                            : "varlen (cu_seqlens)");
 }
 
 /* Forced with FLASHCL_TILE=kernel=cpu (FLASHCL_BWD_KERNEL=cpu), the family takes the call even
@@ -61,29 +74,35 @@ int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_
         return 0;
     }
     if (!cpu_family_covers(d)) {
-        char features[160];
+        char features[160], reason[64];
         flashcl__describe_variants(d, features, sizeof features);
-        snprintf(why, cap, "the CPU family runs plain float32 with d <= 256 (this call: d=%zu, %s)", d->head_dim,
-                 features);
+        uncovered_why(d, reason, sizeof reason);
+        snprintf(why, cap,
+                 "the CPU family runs d <= 256 with d_v = d and no varlen, this call has %s (d=%zu, %s): the "
+                 "portable row kernels take it",
+                 reason, d->head_dim, features);
         return 0;
     }
     return 1;
 }
 
 static flashcl_status refuse_forced(flashcl_context *ctx, const flashcl_attention_desc *desc, const char *var) {
-    char features[160];
+    char features[160], reason[64];
     flashcl__describe_variants(desc, features, sizeof features);
+    uncovered_why(desc, reason, sizeof reason);
     return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                         "%s=...cpu: the CPU family runs plain float32 attention with d <= 256 (this call: d=%zu, %s)",
-                         var, desc->head_dim, features);
+                         "%s=...cpu: the CPU family runs d <= 256 with d_v = d and no varlen; this call has %s (d=%zu, "
+                         "%s)",
+                         var, reason, desc->head_dim, features);
 }
 
 /* -w: POCL's clang warns that every float16 argument of the (always inlined)
    helpers "changes the ABI" without AVX-512, and prints "N warnings
    generated." to the application's stderr on each build; the warning is moot
    for inlined code, and the library must not print. */
-static void options_for(int d, int groups, int chunk, char *out, size_t cap) {
-    snprintf(out, cap, "-w -D HEAD_DIM=%d -D GROUPS=%d -D CHUNK=%d -D STEP=%d", d, groups, chunk, CPU_STEP);
+static void options_for(int d, int groups, int chunk, const char *variants, char *out, size_t cap) {
+    snprintf(out, cap, "-w -D HEAD_DIM=%d -D GROUPS=%d -D CHUNK=%d -D STEP=%d %s", d, groups, chunk, CPU_STEP,
+             variants);
 }
 
 /* Creates `name` from the program and checks a work-group of one fits. */
@@ -168,16 +187,18 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
     int chunk = CPU_CHUNK, groups = CPU_GROUPS;
     st = present ? sizes_from(ctx, rows, cols, &groups, &chunk) : FLASHCL_SUCCESS;
     if (st != FLASHCL_SUCCESS) return st;
-    char options[256];
-    options_for(d, groups, chunk, options, sizeof options);
+    char variants[256], options[512];
+    flashcl__variant_options(desc, variants, sizeof variants);
+    options_for(d, groups, chunk, variants, options, sizeof options);
     cl_program program = NULL;
     st = flashcl__get_program(ctx, "flash_cpu.cl", options, &program);
     if (st != FLASHCL_SUCCESS) return st;
-    static const char *const names[2][3] = {{FLASHCL__CPU_FWD_KERNEL, NULL, NULL},
-                                            {"flash_bwd_cpu_dot", FLASHCL__CPU_DKDV_KERNEL, "flash_bwd_cpu_dq"}};
+    static const char *const names[2][4] = {
+        {FLASHCL__CPU_FWD_KERNEL, NULL, NULL, NULL},
+        {"flash_bwd_cpu_dot", FLASHCL__CPU_DKDV_KERNEL, "flash_bwd_cpu_dq", "flash_bwd_cpu_dsinks"}};
     cl_ulong priv = 0;
-    for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i)
-        if (names[pass][i])
+    for (int i = 0; i < 4 && st == FLASHCL_SUCCESS; ++i)
+        if (names[pass][i] && (i < 3 || desc->sinks)) /* the dsinks kernel exists in sinks builds only */
             st = make_kernel(ctx, program, names[pass][i], &out->main[i], i == 0 && !forward ? NULL : &priv);
     if (st == FLASHCL_SUCCESS) st = make_kernel(ctx, program, "flash_cpu_pack", &out->pack, NULL);
     if (st != FLASHCL_SUCCESS) return st; /* the caller releases what was made */
@@ -196,12 +217,14 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
                  "flash_bwd_cpu_dq %d rows and %d keys%s",
                  origin, family_reason, lanes, chunk, lanes, chunk,
                  present ? "" : "; FLASHCL_BWD_KERNEL=rows forces the portable row kernels");
+    flashcl__append_variants(desc, out->pub.reason, sizeof out->pub.reason);
     out->head_dim = d;
+    flashcl__copy_str(out->variants, sizeof out->variants, variants);
     return FLASHCL_SUCCESS;
 }
 
 static void release_plan(flashcl__cpu_plan *p) {
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 4; ++i)
         if (p->main[i]) clReleaseKernel(p->main[i]);
     if (p->pack) clReleaseKernel(p->pack);
     free(p);
@@ -215,8 +238,10 @@ flashcl_status flashcl__cpu_plan_for(flashcl_context *ctx, flashcl__pass pass, c
         if (!state) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the CPU family");
         ctx->family[FLASHCL__FAMILY_CPU] = state;
     }
+    char variants[256];
+    flashcl__variant_options(d, variants, sizeof variants);
     for (flashcl__cpu_plan *p = state->plans[pass]; p; p = p->next)
-        if (p->head_dim == (int)d->head_dim) {
+        if (p->head_dim == (int)d->head_dim && strcmp(p->variants, variants) == 0) {
             *out = p;
             return FLASHCL_SUCCESS;
         }
