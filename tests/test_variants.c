@@ -18,8 +18,11 @@
  * pass once the maximum covers it.
  *
  *   test_variants [--quick] [--case N] [--skip N] [--list] [--no-family-check] [--forward-only]
- *                 [--fresh-context]
+ *                 [--fresh-context] [--cpu-family]
  *
+ * --cpu-family runs only the cases the CPU kernel family covers (all but
+ * varlen, d_v != d and d > 256), for the run that forces that family
+ * (FLASHCL_TILE=kernel=cpu, where an uncovered call is an error);
  * --quick runs a few tiny cases with every feature on (the Oclgrind runs);
  * --case N runs only case N, --skip N all but case N;
  * --forward-only skips the backward; --fresh-context gives every case its
@@ -62,6 +65,12 @@ static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const cha
 }
 
 static int g_forward_only;
+
+/* What the CPU family (src/backends/cpu/plan.c) takes: every variant but varlen and d_v != d, d <= 256. */
+static int cpu_family_covers(const vc_case *c) {
+    const flashcl_attention_desc *d = &c->desc;
+    return !c->nseq && (!d->head_dim_v || d->head_dim_v == d->head_dim) && d->head_dim <= 256;
+}
 
 /* Head dims past the maximum: refused, naming the field. */
 static int check_refused_head_dim(flashcl_context *ctx, const vc_case *c, const char *label) {
@@ -181,7 +190,7 @@ static int check_families(const vc_case *c) {
 
 int main(int argc, char **argv) {
     long only = -1, skip = -1;
-    int list_only = 0, family_check = 1, quick = 0, fresh = 0;
+    int list_only = 0, family_check = 1, quick = 0, fresh = 0, cpu_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
             only = strtol(argv[++i], NULL, 10);
@@ -197,9 +206,11 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (strcmp(argv[i], "--fresh-context") == 0)
             fresh = 1;
+        else if (strcmp(argv[i], "--cpu-family") == 0)
+            cpu_only = 1;
         else {
             fprintf(stderr, "usage: test_variants [--quick] [--case N] [--skip N] [--list] "
-                            "[--no-family-check] [--forward-only] [--fresh-context]\n");
+                            "[--no-family-check] [--forward-only] [--fresh-context] [--cpu-family]\n");
             return 2;
         }
     }
@@ -231,6 +242,7 @@ int main(int argc, char **argv) {
         const vc_case *c = &cases.items[i];
         if (c->desc.dropout_p > 0.0f && c->desc.causal && !c->nseq && !family_case) family_case = c;
         if ((only >= 0 && (size_t)only != i) || (skip >= 0 && (size_t)skip == i)) continue;
+        if (cpu_only && !cpu_family_covers(c)) continue;
         vc_describe(c, desc, sizeof desc);
         char label[480];
         snprintf(label, sizeof label, "case %zu %s", i, desc);

@@ -183,6 +183,18 @@ void variant_cases_all(vc_list *l) {
     c->mask = VC_PER_HEAD;
     c->mask_density = 0.85;
     block_mask(c, VC_PER_BATCH, 8, 16, 0.85);
+    /* Every variant the CPU family runs (all but varlen and d_v != d) in one build, bfloat16 and GQA,
+       so that its forced run (test_variants_cpu) has the combination too. */
+    c = push(l, "everything bf16 d_v=d", BF16, 2, 4, 2, 41, 53, 24, 24, 1);
+    window(c, 25, -1);
+    c->desc.softcap = 3.0f;
+    c->alibi = 2;
+    c->sinks = 1;
+    dropout(c, 0.15f, 5, 9);
+    c->bias = VC_PER_HEAD;
+    c->mask = VC_FULL;
+    c->mask_density = 0.85;
+    block_mask(c, VC_PER_BATCH, 8, 16, 0.85);
     {
         static const size_t lq[3] = {11, 26, 1}, lk[3] = {30, 14, 5};
         c = push(l, "everything varlen", F32, 0, 2, 1, 0, 0, 32, 32, 1);

@@ -48,6 +48,9 @@ def parse_args():
     p.add_argument("--seqlen-k", type=int, default=None, help="default: --seqlen (32768 with --decode)")
     p.add_argument("--head-dim", type=int, default=None, help="default 64 (128 with --decode)")
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default="f32",
+                   help="storage type of both sides (default f32); torch computes in it, FlashCL stores in it "
+                        "and accumulates in float32 (flashcl bench --dtype, its flash+variants run)")
     p.add_argument("--threads", type=int, default=os.cpu_count(),
                    help="torch.set_num_threads; POCL uses every core (default: all cores)")
     p.add_argument("--iters", type=int, default=2, help="timed calls per side and round (default 2)")
@@ -100,8 +103,9 @@ def torch_setup(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     # torch's own layout, its best case: q, dO [b, hq, sq, d]; k, v [b, hkv, sk, d].
-    q, dout = (torch.empty(a.batch, a.heads, a.seqlen, a.head_dim).uniform_(-1, 1) for _ in range(2))
-    k, v = (torch.empty(a.batch, a.kv_heads, a.seqlen_k, a.head_dim).uniform_(-1, 1) for _ in range(2))
+    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    q, dout = (torch.empty(a.batch, a.heads, a.seqlen, a.head_dim).uniform_(-1, 1).to(dtype) for _ in range(2))
+    k, v = (torch.empty(a.batch, a.kv_heads, a.seqlen_k, a.head_dim).uniform_(-1, 1).to(dtype) for _ in range(2))
     return [q, k, v, dout]
 
 
@@ -155,6 +159,11 @@ def flashcl_times(a):
         cmd.append("--causal")
     if not a.no_backward:
         cmd.append("--backward")
+    # Another storage type is a variant to bench: its run is "flash+variants"; the float32 one is skipped.
+    path = "flash"
+    if a.dtype != "f32":
+        cmd += ["--dtype", a.dtype, "--no-plain"]
+        path = "flash+variants"
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit("flashcl bench failed (%d): %s" % (run.returncode, run.stderr.strip()))
@@ -164,7 +173,7 @@ def flashcl_times(a):
         if obj.get("path") == "summary":
             out["roof"] = obj.get("roof_gflops")
             out["read"] = obj.get("read_gbps")  # measured for decode shapes (null otherwise)
-        elif obj.get("path") == "flash" and "ms" in obj:
+        elif obj.get("path") == path and "ms" in obj:
             out[obj.get("pass", "fwd")] = obj["ms"]
             out.setdefault("kernel", obj.get("kernel"))
             out.setdefault("bytes", obj.get("bytes"))
@@ -226,8 +235,8 @@ def main():
     if a.no_torch:
         print("flashcl fwd %.1f ms%s" % (f["fwd"], ", fwd+bwd %.1f ms" % f["fwd+bwd"] if "fwd+bwd" in f else ""))
         return
-    print("problem  b%d h%d N%d d%d fp32 %s; torch %s on %d threads; flashcl kernel %s"
-          % (a.batch, a.heads, a.seqlen, a.head_dim, "causal" if a.causal else "non-causal", t["version"],
+    print("problem  b%d h%d N%d d%d %s %s; torch %s on %d threads; flashcl kernel %s"
+          % (a.batch, a.heads, a.seqlen, a.head_dim, a.dtype, "causal" if a.causal else "non-causal", t["version"],
              t["threads"], f.get("kernel")))
     roof = f.get("roof")
     print("roof     %s" % ("%.1f GFLOP/s (flashcl bench's SGEMM roof, best round)" % roof if roof else "n/a"))
