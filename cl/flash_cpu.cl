@@ -241,38 +241,53 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
 #endif
 }
 
+/* The Philox key of flashcl_dropout_words. */
+#define CPU_DROPOUT_KEY ((uint2)(seed_lo, seed_hi ^ drop_off_hi))
+
 /* Multiplies x[j][r] (rows in lanes, keys j0 + j) by the dropout factor of (first + r, j0 + j): 0 or
-   1/(1-p), from the Philox words of flashcl_dropout_words, one call per four aligned keys. */
+   1/(1-p), from flashcl_dropout_words' counters (keys 4q .. 4q+3 of row i: (q, i, bh, offset)),
+   the 16 rows of one q at a time through flashcl_philox16. */
 inline void cpu_dropout_rows(float *x, flashcl_head hd, int first, int j0, VARIANT_ARGS) {
 #if HAS_DROPOUT
-    for (int r = 0; r < LANES; ++r) {
-        for (int q4 = j0 >> 2; q4 * 4 < j0 + CHUNK; ++q4) {
-            const uint4 w = flashcl_dropout_words(hd, first + r, q4, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
-            const uint words[4] = {w.x, w.y, w.z, w.w};
-            for (int t = 0; t < 4; ++t) {
-                const int j = q4 * 4 + t - j0;
-                if (j >= 0 && j < CHUNK) x[j * LANES + r] *= words[t] >= drop_threshold ? drop_scale : 0.0f;
+    for (int q4 = j0 >> 2; q4 * 4 < j0 + CHUNK; ++q4) {
+        uint16 w[4];
+        w[0] = (uint16)((uint)q4);
+        w[1] = convert_uint16((int16)(first) + CPU_LANE_IDS);
+        w[2] = (uint16)(hd.bh);
+        w[3] = (uint16)(drop_off_lo);
+        flashcl_philox16(&w[0], &w[1], &w[2], &w[3], CPU_DROPOUT_KEY);
+        for (int t = 0; t < 4; ++t) {
+            const int j = q4 * 4 + t - j0;
+            if (j >= 0 && j < CHUNK) {
+                const float16 z = select((float16)(0.0f), (float16)(drop_scale), w[t] >= (uint16)(drop_threshold));
+                vstore16(vload16(j, x) * z, j, x);
             }
         }
     }
 #endif
 }
 
-/* The dropout factors of row i for the 16 keys k_first .. k_first+15 (k_first a multiple of 16). */
-inline float16 cpu_dropout_keys(flashcl_head hd, long i, int k_first, VARIANT_ARGS) {
-    float z[LANES];
+/* The dropout factors of rows i .. i+3 for the 16 keys k_first .. k_first+15 (k_first a multiple
+   of 16): z[4 r + q][t] is key 4q + t of row i + r; one flashcl_philox16 for the 64 factors. */
+inline void cpu_dropout_keys4(flashcl_head hd, long i, int k_first, float16 z[4], VARIANT_ARGS) {
 #if HAS_DROPOUT
-    for (int q = 0; q < LANES / 4; ++q) {
-        const uint4 w = flashcl_dropout_words(hd, i, (k_first >> 2) + q, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
-        z[4 * q + 0] = w.x >= drop_threshold ? drop_scale : 0.0f;
-        z[4 * q + 1] = w.y >= drop_threshold ? drop_scale : 0.0f;
-        z[4 * q + 2] = w.z >= drop_threshold ? drop_scale : 0.0f;
-        z[4 * q + 3] = w.w >= drop_threshold ? drop_scale : 0.0f;
+    uint16 w[4];
+    w[0] = (uint16)((uint)(k_first >> 2)) + convert_uint16(CPU_LANE_IDS & (int16)(3));
+    w[1] = (uint16)((uint)i) + convert_uint16(CPU_LANE_IDS >> 2);
+    w[2] = (uint16)(hd.bh);
+    w[3] = (uint16)(drop_off_lo);
+    flashcl_philox16(&w[0], &w[1], &w[2], &w[3], CPU_DROPOUT_KEY);
+    uint words[4][LANES];
+    for (int t = 0; t < 4; ++t) vstore16(w[t], 0, words[t]);
+    for (int r = 0; r < 4; ++r) {
+        float f[LANES];
+        for (int q = 0; q < 4; ++q)
+            for (int t = 0; t < 4; ++t) f[4 * q + t] = words[t][4 * r + q] >= drop_threshold ? drop_scale : 0.0f;
+        z[r] = vload16(0, f);
     }
 #else
-    for (int q = 0; q < LANES; ++q) z[q] = 1.0f;
+    for (int r = 0; r < 4; ++r) z[r] = (float16)(1.0f);
 #endif
-    return vload16(0, z);
 }
 
 /* The score terms of row i against the 16 keys k_first + lane (keys in lanes: dK/dV); grad as in
@@ -519,6 +534,7 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
                 cpu_product_rows(vt[g], gc, dp);
                 const int masked =
                     cpu_needs_mask(hd, i0, i0 + rows - 1, k_first, k_first + LANES - 1, win_left, win_right);
+                float16 z4[4]; /* dropout factors of four rows */
                 for (int i = 0; i < rows; ++i) {
                     const long row = i0 + i;
                     const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, row);
@@ -534,7 +550,12 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
                         p = cpu_exp2_unmasked(f - l2);
                     }
                     if (l2 == FLASHCL_NEG_INF) p = (float16)(0.0f); /* the row saw no key in the forward */
-                    const float16 z = cpu_dropout_keys(hd, row, k_first, VARIANT_PASS);
+#if HAS_DROPOUT
+                    if ((i & 3) == 0) cpu_dropout_keys4(hd, row, k_first, z4, VARIANT_PASS);
+                    const float16 z = z4[i & 3];
+#else
+                    const float16 z = (float16)(1.0f);
+#endif
                     vstore16(p * z, i, s);
                     vstore16(p * (vload16(i, dp) * z - Dsum[at]) * grad, i, dp);
                 }
