@@ -309,21 +309,38 @@ inline float16 cpu_terms_keys(float16 x, float16 *grad, flashcl_head hd, long i,
 #if HAS_ALIBI
     x -= hd.slope2 * fabs((float)(i + hd.off) - convert_float16((int16)(k_first) + CPU_LANE_IDS));
 #endif
-#if HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK
+#if HAS_BIAS || HAS_MASK
+    /* The row's 16 keys lie side by side in a bias or mask row: vector loads where all are real. */
+    if (k_first + LANES <= hd.sk) {
+#if HAS_BIAS
+        x += vload16(0, bias + hd.bias_at + (ulong)i * bias_sr + (ulong)k_first) * FLASHCL_LOG2E_F;
+#endif
+#if HAS_MASK
+        const uchar16 keep = vload16(0, mask + hd.mask_at + (ulong)i * mask_sr + (ulong)k_first);
+        x = select(x, (float16)(FLASHCL_NEG_INF), convert_int16(keep) == (int16)(0));
+#endif
+    } else {
+        float v[LANES];
+        vstore16(x, 0, v);
+        for (int r = 0; r < LANES; ++r) {
+            const ulong key = (ulong)min((long)(k_first + r), hd.sk - 1);
+#if HAS_BIAS
+            v[r] += bias[hd.bias_at + (ulong)i * bias_sr + key] * FLASHCL_LOG2E_F;
+#endif
+#if HAS_MASK
+            if (!mask[hd.mask_at + (ulong)i * mask_sr + key]) v[r] = FLASHCL_NEG_INF;
+#endif
+        }
+        x = vload16(0, v);
+    }
+#endif
+#if HAS_BLOCK_MASK
     float v[LANES];
     vstore16(x, 0, v);
     for (int r = 0; r < LANES; ++r) {
         const ulong key = (ulong)min((long)(k_first + r), hd.sk - 1);
-#if HAS_BIAS
-        v[r] += bias[hd.bias_at + (ulong)i * bias_sr + key] * FLASHCL_LOG2E_F;
-#endif
-#if HAS_MASK
-        if (!mask[hd.mask_at + (ulong)i * mask_sr + key]) v[r] = FLASHCL_NEG_INF;
-#endif
-#if HAS_BLOCK_MASK
         if (!bmask[hd.bmask_at + ((ulong)i / (ulong)bmask_bq) * bmask_sr + key / (ulong)bmask_bk])
             v[r] = FLASHCL_NEG_INF;
-#endif
     }
     x = vload16(0, v);
 #endif

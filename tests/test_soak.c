@@ -45,8 +45,8 @@ typedef struct profile {
     size_t head_dim;
     float softcap;
     int alibi, sinks;
-    /* A window moves plain float32 off the CPU family onto the row kernels: two more
-       builds, so windows are left to the profiles that run the row kernels anyway. */
+    /* Windows are drawn only in the profiles that build variant kernels anyway (a window is a
+       run-time argument of every family, but it keeps the plain profile's calls plain). */
     int windows;
 } profile;
 
@@ -96,7 +96,7 @@ static void draw_shape(tu_rng *r, call_spec *s, int largest) {
         d->seqlen_k = largest ? MAX_SK : pick(r, 1, MAX_SK);
     }
     d->causal = !largest && pick(r, 0, 1);
-    if (largest == 2) { /* a window moves plain float32 off the CPU family: its own variant */
+    if (largest == 2) { /* the largest call once more with a window (a non-plain descriptor) */
         d->causal = 1, d->window = 1, d->window_left = 4, d->window_right = 0;
     } else if (k_profiles[s->profile].windows && !largest && pick(r, 0, 3) == 0) {
         d->window = 1;
