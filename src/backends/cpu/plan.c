@@ -77,10 +77,8 @@ int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_
         char features[160], reason[64];
         flashcl__describe_variants(d, features, sizeof features);
         uncovered_why(d, reason, sizeof reason);
-        snprintf(why, cap,
-                 "the CPU family runs d <= 256 with d_v = d and no varlen, this call has %s (d=%zu, %s): the "
-                 "portable row kernels take it",
-                 reason, d->head_dim, features);
+        snprintf(why, cap, "%s (the family runs d <= 256 with d_v = d and no varlen; this call: d=%zu, %s)", reason,
+                 d->head_dim, features);
         return 0;
     }
     return 1;
