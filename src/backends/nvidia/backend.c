@@ -6,7 +6,7 @@
 
 static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                          const flashcl_tensor *views, char *why, size_t cap) {
-    if (!flashcl__mma_covers(ctx, d, why, cap)) return 0;
+    if (!flashcl__mma_covers(ctx, pass, d, why, cap)) return 0;
     const int n = pass == FLASHCL__FORWARD ? FLASHCL__FORWARD_VIEWS : FLASHCL__BACKWARD_VIEWS;
     if (views && !flashcl__mma_views_aligned(views, n)) {
         snprintf(why, cap, "tensor-core path needs views 16-byte aligned (offsets and strides multiples of 8)");
