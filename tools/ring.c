@@ -140,7 +140,8 @@ int main(int argc, char **argv) {
     const char *pass[2] = {"forward", "backward"};
     int rc = 0;
     for (int which = 0; which <= o.backward && rc == 0; ++which) {
-        double total = 0.0;
+        double total = 0.0, fastest = 1e30, mine[3 * 64] = {0};
+        const int steps = size < 64 ? size : 64;
         for (int it = 0; it <= o.iters && rc == 0; ++it) { /* iteration 0 warms up (kernel builds) */
             MPI_Barrier(MPI_COMM_WORLD);
             const double t0 = MPI_Wtime();
@@ -155,12 +156,14 @@ int main(int argc, char **argv) {
                 rc = 1;
             }
             if (it > 0) total += slowest;
+            if (it > 0 && slowest < fastest) { /* keep the steps of the fastest call: the machine is shared */
+                fastest = slowest;
+                for (int s = 0; s < steps; ++s)
+                    mine[3 * s] = comp[s], mine[3 * s + 1] = wait[s], mine[3 * s + 2] = stage[s];
+            }
         }
         if (rc) break;
-        /* The last iteration's steps, each the slowest rank's. */
-        double mine[3 * 64];
-        const int steps = size < 64 ? size : 64;
-        for (int s = 0; s < steps; ++s) mine[3 * s] = comp[s], mine[3 * s + 1] = wait[s], mine[3 * s + 2] = stage[s];
+        /* The fastest call's steps, each the slowest rank's. */
         MPI_Reduce(mine, worst, 3 * steps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         const double bare = bare_exchange(o.batch * n * o.heads_kv * o.dim * 2, rank, size);
         if (rank == 0) {
@@ -173,7 +176,8 @@ int main(int argc, char **argv) {
             for (int s = 0; s < steps; ++s)
                 printf("  step %2d: compute %8.3f ms  exposed wait %7.3f ms  staging %7.3f ms\n", s, 1e3 * worst[3 * s],
                        1e3 * worst[3 * s + 1], 1e3 * worst[3 * s + 2]);
-            printf("  per call: %.3f ms (mean of %d, slowest rank)\n", 1e3 * total / o.iters, o.iters);
+            printf("  per call: %.3f ms mean, %.3f ms fastest (of %d calls, each the slowest rank)\n",
+                   1e3 * total / o.iters, 1e3 * fastest, o.iters);
         }
     }
     cl_mem all[] = {q, k, v, dout, out, lse, dq, dk, dv};
