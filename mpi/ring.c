@@ -259,6 +259,10 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
         if (st == FLASHCL_SUCCESS && r->layout != FLASHCL_RING_CONTIGUOUS && r->layout != FLASHCL_RING_ZIGZAG)
             st = FLASHCL_ERR_INVALID_ARGUMENT;
         if (st == FLASHCL_SUCCESS && r->layout == FLASHCL_RING_ZIGZAG && d.seqlen_q % 2) st = FLASHCL_ERR_INVALID_SHAPE;
+        /* A chunk's K then V go in one MPI message, whose count is an int. */
+        if (st == FLASHCL_SUCCESS &&
+            (double)d.batch * (double)d.seqlen_q * (double)d.heads_kv * (double)(d.head_dim + d.head_dim_v) > INT32_MAX)
+            st = FLASHCL_ERR_INVALID_SHAPE;
     }
     r->d = d;
     if (user_comm == MPI_COMM_NULL) { /* nothing to agree with: this rank alone returns */
@@ -374,7 +378,6 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
     ring rr, *r = &rr;
     setup(r, ctx, desc, opt, q && k && v && o, comm);
     if (r->st != FLASHCL_SUCCESS) return finish(r);
-    if (r->kv_elems > INT32_MAX) fail(r, FLASHCL_ERR_INVALID_SHAPE); /* one MPI message (int count) per chunk */
 
     float *host[2] = {malloc(r->kv_elems * sizeof(float)), malloc(r->kv_elems * sizeof(float))};
     float *lse_host = malloc(r->b * r->hq * r->n * sizeof(float));
@@ -489,7 +492,6 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
     ring rr, *r = &rr;
     setup(r, ctx, desc, opt, q && k && v && o && dout && lse && dq && dk && dv, comm);
     if (r->st != FLASHCL_SUCCESS) return finish(r);
-    if (r->kv_elems > INT32_MAX) fail(r, FLASHCL_ERR_INVALID_SHAPE);
 
     const size_t kv_n = r->kv_elems, dq_n = r->b * r->n * r->hq * r->dk, lse_n = r->b * r->hq * r->n;
     /* host: K/V double buffer, dK/dV double buffer (they travel), the step's dK/dV sum, dQ, scratch */
