@@ -72,7 +72,8 @@ typedef struct flashcl_ring_desc {
          sums of the step's gradients);
        wait: time blocked on the ring's transfers after the step's compute, the part of the
          communication the compute did not hide;
-       stage: the K/V arriving for the next step written to the device (host staging). */
+       stage: the part of writing the next step's K/V to the device (host staging) that the
+         compute did not hide (the write starts, on a queue of its own, once the message is in). */
     double *step_compute_s, *step_wait_s, *step_stage_s;
 } flashcl_ring_desc;
 

@@ -23,10 +23,22 @@ typedef struct ring_run {
     int causal;
 } ring_run;
 
+/* The next step's K/V, written to the device on a queue of our own as soon as its message has
+   arrived (polled while the step computes), so that the host-to-device copy overlaps the
+   compute too instead of following it. */
+typedef struct ring_stage {
+    MPI_Request *recv; /* the K/V receive; NULL: nothing to stage this step */
+    cl_mem dst;
+    const float *src;
+    size_t count;
+    cl_event done; /* the write, once enqueued */
+} ring_stage;
+
 typedef struct ring {
     flashcl_context *ctx;
     cl_context cl;
-    cl_command_queue queue;
+    cl_command_queue queue, copy_queue;
+    ring_stage stage;
     MPI_Comm comm; /* our duplicate: own tag space, MPI_ERRORS_RETURN */
     int size, rank, next, prev;
     flashcl_attention_desc d; /* this rank's descriptor, defaults resolved */
@@ -46,6 +58,10 @@ static void fail(ring *r, flashcl_status st) {
     if (r->st == FLASHCL_SUCCESS) r->st = st;
 }
 
+static void mpi_check_(ring *r, int e) {
+    if (e != MPI_SUCCESS) fail(r, FLASHCL_ERR_MPI);
+}
+
 /* Replaces the chain's last event with ev (the event of a call just made). */
 static void chain(ring *r, cl_event ev) {
     if (!ev) return;
@@ -55,6 +71,35 @@ static void chain(ring *r, cl_event ev) {
 
 static cl_uint nwait(const ring *r) { return r->last ? 1u : 0u; }
 static const cl_event *waitl(const ring *r) { return r->last ? &r->last : NULL; }
+
+/* Enqueues the staging write once its message is complete (or, with force, after waiting for it). */
+static void stage_poll(ring *r, int force) {
+    ring_stage *g = &r->stage;
+    if (!g->recv || g->done || r->st != FLASHCL_SUCCESS) return;
+    int flag = 0;
+    if (force)
+        mpi_check_(r, MPI_Wait(g->recv, MPI_STATUS_IGNORE)), flag = 1;
+    else
+        MPI_Test(g->recv, &flag, MPI_STATUS_IGNORE);
+    if (!flag || r->st != FLASHCL_SUCCESS) return;
+    cl_int e =
+        clEnqueueWriteBuffer(r->copy_queue, g->dst, CL_FALSE, 0, g->count * sizeof(float), g->src, 0, NULL, &g->done);
+    if (e == CL_SUCCESS) e = clFlush(r->copy_queue);
+    if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
+}
+
+/* Ends the step's staging: the write enqueued (if its message came after the compute, now) and
+   finished, so the next step's calls may read the buffer. */
+static void stage_finish(ring *r) {
+    stage_poll(r, 1);
+    ring_stage *g = &r->stage;
+    if (g->done) {
+        cl_int e = clWaitForEvents(1, &g->done);
+        if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
+        clReleaseEvent(g->done);
+    }
+    memset(g, 0, sizeof *g);
+}
 
 /* Waits for the chain while giving MPI's progress engine the CPU now and then: OpenMPI moves
    a large non-blocking message only inside MPI calls, so a plain clWaitForEvents would leave
@@ -74,6 +119,7 @@ static void wait_device(ring *r, MPI_Request *reqs, int nreq) {
             break;
         }
         if (status == CL_COMPLETE) break;
+        stage_poll(r, 0);
         if (nreq > 0) {
             int flag = 0;
             MPI_Testall(nreq, reqs, &flag, MPI_STATUSES_IGNORE);
@@ -85,9 +131,7 @@ static void wait_device(ring *r, MPI_Request *reqs, int nreq) {
     r->last = NULL;
 }
 
-static void mpi_check(ring *r, int e) {
-    if (e != MPI_SUCCESS) fail(r, FLASHCL_ERR_MPI);
-}
+#define mpi_check mpi_check_
 
 static cl_mem make_buffer(ring *r, size_t floats) {
     if (r->st != FLASHCL_SUCCESS) return NULL;
@@ -265,6 +309,13 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
             st = FLASHCL_ERR_INVALID_SHAPE;
     }
     r->d = d;
+    /* The staging queue: created before the agreement, since a rank that failed after it would
+       leave its partners waiting for its messages. */
+    if (st == FLASHCL_SUCCESS) {
+        cl_int e = CL_SUCCESS;
+        r->copy_queue = clCreateCommandQueue(flashcl_context_cl_context(ctx), flashcl_context_device(ctx), 0, &e);
+        if (e != CL_SUCCESS) r->copy_queue = NULL, st = (flashcl_status)e;
+    }
     if (user_comm == MPI_COMM_NULL) { /* nothing to agree with: this rank alone returns */
         r->st = FLASHCL_ERR_INVALID_ARGUMENT;
         return;
@@ -319,6 +370,7 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
 /* The last agreement: every rank returns the lowest status any rank had. */
 static flashcl_status finish(ring *r) {
     if (r->last) clWaitForEvents(1, &r->last), clReleaseEvent(r->last), r->last = NULL;
+    if (r->copy_queue) clReleaseCommandQueue(r->copy_queue), r->copy_queue = NULL;
     if (r->comm == MPI_COMM_NULL) return r->st;
     int64_t v = r->st;
     if (MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_MIN, r->comm) != MPI_SUCCESS) v = FLASHCL_ERR_MPI;
@@ -401,7 +453,10 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
         const int src = (r->rank - s + r->size) % r->size, cur = s % 2;
         MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
         /* Every rank exchanges at every step even after a failure, so no partner waits forever. */
-        if (s + 1 < r->size) exchange(r, host[cur], host[1 - cur], r->kv_elems, s, reqs);
+        if (s + 1 < r->size) {
+            exchange(r, host[cur], host[1 - cur], r->kv_elems, s, reqs);
+            r->stage = (ring_stage){&reqs[0], kv[1 - cur], host[1 - cur], r->kv_elems, NULL};
+        }
         const double t0 = now();
         for (int g = 0; g < r->nseg && r->st == FLASHCL_SUCCESS; ++g) {
             ring_run runs[2];
@@ -449,7 +504,7 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
         const double t1 = now();
         wait_all(r, reqs, 2);
         const double t2 = now();
-        if (s + 1 < r->size) write_floats(r, kv[1 - cur], 0, r->kv_elems, host[1 - cur]);
+        stage_finish(r);
         record(r, s, t1 - t0, t2 - t1, now() - t2);
     }
 
@@ -519,7 +574,10 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
     for (int s = 0; s < r->size; ++s) {
         const int src = (r->rank - s + r->size) % r->size, cur = s % 2;
         MPI_Request reqs[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-        if (s + 1 < r->size) exchange(r, host[cur], host[1 - cur], kv_n, 2 * s, reqs);
+        if (s + 1 < r->size) {
+            exchange(r, host[cur], host[1 - cur], kv_n, 2 * s, reqs);
+            r->stage = (ring_stage){&reqs[0], kv[1 - cur], host[1 - cur], kv_n, NULL};
+        }
         reqs[2] = dreqs[0], reqs[3] = dreqs[1]; /* the dK/dV of this step's chunk, still arriving */
         const double t0 = now();
         if (r->st == FLASHCL_SUCCESS) memset(contrib, 0, kv_n * sizeof(float));
@@ -571,7 +629,7 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
         /* The accumulator travels on with its chunk; after step P-1 this send takes it home. */
         exchange(r, dacc[cur], dacc[1 - cur], kv_n, 2 * s + 1, dreqs);
         const double t3 = now();
-        if (s + 1 < r->size) write_floats(r, kv[1 - cur], 0, kv_n, host[1 - cur]);
+        stage_finish(r);
         record(r, s, t1 - t0, t2 - t1, now() - t3);
     }
     wait_all(r, dreqs, 2);
