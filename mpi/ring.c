@@ -58,7 +58,7 @@ static void fail(ring *r, flashcl_status st) {
     if (r->st == FLASHCL_SUCCESS) r->st = st;
 }
 
-static void mpi_check_(ring *r, int e) {
+static void mpi_check(ring *r, int e) {
     if (e != MPI_SUCCESS) fail(r, FLASHCL_ERR_MPI);
 }
 
@@ -76,9 +76,9 @@ static const cl_event *waitl(const ring *r) { return r->last ? &r->last : NULL; 
 static void stage_poll(ring *r, int force) {
     ring_stage *g = &r->stage;
     if (!g->recv || g->done || r->st != FLASHCL_SUCCESS) return;
-    int flag = 0;
+    int flag = 1;
     if (force)
-        mpi_check_(r, MPI_Wait(g->recv, MPI_STATUS_IGNORE)), flag = 1;
+        mpi_check(r, MPI_Wait(g->recv, MPI_STATUS_IGNORE));
     else
         MPI_Test(g->recv, &flag, MPI_STATUS_IGNORE);
     if (!flag || r->st != FLASHCL_SUCCESS) return;
@@ -130,8 +130,6 @@ static void wait_device(ring *r, MPI_Request *reqs, int nreq) {
     clReleaseEvent(r->last);
     r->last = NULL;
 }
-
-#define mpi_check mpi_check_
 
 static cl_mem make_buffer(ring *r, size_t floats) {
     if (r->st != FLASHCL_SUCCESS) return NULL;
