@@ -133,14 +133,15 @@ static void run_case(flashcl_context *ctx, const mpi_env *e, const char *name, c
     size_t most = lq;
     const size_t sizes[] = {lk, lv, lo, ll};
     for (size_t i = 0; i < 4; ++i) most = sizes[i] > most ? sizes[i] : most;
-    float *ref = malloc(most * 4), *got = malloc(most * 4);
+    enum { LSE_OFFSET = 5 }; /* the LSE a few floats into its buffer: lse_offset is honoured */
+    float *ref = malloc(most * 4), *got = malloc((most + LSE_OFFSET) * 4);
     REQUIRE(hq_ && hk && hv && hdo && ref && got);
     gather(q, s, s->hq, s->d, e, s->bhsd, hq_);
     gather(k, s, s->hkv, s->d, e, s->bhsd, hk);
     gather(v, s, s->hkv, s->dv, e, s->bhsd, hv);
     gather(dout, s, s->hq, s->dv, e, s->bhsd, hdo);
     cl_mem bq = buffer_of(ctx, lq, hq_), bk = buffer_of(ctx, lk, hk), bv = buffer_of(ctx, lv, hv);
-    cl_mem bdo = buffer_of(ctx, lo, hdo), bo = buffer_of(ctx, lo, NULL), bl = buffer_of(ctx, ll, NULL);
+    cl_mem bdo = buffer_of(ctx, lo, hdo), bo = buffer_of(ctx, lo, NULL), bl = buffer_of(ctx, ll + LSE_OFFSET, NULL);
     cl_mem bdq = buffer_of(ctx, lq, NULL), bdk = buffer_of(ctx, lk, NULL), bdv = buffer_of(ctx, lv, NULL);
     const flashcl_tensor tq = view_of(bq, s, n, s->hq, s->d), tk = view_of(bk, s, n, s->hkv, s->d);
     const flashcl_tensor tv = view_of(bv, s, n, s->hkv, s->dv), to = view_of(bo, s, n, s->hq, s->dv);
@@ -149,8 +150,15 @@ static void run_case(flashcl_context *ctx, const mpi_env *e, const char *name, c
 
     flashcl_ring_desc ring = FLASHCL_RING_DESC_INIT;
     ring.layout = s->layout;
+    double *times = malloc(3 * (size_t)e->size * sizeof *times);
+    REQUIRE(times);
+    for (int i = 0; i < 3 * e->size; ++i) times[i] = -1.0;
+    ring.step_compute_s = times, ring.step_wait_s = times + e->size, ring.step_stage_s = times + 2 * e->size;
     flashcl_attention_desc d = local_desc(s, n);
-    flashcl_status st = flashcl_ring_forward(ctx, &d, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD);
+    flashcl_status st = flashcl_ring_forward(ctx, &d, &ring, &tq, &tk, &tv, &to, bl, LSE_OFFSET, MPI_COMM_WORLD);
+    for (int i = 0; i < 3 * e->size; ++i) CHECK(isfinite(times[i]) && times[i] >= 0.0); /* every step timed */
+    free(times);
+    ring.step_compute_s = ring.step_wait_s = ring.step_stage_s = NULL;
     if (st != FLASHCL_SUCCESS)
         printf("[rank %d] %s forward: %s %s\n", e->rank, name, flashcl_status_name(st), flashcl_last_error(ctx));
     CHECK_STATUS(st, FLASHCL_SUCCESS);
@@ -158,11 +166,12 @@ static void run_case(flashcl_context *ctx, const mpi_env *e, const char *name, c
     tu_buffer_read(queue, bo, lo, got, NULL);
     gather(o, s, s->hq, s->dv, e, s->bhsd, ref);
     compare(name, "O", e, got, ref, lo, N, max_abs(o, no));
-    tu_buffer_read(queue, bl, ll, got, NULL);
+    tu_buffer_read(queue, bl, ll + LSE_OFFSET, got, NULL);
     gather_lse(lse, s, e, ref);
-    compare(name, "LSE", e, got, ref, ll, N, max_abs(lse, nl));
+    compare(name, "LSE", e, got + LSE_OFFSET, ref, ll, N, max_abs(lse, nl));
 
-    st = flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &tdv, MPI_COMM_WORLD);
+    st = flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, LSE_OFFSET, &tdq, &tdk, &tdv,
+                               MPI_COMM_WORLD);
     if (st != FLASHCL_SUCCESS)
         printf("[rank %d] %s backward: %s %s\n", e->rank, name, flashcl_status_name(st), flashcl_last_error(ctx));
     CHECK_STATUS(st, FLASHCL_SUCCESS);
@@ -247,11 +256,27 @@ static void run_errors(flashcl_context *ctx, const mpi_env *e) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) clReleaseMemObject(all[i]);
 }
 
+/* flashcl_ring_rows alone: the documented layouts and its refusals. */
+static void check_rows(void) {
+    size_t f[2], r[2];
+    int n = 0;
+    CHECK_STATUS(flashcl_ring_rows(FLASHCL_RING_ZIGZAG, 32, 4, 1, f, r, &n), FLASHCL_SUCCESS);
+    CHECK(n == 2 && f[0] == 4 && r[0] == 4 && f[1] == 24 && r[1] == 4); /* chunks 1 and 6 of 8 */
+    CHECK_STATUS(flashcl_ring_rows(FLASHCL_RING_CONTIGUOUS, 32, 4, 3, f, r, &n), FLASHCL_SUCCESS);
+    CHECK(n == 1 && f[0] == 24 && r[0] == 8);
+    CHECK_STATUS(flashcl_ring_rows(FLASHCL_RING_ZIGZAG, 36, 4, 0, f, r, &n), FLASHCL_ERR_INVALID_SHAPE);
+    CHECK_STATUS(flashcl_ring_rows(FLASHCL_RING_CONTIGUOUS, 30, 4, 0, f, r, &n), FLASHCL_ERR_INVALID_SHAPE);
+    CHECK_STATUS(flashcl_ring_rows(FLASHCL_RING_ZIGZAG, 32, 4, 4, f, r, &n), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_ring_rows((flashcl_ring_layout)7, 32, 4, 0, f, r, &n), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_ring_rows(FLASHCL_RING_ZIGZAG, 32, 4, 0, NULL, r, &n), FLASHCL_ERR_INVALID_ARGUMENT);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     mpi_env e;
     MPI_Comm_rank(MPI_COMM_WORLD, &e.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &e.size);
+    check_rows();
     flashcl_context *ctx = tu_context_create();
 
     /* Small shapes: each process builds (or loads from the shared program cache) every kernel. */
