@@ -270,13 +270,18 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
         st = FLASHCL_ERR_INVALID_CONTEXT;
     else if (!desc || !pointers_ok)
         st = FLASHCL_ERR_INVALID_ARGUMENT;
-    else if (desc->struct_size == 0 || desc->struct_size > sizeof(flashcl_attention_desc))
-        st = desc->struct_size ? FLASHCL_ERR_UNSUPPORTED_FIELD : FLASHCL_ERR_INVALID_STRUCT_SIZE;
-    else if (opt && opt->struct_size < offsetof(flashcl_ring_desc, step_stage_s) + sizeof(double *))
+    else if (desc->struct_size == 0)
+        st = FLASHCL_ERR_INVALID_STRUCT_SIZE;
+    else if (desc->struct_size > sizeof(flashcl_attention_desc)) {
+        /* The core's rule: fields of a newer header that this build does not know must be zero. */
+        const unsigned char *extra = (const unsigned char *)desc + sizeof(flashcl_attention_desc);
+        for (size_t i = 0; i < desc->struct_size - sizeof(flashcl_attention_desc); ++i)
+            if (extra[i]) st = FLASHCL_ERR_UNSUPPORTED_FIELD;
+    } else if (opt && opt->struct_size < offsetof(flashcl_ring_desc, step_stage_s) + sizeof(double *))
         st = FLASHCL_ERR_INVALID_STRUCT_SIZE;
     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
     if (st == FLASHCL_SUCCESS) {
-        memcpy(&d, desc, desc->struct_size);
+        memcpy(&d, desc, desc->struct_size < sizeof d ? desc->struct_size : sizeof d);
         d.struct_size = sizeof d;
         if (d.heads_kv == 0) d.heads_kv = d.heads_q;
         if (d.seqlen_k == 0) d.seqlen_k = d.seqlen_q;
