@@ -54,8 +54,9 @@
 extern "C" {
 #endif
 
-/* An MPI call failed on some rank (the status of the component's own, pinned
-   like the core's codes, in the core's -10300s cache-and-I/O group). */
+/* An MPI call failed on some rank: the component's own status, pinned like the
+   core's codes, in the core's -10300s cache-and-I/O group. The core's
+   flashcl_status_name/_string do not know it ("UNKNOWN"). */
 #define FLASHCL_ERR_MPI ((flashcl_status)-10350)
 
 typedef enum flashcl_ring_layout {
