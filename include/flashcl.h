@@ -107,6 +107,7 @@ extern "C" {
     XX(ERR_NO_PLAN, -10201, "no tile plan fits this device")                                                           \
     XX(ERR_KERNEL_SOURCE, -10202, "a kernel source file could not be read")                                            \
     XX(ERR_CACHE_IO, -10300, "the program binary cache could not be read or written")                                  \
+    XX(ERR_MPI, -10350, "an MPI call failed in the ring-attention component (FlashCL::mpi)")                           \
     XX(ERR_OUT_OF_HOST_MEMORY, -10400, "host memory allocation failed")                                                \
     XX(ERR_OUT_OF_DEVICE_MEMORY, -10401, "the device cannot hold the buffers this call needs")
 

@@ -54,10 +54,7 @@
 extern "C" {
 #endif
 
-/* An MPI call failed on some rank: the component's own status, pinned like the
-   core's codes, in the core's -10300s cache-and-I/O group. The core's
-   flashcl_status_name/_string do not know it ("UNKNOWN"). */
-#define FLASHCL_ERR_MPI ((flashcl_status)-10350)
+/* An MPI call failed on some rank: FLASHCL_ERR_MPI (-10350, in the core's status map). */
 
 typedef enum flashcl_ring_layout {
     FLASHCL_RING_CONTIGUOUS = 0, /* rank r holds rows [r*N/P, (r+1)*N/P) */
