@@ -276,10 +276,12 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
                     for (int c = 0; c < 4; ++c) {
                         const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1);
                         const long row = r0 + mt * 16 + (c >> 1) * 8;
+                        /* Rows past the sequence are never stored; masks and bias must not be read there. */
 #if MMA_BIAS_PATH
-                        s[mt][n][c] = flashcl_score(s[mt][n][c] * scale_log2, hd, row, key, VARIANT_PASS);
+                        s[mt][n][c] = row < sq ? flashcl_score(s[mt][n][c] * scale_log2, hd, row, key, VARIANT_PASS)
+                                               : FLASHCL_NEG_INF;
 #else
-                        if (!flashcl_visible(hd, row, key, VARIANT_PASS)) s[mt][n][c] = FLASHCL_NEG_INF;
+                        if (row >= sq || !flashcl_visible(hd, row, key, VARIANT_PASS)) s[mt][n][c] = FLASHCL_NEG_INF;
 #endif
                     }
                 }

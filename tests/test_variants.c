@@ -29,7 +29,8 @@
  * tensor-core forward's sweep); --tensor-cores then requires, on a device
  * where a plain 16-bit call plans the tensor-core forward (flash_fwd_mma),
  * every case that forward covers (d and d_v multiples of 8 up to 256, and not
- * a short query the decode family takes) to plan it too, so a silent
+ * a short query the decode family takes) to plan it too, and the backward
+ * of every case with d = d_v <= 128 to plan flash_bwd_mma, so a silent
  * fallback to another family fails instead of passing. Elsewhere (POCL) the
  * cases run on whatever family takes them, against the same reference.
  */
@@ -95,16 +96,34 @@ static int tensor_core_case(const vc_case *c) {
     return d->head_dim % 8 == 0 && d->head_dim <= 256 && dv % 8 == 0 && dv <= 256 && !decode;
 }
 
-/* --tensor-cores: the plan of a covered case must be the tensor-core forward. */
+/* Whether the tensor-core backward covers the case: d = d_v a multiple of 8 up to 128. */
+static int tensor_core_backward_case(const vc_case *c) {
+    const flashcl_attention_desc *d = &c->desc;
+    const size_t dv = d->head_dim_v ? d->head_dim_v : d->head_dim;
+    return d->head_dim % 8 == 0 && d->head_dim <= 128 && dv == d->head_dim;
+}
+
+static int expect_kernel(flashcl_context *ctx, flashcl_status st, const flashcl_plan *plan, const char *pass,
+                         const char *want, const char *label) {
+    if (st == FLASHCL_SUCCESS && strcmp(plan->kernel, want) == 0) return 1;
+    fprintf(stderr, "FAIL %s: %s plan %s (%s), expected %s: %s\n", label, pass, plan->kernel, flashcl_status_name(st),
+            want, st == FLASHCL_SUCCESS ? plan->reason : flashcl_last_error(ctx));
+    tu_fail_count();
+    return 0;
+}
+
+/* --tensor-cores: the plans of a covered case must be the tensor-core forward (and backward). */
 static int check_forward_kernel(flashcl_context *ctx, const vp_problem *p, const char *label) {
     if (!g_expect_forward || !tensor_core_case(&p->c)) return 1;
     flashcl_plan plan;
-    flashcl_status st = flashcl_plan_query(ctx, &p->desc, &plan);
-    if (st == FLASHCL_SUCCESS && strcmp(plan.kernel, g_expect_forward) == 0) return 1;
-    fprintf(stderr, "FAIL %s: forward plan %s (%s), expected %s: %s\n", label, plan.kernel, flashcl_status_name(st),
-            g_expect_forward, st == FLASHCL_SUCCESS ? plan.reason : flashcl_last_error(ctx));
-    tu_fail_count();
-    return 0;
+    memset(&plan, 0, sizeof plan);
+    int ok = expect_kernel(ctx, flashcl_plan_query(ctx, &p->desc, &plan), &plan, "forward", g_expect_forward, label);
+    if (p->c.backward && !g_forward_only && tensor_core_backward_case(&p->c)) {
+        memset(&plan, 0, sizeof plan);
+        ok &= expect_kernel(ctx, flashcl_backward_plan_query(ctx, &p->desc, &plan), &plan, "backward", "flash_bwd_mma",
+                            label);
+    }
+    return ok;
 }
 
 /* Head dims past the maximum: refused, naming the field. */

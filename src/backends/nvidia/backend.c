@@ -17,10 +17,15 @@ static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl
 
 static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                                   flashcl_plan *out) {
-    const flashcl__mma_plan *p = NULL;
-    flashcl_status st =
-        pass == FLASHCL__FORWARD ? flashcl__mma_plan_for(ctx, d, &p) : flashcl__mma_backward_plan_for(ctx, d, &p);
-    if (st == FLASHCL_SUCCESS) *out = pass == FLASHCL__FORWARD ? p->pub : p->bwd_pub;
+    if (pass == FLASHCL__FORWARD) {
+        const flashcl__mma_plan *p = NULL;
+        flashcl_status st = flashcl__mma_plan_for(ctx, d, &p);
+        if (st == FLASHCL_SUCCESS) *out = p->pub;
+        return st;
+    }
+    const flashcl__mma_bwd *w = NULL;
+    flashcl_status st = flashcl__mma_backward_plan_for(ctx, d, &w);
+    if (st == FLASHCL_SUCCESS) *out = w->pub;
     return st;
 }
 

@@ -5,21 +5,32 @@
  * every variant (window, softcap, ALiBi, sinks, dropout, bias, masks, block
  * masks, varlen, GQA), scale > 0, views whose offsets and strides are
  * multiples of 8 elements, on a device whose probe passed (probe.c); the
- * backward plain and causal attention at d = 32/64/96/128 (d_v = d). Every
- * other call goes to the next family.
+ * backward the same with d = d_v <= 128. Every other call goes to the next
+ * family.
  */
 #ifndef FLASHCL_BACKENDS_NVIDIA_H
 #define FLASHCL_BACKENDS_NVIDIA_H
 
 #include "../../backend.h"
 
-/* One built forward (and, for plain calls, its backward), keyed by the forward's build options. */
+#define FLASHCL__MMA_DSINKS_WG 32 /* work-items of the d(sinks) reduction (cl/flash_bwd.cl's BLOCK_M) */
+
+/* The backward kernels of one build. */
+typedef struct flashcl__mma_bwd {
+    cl_kernel k[3];   /* flash_bwd_mma_dot, _dkdv, _dq */
+    cl_kernel dsinks; /* cl/flash_bwd.cl's flash_bwd_dsinks, with sinks */
+    int plain;        /* built with MMA_PLAIN: dK/dV and dQ take causal as their last argument */
+    flashcl_plan pub; /* what flashcl_backward_plan_query reports */
+} flashcl__mma_bwd;
+
+/* One built forward and its backward builds, keyed by the forward's build options. */
 typedef struct flashcl__mma_plan {
     struct flashcl__mma_plan *next;
-    flashcl_plan pub;     /* the forward */
-    cl_kernel kernel;     /* flash_fwd_mma */
-    cl_kernel bwd[3];     /* flash_bwd_mma_dot, _dkdv, _dq: built on the first backward */
-    flashcl_plan bwd_pub; /* what flashcl_backward_plan_query reports, filled with bwd[] */
+    flashcl_plan pub; /* the forward */
+    cl_kernel kernel; /* flash_fwd_mma */
+    /* The backward, built on first use: [0] the general kernels, [1] MMA_PLAIN (plain and
+       causal calls; a window runs with the same forward build but needs [0]). */
+    flashcl__mma_bwd bwd[2];
 } flashcl__mma_plan;
 
 /* The family's state in ctx->family[FLASHCL__FAMILY_NVIDIA]. */
@@ -42,7 +53,7 @@ int flashcl__mma_views_aligned(const flashcl_tensor *views, int n);
 flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
                                      const flashcl__mma_plan **out);
 flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                              const flashcl__mma_plan **out);
+                                              const flashcl__mma_bwd **out);
 void flashcl__mma_release_plans(flashcl__nvidia_state *state);
 
 flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *call);

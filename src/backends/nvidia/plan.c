@@ -3,9 +3,8 @@
  * (table or FLASHCL_MMA_FWD) and build, the backward's build, and the forward's
  * launch. Whatever it does not cover (float32, head dims that are not
  * multiples of 8 or above 256, scale <= 0, views not 16-byte aligned, a
- * device without the probe's blessing; in the backward any variant but
- * causal and head dims other than 32/64/96/128) goes to the next family, and
- * the plan query says why.
+ * device without the probe's blessing; in the backward head dims above 128
+ * or d_v != d) goes to the next family, and the plan query says why.
  */
 #include "nvidia.h"
 #include "../../launch.h"
@@ -101,20 +100,12 @@ static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_
                      d->head_dim, d->head_dim_v);
             return 0;
         }
-    } else {
-        /* The backward runs plain attention (causal or not) only; every other variant is the portable kernels'. */
-        flashcl_attention_desc f32 = *d;
-        f32.dtype = FLASHCL_DTYPE_F32;
-        if (!flashcl__desc_is_plain(&f32)) {
-            char features[160];
-            flashcl__describe_variants(d, features, sizeof features);
-            snprintf(why, cap, "tensor-core backward covers plain and causal attention only (not: %s)", features);
-            return 0;
-        }
-        if (d->head_dim % 16 != 0 || d->head_dim < 32 || d->head_dim > 128) {
-            snprintf(why, cap, "tensor-core backward covers head dims 32, 64, 96, 128 (not %zu)", d->head_dim);
-            return 0;
-        }
+    } else if (d->head_dim % 8 != 0 || d->head_dim > 128 || d->head_dim_v != d->head_dim) {
+        /* Above 128 the dK/dV accumulators and the K/V fragments no longer fit a warp's registers. */
+        snprintf(why, cap,
+                 "tensor-core backward covers head dims that are multiples of 8 up to 128 with d_v = d (not %zu/%zu)",
+                 d->head_dim, d->head_dim_v);
+        return 0;
     }
     if (!(d->scale > 0.0f)) {
         snprintf(why, cap, "tensor-core path needs scale > 0");
@@ -203,32 +194,51 @@ int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_
 }
 
 flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                              const flashcl__mma_plan **out) {
+                                              const flashcl__mma_bwd **out) {
     const flashcl__mma_plan *cp = NULL;
     flashcl_status st = flashcl__mma_plan_for(ctx, d, &cp);
     if (st != FLASHCL_SUCCESS) return st;
-    flashcl__mma_plan *p = (flashcl__mma_plan *)cp;
-    if (!p->bwd[0]) {
+    /* Plain and causal calls at the head dims measured before the variants run the kernels as
+       they were then (MMA_PLAIN; cl/flash_bwd_mma.cl says why). */
+    flashcl_attention_desc f32 = *d;
+    f32.dtype = FLASHCL_DTYPE_F32;
+    const int plain = flashcl__desc_is_plain(&f32) && d->head_dim % 16 == 0 && d->head_dim >= 32;
+    flashcl__mma_bwd *w = &((flashcl__mma_plan *)cp)->bwd[plain];
+    if (!w->k[0]) {
         /* dK/dV: 32 query rows per step at d > 64 (registers), 64 below; dQ: 32 or 64 keys per step. */
-        const int step = d->head_dim > 64 ? 32 : 64;
-        char options[256];
+        const size_t dk = padded_dim(d->head_dim);
+        const int step = dk > 64 ? 32 : 64;
+        char variants[256], options[sizeof w->pub.build_options];
+        flashcl__variant_options(d, variants, sizeof variants);
         snprintf(options, sizeof options,
-                 "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_BWD_BR=%d "
-                 "-DMMA_BWD_BCQ=%d",
-                 d->head_dim, MMA_WARPS, dtype_slot(d->dtype), step, step);
+                 "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_BWD_BR=%d "
+                 "-DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
+                 dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), step, step, plain, variants);
         cl_program program = NULL;
         static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
-        cl_kernel k[3] = {NULL, NULL, NULL};
+        cl_kernel k[3] = {NULL, NULL, NULL}, dsinks = NULL;
         st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, &program);
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
+        if (st == FLASHCL_SUCCESS && d->sinks) {
+            /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
+            char sink_options[sizeof options];
+            snprintf(sink_options, sizeof sink_options, "-D HEAD_DIM=%zu -D BLOCK_M=%d -D BLOCK_N=%d %s", d->head_dim,
+                     FLASHCL__MMA_DSINKS_WG, FLASHCL__MMA_DSINKS_WG, variants);
+            cl_program sp = NULL;
+            st = flashcl__get_program(ctx, "flash_bwd.cl", sink_options, &sp);
+            if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, sp, "flash_bwd_dsinks", &dsinks);
+        }
         if (st != FLASHCL_SUCCESS) {
             for (int i = 0; i < 3; ++i)
                 if (k[i]) clReleaseKernel(k[i]);
+            if (dsinks) clReleaseKernel(dsinks);
             return st;
         }
-        memcpy(p->bwd, k, sizeof k);
+        memcpy(w->k, k, sizeof k);
+        w->dsinks = dsinks;
+        w->plain = plain;
         /* The plan reports the dK/dV kernel: it does most of the work and needs the most __local/registers. */
-        flashcl_plan *bp = &p->bwd_pub;
+        flashcl_plan *bp = &w->pub;
         cl_ulong lm = 0, pm = 0;
         clGetKernelWorkGroupInfo(k[1], ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
         clGetKernelWorkGroupInfo(k[1], ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof pm, &pm, NULL);
@@ -245,12 +255,15 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         snprintf(bp->reason, sizeof bp->reason,
                  "NVIDIA tensor cores (%s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
                  "flash_bwd_mma_dkdv (%d keys per work-group, query tiles of %d) and flash_bwd_mma_dq (%d rows per "
-                 "work-group, key tiles of %d), no atomics; needs all eight views 16-byte aligned (offsets and "
+                 "work-group, key tiles of %d)%s, no atomics; needs all eight views 16-byte aligned (offsets and "
                  "strides multiples of 8)",
                  flashcl__nvidia_state_of(ctx)->why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step,
-                 16 * MMA_WARPS, step);
+                 16 * MMA_WARPS, step, dsinks ? " and flash_bwd_dsinks" : "");
+        if (dk != d->head_dim)
+            flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
+        flashcl__append_variants(d, bp->reason, sizeof bp->reason);
     }
-    *out = p;
+    *out = w;
     return FLASHCL_SUCCESS;
 }
 
@@ -283,8 +296,11 @@ void flashcl__mma_release_plans(flashcl__nvidia_state *state) {
         flashcl__mma_plan *p = state->plans;
         state->plans = p->next;
         if (p->kernel) clReleaseKernel(p->kernel);
-        for (int k = 0; k < 3; ++k)
-            if (p->bwd[k]) clReleaseKernel(p->bwd[k]);
+        for (int s = 0; s < 2; ++s) {
+            for (int k = 0; k < 3; ++k)
+                if (p->bwd[s].k[k]) clReleaseKernel(p->bwd[s].k[k]);
+            if (p->bwd[s].dsinks) clReleaseKernel(p->bwd[s].dsinks);
+        }
         free(p);
     }
 }
