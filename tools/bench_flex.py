@@ -18,6 +18,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_torch_gpu import median_ms_cuda  # noqa: E402  (CUDA events, median after warm-up)
+
 # (label, b, hq, hkv, n, d, causal, softcap, window_left)  window_left -1: none
 CASES = [
     ("b4 h16 N4096 d256", 4, 16, 16, 4096, 256, False, 0.0, -1),
@@ -32,24 +35,6 @@ CASES = [
 def flops(b, hq, n, d, causal):
     f = 4.0 * b * hq * n * n * d
     return f / 2 if causal else f
-
-
-def median_ms_cuda(fn, iters):
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def torch_case(case, iters, backward):

@@ -4,7 +4,7 @@
  * after D, no atomics.
  */
 #include "nvidia.h"
-#include "../../launch.h"
+#include "../../backward_args.h"
 
 #define MMA_BWD_BLOCK 64 /* 16 * MMA_WARPS: keys per dK/dV work-group, rows per dQ work-group */
 
@@ -20,49 +20,23 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     if (st != FLASHCL_SUCCESS) return st;
 
     /* Totals (packed rows with varlen): the kernels find each sequence through cu_seqlens. */
-    const cl_mem dummy = views[FLASHCL__VQ].buffer;
     const int want_dsinks = d->dsinks != NULL && plan->dsinks != NULL;
-    static const int dot_views[] = {FLASHCL__VDO, FLASHCL__VO};
-    flashcl__args dot = flashcl__args_for(plan->k[0], "flash_bwd_mma_dot");
-    flashcl__arg_views(&dot, views, dot_views, 2);
-    flashcl__arg_mem(&dot, dsum);
-    flashcl__arg_int(&dot, (cl_int)d->seqlen_q);
-    flashcl__arg_int(&dot, (cl_int)d->seqlen_k);
-    flashcl__arg_int(&dot, (cl_int)d->heads_q);
-    flashcl__arg_variants(&dot, d, dummy);
-    st = flashcl__args_check(ctx, &dot);
-    static const int in_views[] = {FLASHCL__VQ, FLASHCL__VK, FLASHCL__VV, FLASHCL__VDO};
-    static const int dkdv_out[] = {FLASHCL__VDK, FLASHCL__VDV}, dq_out[] = {FLASHCL__VDQ};
     static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
+    flashcl__args dot = flashcl__args_for(plan->k[0], names[0]);
+    flashcl__arg_bwd_dot(&dot, call, dsum);
+    st = flashcl__args_check(ctx, &dot);
     for (int m = 1; m < 3 && st == FLASHCL_SUCCESS; ++m) {
         flashcl__args a = flashcl__args_for(plan->k[m], names[m]);
-        flashcl__arg_views(&a, views, in_views, 4);
-        flashcl__arg_mem(&a, call->lse);
-        flashcl__arg_ulong(&a, call->lse_offset);
-        flashcl__arg_mem(&a, dsum);
-        if (m == 1)
-            flashcl__arg_views(&a, views, dkdv_out, 2);
-        else
-            flashcl__arg_views(&a, views, dq_out, 1);
-        flashcl__arg_backward_sizes(&a, d);
+        flashcl__arg_bwd_main(&a, call, dsum, m == 2);
         if (plan->plain)
             flashcl__arg_int(&a, d->causal != 0); /* MMA_PLAIN kernels: causal is their last argument */
         else
-            flashcl__arg_variants(&a, d, dummy);
+            flashcl__arg_variants(&a, d, views[FLASHCL__VQ].buffer);
         st = flashcl__args_check(ctx, &a);
     }
     if (st == FLASHCL_SUCCESS && want_dsinks) {
         flashcl__args a = flashcl__args_for(plan->dsinks, "flash_bwd_dsinks");
-        flashcl__arg_mem(&a, call->lse);
-        flashcl__arg_ulong(&a, call->lse_offset);
-        flashcl__arg_mem(&a, dsum);
-        flashcl__arg_mem(&a, d->dsinks);
-        flashcl__arg_ulong(&a, d->dsinks_offset);
-        flashcl__arg_int(&a, (cl_int)d->batch);
-        flashcl__arg_int(&a, (cl_int)d->seqlen_q);
-        flashcl__arg_int(&a, (cl_int)d->seqlen_k);
-        flashcl__arg_int(&a, (cl_int)d->heads_q);
-        flashcl__arg_variants(&a, d, dummy);
+        flashcl__arg_bwd_dsinks(&a, call, dsum);
         st = flashcl__args_check(ctx, &a);
     }
     if (st != FLASHCL_SUCCESS) return st;
