@@ -44,6 +44,7 @@ flashcl_status flashcl__dispatch_plan(flashcl_context *ctx, flashcl__pass pass, 
     if (st != FLASHCL_SUCCESS) return st;
     out->scratch_bytes = b->scratch_bytes(ctx, pass, d);
     flashcl__appendf(out->reason, sizeof out->reason, "%s", skipped);
+    if (ctx->tuning_note[0]) flashcl__appendf(out->reason, sizeof out->reason, "; %s", ctx->tuning_note);
     return FLASHCL_SUCCESS;
 }
 
