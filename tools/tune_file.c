@@ -26,8 +26,8 @@ int tune_log_add(tune_log *log, const tune_record *r) {
 /* "measured d=64 dtype=f32 causal=0 tile=T size=b1_h8_n2048 ms=1.5 verified=1" */
 static int parse_measured(const char *line, tune_record *r) {
     int d = 0, causal = 0, verified = 0, used = 0;
-    char dtype[8], tile[TUNE_TILE_CAP], size[64], ms[32];
-    if (sscanf(line, "measured d=%d dtype=%7s causal=%d tile=%95s size=%63s ms=%31s verified=%d%n", &d, dtype, &causal,
+    char dtype[8], tile[TUNE_TILE_CAP], size[96], ms[32];
+    if (sscanf(line, "measured d=%d dtype=%7s causal=%d tile=%95s size=%95s ms=%31s verified=%d%n", &d, dtype, &causal,
                tile, size, ms, &verified, &used) != 7)
         return -1;
     memset(r, 0, sizeof *r);
@@ -72,6 +72,13 @@ const tune_record *tune_log_best(const tune_log *log, const char *key, const cha
     return best;
 }
 
+const tune_record *tune_log_winner(const tune_log *log, const char *key, const char *size) {
+    char confirm[128];
+    snprintf(confirm, sizeof confirm, "%s%s", size, TUNE_CONFIRM_SUFFIX);
+    const tune_record *c = tune_log_best(log, key, confirm);
+    return c ? c : tune_log_best(log, key, size);
+}
+
 /* Appends printf text to a growing buffer; returns -1 out of memory. */
 
 static int append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
@@ -105,7 +112,11 @@ int tune_log_write(const tune_log *log, const char *path, const char *identity, 
         for (size_t j = i + 1; j < log->count; ++j)
             if (strcmp(log->records[j].key, r->key) == 0) later_key = true;
         if (later_key) continue;
-        const tune_record *best = tune_log_best(log, r->key, r->size);
+        char size[96];
+        snprintf(size, sizeof size, "%s", r->size);
+        char *suffix = strstr(size, TUNE_CONFIRM_SUFFIX);
+        if (suffix) *suffix = '\0';
+        const tune_record *best = tune_log_winner(log, r->key, size);
         if (best) rc = append(&buf, &len, &bcap, "tuned %s tile=%s\n", best->key, best->tile);
     }
     for (size_t i = 0; i < log->count && rc == 0; ++i) {

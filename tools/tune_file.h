@@ -17,7 +17,7 @@
 typedef struct tune_record {
     char key[64]; /* "d=64 dtype=f32 causal=0" */
     char tile[TUNE_TILE_CAP];
-    char size[64]; /* the timed problem, "b1 h8 n2048": a rerun at another size measures again */
+    char size[96]; /* the timed problem, "b1 h8 n2048": a rerun at another size measures again */
     double ms;     /* NAN: did not plan or run */
     bool verified;
 } tune_record;
@@ -39,7 +39,14 @@ const tune_record *tune_log_find(const tune_log *log, const char *key, const cha
 /* The fastest verified record of key at size, or NULL. */
 const tune_record *tune_log_best(const tune_log *log, const char *key, const char *size);
 
-/* Writes identity + tuned lines (the best of each key at its latest size) + measured lines + checksum, atomically. */
+/* The suffix of a size whose records are the confirmation rounds (cmd_tune.c): the untuned plan and the
+   provisional winner timed in turns, after the search, so that a winner owed to noise loses. */
+#define TUNE_CONFIRM_SUFFIX "+confirm"
+
+/* The winner of key at size: the best of its confirmation rounds where there are any, else the best record. */
+const tune_record *tune_log_winner(const tune_log *log, const char *key, const char *size);
+
+/* Writes identity + tuned lines (the winner of each key at its latest size) + measured lines + checksum, atomically. */
 int tune_log_write(const tune_log *log, const char *path, const char *identity, char *err, size_t cap);
 
 void tune_log_free(tune_log *log);
