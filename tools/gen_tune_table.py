@@ -3,7 +3,7 @@
 `flashcl tune` output files (as CLBlast generates its database from its
 tuners' JSON).
 
-    python3 tools/gen_tune_table.py docs/tune/*.txt > src/tuned_table.c
+    python3 tools/gen_tune_table.py docs/tune/*.txt > src/tuned_table.c && clang-format-14 -i src/tuned_table.c
 
 Each input is a tuning file as `flashcl tune` writes it (FLASHCL_TUNING=PATH
 or --output PATH): the identity header names the device, the "tuned" lines
