@@ -5,9 +5,21 @@
 const flashcl__builtin_tuned flashcl__builtin_tuned_table[] = {
     {"GenuineIntel",
      "pthread-skylake-avx512-Intel(R) Xeon(R) Processor",
-     {{64, FLASHCL_DTYPE_F32, 0}, "kernel=cpu,br=16,bc=48"}},
+     {{64, FLASHCL_DTYPE_F32, 0}, "kernel=cpu,br=32,bc=48"}},
     {"GenuineIntel",
      "pthread-skylake-avx512-Intel(R) Xeon(R) Processor",
-     {{128, FLASHCL_DTYPE_F32, 0}, "kernel=cpu,br=16,bc=48"}},
+     {{64, FLASHCL_DTYPE_F32, 1}, "kernel=cpu,br=16,bc=48"}},
+    {"GenuineIntel",
+     "pthread-skylake-avx512-Intel(R) Xeon(R) Processor",
+     {{128, FLASHCL_DTYPE_F32, 0}, "kernel=cpu,br=64,bc=192"}},
+    {"GenuineIntel",
+     "pthread-skylake-avx512-Intel(R) Xeon(R) Processor",
+     {{128, FLASHCL_DTYPE_F32, 1}, "kernel=cpu,br=32,bc=72"}},
+    {"GenuineIntel",
+     "pthread-skylake-avx512-Intel(R) Xeon(R) Processor",
+     {{256, FLASHCL_DTYPE_F32, 0}, "kernel=cpu,br=64,bc=192"}},
+    {"GenuineIntel",
+     "pthread-skylake-avx512-Intel(R) Xeon(R) Processor",
+     {{256, FLASHCL_DTYPE_F32, 1}, "kernel=cpu,br=16,bc=48"}},
 };
-const size_t flashcl__builtin_tuned_count = 2;
+const size_t flashcl__builtin_tuned_count = 6;
