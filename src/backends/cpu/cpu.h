@@ -22,6 +22,7 @@ typedef struct flashcl__cpu_plan {
     cl_kernel main[3]; /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ */
     cl_kernel pack;    /* flash_cpu_pack */
     int head_dim;
+    int causal; /* a tuned plan may differ between causal and not */
     struct flashcl__cpu_plan *next;
 } flashcl__cpu_plan;
 
