@@ -264,6 +264,27 @@ inline flashcl_head flashcl_head_setup(int b, int h, int heads_q, int seqlen_q, 
     return hd;
 }
 
+/* A decode work-group's sequence b, for KV head hk's first query head: its geometry (with a
+   paged cache, the cache's own length from seqinfo: per sequence {kv_start, kv_len, append
+   row, first position}) and in *kv_start where its keys start in the cache (0 unless paged). */
+inline flashcl_head flashcl_decode_sequence(int b, int h, int heads_q, int seqlen_q, int seqlen_k,
+                                            __global const int *seqinfo, long *kv_start, VARIANT_ARGS) {
+    flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+#if PAGED
+    *kv_start = seqinfo[4 * b];
+    hd.sk = seqinfo[4 * b + 1];
+    hd.off = hd.sk - hd.sq;
+#else
+    *kv_start = 0;
+#endif
+    return hd;
+}
+
+/* An fp8 cache's dequantisation scale of KV head hk (per-tensor or per head); 1 otherwise. */
+inline float flashcl_cache_scale(__global const float *scale, int per_head, int hk) {
+    return CACHE_DTYPE ? scale[per_head ? hk : 0] : 1.0f;
+}
+
 /* Index of LSE (and of the backward's D) for row i of the sequence:
    [batch, heads_q, seqlen_q], or [heads_q, total_q] with varlen. */
 inline ulong flashcl_row_index(flashcl_head hd, int b, int h, int heads_q, int seqlen_q, long i) {
