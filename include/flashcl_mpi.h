@@ -71,7 +71,8 @@ typedef struct flashcl_ring_desc {
     flashcl_ring_layout layout;
     /* Optional per-step timings in seconds, arrays of comm-size doubles (NULL = not recorded):
        compute: the step's attention calls, enqueue to completion (backward: with the host
-         sums of the step's gradients);
+         sums of the step's gradients; f16/bf16 forward: with the host widening of each
+         partial O);
        wait: time blocked on the ring's transfers after the step's compute, the part of the
          communication the compute did not hide;
        stage: the part of writing the next step's K/V to the device (host staging) that the

@@ -256,6 +256,8 @@ static void compare_lowp(const char *case_name, const char *what, const mpi_env 
     CHECK(ok);
 }
 
+static void expect_all_fail(const mpi_env *e, const char *what, flashcl_status st);
+
 /* One f16/bf16 case: the ring against single-process calls in float32 and in the storage type. */
 static void run_case_lowp(flashcl_context *ctx, const mpi_env *e, const char *name, const shape *s) {
     const flashcl_dtype dt = s->dtype;
@@ -329,6 +331,19 @@ static void run_case_lowp(flashcl_context *ctx, const mpi_env *e, const char *na
     read_lowp(ctx, dt, bdv, lv, got);
     gather(dv32, s, s->hkv, s->dv, e, s->bhsd, ref), gather(dv16, s, s->hkv, s->dv, e, s->bhsd, single);
     compare_lowp(name, "dV", e, s, got, ref, single, lv, max_diff(dv16, dv32, nv), kv_parts, max_abs(dv32, nv));
+
+    /* 16-bit K/V views are packed on the host by the component, which checks them itself. */
+    char what[96];
+    flashcl_tensor badk = tk;
+    if (e->rank == 0) badk.offset = lk; /* past the end of its buffer */
+    snprintf(what, sizeof what, "k.offset out of bounds on rank 0 (%s)", st_name(dt));
+    expect_all_fail(e, what, flashcl_ring_forward(ctx, &d, &ring, &tq, &badk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    flashcl_tensor badv = tv;
+    if (e->rank == e->size - 1) badv.buffer = NULL;
+    snprintf(what, sizeof what, "v.buffer NULL on the last rank (%s, backward)", st_name(dt));
+    expect_all_fail(
+        e, what,
+        flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &badv, &to, &tdo, bl, 0, &tdq, &tdk, &tdv, MPI_COMM_WORLD));
 
     cl_mem all[] = {bq, bk, bv, bdo, bo, bl, bdq, bdk, bdv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) clReleaseMemObject(all[i]);
