@@ -137,13 +137,18 @@ static void wait_device(ring *r, MPI_Request *reqs, int nreq) {
     r->last = NULL;
 }
 
-static cl_mem make_buffer(ring *r, size_t floats) {
+static cl_mem make_bytes(ring *r, size_t bytes) {
     if (r->st != FLASHCL_SUCCESS) return NULL;
     cl_int e = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(r->cl, CL_MEM_READ_WRITE, (floats ? floats : 1) * sizeof(float), NULL, &e);
+    cl_mem m = clCreateBuffer(r->cl, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &e);
     if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
     return e == CL_SUCCESS ? m : NULL;
 }
+
+static cl_mem make_buffer(ring *r, size_t floats) { return make_bytes(r, floats * sizeof(float)); }
+
+/* count elements of the storage type (half the bytes of float32 for f16/bf16). */
+static cl_mem make_storage(ring *r, size_t count) { return make_bytes(r, count * r->es); }
 
 static void release(cl_mem m) {
     if (m) clReleaseMemObject(m);
@@ -531,18 +536,18 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
     setup(r, ctx, desc, opt, q && k && v && o, comm);
     if (r->st != FLASHCL_SUCCESS) return finish(r);
 
-    float *host[2] = {malloc(r->kv_elems * sizeof(float)), malloc(r->kv_elems * sizeof(float))};
+    void *host[2] = {malloc(r->kv_elems * r->es), malloc(r->kv_elems * r->es)}; /* K/V in the storage type */
     float *lse_host = malloc(r->b * r->hq * r->n * sizeof(float)),
           *lse_seg = malloc(r->b * r->hq * r->n * sizeof(float));
     if (!host[0] || !host[1] || !lse_host || !lse_seg) fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
-    cl_mem kv[2] = {make_buffer(r, r->kv_elems), make_buffer(r, r->kv_elems)};
+    cl_mem kv[2] = {make_storage(r, r->kv_elems), make_storage(r, r->kv_elems)};
     cl_mem zeros = zeros_buffer(r, r->b * r->hq * r->n);
     /* 16-bit storage: flashcl_forward writes the step's partial O in the storage type here; it is
        read back, widened to float32 on the host and written into the state region (the merge
        reads float32 states only). Rounding the partial O to 16 bits is the one extra rounding
        against a single-process call; the merges and the running state stay float32. */
     const size_t ostep_n = r->b * r->hq * r->n * r->dv;
-    cl_mem ostep = r->dt != FLASHCL_DTYPE_F32 ? make_buffer(r, ostep_n) : NULL;
+    cl_mem ostep = r->dt != FLASHCL_DTYPE_F32 ? make_storage(r, ostep_n) : NULL;
     float *ostep_f = r->dt != FLASHCL_DTYPE_F32 ? malloc(ostep_n * sizeof(float)) : NULL;
     uint16_t *ostep_h = r->dt != FLASHCL_DTYPE_F32 ? malloc(ostep_n * sizeof(uint16_t)) : NULL;
     if (r->dt != FLASHCL_DTYPE_F32 && (!ostep_f || !ostep_h)) fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
@@ -667,7 +672,7 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
 
     const size_t kv_n = r->kv_elems, dq_n = r->b * r->n * r->hq * r->dk, lse_n = r->b * r->hq * r->n;
     /* host: K/V double buffer, dK/dV double buffer (they travel), the step's dK/dV sum, dQ, scratch */
-    float *host[2] = {malloc(kv_n * sizeof(float)), malloc(kv_n * sizeof(float))};
+    void *host[2] = {malloc(kv_n * r->es), malloc(kv_n * r->es)}; /* K/V in the storage type */
     float *dacc[2] = {calloc(kv_n, sizeof(float)), calloc(kv_n, sizeof(float))};
     float *contrib = malloc(kv_n * sizeof(float)), *dq_host = calloc(dq_n, sizeof(float));
     const size_t tmp_n = kv_n > dq_n ? kv_n : dq_n; /* >= lse_n, since dq_n = lse_n * dk */
@@ -677,7 +682,7 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
     uint16_t *tmp16 = malloc(tmp_n * sizeof(uint16_t));
     if (!host[0] || !host[1] || !dacc[0] || !dacc[1] || !contrib || !dq_host || !tmp || !lse_host || !tmp16)
         fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
-    cl_mem kv[2] = {make_buffer(r, kv_n), make_buffer(r, kv_n)};
+    cl_mem kv[2] = {make_storage(r, kv_n), make_storage(r, kv_n)};
     cl_mem zeros = zeros_buffer(r, lse_n), dq_dev = make_buffer(r, dq_n), dkv_dev = make_buffer(r, kv_n);
     cl_mem lse_seg[2] = {NULL, NULL};
     /* The global LSE of each query segment, contiguous [b, hq, len] as flashcl_backward reads it. */
