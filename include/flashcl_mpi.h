@@ -26,12 +26,16 @@
  * softcap on every rank. causal is the global bottom-right (= top-left, as
  * seqlen_q = seqlen_k) mask, evaluated on global positions: per step a
  * (query chunk, key chunk) pair is fully visible (one plain call), on the
- * diagonal (a causal call) or invisible (skipped). Supported: float32 storage,
- * GQA/MQA, d_qk != d_v, causal, softcap, any tensor strides. Not supported
- * (FLASHCL_ERR_UNSUPPORTED_VARIANT): windows, ALiBi, sinks, dropout, bias and
- * masks, varlen (their positions or denominators do not split over chunks
- * with the descriptor's fields); f16/bf16 storage (FLASHCL_ERR_UNSUPPORTED_DTYPE:
- * the partial states are float32 and this component converts none yet).
+ * diagonal (a causal call) or invisible (skipped). Supported: float32, f16 and
+ * bf16 storage (desc->dtype, the same on every rank), GQA/MQA, d_qk != d_v,
+ * causal, softcap, any tensor strides. With 16-bit storage K/V travel in the
+ * storage type; each step's partial O (and, backward, each call's dQ/dK/dV)
+ * leaves the core rounded to storage and is merged or summed in float32; the
+ * running O, the dQ sum and the dK/dV accumulators that travel around the
+ * ring are float32 and are rounded to storage once, into the outputs. The LSE
+ * is float32 always. Not supported (FLASHCL_ERR_UNSUPPORTED_VARIANT): windows,
+ * ALiBi, sinks, dropout, bias and masks, varlen (their positions or
+ * denominators do not split over chunks with the descriptor's fields).
  *
  * Errors: each rank checks its arguments, then all ranks agree on the status
  * (MPI_Allreduce) before any K/V is sent, so a bad argument on one rank makes
@@ -67,7 +71,8 @@ typedef struct flashcl_ring_desc {
     flashcl_ring_layout layout;
     /* Optional per-step timings in seconds, arrays of comm-size doubles (NULL = not recorded):
        compute: the step's attention calls, enqueue to completion (backward: with the host
-         sums of the step's gradients);
+         sums of the step's gradients; f16/bf16 forward: with the host widening of each
+         partial O);
        wait: time blocked on the ring's transfers after the step's compute, the part of the
          communication the compute did not hide;
        stage: the part of writing the next step's K/V to the device (host staging) that the

@@ -2,6 +2,10 @@
  * Ring attention over MPI (include/flashcl_mpi.h): the forward merges one
  * partial (O, LSE) per ring step with flashcl_merge_states; the backward
  * sums per-step gradients on the host, where the travelling dK/dV already are.
+ * With f16/bf16 storage K/V travel in the storage type; each call's partial O
+ * and gradients come out of the core in the storage type and are widened to
+ * float32 on the host; the merges, the running O, the dQ sum and the
+ * travelling dK/dV are float32, rounded once to storage at the end.
  *
  * Only the core's public API is used, so the component links against any
  * build of the library. Device copies between arbitrary views and packed
@@ -29,8 +33,8 @@ typedef struct ring_run {
 typedef struct ring_stage {
     MPI_Request *recv; /* the K/V receive; NULL: nothing to stage this step */
     cl_mem dst;
-    const float *src;
-    size_t count;
+    const void *src;
+    size_t bytes;
     cl_event done; /* the write, once enqueued */
 } ring_stage;
 
@@ -42,6 +46,9 @@ typedef struct ring {
     MPI_Comm comm; /* our duplicate: own tag space, MPI_ERRORS_RETURN */
     int size, rank, next, prev;
     flashcl_attention_desc d; /* this rank's descriptor, defaults resolved */
+    flashcl_dtype dt;         /* storage of q, k, v, o and the gradients (f32, f16 or bf16) */
+    size_t es;                /* its bytes per element */
+    MPI_Datatype kv_type;     /* K/V messages: MPI_FLOAT or, for 16-bit storage, MPI_UINT16_T */
     flashcl_ring_layout layout;
     size_t b, hq, hkv, dk, dv, n;   /* batch, heads, head dims, local rows */
     int nseg;                       /* query segments: the layout's runs when causal, else 1 */
@@ -82,8 +89,7 @@ static void stage_poll(ring *r, int force) {
     else
         MPI_Test(g->recv, &flag, MPI_STATUS_IGNORE);
     if (!flag || r->st != FLASHCL_SUCCESS) return;
-    cl_int e =
-        clEnqueueWriteBuffer(r->copy_queue, g->dst, CL_FALSE, 0, g->count * sizeof(float), g->src, 0, NULL, &g->done);
+    cl_int e = clEnqueueWriteBuffer(r->copy_queue, g->dst, CL_FALSE, 0, g->bytes, g->src, 0, NULL, &g->done);
     if (e == CL_SUCCESS) e = clFlush(r->copy_queue);
     if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
 }
@@ -131,34 +137,88 @@ static void wait_device(ring *r, MPI_Request *reqs, int nreq) {
     r->last = NULL;
 }
 
-static cl_mem make_buffer(ring *r, size_t floats) {
+static cl_mem make_bytes(ring *r, size_t bytes) {
     if (r->st != FLASHCL_SUCCESS) return NULL;
     cl_int e = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(r->cl, CL_MEM_READ_WRITE, (floats ? floats : 1) * sizeof(float), NULL, &e);
+    cl_mem m = clCreateBuffer(r->cl, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &e);
     if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
     return e == CL_SUCCESS ? m : NULL;
 }
+
+static cl_mem make_buffer(ring *r, size_t floats) { return make_bytes(r, floats * sizeof(float)); }
+
+/* count elements of the storage type (half the bytes of float32 for f16/bf16). */
+static cl_mem make_storage(ring *r, size_t count) { return make_bytes(r, count * r->es); }
 
 static void release(cl_mem m) {
     if (m) clReleaseMemObject(m);
 }
 
-static void write_floats(ring *r, cl_mem m, size_t offset, size_t count, const float *src) {
+static void write_bytes(ring *r, cl_mem m, size_t offset, size_t bytes, const void *src) {
     if (r->st != FLASHCL_SUCCESS) return;
     cl_event ev = NULL;
-    cl_int e = clEnqueueWriteBuffer(r->queue, m, CL_TRUE, offset * sizeof(float), count * sizeof(float), src, nwait(r),
-                                    waitl(r), &ev);
+    cl_int e = clEnqueueWriteBuffer(r->queue, m, CL_TRUE, offset, bytes, src, nwait(r), waitl(r), &ev);
     if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
     chain(r, ev);
 }
 
-static void read_floats(ring *r, cl_mem m, size_t offset, size_t count, float *dst) {
+static void read_bytes(ring *r, cl_mem m, size_t offset, size_t bytes, void *dst) {
     if (r->st != FLASHCL_SUCCESS) return;
     cl_event ev = NULL;
-    cl_int e = clEnqueueReadBuffer(r->queue, m, CL_TRUE, offset * sizeof(float), count * sizeof(float), dst, nwait(r),
-                                   waitl(r), &ev);
+    cl_int e = clEnqueueReadBuffer(r->queue, m, CL_TRUE, offset, bytes, dst, nwait(r), waitl(r), &ev);
     if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
     chain(r, ev);
+}
+
+static void write_floats(ring *r, cl_mem m, size_t offset, size_t count, const float *src) {
+    write_bytes(r, m, offset * sizeof(float), count * sizeof(float), src);
+}
+
+static void read_floats(ring *r, cl_mem m, size_t offset, size_t count, float *dst) {
+    read_bytes(r, m, offset * sizeof(float), count * sizeof(float), dst);
+}
+
+/* 16-bit storage to float32 (exact: every f16 and bf16 value is a float32). The library's
+   conversions are internal to the core, and this component uses only its public API. */
+static float f16_value(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {
+        const float f = (float)mant * (1.0f / 16777216.0f); /* subnormal: mant * 2^-24 */
+        return sign ? -f : f;
+    }
+    u = exp == 0x1f ? sign | 0x7f800000u | (mant << 13) : sign | ((exp + 112u) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float bf16_value(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void to_float(flashcl_dtype dt, const void *src, size_t count, float *dst) {
+    const uint16_t *h = src;
+    if (dt == FLASHCL_DTYPE_F16)
+        for (size_t i = 0; i < count; ++i) dst[i] = f16_value(h[i]);
+    else if (dt == FLASHCL_DTYPE_BF16)
+        for (size_t i = 0; i < count; ++i) dst[i] = bf16_value(h[i]);
+    else
+        memcpy(dst, src, count * sizeof(float));
+}
+
+/* count storage-type elements of m from element offset 0, as float32 on the host (scratch: count
+   16-bit elements, unused for float32). */
+static void read_as_float(ring *r, cl_mem m, size_t count, float *dst, void *scratch) {
+    if (r->dt == FLASHCL_DTYPE_F32) {
+        read_floats(r, m, 0, count, dst);
+        return;
+    }
+    read_bytes(r, m, 0, count * r->es, scratch);
+    if (r->st == FLASHCL_SUCCESS) to_float(r->dt, scratch, count, dst);
 }
 
 /* A view of rows [row0, ..) of a [batch, heads, rows, dim] view (packed when all strides are 0). */
@@ -178,13 +238,14 @@ static flashcl_tensor packed(cl_mem m, size_t offset, size_t rows, size_t heads,
     return v;
 }
 
-/* dst = src as float32 on the device, any strides: a merge of one state (weight 1). zeros
-   holds at least batch*heads*rows zero floats, the one state's LSE. */
+/* dst (storage dt) = src (float32) on the device, any strides: a merge of one state (weight 1),
+   which rounds once to dt. zeros holds at least batch*heads*rows zero floats, the one state's LSE. */
 static void copy_view(ring *r, const flashcl_tensor *src, const flashcl_tensor *dst, size_t heads, size_t rows,
-                      size_t dim, cl_mem zeros) {
+                      size_t dim, cl_mem zeros, flashcl_dtype dt) {
     if (r->st != FLASHCL_SUCCESS) return;
     flashcl_merge_desc m = FLASHCL_MERGE_DESC_INIT;
     m.num_states = 1;
+    m.dtype = dt;
     m.batch = r->b;
     m.heads = heads;
     m.seqlen = rows;
@@ -296,9 +357,9 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
         if (st == FLASHCL_SUCCESS && (d.head_dim == 0 || d.head_dim > FLASHCL_MAX_HEAD_DIM || d.head_dim_v == 0 ||
                                       d.head_dim_v > FLASHCL_MAX_HEAD_DIM))
             st = FLASHCL_ERR_INVALID_HEAD_DIM;
-        if (st == FLASHCL_SUCCESS && d.dtype != FLASHCL_DTYPE_F32)
-            st = d.dtype == FLASHCL_DTYPE_F16 || d.dtype == FLASHCL_DTYPE_BF16 ? FLASHCL_ERR_UNSUPPORTED_DTYPE
-                                                                               : FLASHCL_ERR_INVALID_DTYPE;
+        if (st == FLASHCL_SUCCESS && d.dtype != FLASHCL_DTYPE_F32 && d.dtype != FLASHCL_DTYPE_F16 &&
+            d.dtype != FLASHCL_DTYPE_BF16)
+            st = FLASHCL_ERR_INVALID_DTYPE;
         if (st == FLASHCL_SUCCESS &&
             (d.window || d.alibi_slopes || d.sinks || d.dsinks || d.dropout_p != 0.0f || d.bias.buffer ||
              d.mask.buffer || d.block_mask.buffer || d.cu_seqlens_q || d.cu_seqlens_k))
@@ -336,10 +397,10 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
     r->prev = (r->rank + r->size - 1) % r->size;
 
     /* [0] the status (the minimum wins), then each field as +x and -x: min and -max in one call. */
-    enum { FIELDS = 10 };
+    enum { FIELDS = 11 };
     const int64_t f[FIELDS] = {(int64_t)d.batch,    (int64_t)d.heads_q,    (int64_t)d.heads_kv, (int64_t)d.seqlen_q,
                                (int64_t)d.head_dim, (int64_t)d.head_dim_v, d.causal != 0,       (int64_t)r->layout,
-                               bits_of(d.scale),    bits_of(d.softcap)};
+                               bits_of(d.scale),    bits_of(d.softcap),    (int64_t)d.dtype};
     int64_t v[1 + 2 * FIELDS];
     v[0] = st;
     for (int i = 0; i < FIELDS; ++i) v[1 + i] = f[i], v[1 + FIELDS + i] = -f[i];
@@ -349,7 +410,8 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
     }
     st = (flashcl_status)v[0];
     for (int i = 0; st == FLASHCL_SUCCESS && i < FIELDS; ++i)
-        if (v[1 + i] != -v[1 + FIELDS + i]) st = i < 6 ? FLASHCL_ERR_INVALID_SHAPE : FLASHCL_ERR_INVALID_VARIANT;
+        if (v[1 + i] != -v[1 + FIELDS + i])
+            st = i < 6 ? FLASHCL_ERR_INVALID_SHAPE : i < 10 ? FLASHCL_ERR_INVALID_VARIANT : FLASHCL_ERR_INVALID_DTYPE;
     r->st = st;
     if (st != FLASHCL_SUCCESS) return;
 
@@ -357,6 +419,9 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
     r->queue = flashcl_context_queue(ctx);
     r->b = d.batch, r->hq = d.heads_q, r->hkv = d.heads_kv, r->dk = d.head_dim, r->dv = d.head_dim_v;
     r->n = d.seqlen_q;
+    r->dt = d.dtype;
+    r->es = flashcl_dtype_size(d.dtype);
+    r->kv_type = r->es == sizeof(float) ? MPI_FLOAT : MPI_UINT16_T;
     r->k_elems = r->b * r->n * r->hkv * r->dk;
     r->kv_elems = r->k_elems + r->b * r->n * r->hkv * r->dv;
     if (d.causal && r->layout == FLASHCL_RING_ZIGZAG) {
@@ -388,13 +453,50 @@ static void record(const ring *r, int step, double compute, double wait, double 
     if (r->opt->step_stage_s) r->opt->step_stage_s[step] = stage;
 }
 
-/* This rank's K and V, packed [b, n, hkv, d] one after the other, on the device (kv) and the host. */
+/* A 16-bit view [b, heads, rows, dim] (any strides) packed [b, rows, heads, dim] into dst on the
+   host: the span the view covers is read back once and gathered (merge_states, the device copy
+   of the float32 path, reads float32 states only). The bounds are checked here, as the core
+   would: FLASHCL_ERR_INVALID_BUFFER, FLASHCL_ERR_OUT_OF_BOUNDS. */
+static void pack_view_host(ring *r, const flashcl_tensor *t, size_t heads, size_t rows, size_t dim, uint16_t *dst) {
+    if (r->st != FLASHCL_SUCCESS) return;
+    size_t bytes = 0;
+    if (!t->buffer || clGetMemObjectInfo(t->buffer, CL_MEM_SIZE, sizeof bytes, &bytes, NULL) != CL_SUCCESS) {
+        fail(r, FLASHCL_ERR_INVALID_BUFFER);
+        return;
+    }
+    const size_t span = (r->b - 1) * t->stride_batch + (heads - 1) * t->stride_head + (rows - 1) * t->stride_row + dim;
+    if (t->offset > bytes / r->es || span > bytes / r->es - t->offset) {
+        fail(r, FLASHCL_ERR_OUT_OF_BOUNDS);
+        return;
+    }
+    uint16_t *all = malloc(span * sizeof *all);
+    if (!all) {
+        fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
+        return;
+    }
+    read_bytes(r, t->buffer, t->offset * r->es, span * r->es, all);
+    for (size_t b = 0; b < r->b && r->st == FLASHCL_SUCCESS; ++b)
+        for (size_t i = 0; i < rows; ++i)
+            for (size_t h = 0; h < heads; ++h)
+                memcpy(dst + ((b * rows + i) * heads + h) * dim,
+                       all + b * t->stride_batch + h * t->stride_head + i * t->stride_row, dim * sizeof *all);
+    free(all);
+}
+
+/* This rank's K and V in the storage type, packed [b, n, hkv, d] one after the other, on the
+   device (kv) and the host. */
 static void stage_own_kv(ring *r, const flashcl_tensor *k, const flashcl_tensor *v, cl_mem kv, cl_mem zeros,
-                         float *host) {
+                         void *host) {
     const flashcl_tensor ks = rows_of(k, r->n, r->hkv, r->dk, 0), vs = rows_of(v, r->n, r->hkv, r->dv, 0);
+    if (r->dt != FLASHCL_DTYPE_F32) {
+        pack_view_host(r, &ks, r->hkv, r->n, r->dk, host);
+        pack_view_host(r, &vs, r->hkv, r->n, r->dv, (uint16_t *)host + r->k_elems);
+        write_bytes(r, kv, 0, r->kv_elems * r->es, host);
+        return;
+    }
     const flashcl_tensor kp = packed(kv, 0, r->n, r->hkv, r->dk), vp = packed(kv, r->k_elems, r->n, r->hkv, r->dv);
-    copy_view(r, &ks, &kp, r->hkv, r->n, r->dk, zeros);
-    copy_view(r, &vs, &vp, r->hkv, r->n, r->dv, zeros);
+    copy_view(r, &ks, &kp, r->hkv, r->n, r->dk, zeros, FLASHCL_DTYPE_F32);
+    copy_view(r, &vs, &vp, r->hkv, r->n, r->dv, zeros, FLASHCL_DTYPE_F32);
     read_floats(r, kv, 0, r->kv_elems, host);
 }
 
@@ -414,12 +516,12 @@ static cl_mem zeros_buffer(ring *r, size_t floats) {
 }
 
 /* Posts this step's exchange: send what we hold to next, receive what prev holds. */
-static void exchange(ring *r, float *send, float *recv, size_t count, int tag, MPI_Request reqs[2]) {
+static void exchange(ring *r, void *send, void *recv, size_t count, MPI_Datatype type, int tag, MPI_Request reqs[2]) {
     reqs[0] = reqs[1] = MPI_REQUEST_NULL;
     if (r->comm == MPI_COMM_NULL) return;
     if (!send || !recv) count = 0; /* after a failed allocation: still match the partner's message */
-    mpi_check(r, MPI_Irecv(recv, (int)count, MPI_FLOAT, r->prev, tag, r->comm, &reqs[0]));
-    mpi_check(r, MPI_Isend(send, (int)count, MPI_FLOAT, r->next, tag, r->comm, &reqs[1]));
+    mpi_check(r, MPI_Irecv(recv, (int)count, type, r->prev, tag, r->comm, &reqs[0]));
+    mpi_check(r, MPI_Isend(send, (int)count, type, r->next, tag, r->comm, &reqs[1]));
 }
 
 static void wait_all(ring *r, MPI_Request *reqs, int n) {
@@ -434,11 +536,21 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
     setup(r, ctx, desc, opt, q && k && v && o, comm);
     if (r->st != FLASHCL_SUCCESS) return finish(r);
 
-    float *host[2] = {malloc(r->kv_elems * sizeof(float)), malloc(r->kv_elems * sizeof(float))};
-    float *lse_host = malloc(r->b * r->hq * r->n * sizeof(float));
-    if (!host[0] || !host[1] || !lse_host) fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
-    cl_mem kv[2] = {make_buffer(r, r->kv_elems), make_buffer(r, r->kv_elems)};
+    void *host[2] = {malloc(r->kv_elems * r->es), malloc(r->kv_elems * r->es)}; /* K/V in the storage type */
+    float *lse_host = malloc(r->b * r->hq * r->n * sizeof(float)),
+          *lse_seg = malloc(r->b * r->hq * r->n * sizeof(float));
+    if (!host[0] || !host[1] || !lse_host || !lse_seg) fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
+    cl_mem kv[2] = {make_storage(r, r->kv_elems), make_storage(r, r->kv_elems)};
     cl_mem zeros = zeros_buffer(r, r->b * r->hq * r->n);
+    /* 16-bit storage: flashcl_forward writes the step's partial O in the storage type here; it is
+       read back, widened to float32 on the host and written into the state region (the merge
+       reads float32 states only). Rounding the partial O to 16 bits is the one extra rounding
+       against a single-process call; the merges and the running state stay float32. */
+    const size_t ostep_n = r->b * r->hq * r->n * r->dv;
+    cl_mem ostep = r->dt != FLASHCL_DTYPE_F32 ? make_storage(r, ostep_n) : NULL;
+    float *ostep_f = r->dt != FLASHCL_DTYPE_F32 ? malloc(ostep_n * sizeof(float)) : NULL;
+    uint16_t *ostep_h = r->dt != FLASHCL_DTYPE_F32 ? malloc(ostep_n * sizeof(uint16_t)) : NULL;
+    if (r->dt != FLASHCL_DTYPE_F32 && (!ostep_f || !ostep_h)) fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
     /* Per query segment: three float32 (O, LSE) regions, the running state at 0 or 2 and the
        step's in the middle, so that the two inputs of every merge are one state stride apart. */
     cl_mem ost[2] = {NULL, NULL}, lst[2] = {NULL, NULL};
@@ -457,8 +569,8 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
         MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
         /* Every rank exchanges at every step even after a failure, so no partner waits forever. */
         if (s + 1 < r->size) {
-            exchange(r, host[cur], host[1 - cur], r->kv_elems, s, reqs);
-            r->stage = (ring_stage){&reqs[0], kv[1 - cur], host[1 - cur], r->kv_elems, NULL};
+            exchange(r, host[cur], host[1 - cur], r->kv_elems, r->kv_type, s, reqs);
+            r->stage = (ring_stage){&reqs[0], kv[1 - cur], host[1 - cur], r->kv_elems * r->es, NULL};
         }
         const double t0 = now();
         for (int g = 0; g < r->nseg && r->st == FLASHCL_SUCCESS; ++g) {
@@ -474,7 +586,9 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
                 const flashcl_tensor vs =
                     packed(kv[cur], r->k_elems + runs[i].k0 * r->hkv * r->dv, r->n, r->hkv, r->dv);
                 const int into = acc[g] < 0 ? 0 : 1; /* the first result is the running state itself */
-                const flashcl_tensor os_view = packed(ost[g], (size_t)into * os[g], r->seg_len[g], r->hq, r->dv);
+                const flashcl_tensor os_view = ostep
+                                                   ? packed(ostep, 0, r->seg_len[g], r->hq, r->dv)
+                                                   : packed(ost[g], (size_t)into * os[g], r->seg_len[g], r->hq, r->dv);
                 cl_event ev = NULL;
                 flashcl_status st = flashcl_forward(ctx, &sd, &qs, &ks, &vs, &os_view, lst[g], (size_t)into * ls[g],
                                                     nwait(r), waitl(r), &ev);
@@ -483,6 +597,11 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
                     break;
                 }
                 chain(r, ev);
+                if (ostep) { /* the partial O as float32 into its state region */
+                    wait_device(r, reqs, 2);
+                    read_as_float(r, ostep, os[g], ostep_f, ostep_h);
+                    write_floats(r, ost[g], (size_t)into * os[g], os[g], ostep_f);
+                }
                 if (acc[g] < 0) {
                     acc[g] = 0;
                     continue;
@@ -519,9 +638,9 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
         }
         const flashcl_tensor from = packed(ost[g], (size_t)acc[g] * os[g], r->seg_len[g], r->hq, r->dv);
         const flashcl_tensor to = rows_of(o, r->n, r->hq, r->dv, r->seg_row0[g]);
-        copy_view(r, &from, &to, r->hq, r->seg_len[g], r->dv, zeros);
+        copy_view(r, &from, &to, r->hq, r->seg_len[g], r->dv, zeros, r->dt); /* rounded once to storage */
         if (lse) {
-            float *seg = host[0]; /* free now; holds at least b*hq*n floats since dv >= 1 */
+            float *seg = lse_seg; /* b*hq*len floats */
             read_floats(r, lst[g], (size_t)acc[g] * ls[g], ls[g], seg);
             for (size_t bh = 0; bh < r->b * r->hq && r->st == FLASHCL_SUCCESS; ++bh)
                 memcpy(lse_host + bh * r->n + r->seg_row0[g], seg + bh * r->seg_len[g], r->seg_len[g] * sizeof(float));
@@ -531,8 +650,8 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
     if (r->last) wait_device(r, NULL, 0);
 
     for (int g = 0; g < 2; ++g) release(ost[g]), release(lst[g]);
-    release(kv[0]), release(kv[1]), release(zeros);
-    free(host[0]), free(host[1]), free(lse_host);
+    release(kv[0]), release(kv[1]), release(zeros), release(ostep);
+    free(host[0]), free(host[1]), free(lse_host), free(lse_seg), free(ostep_f), free(ostep_h);
     return finish(r);
 }
 
@@ -553,13 +672,17 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
 
     const size_t kv_n = r->kv_elems, dq_n = r->b * r->n * r->hq * r->dk, lse_n = r->b * r->hq * r->n;
     /* host: K/V double buffer, dK/dV double buffer (they travel), the step's dK/dV sum, dQ, scratch */
-    float *host[2] = {malloc(kv_n * sizeof(float)), malloc(kv_n * sizeof(float))};
+    void *host[2] = {malloc(kv_n * r->es), malloc(kv_n * r->es)}; /* K/V in the storage type */
     float *dacc[2] = {calloc(kv_n, sizeof(float)), calloc(kv_n, sizeof(float))};
     float *contrib = malloc(kv_n * sizeof(float)), *dq_host = calloc(dq_n, sizeof(float));
-    float *tmp = malloc((kv_n > dq_n ? kv_n : dq_n) * sizeof(float)), *lse_host = malloc(lse_n * sizeof(float));
-    if (!host[0] || !host[1] || !dacc[0] || !dacc[1] || !contrib || !dq_host || !tmp || !lse_host)
+    const size_t tmp_n = kv_n > dq_n ? kv_n : dq_n; /* >= lse_n, since dq_n = lse_n * dk */
+    float *tmp = malloc(tmp_n * sizeof(float)), *lse_host = malloc(lse_n * sizeof(float));
+    /* 16-bit storage: each call's gradients come back in the storage type (read through tmp16)
+       and are summed in float32 here; the sums are rounded once, into the caller's views. */
+    uint16_t *tmp16 = malloc(tmp_n * sizeof(uint16_t));
+    if (!host[0] || !host[1] || !dacc[0] || !dacc[1] || !contrib || !dq_host || !tmp || !lse_host || !tmp16)
         fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
-    cl_mem kv[2] = {make_buffer(r, kv_n), make_buffer(r, kv_n)};
+    cl_mem kv[2] = {make_storage(r, kv_n), make_storage(r, kv_n)};
     cl_mem zeros = zeros_buffer(r, lse_n), dq_dev = make_buffer(r, dq_n), dkv_dev = make_buffer(r, kv_n);
     cl_mem lse_seg[2] = {NULL, NULL};
     /* The global LSE of each query segment, contiguous [b, hq, len] as flashcl_backward reads it. */
@@ -578,8 +701,8 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
         const int src = (r->rank - s + r->size) % r->size, cur = s % 2;
         MPI_Request reqs[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
         if (s + 1 < r->size) {
-            exchange(r, host[cur], host[1 - cur], kv_n, 2 * s, reqs);
-            r->stage = (ring_stage){&reqs[0], kv[1 - cur], host[1 - cur], kv_n, NULL};
+            exchange(r, host[cur], host[1 - cur], kv_n, r->kv_type, 2 * s, reqs);
+            r->stage = (ring_stage){&reqs[0], kv[1 - cur], host[1 - cur], kv_n * r->es, NULL};
         }
         reqs[2] = dreqs[0], reqs[3] = dreqs[1]; /* the dK/dV of this step's chunk, still arriving */
         const double t0 = now();
@@ -615,10 +738,10 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
                 }
                 chain(r, ev);
                 wait_device(r, reqs, 4);
-                read_floats(r, dq_dev, 0, r->b * len * r->hq * r->dk, tmp);
+                read_as_float(r, dq_dev, r->b * len * r->hq * r->dk, tmp, tmp16);
                 if (r->st != FLASHCL_SUCCESS) break;
                 add_rows(dq_host, r->n, r->seg_row0[g], tmp, len, r->b, r->hq * r->dk);
-                read_floats(r, dkv_dev, 0, dk_n + dv_n, tmp);
+                read_as_float(r, dkv_dev, dk_n + dv_n, tmp, tmp16);
                 if (r->st != FLASHCL_SUCCESS) break;
                 add_rows(contrib, r->n, k0, tmp, kn, r->b, r->hkv * r->dk);
                 add_rows(contrib + r->k_elems, r->n, k0, tmp + dk_n, kn, r->b, r->hkv * r->dv);
@@ -630,7 +753,7 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
         if (r->st == FLASHCL_SUCCESS)
             for (size_t i = 0; i < kv_n; ++i) dacc[cur][i] += contrib[i];
         /* The accumulator travels on with its chunk; after step P-1 this send takes it home. */
-        exchange(r, dacc[cur], dacc[1 - cur], kv_n, 2 * s + 1, dreqs);
+        exchange(r, dacc[cur], dacc[1 - cur], kv_n, MPI_FLOAT, 2 * s + 1, dreqs);
         const double t3 = now();
         stage_finish(r);
         record(r, s, t1 - t0, t2 - t1, now() - t3);
@@ -641,18 +764,18 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
     /* dq, dk, dv into the caller's views. */
     write_floats(r, dq_dev, 0, dq_n, dq_host);
     const flashcl_tensor dqp = packed(dq_dev, 0, r->n, r->hq, r->dk), dqu = rows_of(dq, r->n, r->hq, r->dk, 0);
-    copy_view(r, &dqp, &dqu, r->hq, r->n, r->dk, zeros);
+    copy_view(r, &dqp, &dqu, r->hq, r->n, r->dk, zeros, r->dt);
     write_floats(r, dkv_dev, 0, kv_n, home);
     const flashcl_tensor dkp = packed(dkv_dev, 0, r->n, r->hkv, r->dk), dku = rows_of(dk, r->n, r->hkv, r->dk, 0);
     const flashcl_tensor dvp = packed(dkv_dev, r->k_elems, r->n, r->hkv, r->dv),
                          dvu = rows_of(dv, r->n, r->hkv, r->dv, 0);
-    copy_view(r, &dkp, &dku, r->hkv, r->n, r->dk, zeros);
-    copy_view(r, &dvp, &dvu, r->hkv, r->n, r->dv, zeros);
+    copy_view(r, &dkp, &dku, r->hkv, r->n, r->dk, zeros, r->dt);
+    copy_view(r, &dvp, &dvu, r->hkv, r->n, r->dv, zeros, r->dt);
     if (r->last) wait_device(r, NULL, 0);
 
     for (int g = 0; g < 2; ++g) release(lse_seg[g]);
     release(kv[0]), release(kv[1]), release(zeros), release(dq_dev), release(dkv_dev);
     free(host[0]), free(host[1]), free(dacc[0]), free(dacc[1]), free(contrib), free(dq_host), free(tmp);
-    free(lse_host);
+    free(lse_host), free(tmp16);
     return finish(r);
 }

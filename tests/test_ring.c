@@ -14,8 +14,26 @@
  * gamma_n = n u times the sum of the terms' magnitudes; we take that sum as
  * max |ref| over the tensor and allow both sides their bound, twice over for
  * the merges: 4 n u max|ref|. A wrong mask or a lost chunk is O(max|ref|).
+ *
+ * f16/bf16 storage (run_case_lowp). The inputs are rounded to the storage type
+ * first, so every computation sees the same values. References on the whole
+ * sequence: flashcl_*_host in float32 (ref32) and in the storage type
+ * (single16, one process). single16's own error e16 = max |single16 - ref32|
+ * over the tensor is the error a 16-bit result is allowed by the library's
+ * tests; the ring rounds its output once like single16, and in addition
+ * rounds each of its partial results (the step's partial O; each call's dQ,
+ * dK, dV) to storage before merging or summing them in float32, each by at
+ * most u |partial| (u = 2^-8 bf16, 2^-11 f16). O: the merge is a convex
+ * combination of the partial O's, each itself a convex combination of V
+ * rows, so their roundings add at most u max|V| (k = 1, M = max|V|). dQ sums
+ * one partial per step (k = P), dK and dV one per step and query segment
+ * (k = 2P with the causal zigzag split, else P); there M = max|ref32|, an
+ * estimate of a partial's size rather than a bound. The allowance is
+ *   |ring - ref32| <= 2 e16 + k u M,
+ * and the ring against single16 is held to the same bound plus e16.
  */
 #include "flashcl_mpi.h"
+#include "storage_types.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -27,7 +45,8 @@ typedef struct shape {
     size_t b, hq, hkv, n_global, d, dv;
     int causal;
     flashcl_ring_layout layout;
-    int bhsd; /* local views in [b, h, s, d] (strided rows) instead of packed [b, s, h, d] */
+    int bhsd;            /* local views in [b, h, s, d] (strided rows) instead of packed [b, s, h, d] */
+    flashcl_dtype dtype; /* 0: float32 */
 } shape;
 
 typedef struct mpi_env {
@@ -191,6 +210,147 @@ static void run_case(flashcl_context *ctx, const mpi_env *e, const char *name, c
     free(hq_), free(hk), free(hv), free(hdo), free(ref), free(got);
 }
 
+/* A device buffer of count storage-type elements (init NULL: zeros). */
+static cl_mem buffer_lowp(flashcl_context *ctx, flashcl_dtype dt, size_t count, const float *init) {
+    uint16_t *h = calloc(count, sizeof *h);
+    REQUIRE(h);
+    if (init) st_pack(dt, init, count, h);
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                              count * sizeof *h, h, &err);
+    REQUIRE(err == CL_SUCCESS);
+    free(h);
+    return m;
+}
+
+static void read_lowp(flashcl_context *ctx, flashcl_dtype dt, cl_mem m, size_t count, float *dst) {
+    uint16_t *h = malloc(count * sizeof *h);
+    REQUIRE(h);
+    REQUIRE(clEnqueueReadBuffer(flashcl_context_queue(ctx), m, CL_TRUE, 0, count * sizeof *h, h, 0, NULL, NULL) ==
+            CL_SUCCESS);
+    st_unpack(dt, h, count, dst);
+    free(h);
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        const double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d; /* NaN wins */
+    }
+    return m;
+}
+
+/* The 16-bit bound of the header comment: got (this rank's rows) against ref32 and single16
+   (their rows, gathered), e16 = max|single16 - ref32| over the whole tensor. */
+static void compare_lowp(const char *case_name, const char *what, const mpi_env *e, const shape *s, const float *got,
+                         const float *ref, const float *single, size_t count, double e16, size_t parts,
+                         double partial_scale) {
+    const double u = st_epsilon(s->dtype), tol = 2.0 * e16 + (double)parts * u * partial_scale;
+    const double err = max_diff(got, ref, count), err_single = max_diff(got, single, count);
+    const int ok = err <= tol && err_single <= tol + e16;
+    if (!ok || e->rank == 0)
+        printf("[rank %d] %-34s %-3s vs fp32 %.3g, vs single-process %s %.3g (its own error %.3g), tol %.3g (%.2f of "
+               "it) %s\n",
+               e->rank, case_name, what, err, st_name(s->dtype), err_single, e16, tol, err / tol, ok ? "ok" : "FAIL");
+    CHECK(ok);
+}
+
+static void expect_all_fail(const mpi_env *e, const char *what, flashcl_status st);
+
+/* One f16/bf16 case: the ring against single-process calls in float32 and in the storage type. */
+static void run_case_lowp(flashcl_context *ctx, const mpi_env *e, const char *name, const shape *s) {
+    const flashcl_dtype dt = s->dtype;
+    const size_t N = s->n_global, n = N / (size_t)e->size, P = (size_t)e->size;
+    const size_t nq = s->b * N * s->hq * s->d, nk = s->b * N * s->hkv * s->d, nv = s->b * N * s->hkv * s->dv;
+    const size_t no = s->b * N * s->hq * s->dv, nl = s->b * s->hq * N;
+    /* [0] inputs q k v dout; [1] ref32 o lse dq dk dv; [2] single16 o lse dq dk dv */
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nv * 4), *dout = malloc(no * 4);
+    float *o32 = malloc(no * 4), *l32 = malloc(nl * 4), *dq32 = malloc(nq * 4), *dk32 = malloc(nk * 4),
+          *dv32 = malloc(nv * 4);
+    float *o16 = malloc(no * 4), *l16 = malloc(nl * 4), *dq16 = malloc(nq * 4), *dk16 = malloc(nk * 4),
+          *dv16 = malloc(nv * 4);
+    REQUIRE(q && k && v && dout && o32 && l32 && dq32 && dk32 && dv32 && o16 && l16 && dq16 && dk16 && dv16);
+    tu_rng rng = tu_rng_seed(0x5eed + N + (size_t)dt);
+    fill(q, nq, &rng), fill(k, nk, &rng), fill(v, nv, &rng), fill(dout, no, &rng);
+    st_round_array(dt, q, nq), st_round_array(dt, k, nk), st_round_array(dt, v, nv), st_round_array(dt, dout, no);
+
+    flashcl_attention_desc whole = local_desc(s, N);
+    REQUIRE(flashcl_forward_host(ctx, &whole, q, k, v, o32, l32) == FLASHCL_SUCCESS);
+    REQUIRE(flashcl_backward_host(ctx, &whole, q, k, v, o32, dout, l32, dq32, dk32, dv32) == FLASHCL_SUCCESS);
+    whole.dtype = dt;
+    REQUIRE(flashcl_forward_host(ctx, &whole, q, k, v, o16, l16) == FLASHCL_SUCCESS);
+    REQUIRE(flashcl_backward_host(ctx, &whole, q, k, v, o16, dout, l16, dq16, dk16, dv16) == FLASHCL_SUCCESS);
+
+    const size_t lq = nq / P, lk = nk / P, lv = nv / P, lo = no / P, ll = nl / P;
+    size_t most = lq;
+    const size_t sizes[] = {lk, lv, lo, ll};
+    for (size_t i = 0; i < 4; ++i) most = sizes[i] > most ? sizes[i] : most;
+    float *loc = malloc(most * 4), *ref = malloc(most * 4), *single = malloc(most * 4), *got = malloc(most * 4);
+    REQUIRE(loc && ref && single && got);
+    cl_mem bq, bk, bv, bdo;
+    gather(q, s, s->hq, s->d, e, s->bhsd, loc), bq = buffer_lowp(ctx, dt, lq, loc);
+    gather(k, s, s->hkv, s->d, e, s->bhsd, loc), bk = buffer_lowp(ctx, dt, lk, loc);
+    gather(v, s, s->hkv, s->dv, e, s->bhsd, loc), bv = buffer_lowp(ctx, dt, lv, loc);
+    gather(dout, s, s->hq, s->dv, e, s->bhsd, loc), bdo = buffer_lowp(ctx, dt, lo, loc);
+    cl_mem bo = buffer_lowp(ctx, dt, lo, NULL), bl = buffer_of(ctx, ll, NULL);
+    cl_mem bdq = buffer_lowp(ctx, dt, lq, NULL), bdk = buffer_lowp(ctx, dt, lk, NULL),
+           bdv = buffer_lowp(ctx, dt, lv, NULL);
+    const flashcl_tensor tq = view_of(bq, s, n, s->hq, s->d), tk = view_of(bk, s, n, s->hkv, s->d);
+    const flashcl_tensor tv = view_of(bv, s, n, s->hkv, s->dv), to = view_of(bo, s, n, s->hq, s->dv);
+    const flashcl_tensor tdo = view_of(bdo, s, n, s->hq, s->dv), tdq = view_of(bdq, s, n, s->hq, s->d);
+    const flashcl_tensor tdk = view_of(bdk, s, n, s->hkv, s->d), tdv = view_of(bdv, s, n, s->hkv, s->dv);
+    flashcl_ring_desc ring = FLASHCL_RING_DESC_INIT;
+    ring.layout = s->layout;
+    flashcl_attention_desc d = local_desc(s, n);
+    d.dtype = dt;
+
+    flashcl_status st = flashcl_ring_forward(ctx, &d, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD);
+    if (st != FLASHCL_SUCCESS)
+        printf("[rank %d] %s forward: %s %s\n", e->rank, name, flashcl_status_name(st), flashcl_last_error(ctx));
+    CHECK_STATUS(st, FLASHCL_SUCCESS);
+    read_lowp(ctx, dt, bo, lo, got);
+    gather(o32, s, s->hq, s->dv, e, s->bhsd, ref), gather(o16, s, s->hq, s->dv, e, s->bhsd, single);
+    compare_lowp(name, "O", e, s, got, ref, single, lo, max_diff(o16, o32, no), 1, max_abs(v, nv));
+    /* The LSE is float32 on both sides, from the same 16-bit inputs: the float32 bound. */
+    tu_buffer_read(flashcl_context_queue(ctx), bl, ll, got, NULL);
+    gather_lse(l16, s, e, ref);
+    compare(name, "LSE", e, got, ref, ll, N, max_abs(l16, nl));
+
+    st = flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &tdv, MPI_COMM_WORLD);
+    if (st != FLASHCL_SUCCESS)
+        printf("[rank %d] %s backward: %s %s\n", e->rank, name, flashcl_status_name(st), flashcl_last_error(ctx));
+    CHECK_STATUS(st, FLASHCL_SUCCESS);
+    const size_t kv_parts = (s->causal && s->layout == FLASHCL_RING_ZIGZAG ? 2 : 1) * P;
+    read_lowp(ctx, dt, bdq, lq, got);
+    gather(dq32, s, s->hq, s->d, e, s->bhsd, ref), gather(dq16, s, s->hq, s->d, e, s->bhsd, single);
+    compare_lowp(name, "dQ", e, s, got, ref, single, lq, max_diff(dq16, dq32, nq), P, max_abs(dq32, nq));
+    read_lowp(ctx, dt, bdk, lk, got);
+    gather(dk32, s, s->hkv, s->d, e, s->bhsd, ref), gather(dk16, s, s->hkv, s->d, e, s->bhsd, single);
+    compare_lowp(name, "dK", e, s, got, ref, single, lk, max_diff(dk16, dk32, nk), kv_parts, max_abs(dk32, nk));
+    read_lowp(ctx, dt, bdv, lv, got);
+    gather(dv32, s, s->hkv, s->dv, e, s->bhsd, ref), gather(dv16, s, s->hkv, s->dv, e, s->bhsd, single);
+    compare_lowp(name, "dV", e, s, got, ref, single, lv, max_diff(dv16, dv32, nv), kv_parts, max_abs(dv32, nv));
+
+    /* 16-bit K/V views are packed on the host by the component, which checks them itself. */
+    char what[96];
+    flashcl_tensor badk = tk;
+    if (e->rank == 0) badk.offset = lk; /* past the end of its buffer */
+    snprintf(what, sizeof what, "k.offset out of bounds on rank 0 (%s)", st_name(dt));
+    expect_all_fail(e, what, flashcl_ring_forward(ctx, &d, &ring, &tq, &badk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    flashcl_tensor badv = tv;
+    if (e->rank == e->size - 1) badv.buffer = NULL;
+    snprintf(what, sizeof what, "v.buffer NULL on the last rank (%s, backward)", st_name(dt));
+    expect_all_fail(
+        e, what,
+        flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &badv, &to, &tdo, bl, 0, &tdq, &tdk, &tdv, MPI_COMM_WORLD));
+
+    cl_mem all[] = {bq, bk, bv, bdo, bo, bl, bdq, bdk, bdv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) clReleaseMemObject(all[i]);
+    float *hosts[] = {q, k, v, dout, o32, l32, dq32, dk32, dv32, o16, l16, dq16, dk16, dv16, loc, ref, single, got};
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; ++i) free(hosts[i]);
+}
+
 /* Every rank must return an error, the same one: agreed before any transfer, or at the end. */
 static void expect_all_fail(const mpi_env *e, const char *what, flashcl_status st) {
     int mine = (int)st, lo = 0, hi = 0;
@@ -204,7 +364,7 @@ static void expect_all_fail(const mpi_env *e, const char *what, flashcl_status s
 }
 
 static void run_errors(flashcl_context *ctx, const mpi_env *e) {
-    const shape s = {1, 2, 1, 8 * (size_t)e->size, 8, 8, 1, FLASHCL_RING_ZIGZAG, 0};
+    const shape s = {1, 2, 1, 8 * (size_t)e->size, 8, 8, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32};
     const size_t n = s.n_global / (size_t)e->size, lq = n * s.hq * s.d, lk = n * s.hkv * s.d;
     cl_mem bq = buffer_of(ctx, lq, NULL), bk = buffer_of(ctx, lk, NULL), bv = buffer_of(ctx, lk, NULL);
     cl_mem bo = buffer_of(ctx, lq, NULL), bl = buffer_of(ctx, n * s.hq, NULL), bdo = buffer_of(ctx, lq, NULL);
@@ -233,6 +393,14 @@ static void run_errors(flashcl_context *ctx, const mpi_env *e) {
     if (e->rank == bad) dd.window = 1, dd.window_left = 4, dd.window_right = 0;
     expect_all_fail(e, "window on the last rank (forward)",
                     flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    /* A storage type that differs between ranks (K/V messages of another size): agreed first.
+       With one process a bf16 view of these float32 buffers is simply valid. */
+    if (e->size > 1) {
+        dd = d;
+        if (e->rank == bad) dd.dtype = FLASHCL_DTYPE_BF16;
+        expect_all_fail(e, "dtype bf16 on the last rank only (forward)",
+                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    }
     /* A bad view that only the core's checks see (at the rank's first call): agreed at the end. */
     flashcl_tensor badq = tq;
     if (e->rank == bad) badq.buffer = NULL;
@@ -282,14 +450,25 @@ int main(int argc, char **argv) {
     /* Small shapes: each process builds (or loads from the shared program cache) every kernel. */
     const size_t P = (size_t)e.size, N = 16 * P; /* zigzag chunks of 8 rows */
     const shape cases[] = {
-        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0},     /* causal, balanced, GQA 2 */
-        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_CONTIGUOUS, 0}, /* causal, contiguous */
-        {1, 4, 1, N, 16, 8, 0, FLASHCL_RING_CONTIGUOUS, 1},  /* not causal, MQA, d_v != d_qk, [b, h, s, d] views */
-        {1, 2, 2, N, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0},     /* not causal, zigzag rows, MHA */
+        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32},     /* causal, balanced, GQA 2 */
+        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32}, /* causal, contiguous */
+        {1, 4, 1, N, 16, 8, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F32},  /* not causal, MQA, d_v 8, bhsd */
+        {1, 2, 2, N, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32},     /* not causal, zigzag rows, MHA */
     };
     const char *names[] = {"causal zigzag GQA", "causal contiguous GQA", "full contiguous MQA dv8 bhsd",
                            "full zigzag MHA"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(ctx, &e, names[i], &cases[i]);
+    /* 16-bit storage: merged and summed in float32, rounded once at the end. */
+    const shape lowp[] = {
+        {1, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_BF16},    /* causal, balanced, GQA 2 */
+        {1, 2, 1, N, 16, 16, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F16}, /* full, MQA, [b, h, s, d] views */
+    };
+    const char *lowp_names[] = {"bf16 causal zigzag GQA", "f16 full contiguous MQA bhsd"};
+    for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; ++i) {
+        const double t0 = MPI_Wtime();
+        run_case_lowp(ctx, &e, lowp_names[i], &lowp[i]);
+        if (e.rank == 0) printf("[rank 0] %s: %.2f s\n", lowp_names[i], MPI_Wtime() - t0);
+    }
     run_errors(ctx, &e);
 
     int mine = tu_failures(), total = 0;
