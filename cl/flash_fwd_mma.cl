@@ -374,6 +374,10 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
         kv0 = next;
     }
 
+    /* Nothing is in flight after the last tile, except Q's copy when no tile was visible (Q in
+       __local): wait for it anyway, so no work-item exits with a cp.async outstanding. */
+    ptx_cp_wait_all();
+
     /* Row sums over the quad, the sink folded in, normalise once, store 2 elements per register. */
     __global ushort *Ob = O + VIEW_BASE(o, b, h) + hd.q0 * o_sr;
     const int col = (lane & 3) * 2;

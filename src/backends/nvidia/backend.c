@@ -15,17 +15,27 @@ static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl
     return 1;
 }
 
+/* A build serves every call with its switches, whatever their run-time window: the variants
+   named in the reason are this call's (16-bit storage itself is not a variant here). */
+static void append_call_variants(const flashcl_attention_desc *d, flashcl_plan *out) {
+    flashcl_attention_desc f32 = *d;
+    f32.dtype = FLASHCL_DTYPE_F32;
+    if (!flashcl__desc_is_plain(&f32)) flashcl__append_variants(d, out->reason, sizeof out->reason);
+}
+
 static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                                   flashcl_plan *out) {
+    flashcl_status st;
     if (pass == FLASHCL__FORWARD) {
         const flashcl__mma_plan *p = NULL;
-        flashcl_status st = flashcl__mma_plan_for(ctx, d, &p);
+        st = flashcl__mma_plan_for(ctx, d, &p);
         if (st == FLASHCL_SUCCESS) *out = p->pub;
-        return st;
+    } else {
+        const flashcl__mma_bwd *w = NULL;
+        st = flashcl__mma_backward_plan_for(ctx, d, &w);
+        if (st == FLASHCL_SUCCESS) *out = w->pub;
     }
-    const flashcl__mma_bwd *w = NULL;
-    flashcl_status st = flashcl__mma_backward_plan_for(ctx, d, &w);
-    if (st == FLASHCL_SUCCESS) *out = w->pub;
+    if (st == FLASHCL_SUCCESS) append_call_variants(d, out);
     return st;
 }
 

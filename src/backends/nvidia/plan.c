@@ -181,7 +181,6 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
                          dv);
-    flashcl__append_variants(d, p->pub.reason, sizeof p->pub.reason);
     p->next = state->plans;
     state->plans = p;
     *out = p;
@@ -261,7 +260,6 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                  16 * MMA_WARPS, step, dsinks ? " and flash_bwd_dsinks" : "");
         if (dk != d->head_dim)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
-        flashcl__append_variants(d, bp->reason, sizeof bp->reason);
     }
     *out = w;
     return FLASHCL_SUCCESS;
