@@ -2,8 +2,8 @@
  * FlashAttention backward on NVIDIA tensor cores (sm_80+), through the same
  * inline PTX as cl/flash_fwd_mma.cl (mma.sync.m16n8k16 bf16/f16 -> fp32,
  * ldmatrix, cp.async: the wrappers of cl/ptx.cl, which the host puts in front
- * of this file; MMA_F16 picks f16 (1) or bf16 (0, the default)). Built only
- * after the host's probe passed.
+ * of this file after common.cl and variants.cl; MMA_F16 picks f16 (1) or bf16
+ * (0, the default)). Built only after the host's probe passed.
  *
  * Three kernels, the structure of cl/flash_bwd_tiles.cl:
  * - flash_bwd_mma_dot: D = rowsum(dO * O) in float32 (scratch), and the rows'
@@ -11,21 +11,33 @@
  * - flash_bwd_mma_dkdv: one work-group per block of MMA_BWD_BC keys (16 per
  *   warp, K and V A-fragments in registers); loops over the GQA group's query
  *   heads and their query tiles of MMA_BWD_BR rows (Q, dO through __local):
- *     S^T = K Q^T, P^T = exp2(S^T scale log2e - lse2), dV += P^T dO,
- *     dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q; dK *= scale at the end.
+ *     S^T = K Q^T, P^T = exp2(f(S^T) - lse2), dV += (P Z)^T dO,
+ *     dP^T = V dO^T, dS^T = P^T (dP^T Z - D) g, dK += dS^T Q; dK *= scale at the end.
  * - flash_bwd_mma_dq: one work-group per block of 16 * MMA_WARPS query rows
  *   (Q, dO A-fragments in registers); loops over key tiles of MMA_BWD_BCQ
  *   (K, V through __local): S = Q K^T, P, dP = dO V^T, dS, dQ += dS K.
  * Every output element is written once by one thread: deterministic, no atomics.
  * P and dS are rounded to the storage type before their mma (as in FlashAttention-2).
  *
- * The host guarantees what the forward's needs (HEAD_DIM a multiple of 16,
- * views 16-byte aligned, scale > 0) and that D was computed before the two
- * main kernels run.
+ * Variants (cl/variants.cl, the portable backward's semantics, cl/flash_bwd.cl):
+ * f is the forward's final logit (softcap, ALiBi, bias; -inf where the
+ * window, mask or block mask hides the pair), g the softcap's 1 - tanh^2 (1
+ * without), Z the dropout factor regenerated from the forward's Philox
+ * counter. Only the query tiles (key tiles) inside the band of a block are
+ * visited, tiles the block mask drops are skipped, varlen sequences start at
+ * packed rows hd.q0/hd.k0. The sinks are in the LSE, so P needs nothing for
+ * them; d(sinks) is the portable flash_bwd_dsinks kernel's.
+ *
+ * The host guarantees: HEAD_DIM (the user's d rounded up to 16; MB_D_REAL the
+ * real one, a multiple of 8) <= 128 and d_v = d, views 16-byte aligned,
+ * scale > 0, and that D was computed before the two main kernels run.
  */
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
+#endif
+#ifndef MB_D_REAL
+#define MB_D_REAL HEAD_DIM
 #endif
 #ifndef MMA_WARPS
 #define MMA_WARPS 4
@@ -36,12 +48,18 @@
 #ifndef MMA_BWD_BCQ
 #define MMA_BWD_BCQ 32 /* keys per step of the dQ kernel */
 #endif
+#ifndef MMA_PLAIN
+#define MMA_PLAIN 0 /* 1: plain or causal attention only (see the dK/dV kernel) */
+#endif
 
 #define MB_THREADS (32 * MMA_WARPS)
 #define MMA_BWD_BC (16 * MMA_WARPS) /* keys per dK/dV work-group, rows per dQ work-group */
 #define MB_LD (HEAD_DIM + 8)
 #define MB_CHUNKS (HEAD_DIM / 8)
 #define MB_DT (HEAD_DIM / 16)
+/* Per-element work beyond exp2: score terms, or a bias / mask that must be checked per pair. */
+#define MB_TERMS HAS_SCORE_TERMS
+#define MB_ALWAYS_CHECK (HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK)
 
 /* One 16-bit storage value -> float (exact in both formats). */
 inline float mb_to_float(uint x) {
@@ -55,14 +73,20 @@ inline float mb_to_float(uint x) {
 #endif
 }
 
-/* Rows [row0, row0 + rows) of a [*, HEAD_DIM] view -> padded __local tile; rows >= limit become zeros. */
+/* Rows [row0, row0 + rows) of a view -> padded __local tile; rows >= limit and the
+   head dim's padding (chunks past MB_D_REAL) become zeros. */
 inline void mb_load_tile(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0, int rows,
                          long limit, int lid) {
     for (int c = lid; c < rows * MB_CHUNKS; c += MB_THREADS) {
         const int r = c / MB_CHUNKS, ch = c - r * MB_CHUNKS;
         const long gr = row0 + r;
+#if MB_D_REAL == HEAD_DIM
         const int ok = gr < limit;
         __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + ch * 8;
+#else
+        const int ok = gr < limit && ch < MB_D_REAL / 8;
+        __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * 8;
+#endif
         ptx_cp16(ptx_smem_addr(tile + r * MB_LD + ch * 8), src, ok ? 16u : 0u);
     }
 }
@@ -79,7 +103,7 @@ inline void mb_frags_a(__local const ushort *tile, int row, int lane, uint f[MB_
 #define MB_LANE_N(lane) ((uint)((((lane)&7) + (((lane) >> 4) << 3)) * MB_LD + ((((lane) >> 3) & 1) << 3)) * 2)
 #define MB_LANE_K(lane) ((uint)((((lane)&7) + ((((lane) >> 3) & 1) << 3)) * MB_LD + (((lane) >> 4) << 3)) * 2)
 
-/* Stores 16 rows x HEAD_DIM of accumulator fragments times `mul`, rows >= limit skipped. */
+/* Stores 16 rows x d of accumulator fragments times `mul`, rows >= limit skipped. */
 inline void mb_store(__global ushort *base, ulong stride_row, long row0, long limit, int lane, float mul,
                      float acc[HEAD_DIM / 8][4]) {
     const int col = (lane & 3) * 2;
@@ -87,23 +111,32 @@ inline void mb_store(__global ushort *base, ulong stride_row, long row0, long li
     for (int half_ = 0; half_ < 2; ++half_) {
         const long row = row0 + (lane >> 2) + half_ * 8;
         if (row < limit) {
+#if MB_D_REAL == HEAD_DIM
             __global uint *dst = (__global uint *)(base + (ulong)row * stride_row + col);
 #pragma unroll
             for (int n = 0; n < HEAD_DIM / 8; ++n)
                 dst[n * 4] = ptx_pack(acc[n][half_ * 2] * mul, acc[n][half_ * 2 + 1] * mul);
+#else
+            __global ushort *dst = base + (ulong)row * stride_row + col;
+#pragma unroll
+            for (int n = 0; n < HEAD_DIM / 8; ++n)
+                if (n * 8 + col < MB_D_REAL) /* d a multiple of 8: both elements or neither */
+                    *(__global uint *)(dst + n * 8) = ptx_pack(acc[n][half_ * 2] * mul, acc[n][half_ * 2 + 1] * mul);
+#endif
         }
     }
 }
 
-/* D[row] = sum_c dO[row, c] O[row, c]; one work-item per row. */
+/* D[row] = sum_c dO[row, c] O[row, c]; one work-item per row (rows of the longest sequence with varlen). */
 __kernel void flash_bwd_mma_dot(__global const ushort *dO, VIEW_ARGS(do), __global const ushort *O, VIEW_ARGS(o),
-                                __global float *Dsum, int seqlen_q, int heads_q) {
+                                __global float *Dsum, int seqlen_q, int seqlen_k, int heads_q, VARIANT_ARGS) {
     const int row = (int)get_global_id(0), h = (int)get_global_id(1), b = (int)get_global_id(2);
-    if (row >= seqlen_q) return;
-    __global const uint4 *x = (__global const uint4 *)(dO + VIEW_BASE(do, b, h) + (ulong)row * do_sr);
-    __global const uint4 *y = (__global const uint4 *)(O + VIEW_BASE(o, b, h) + (ulong)row * o_sr);
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    if (row >= hd.sq) return;
+    __global const uint4 *x = (__global const uint4 *)(dO + VIEW_BASE(do, b, h) + (ulong)(hd.q0 + row) * do_sr);
+    __global const uint4 *y = (__global const uint4 *)(O + VIEW_BASE(o, b, h) + (ulong)(hd.q0 + row) * o_sr);
     float acc = 0.0f;
-    for (int c = 0; c < MB_CHUNKS; ++c) {
+    for (int c = 0; c < MB_D_REAL / 8; ++c) {
         const uint4 u = x[c], w = y[c];
         const uint uu[4] = {u.s0, u.s1, u.s2, u.s3}, ww[4] = {w.s0, w.s1, w.s2, w.s3};
 #pragma unroll
@@ -112,12 +145,23 @@ __kernel void flash_bwd_mma_dot(__global const ushort *dO, VIEW_ARGS(do), __glob
             acc = fma(mb_to_float(uu[i] >> 16), mb_to_float(ww[i] >> 16), acc);
         }
     }
-    Dsum[((ulong)b * heads_q + h) * seqlen_q + row] = acc;
+    Dsum[flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = acc;
 }
 
 /* LSE (natural log) -> log2 domain; a row with no visible key gets +inf so its P is 0. */
 inline float mb_lse2(float lse) { return lse == FLASHCL_NEG_INF ? INFINITY : lse * FLASHCL_LOG2E_F; }
 
+#if MMA_PLAIN
+/*
+ * Plain and causal calls (MMA_PLAIN: no compile-time variant, no window, d a
+ * multiple of 16; the host's choice) run the dK/dV and dQ kernels as they were
+ * measured before the variants existed, with `causal` as their last argument.
+ * The general kernels below (#else) compute the same thing for these calls,
+ * but measured 20-33% slower on the H200 (b4 h16 N4096 d128 bf16 backward:
+ * 7.81 -> 9.83 ms, causal 4.18 -> 5.21 ms, b16 N1024 d64 1.23 -> 1.64 ms), most
+ * likely from the band and sequence values they keep live in a kernel already
+ * at 255 registers; until they are brought to parity this path stays.
+ */
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
                    __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
@@ -360,3 +404,316 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #undef MB_KT_E
 #undef MB_SM_E
 }
+#else /* the general kernels: every variant */
+
+/*
+ * P of the pair (row i, key j) of a sequence from its raw score s (q.k), and in
+ * *g the softcap's derivative (1 without). `check`: test the pair against the
+ * band, the masks and the sequence's rows (a uniform flag: tiles known plain
+ * skip it); a pair that fails gets P = 0 without reading a mask or bias.
+ */
+inline float mb_prob(float s, float lse2, flashcl_head hd, long i, long j, int check, float scale_log2, float cap_inv,
+                     float *g, VARIANT_ARGS) {
+    *g = 1.0f;
+    if (check && (i >= hd.sq || !flashcl_visible(hd, i, j, VARIANT_PASS))) return 0.0f;
+#if MB_TERMS
+    float x = s * scale_log2;
+#if HAS_SOFTCAP
+    const float t = flashcl_tanh_fast(x * cap_inv);
+    x = softcap2 * t;
+    *g = 1.0f - t * t;
+#endif
+#if HAS_ALIBI
+    x -= hd.slope2 * fabs((float)(i + hd.off - j));
+#endif
+#if HAS_BIAS
+    x += bias[hd.bias_at + (ulong)i * bias_sr + (ulong)j] * FLASHCL_LOG2E_F;
+#endif
+    return ptx_exp2(x - lse2);
+#else
+    (void)cap_inv;
+    return ptx_exp2(fma(s, scale_log2, -lse2));
+#endif
+}
+
+/* The dropout factor of the pair (0 or 1/(1-p); 1 without dropout), the forward's bits. */
+inline float mb_keep(flashcl_head hd, long i, long j, VARIANT_ARGS) {
+#if HAS_DROPOUT
+    return i < hd.sq && flashcl_dropout_keep(hd, i, j, drop_threshold, seed_lo, seed_hi, drop_off_lo, drop_off_hi)
+               ? drop_scale
+               : 0.0f;
+#else
+    return 1.0f;
+#endif
+}
+
+__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
+flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                   __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
+                   __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dK,
+                   VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
+                   int group, float scale_log2, float scale, VARIANT_ARGS) {
+    /* K and V of the block first (for the fragments), then Q and dO tiles. */
+#define MB_KV_E (MMA_BWD_BC * MB_LD)
+#define MB_QT_E (MMA_BWD_BR * MB_LD)
+#define MB_SM_E (2 * MB_KV_E > 2 * MB_QT_E ? 2 * MB_KV_E : 2 * MB_QT_E)
+    __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
+    __local float lse_s[MMA_BWD_BR], d_s[MMA_BWD_BR];
+    __local ushort *qs = smem, *dos = smem + MB_QT_E;
+
+    const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+    const long k0 = (long)get_group_id(0) * MMA_BWD_BC;
+    /* The sequence's geometry is the same for every query head of the group. */
+    const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    if (k0 >= hd0.sk) return; /* varlen: past this sequence (the whole group returns) */
+    const long k1 = min(k0 + MMA_BWD_BC, hd0.sk) - 1;
+    const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
+
+    uint kf[MB_DT][4], vf[MB_DT][4];
+    mb_load_tile(smem, K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr, k_sr, k0, MMA_BWD_BC, hd0.sk, lid);
+    mb_load_tile(smem + MB_KV_E, V + VIEW_BASE(v, b, hk) + hd0.k0 * v_sr, v_sr, k0, MMA_BWD_BC, hd0.sk, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    mb_frags_a(smem, warp * 16, lane, kf);
+    mb_frags_a(smem + MB_KV_E, warp * 16, lane, vf);
+
+    float dk[HEAD_DIM / 8][4], dv[HEAD_DIM / 8][4];
+#pragma unroll
+    for (int n = 0; n < HEAD_DIM / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) dk[n][c] = dv[n][c] = 0.0f;
+
+    /* Query rows that see a key of this block: the band's inverse. */
+    const long q_begin = flashcl_q_begin(hd0, k0, MMA_BWD_BR, win_right), q_end = flashcl_q_end(hd0, k1, win_left);
+    const long key_lo = k0 + warp * 16 + (lane >> 2); /* this thread's keys: key_lo, key_lo + 8 */
+    const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
+    const uint qs_n = ptx_smem_addr(qs) + n_lane, qs_k = ptx_smem_addr(qs) + k_lane;
+    const uint dos_n = ptx_smem_addr(dos) + n_lane, dos_k = ptx_smem_addr(dos) + k_lane;
+
+    for (int hh = 0; hh < group; ++hh) {
+        const int h = hk * group + hh;
+        const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+        __global const ushort *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
+        __global const ushort *dOb = dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr;
+        for (long q0 = q_begin; q0 < q_end; q0 += MMA_BWD_BR) {
+            const long q1 = q0 + MMA_BWD_BR - 1;
+            if (flashcl_tile_skipped(hd, q0, q1, k0, k1, VARIANT_PASS)) continue; /* uniform */
+            barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the previous tiles (or K/V) */
+            mb_load_tile(qs, Qb, q_sr, q0, MMA_BWD_BR, hd.sq, lid);
+            mb_load_tile(dos, dOb, do_sr, q0, MMA_BWD_BR, hd.sq, lid);
+            if (lid < MMA_BWD_BR) {
+                const long r = q0 + lid;
+                const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, r < hd.sq ? r : 0);
+                lse_s[lid] = r < hd.sq ? mb_lse2(LSE[lse_off + at]) : INFINITY;
+                d_s[lid] = r < hd.sq ? Dsum[at] : 0.0f;
+            }
+            ptx_cp_commit();
+            ptx_cp_wait_all();
+            barrier(CLK_LOCAL_MEM_FENCE);
+
+            /* S^T = K Q^T: 16 keys x MMA_BWD_BR queries per warp. */
+            float s[MMA_BWD_BR / 8][4];
+#pragma unroll
+            for (int n = 0; n < MMA_BWD_BR / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < MB_DT; ++kk)
+#pragma unroll
+                for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
+                    uint b0, b1, b2, b3;
+                    ptx_ldsm_x4(qs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                    PTX_MMA(s[2 * np], kf[kk], b0, b1);
+                    PTX_MMA(s[2 * np + 1], kf[kk], b2, b3);
+                }
+            /* P^T (masked where the pair is hidden), dropped for dV; s keeps P g, z the factor. */
+            const int check =
+                MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0, q1, k0, k0 + MMA_BWD_BC - 1, win_left, win_right);
+            uint pf[MMA_BWD_BR / 16][4];
+#if HAS_DROPOUT
+            float z[MMA_BWD_BR / 8][4];
+#endif
+#pragma unroll
+            for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
+                float pz[4];
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int qc = n * 8 + (lane & 3) * 2 + (c & 1);
+                    const long key = key_lo + (c >> 1) * 8, row = q0 + qc;
+                    float g;
+                    const float p =
+                        mb_prob(s[n][c], lse_s[qc], hd, row, key, check, scale_log2, cap_inv, &g, VARIANT_PASS);
+                    const float zz = mb_keep(hd, row, key, VARIANT_PASS);
+#if HAS_DROPOUT
+                    z[n][c] = zz;
+#endif
+                    pz[c] = p * zz;
+                    s[n][c] = p * g;
+                }
+                pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(pz[0], pz[1]);
+                pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(pz[2], pz[3]);
+            }
+            /* dV += (P Z)^T dO (k = queries). */
+#pragma unroll
+            for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
+#pragma unroll
+                for (int dp = 0; dp < MB_DT; ++dp) {
+                    uint b0, b1, b2, b3;
+                    ptx_ldsm_x4_trans(dos_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                    PTX_MMA(dv[2 * dp], pf[kk], b0, b1);
+                    PTX_MMA(dv[2 * dp + 1], pf[kk], b2, b3);
+                }
+            /* dP^T = V dO^T. */
+            float dp_[MMA_BWD_BR / 8][4];
+#pragma unroll
+            for (int n = 0; n < MMA_BWD_BR / 8; ++n) dp_[n][0] = dp_[n][1] = dp_[n][2] = dp_[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < MB_DT; ++kk)
+#pragma unroll
+                for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
+                    uint b0, b1, b2, b3;
+                    ptx_ldsm_x4(dos_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                    PTX_MMA(dp_[2 * np], vf[kk], b0, b1);
+                    PTX_MMA(dp_[2 * np + 1], vf[kk], b2, b3);
+                }
+#if HAS_DROPOUT
+#pragma unroll
+            for (int n = 0; n < MMA_BWD_BR / 8; ++n)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) dp_[n][c] *= z[n][c];
+#endif
+                    /* dS^T = P^T g (dP^T Z - D), packed as the A operand of dK += dS^T Q. */
+#pragma unroll
+            for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
+                const int qc = n * 8 + (lane & 3) * 2;
+                const float d0 = d_s[qc], d1 = d_s[qc + 1];
+                pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(s[n][0] * (dp_[n][0] - d0), s[n][1] * (dp_[n][1] - d1));
+                pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(s[n][2] * (dp_[n][2] - d0), s[n][3] * (dp_[n][3] - d1));
+            }
+#pragma unroll
+            for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
+#pragma unroll
+                for (int dp = 0; dp < MB_DT; ++dp) {
+                    uint b0, b1, b2, b3;
+                    ptx_ldsm_x4_trans(qs_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                    PTX_MMA(dk[2 * dp], pf[kk], b0, b1);
+                    PTX_MMA(dk[2 * dp + 1], pf[kk], b2, b3);
+                }
+        }
+    }
+    const long kr = k0 + warp * 16;
+    mb_store(dK + VIEW_BASE(dk, b, hk) + hd0.k0 * dk_sr, dk_sr, kr, hd0.sk, lane, scale, dk);
+    mb_store(dV + VIEW_BASE(dv, b, hk) + hd0.k0 * dv_sr, dv_sr, kr, hd0.sk, lane, 1.0f, dv);
+#undef MB_KV_E
+#undef MB_QT_E
+#undef MB_SM_E
+}
+
+__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
+flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                 __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
+                 __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dQ,
+                 VIEW_ARGS(dq), int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
+                 VARIANT_ARGS) {
+#define MB_QB_E (MMA_BWD_BC * MB_LD)
+#define MB_KT_E (MMA_BWD_BCQ * MB_LD)
+#define MB_SM_E (2 * MB_QB_E > 2 * MB_KT_E ? 2 * MB_QB_E : 2 * MB_KT_E)
+    __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
+    __local ushort *ks = smem, *vs = smem + MB_KT_E;
+
+    const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
+    /* Heaviest (causal) blocks first. */
+    const int block = (int)get_num_groups(0) - 1 - (int)get_group_id(0);
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    const long q0 = (long)block * MMA_BWD_BC;
+    if (q0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    const long last_row = min(q0 + MMA_BWD_BC, hd.sq) - 1;
+    const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
+
+    uint qf[MB_DT][4], of[MB_DT][4];
+    mb_load_tile(smem, Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0, MMA_BWD_BC, hd.sq, lid);
+    mb_load_tile(smem + MB_QB_E, dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr, do_sr, q0, MMA_BWD_BC, hd.sq, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    mb_frags_a(smem, warp * 16, lane, qf);
+    mb_frags_a(smem + MB_QB_E, warp * 16, lane, of);
+
+    const long r0 = q0 + warp * 16 + (lane >> 2); /* this thread's rows: r0, r0 + 8 */
+    float l2[2], dd[2];
+    for (int i = 0; i < 2; ++i) {
+        const long r = r0 + i * 8;
+        const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, r < hd.sq ? r : 0);
+        l2[i] = r < hd.sq ? mb_lse2(LSE[lse_off + at]) : INFINITY;
+        dd[i] = r < hd.sq ? Dsum[at] : 0.0f;
+    }
+    float dq[HEAD_DIM / 8][4];
+#pragma unroll
+    for (int n = 0; n < HEAD_DIM / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+    const long kv_end = flashcl_kv_end(hd, last_row, win_right);
+    const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
+    const uint ks_n = ptx_smem_addr(ks) + n_lane, ks_k = ptx_smem_addr(ks) + k_lane, vs_n = ptx_smem_addr(vs) + n_lane;
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr, *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
+
+    for (long kv0 = flashcl_kv_begin(hd, q0, MMA_BWD_BCQ, win_left); kv0 < kv_end; kv0 += MMA_BWD_BCQ) {
+        if (flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MMA_BWD_BCQ - 1, VARIANT_PASS)) continue; /* uniform */
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the previous tiles (or Q/dO) */
+        mb_load_tile(ks, Kb, k_sr, kv0, MMA_BWD_BCQ, hd.sk, lid);
+        mb_load_tile(vs, Vb, v_sr, kv0, MMA_BWD_BCQ, hd.sk, lid);
+        ptx_cp_commit();
+        ptx_cp_wait_all();
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        float s[MMA_BWD_BCQ / 8][4], dp_[MMA_BWD_BCQ / 8][4];
+#pragma unroll
+        for (int n = 0; n < MMA_BWD_BCQ / 8; ++n)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s[n][c] = dp_[n][c] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < MB_DT; ++kk)
+#pragma unroll
+            for (int np = 0; np < MMA_BWD_BCQ / 16; ++np) {
+                uint b0, b1, b2, b3;
+                ptx_ldsm_x4(ks_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                PTX_MMA(s[2 * np], qf[kk], b0, b1);
+                PTX_MMA(s[2 * np + 1], qf[kk], b2, b3);
+                ptx_ldsm_x4(vs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                PTX_MMA(dp_[2 * np], of[kk], b0, b1);
+                PTX_MMA(dp_[2 * np + 1], of[kk], b2, b3);
+            }
+        const int check = MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0 + warp * 16, q0 + warp * 16 + 15, kv0,
+                                                                 kv0 + MMA_BWD_BCQ - 1, win_left, win_right);
+        uint pf[MMA_BWD_BCQ / 16][4];
+#pragma unroll
+        for (int n = 0; n < MMA_BWD_BCQ / 8; ++n) {
+            float ds[4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1), row = r0 + (c >> 1) * 8;
+                float g;
+                const float p =
+                    mb_prob(s[n][c], l2[c >> 1], hd, row, key, check, scale_log2, cap_inv, &g, VARIANT_PASS);
+                ds[c] = p * g * (dp_[n][c] * mb_keep(hd, row, key, VARIANT_PASS) - dd[c >> 1]);
+            }
+            pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(ds[0], ds[1]);
+            pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(ds[2], ds[3]);
+        }
+        /* dQ += dS K (k = keys). */
+#pragma unroll
+        for (int kk = 0; kk < MMA_BWD_BCQ / 16; ++kk)
+#pragma unroll
+            for (int dp = 0; dp < MB_DT; ++dp) {
+                uint b0, b1, b2, b3;
+                ptx_ldsm_x4_trans(ks_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                PTX_MMA(dq[2 * dp], pf[kk], b0, b1);
+                PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
+            }
+    }
+    mb_store(dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr, dq_sr, q0 + warp * 16, hd.sq, lane, scale, dq);
+#undef MB_QB_E
+#undef MB_KT_E
+#undef MB_SM_E
+}
+#endif

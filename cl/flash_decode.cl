@@ -211,14 +211,9 @@ flash_decode(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t *K,
     const int split = (int)get_group_id(0) / row_blocks, rblock = (int)get_group_id(0) % row_blocks;
 
     /* The sequence: query rows and keys (every query head of the group shares them). */
-    flashcl_head hd = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
-#if PAGED
-    const long kv_start = seqinfo[4 * b];
-    hd.sk = seqinfo[4 * b + 1];
-    hd.off = hd.sk - hd.sq;
-#else
-    const long kv_start = 0;
-#endif
+    long kv_start;
+    const flashcl_head hd =
+        flashcl_decode_sequence(b, hk * group, heads_q, seqlen_q, seqlen_k, seqinfo, &kv_start, VARIANT_PASS);
     const int packed = group * (int)hd.sq;      /* rows of this (sequence, KV head) */
     const int sqn = hd.sq > 0 ? (int)hd.sq : 1; /* divides row numbers (an empty varlen sequence has none) */
     const int row0 = rblock * ROWS;
@@ -227,8 +222,8 @@ flash_decode(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t *K,
     const int active = row0 < packed;
 
     /* fp8: the K scale multiplies every score (folded into Q), the V scale every output. */
-    const float kscale = CACHE_DTYPE ? k_scale[scale_per_head ? hk : 0] : 1.0f;
-    const float vscale = CACHE_DTYPE ? v_scale[scale_per_head ? hk : 0] : 1.0f;
+    const float kscale = flashcl_cache_scale(k_scale, scale_per_head, hk);
+    const float vscale = flashcl_cache_scale(v_scale, scale_per_head, hk);
 
     /* My lanes' elements of the block's Q rows, scaled by scale*log2(e) (and the K scale); rows
        past `packed` are zero. Their query positions and ALiBi slopes. */

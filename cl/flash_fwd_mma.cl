@@ -4,9 +4,10 @@
  * O += P V, ldmatrix for the fragments, cp.async for the K/V tiles.
  *
  * The PTX wrappers (PTX_MMA, ptx_ldsm_x4, ptx_cp16, ...) are cl/ptx.cl's,
- * which the host puts in front of this file. Only built after the host's
- * probe (cl/probe_mma.cl) has compiled and run the same instructions on this
- * device and checked their answer; no other device ever sees this file.
+ * which the host puts in front of this file (after common.cl and
+ * variants.cl). Only built after the host's probe (cl/probe_mma.cl) has
+ * compiled and run the same instructions on this device and checked their
+ * answer; no other device ever sees this file.
  *
  * Shape of the work:
  * - A work-group is MMA_WARPS warps; warp w owns MMA_MT consecutive 16-row
@@ -25,15 +26,36 @@
  *   until the end. The S accumulator layout is the A-operand layout of the
  *   next mma once packed to 16 bits, so P never leaves registers.
  *
+ * Head dims: HEAD_DIM (Q/K) and MMA_DV (V/O) are the user's d and d_v rounded
+ * up to 16 (the mma's k step); MMA_DK_REAL and HEAD_DIM_V are the real ones.
+ * The padding exists only in __local (chunks past the real dim are cp.async'd
+ * as zeros) and in registers; nothing past d is read or written in the user's
+ * memory.
+ *
+ * Variants (cl/variants.cl, the portable kernels' switches and arguments):
+ * varlen, the causal/window band (only key tiles inside it are visited; tiles
+ * the block mask drops are skipped and not loaded), softcap, ALiBi, bias and
+ * boolean masks through flashcl_score, sinks folded into the row at the end,
+ * dropout with the portable kernels' Philox mask (flashcl_dropout_words, so
+ * the same bits). Without score terms the scale is folded into the
+ * exponent's FMA (raw scores, masks set -inf); with them every score is
+ * scaled first and goes through flashcl_score.
+ *
  * Storage is 16-bit (ushort in the kernel); MMA_F16 picks f16 (1) or bf16 (0,
  * the default; cl/ptx.cl reads it).
- * The host guarantees: HEAD_DIM a multiple of 16, every view's offset and row
- * stride multiples of 8 elements and the buffers 16-byte aligned (cp.async
- * moves 16 bytes), seqlen_q, seqlen_k >= 1, scale > 0.
+ * The host guarantees: d and d_v multiples of 8 (<= 256), every view's offset
+ * and row stride multiples of 8 elements and the buffers 16-byte aligned
+ * (cp.async moves 16 bytes), scale > 0.
  */
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
+#endif
+#ifndef MMA_DK_REAL
+#define MMA_DK_REAL HEAD_DIM
+#endif
+#ifndef MMA_DV
+#define MMA_DV HEAD_DIM
 #endif
 #ifndef MMA_WARPS
 #define MMA_WARPS 4 /* warps per work-group; Br = 16 * MMA_WARPS */
@@ -53,51 +75,68 @@
 /* __local rows: padded by 16 bytes, or (with Q resident, where Q + K + V must
    fit 48 KiB unpadded) unpadded with chunk c of row r stored at c ^ (r & 7).
    Either way the 8 row addresses of an ldmatrix hit 8 distinct 16-byte bank
-   groups. The XOR form needs rows of a multiple of 8 chunks (d = 64, 128). */
+   groups. The XOR form needs rows of a multiple of 8 chunks (d = 64, 128, ...). */
 #define MMA_SWZ MMA_QLOCAL
-#if MMA_SWZ && (HEAD_DIM % 64 != 0)
-#error "MMA_QLOCAL needs HEAD_DIM 64 or 128"
+#if MMA_SWZ && (HEAD_DIM % 64 != 0 || MMA_DV % 64 != 0)
+#error "MMA_QLOCAL needs padded head dims that are multiples of 64"
 #endif
-#define MMA_LD (MMA_SWZ ? HEAD_DIM : HEAD_DIM + 8) /* __local row, in elements */
-#define MMA_CHUNKS (HEAD_DIM / 8)                  /* 16-byte chunks per row */
-#define MMA_KV_ELEMS (MMA_BC * MMA_LD)
-#define MMA_Q_ELEMS (MMA_BR * MMA_LD)
+#define MMA_LDK (MMA_SWZ ? HEAD_DIM : HEAD_DIM + 8) /* __local row of Q and K, in elements */
+#define MMA_LDV (MMA_SWZ ? MMA_DV : MMA_DV + 8)     /* of V */
+#define MMA_K_ELEMS (MMA_BC * MMA_LDK)
+#define MMA_V_ELEMS (MMA_BC * MMA_LDV)
+#define MMA_Q_ELEMS (MMA_BR * MMA_LDK)
 #if MMA_QLOCAL
-#define MMA_SMEM_ELEMS (MMA_Q_ELEMS + 2 * MMA_KV_ELEMS)
+#define MMA_SMEM_ELEMS (MMA_Q_ELEMS + MMA_K_ELEMS + MMA_V_ELEMS)
 #else
-#define MMA_SMEM_ELEMS (MMA_Q_ELEMS > 2 * MMA_KV_ELEMS ? MMA_Q_ELEMS : 2 * MMA_KV_ELEMS)
+#define MMA_SMEM_ELEMS (MMA_Q_ELEMS > MMA_K_ELEMS + MMA_V_ELEMS ? MMA_Q_ELEMS : MMA_K_ELEMS + MMA_V_ELEMS)
 #endif
 /* Byte offset of 16-byte chunk pair 2*c2 (+ the lane's own bit in y) within an
    ldmatrix row: y is the lane's chunk bit, XORed with its row's low 3 bits when
    swizzled. 2*c2 has bit 0 clear, so 2*c2 + bit == 2*c2 ^ bit either way. */
 #define MMA_COLB(c2, y) ((uint)((2 * (c2)) ^ (y)) << 4)
+/* Scores the softmax sees: raw (the scale folded into the exponent) unless a
+   score term needs them scaled first: softcap and ALiBi in the kernel's own
+   32-bit code (MMA_FAST_TERMS), a bias through flashcl_score (MMA_BIAS_PATH). */
+#define MMA_PRESCALED HAS_SCORE_TERMS
+#define MMA_BIAS_PATH HAS_BIAS
+#define MMA_FAST_TERMS ((HAS_SOFTCAP || HAS_ALIBI) && !HAS_BIAS)
 
-/* Copies rows [row0, row0 + rows) of a [*, HEAD_DIM] view into a padded tile;
-   rows at or past `limit` become zeros. */
+/* Copies rows [row0, row0 + rows) of a view into a tile whose rows are `ld`
+   elements and `chunks` 16-byte chunks; rows at or past `limit` and chunks at
+   or past `real` (the head dim's padding) become zeros. */
 inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0, int rows,
-                          long limit, int lid) {
-    for (int c = lid; c < rows * MMA_CHUNKS; c += MMA_THREADS) {
-        const int r = c / MMA_CHUNKS, ch = c - r * MMA_CHUNKS;
+                          long limit, int lid, int ld, int chunks, int real) {
+    for (int c = lid; c < rows * chunks; c += MMA_THREADS) {
+        const int r = c / chunks, ch = c - r * chunks;
         const long gr = row0 + r;
-        const int ok = gr < limit;
-        __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + ch * 8;
+        const int ok = gr < limit && (real == chunks || ch < real); /* constants: folds unless padded */
+        __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * 8;
         const int pch = MMA_SWZ ? (ch ^ (r & 7)) : ch;
-        ptx_cp16(ptx_smem_addr(tile + r * MMA_LD + pch * 8), src, ok ? 16u : 0u);
+        ptx_cp16(ptx_smem_addr(tile + r * ld + pch * 8), src, ok ? 16u : 0u);
     }
     ptx_cp_commit();
+}
+#define MMA_LOAD_QK(tile, base, sr, row0, rows, limit)                                                                 \
+    mma_load_tile(tile, base, sr, row0, rows, limit, lid, MMA_LDK, HEAD_DIM / 8, MMA_DK_REAL / 8)
+#define MMA_LOAD_V(tile, base, sr, row0, limit)                                                                        \
+    mma_load_tile(tile, base, sr, row0, MMA_BC, limit, lid, MMA_LDV, MMA_DV / 8, HEAD_DIM_V / 8)
+
+/* The first key tile at or after kv0 that the block mask keeps for rows [r0, r1] (kv_end if none). */
+inline long mma_next_tile(flashcl_head hd, long kv0, long kv_end, long r0, long r1, VARIANT_ARGS) {
+    while (kv0 < kv_end && flashcl_tile_skipped(hd, r0, r1, kv0, kv0 + MMA_BC - 1, VARIANT_PASS)) kv0 += MMA_BC;
+    return kv0;
 }
 
 __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void
 flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k), __global const ushort *V,
-              VIEW_ARGS(v), __global ushort *O, VIEW_ARGS(o), __global float *LSE, ulong lse_off, int write_lse,
-              int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, int causal) {
+              VIEW_ARGS(v), __global ushort *O, VIEW_ARGS(o), FWD_ARGS) {
     __local ushort smem[MMA_SMEM_ELEMS] __attribute__((aligned(16)));
 #if MMA_QLOCAL
     __local ushort *ks = smem + MMA_Q_ELEMS;
 #else
     __local ushort *ks = smem; /* reuses Q's space once Q is in registers */
 #endif
-    __local ushort *vs = ks + MMA_KV_ELEMS;
+    __local ushort *vs = ks + MMA_K_ELEMS;
 
     const int lid = (int)get_local_id(0);
     const int warp = lid >> 5, lane = lid & 31;
@@ -105,29 +144,30 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
     const int block = (int)get_num_groups(0) - 1 - (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int hk = h / group;
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long q0 = (long)block * MMA_BR;
+    if (q0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    const long last_row = min(q0 + MMA_BR, hd.sq) - 1;
+    const long sk = hd.sk, sq = hd.sq;
 
-    __global const ushort *Qb = Q + VIEW_BASE(q, b, h);
-    __global const ushort *Kb = K + VIEW_BASE(k, b, hk);
-    __global const ushort *Vb = V + VIEW_BASE(v, b, hk);
+    __global const ushort *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr;
+    __global const ushort *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
 
-    /* Key tiles this block needs: all, or up to the causal diagonal of its last row. */
-    const long shift = (long)seqlen_k - seqlen_q; /* bottom-right: row i sees keys <= i + shift */
-    const long last_row = min(q0 + MMA_BR, (long)seqlen_q) - 1;
-    long kv_end = seqlen_k;
-    if (causal) kv_end = clamp(last_row + shift + 1, 0L, (long)seqlen_k);
-    const int n_tiles = (int)((kv_end + MMA_BC - 1) / MMA_BC);
+    /* Key tiles this block visits: those inside the causal/window band of its rows. */
+    const long kv_end = flashcl_kv_end(hd, last_row, win_right);
+    long kv0 = mma_next_tile(hd, flashcl_kv_begin(hd, q0, MMA_BC, win_left), kv_end, q0, last_row, VARIANT_PASS);
 
     /* Per-lane ldmatrix addresses: the lane's row start (bytes) and its chunk bit y (MMA_COLB). */
     const uint sw = MMA_SWZ ? (uint)(lane & 7) : 0u;
-    const uint q_row = ptx_smem_addr(smem) + (uint)((warp * MMA_MT * 16 + (lane & 15)) * MMA_LD * 2);
+    const uint q_row = ptx_smem_addr(smem) + (uint)((warp * MMA_MT * 16 + (lane & 15)) * MMA_LDK * 2);
     const uint q_y = (uint)(lane >> 4) ^ sw;
     /* Q: global -> __local (A fragments, one per 16 dims). */
-    mma_load_tile(smem, Qb, q_sr, q0, MMA_BR, seqlen_q, lid);
+    MMA_LOAD_QK(smem, Qb, q_sr, q0, MMA_BR, sq);
 #if MMA_QLOCAL
     /* Q stays in __local: its fragments are read again for every key tile, which
        frees 32 registers per 16-row tile for the accumulators (no spills at d = 128). */
-    if (n_tiles > 0) mma_load_tile(ks, Kb, k_sr, 0, MMA_BC, seqlen_k, lid);
+    if (kv0 < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, kv0, MMA_BC, sk);
 #else
     uint qf[MMA_MT][HEAD_DIM / 16][4];
     ptx_cp_wait_all();
@@ -136,33 +176,40 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
     for (int mt = 0; mt < MMA_MT; ++mt)
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
-            ptx_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LD * 2) + MMA_COLB(kk, q_y), &qf[mt][kk][0], &qf[mt][kk][1],
+            ptx_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LDK * 2) + MMA_COLB(kk, q_y), &qf[mt][kk][0], &qf[mt][kk][1],
                         &qf[mt][kk][2], &qf[mt][kk][3]);
     barrier(CLK_LOCAL_MEM_FENCE); /* the K tile reuses Q's __local */
-    if (n_tiles > 0) mma_load_tile(ks, Kb, k_sr, 0, MMA_BC, seqlen_k, lid);
+    if (kv0 < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, kv0, MMA_BC, sk);
 #endif
 
-    float acc[MMA_MT][HEAD_DIM / 8][4];
+    float acc[MMA_MT][MMA_DV / 8][4];
     float m[MMA_MT][2], l[MMA_MT][2]; /* running max (log2 domain) of rows r, r+8; this thread's part of the sums */
 #pragma unroll
     for (int mt = 0; mt < MMA_MT; ++mt) {
 #pragma unroll
-        for (int n = 0; n < HEAD_DIM / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        for (int n = 0; n < MMA_DV / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
         m[mt][0] = m[mt][1] = FLASHCL_NEG_INF;
         l[mt][0] = l[mt][1] = 0.0f;
     }
-    const long r0 = q0 + warp * MMA_MT * 16 + (lane >> 2); /* row of c0/c1 in m-tile 0 */
+    const long w0 = q0 + warp * MMA_MT * 16; /* this warp's first row */
+    const long r0 = w0 + (lane >> 2);        /* row of c0/c1 in m-tile 0 */
+    const float sl2 = MMA_PRESCALED ? 1.0f : scale_log2;
+#if MMA_FAST_TERMS
+    const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
+    /* ALiBi's distance i + off - j, in ints relative to the first key tile (positions < 2^31). */
+    const long kv_tile0 = kv0;
+    const int row_off = (int)(r0 + hd.off - kv_tile0) - (lane & 3) * 2;
+#endif
 
     /* Per-lane ldmatrix row starts (bytes) inside a K or V tile, and chunk bits. */
-    const uint ks_addr = ptx_smem_addr(ks) + (uint)(((lane & 7) + ((lane >> 4) << 3)) * MMA_LD * 2);
-    const uint vs_addr = ptx_smem_addr(vs) + (uint)(((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LD * 2);
+    const uint ks_addr = ptx_smem_addr(ks) + (uint)(((lane & 7) + ((lane >> 4) << 3)) * MMA_LDK * 2);
+    const uint vs_addr = ptx_smem_addr(vs) + (uint)(((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LDV * 2);
     const uint k_y = (uint)((lane >> 3) & 1) ^ sw, v_y = (uint)(lane >> 4) ^ sw;
 
-    for (int t = 0; t < n_tiles; ++t) {
-        const long kv0 = (long)t * MMA_BC;
+    while (kv0 < kv_end) {
         ptx_cp_wait_all();
-        barrier(CLK_LOCAL_MEM_FENCE); /* K(t) is in; every warp is done with V(t-1) */
-        mma_load_tile(vs, Vb, v_sr, kv0, MMA_BC, seqlen_k, lid);
+        barrier(CLK_LOCAL_MEM_FENCE); /* K(kv0) is in; every warp is done with the previous V */
+        MMA_LOAD_V(vs, Vb, v_sr, kv0, sk);
 
         /* S = Q K^T: one ldmatrix of K feeds 2 key tiles x MMA_MT row tiles. */
         float s[MMA_MT][MMA_BC / 8][4];
@@ -176,7 +223,7 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             uint qf[MMA_MT][1][4]; /* this 16-dim slice of Q only */
 #pragma unroll
             for (int mt = 0; mt < MMA_MT; ++mt)
-                ptx_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LD * 2) + MMA_COLB(kk, q_y), &qf[mt][0][0], &qf[mt][0][1],
+                ptx_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LDK * 2) + MMA_COLB(kk, q_y), &qf[mt][0][0], &qf[mt][0][1],
                             &qf[mt][0][2], &qf[mt][0][3]);
 #define MMA_QF(mt, kk) qf[mt][0]
 #else
@@ -185,7 +232,7 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
 #pragma unroll
             for (int np = 0; np < MMA_BC / 16; ++np) {
                 uint b0, b1, b2, b3;
-                ptx_ldsm_x4(ks_addr + (uint)(np * 16 * MMA_LD * 2) + MMA_COLB(kk, k_y), &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4(ks_addr + (uint)(np * 16 * MMA_LDK * 2) + MMA_COLB(kk, k_y), &b0, &b1, &b2, &b3);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
                     PTX_MMA(s[mt][2 * np], MMA_QF(mt, kk), b0, b1);
@@ -195,12 +242,33 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
 #undef MMA_QF
         }
 
-        /* Mask keys past the end and above the diagonal (raw scores; the scale
-           is folded into the exponent's FMA below, which needs scale > 0). */
-        const int need_mask = kv0 + MMA_BC > seqlen_k || (causal && kv0 + MMA_BC - 1 > q0 + shift);
+        /* Scores: a tile inside the band of all this warp's rows (and no mask) needs
+           no per-element check. Softcap and ALiBi are applied to every score in
+           32-bit arithmetic (one multiply for the softcap's division); a bias goes
+           through flashcl_score with the checks, since it must not be read
+           outside the sequence. */
+        const int need_mask = MMA_BIAS_PATH || !flashcl_tile_plain(hd, w0, w0 + MMA_MT * 16 - 1, kv0, kv0 + MMA_BC - 1,
+                                                                   win_left, win_right);
         uint pf[MMA_MT][MMA_BC / 16][4];
 #pragma unroll
         for (int mt = 0; mt < MMA_MT; ++mt) {
+#if MMA_FAST_TERMS
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; ++n) {
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    float x = s[mt][n][c] * scale_log2;
+#if HAS_SOFTCAP
+                    x = softcap2 * flashcl_tanh_fast(x * cap_inv);
+#endif
+#if HAS_ALIBI
+                    const int rel = row_off + mt * 16 + (c >> 1) * 8 - (int)(kv0 - kv_tile0) - n * 8 - (c & 1);
+                    x -= hd.slope2 * fabs((float)rel);
+#endif
+                    s[mt][n][c] = x;
+                }
+            }
+#endif
             if (need_mask) {
 #pragma unroll
                 for (int n = 0; n < MMA_BC / 8; ++n) {
@@ -208,7 +276,13 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
                     for (int c = 0; c < 4; ++c) {
                         const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1);
                         const long row = r0 + mt * 16 + (c >> 1) * 8;
-                        if (key >= seqlen_k || (causal && key > row + shift)) s[mt][n][c] = FLASHCL_NEG_INF;
+                        /* Rows past the sequence are never stored; masks and bias must not be read there. */
+#if MMA_BIAS_PATH
+                        s[mt][n][c] = row < sq ? flashcl_score(s[mt][n][c] * scale_log2, hd, row, key, VARIANT_PASS)
+                                               : FLASHCL_NEG_INF;
+#else
+                        if (row >= sq || !flashcl_visible(hd, row, key, VARIANT_PASS)) s[mt][n][c] = FLASHCL_NEG_INF;
+#endif
                     }
                 }
             }
@@ -229,8 +303,8 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             mx0 = fmax(mx0, ptx_shfl_xor(mx0, 2));
             mx1 = fmax(mx1, ptx_shfl_xor(mx1, 1));
             mx1 = fmax(mx1, ptx_shfl_xor(mx1, 2));
-            mx0 = fmax(m[mt][0], mx0 * scale_log2);
-            mx1 = fmax(m[mt][1], mx1 * scale_log2);
+            mx0 = fmax(m[mt][0], mx0 * sl2);
+            mx1 = fmax(m[mt][1], mx1 * sl2);
             /* A row with no visible key yet keeps max -inf: subtract 0 so exp2 gives 0, not NaN. */
             const float base0 = mx0 == FLASHCL_NEG_INF ? 0.0f : mx0;
             const float base1 = mx1 == FLASHCL_NEG_INF ? 0.0f : mx1;
@@ -239,7 +313,7 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             m[mt][1] = mx1;
             float l0 = l[mt][0] * alpha0, l1 = l[mt][1] * alpha1;
 #pragma unroll
-            for (int n = 0; n < HEAD_DIM / 8; ++n) {
+            for (int n = 0; n < MMA_DV / 8; ++n) {
                 acc[mt][n][0] *= alpha0;
                 acc[mt][n][1] *= alpha0;
                 acc[mt][n][2] *= alpha1;
@@ -247,12 +321,29 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             }
 #pragma unroll
             for (int n = 0; n < MMA_BC / 8; ++n) {
-                const float p0 = ptx_exp2(fma(s[mt][n][0], scale_log2, -base0));
-                const float p1 = ptx_exp2(fma(s[mt][n][1], scale_log2, -base0));
-                const float p2 = ptx_exp2(fma(s[mt][n][2], scale_log2, -base1));
-                const float p3 = ptx_exp2(fma(s[mt][n][3], scale_log2, -base1));
+                float p0 = ptx_exp2(fma(s[mt][n][0], sl2, -base0));
+                float p1 = ptx_exp2(fma(s[mt][n][1], sl2, -base0));
+                float p2 = ptx_exp2(fma(s[mt][n][2], sl2, -base1));
+                float p3 = ptx_exp2(fma(s[mt][n][3], sl2, -base1));
                 l0 += p0 + p1;
                 l1 += p2 + p3;
+#if HAS_DROPOUT
+                /* The normaliser counts every probability; only P V sees the dropped ones. The
+                   thread's two keys are 2-aligned, so one Philox call (4 keys) covers both. */
+                {
+                    const long key = kv0 + n * 8 + (lane & 3) * 2, row = r0 + mt * 16;
+                    const int at = (int)(key & 3);
+                    const uint4 w0_ =
+                        flashcl_dropout_words(hd, row, key >> 2, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
+                    const uint4 w1_ =
+                        flashcl_dropout_words(hd, row + 8, key >> 2, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
+                    const uint2 a_ = at ? w0_.zw : w0_.xy, b_ = at ? w1_.zw : w1_.xy;
+                    p0 *= a_.x >= drop_threshold ? drop_scale : 0.0f;
+                    p1 *= a_.y >= drop_threshold ? drop_scale : 0.0f;
+                    p2 *= b_.x >= drop_threshold ? drop_scale : 0.0f;
+                    p3 *= b_.y >= drop_threshold ? drop_scale : 0.0f;
+                }
+#endif
                 /* C fragment of key tile n -> half of the A fragment of key chunk n/2. */
                 pf[mt][n >> 1][(n & 1) * 2 + 0] = ptx_pack(p0, p1);
                 pf[mt][n >> 1][(n & 1) * 2 + 1] = ptx_pack(p2, p3);
@@ -261,17 +352,18 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             l[mt][1] = l1;
         }
 
+        const long next = mma_next_tile(hd, kv0 + MMA_BC, kv_end, q0, last_row, VARIANT_PASS);
         ptx_cp_wait_all();
-        barrier(CLK_LOCAL_MEM_FENCE); /* V(t) is in; every warp is done with K(t) */
-        if (t + 1 < n_tiles) mma_load_tile(ks, Kb, k_sr, kv0 + MMA_BC, MMA_BC, seqlen_k, lid);
+        barrier(CLK_LOCAL_MEM_FENCE); /* V(kv0) is in; every warp is done with K(kv0) */
+        if (next < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, next, MMA_BC, sk);
 
             /* O += P V: one transposing ldmatrix of V feeds 2 dim tiles x MMA_MT row tiles. */
 #pragma unroll
         for (int kk = 0; kk < MMA_BC / 16; ++kk) {
 #pragma unroll
-            for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
+            for (int dp = 0; dp < MMA_DV / 16; ++dp) {
                 uint b0, b1, b2, b3;
-                ptx_ldsm_x4_trans(vs_addr + (uint)(kk * 16 * MMA_LD * 2) + MMA_COLB(dp, v_y), &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4_trans(vs_addr + (uint)(kk * 16 * MMA_LDV * 2) + MMA_COLB(dp, v_y), &b0, &b1, &b2, &b3);
 #pragma unroll
                 for (int mt = 0; mt < MMA_MT; ++mt) {
                     PTX_MMA(acc[mt][2 * dp], pf[mt][kk], b0, b1);
@@ -279,11 +371,15 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
                 }
             }
         }
+        kv0 = next;
     }
 
-    /* Row sums over the quad, normalise once, store 2 elements per register. */
-    __global ushort *Ob = O + VIEW_BASE(o, b, h);
-    __global float *L = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
+    /* Nothing is in flight after the last tile, except Q's copy when no tile was visible (Q in
+       __local): wait for it anyway, so no work-item exits with a cp.async outstanding. */
+    ptx_cp_wait_all();
+
+    /* Row sums over the quad, the sink folded in, normalise once, store 2 elements per register. */
+    __global ushort *Ob = O + VIEW_BASE(o, b, h) + hd.q0 * o_sr;
     const int col = (lane & 3) * 2;
 #pragma unroll
     for (int mt = 0; mt < MMA_MT; ++mt) {
@@ -292,15 +388,19 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             float lsum = l[mt][half_];
             lsum += ptx_shfl_xor(lsum, 1);
             lsum += ptx_shfl_xor(lsum, 2);
-            const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+            float mrow = m[mt][half_];
+            const float alpha = flashcl_fold_sink(&mrow, &lsum, hd.sink2);
+            const float inv = lsum > 0.0f ? alpha / lsum : 0.0f;
             const long row = r0 + mt * 16 + half_ * 8;
-            if (row < seqlen_q) {
-                __global uint *dst = (__global uint *)(Ob + (ulong)row * o_sr + col);
+            if (row < sq) {
+                __global ushort *dst = Ob + (ulong)row * o_sr + col;
 #pragma unroll
-                for (int n = 0; n < HEAD_DIM / 8; ++n)
-                    dst[n * 4] = ptx_pack(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
+                for (int n = 0; n < MMA_DV / 8; ++n)
+                    if (HEAD_DIM_V == MMA_DV || n * 8 + col < HEAD_DIM_V) /* d_v a multiple of 8: both or neither */
+                        *(__global uint *)(dst + n * 8) =
+                            ptx_pack(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
                 if (write_lse && (lane & 3) == 0)
-                    L[row] = lsum > 0.0f ? M_LN2_F * (m[mt][half_] + log2(lsum)) : FLASHCL_NEG_INF;
+                    LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flashcl_lse(mrow, lsum);
             }
         }
     }

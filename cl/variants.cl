@@ -264,6 +264,27 @@ inline flashcl_head flashcl_head_setup(int b, int h, int heads_q, int seqlen_q, 
     return hd;
 }
 
+/* A decode work-group's sequence b, for KV head hk's first query head: its geometry (with a
+   paged cache, the cache's own length from seqinfo: per sequence {kv_start, kv_len, append
+   row, first position}) and in *kv_start where its keys start in the cache (0 unless paged). */
+inline flashcl_head flashcl_decode_sequence(int b, int h, int heads_q, int seqlen_q, int seqlen_k,
+                                            __global const int *seqinfo, long *kv_start, VARIANT_ARGS) {
+    flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+#if PAGED
+    *kv_start = seqinfo[4 * b];
+    hd.sk = seqinfo[4 * b + 1];
+    hd.off = hd.sk - hd.sq;
+#else
+    *kv_start = 0;
+#endif
+    return hd;
+}
+
+/* An fp8 cache's dequantisation scale of KV head hk (per-tensor or per head); 1 otherwise. */
+inline float flashcl_cache_scale(__global const float *scale, int per_head, int hk) {
+    return CACHE_DTYPE ? scale[per_head ? hk : 0] : 1.0f;
+}
+
 /* Index of LSE (and of the backward's D) for row i of the sequence:
    [batch, heads_q, seqlen_q], or [heads_q, total_q] with varlen. */
 inline ulong flashcl_row_index(flashcl_head hd, int b, int h, int heads_q, int seqlen_q, long i) {
@@ -331,24 +352,41 @@ inline int flashcl_tile_skipped(flashcl_head hd, long r0, long r1, long k0, long
 
 /* ------------------------------------------------------------ the score */
 
+/* tanh through one exp2 and one reciprocal with the native functions (on NVIDIA the SFU's
+   ex2.approx and rcp.approx: |error| about 1e-7, where OpenCL's tanh is a long sequence).
+   The tensor-core kernels' softcap (-D FLASHCL_TANH=flashcl_tanh_fast); elsewhere tanh. */
+inline float flashcl_tanh_fast(float x) {
+    const float e = native_exp2(fabs(x) * (2.0f * FLASHCL_LOG2E_F));
+    return copysign(1.0f - 2.0f * native_recip(e + 1.0f), x);
+}
+#ifndef FLASHCL_TANH
+#define FLASHCL_TANH tanh
+#endif
+
+/* Whether key j is visible to row i: the causal/window band, the boolean mask and the block mask. */
+inline int flashcl_visible(flashcl_head hd, long i, long j, VARIANT_ARGS) {
+    if (j < flashcl_key_lo(hd, i, win_left) || j > flashcl_key_hi(hd, i, win_right)) return 0;
+#if HAS_MASK
+    if (!mask[hd.mask_at + (ulong)i * mask_sr + (ulong)j]) return 0;
+#endif
+#if HAS_BLOCK_MASK
+    if (!bmask[hd.bmask_at + (ulong)(i / bmask_bq) * bmask_sr + (ulong)(j / bmask_bk)]) return 0;
+#endif
+    return 1;
+}
+
 /* The final log2-domain logit of row i, key j from s2 = log2(e)*scale*q.k:
-   softcap, ALiBi and bias terms, then the masks (-inf). */
+   -inf where not visible, else the softcap, ALiBi and bias terms applied. */
 inline float flashcl_score(float s2, flashcl_head hd, long i, long j, VARIANT_ARGS) {
-    if (j < flashcl_key_lo(hd, i, win_left) || j > flashcl_key_hi(hd, i, win_right)) return FLASHCL_NEG_INF;
+    if (!flashcl_visible(hd, i, j, VARIANT_PASS)) return FLASHCL_NEG_INF;
 #if HAS_SOFTCAP
-    s2 = softcap2 * tanh(s2 / softcap2);
+    s2 = softcap2 * FLASHCL_TANH(s2 / softcap2);
 #endif
 #if HAS_ALIBI
     s2 -= hd.slope2 * fabs((float)(i + hd.off - j));
 #endif
 #if HAS_BIAS
     s2 += bias[hd.bias_at + (ulong)i * bias_sr + (ulong)j] * FLASHCL_LOG2E_F;
-#endif
-#if HAS_MASK
-    if (!mask[hd.mask_at + (ulong)i * mask_sr + (ulong)j]) return FLASHCL_NEG_INF;
-#endif
-#if HAS_BLOCK_MASK
-    if (!bmask[hd.bmask_at + (ulong)(i / bmask_bq) * bmask_sr + (ulong)(j / bmask_bk)]) return FLASHCL_NEG_INF;
 #endif
     return s2;
 }

@@ -224,8 +224,8 @@ static cl_kernel get_kernel(const char *src, int d, const variant *va, int f16, 
     /* Q resident in __local needs d = 64 or 128 (swizzle); other dims take the register form. */
     snprintf(opts, sizeof opts,
              "-cl-mad-enable -cl-nv-verbose -DHEAD_DIM=%d -DMMA_WARPS=%d -DMMA_BC=%d -DMMA_MT=%d -DMMA_QLOCAL=%d "
-             "-DMMA_F16=%d%s",
-             d, va->warps, va->bc, va->mt, va->qlocal && d % 64 == 0, f16, rr);
+             "-DMMA_F16=%d -D HEAD_DIM_V=%d%s",
+             d, va->warps, va->bc, va->mt, va->qlocal && d % 64 == 0, f16, d, rr);
     if (verbose) printf("build %s\n", opts);
     cl_program p = build(src, opts, verbose);
     cl_int err;
@@ -258,7 +258,28 @@ static void set_args(cl_kernel k, const shape *s, cl_mem q, cl_mem kb, cl_mem v,
     CHECK(clSetKernelArg(k, a++, 4, &hq));
     CHECK(clSetKernelArg(k, a++, 4, &group));
     CHECK(clSetKernelArg(k, a++, 4, &sl));
-    CHECK(clSetKernelArg(k, a++, 4, &causal));
+    /* VARIANT_ARGS (cl/variants.cl): the window (causal folded in as (-1, 0)), softcap 0, and
+       for every feature that is off a dummy buffer (Q's) with zero offsets and strides. */
+    const cl_int win_left = -1, win_right = causal ? 0 : -1, one = 1;
+    const cl_float zero_f = 0.0f, one_f = 1.0f;
+    const cl_ulong zero = 0;
+    const cl_uint zero_u = 0;
+    CHECK(clSetKernelArg(k, a++, 4, &win_left));
+    CHECK(clSetKernelArg(k, a++, 4, &win_right));
+    CHECK(clSetKernelArg(k, a++, 4, &zero_f));
+    /* alibi (buffer, off, sb), sinks (buffer, off), bias/mask/block mask (buffer + 4 each) */
+    static const int ulongs_after[] = {2, 1, 4, 4, 4};
+    for (int f = 0; f < 5; ++f) {
+        CHECK(clSetKernelArg(k, a++, sizeof(cl_mem), &q));
+        for (int u = 0; u < ulongs_after[f]; ++u) CHECK(clSetKernelArg(k, a++, 8, &zero));
+    }
+    CHECK(clSetKernelArg(k, a++, 4, &one));                                /* bmask_bq */
+    CHECK(clSetKernelArg(k, a++, 4, &one));                                /* bmask_bk */
+    CHECK(clSetKernelArg(k, a++, sizeof(cl_mem), &q));                     /* cu_q */
+    CHECK(clSetKernelArg(k, a++, sizeof(cl_mem), &q));                     /* cu_k */
+    CHECK(clSetKernelArg(k, a++, 4, &zero_u));                             /* drop_threshold */
+    CHECK(clSetKernelArg(k, a++, 4, &one_f));                              /* drop_scale */
+    for (int u = 0; u < 4; ++u) CHECK(clSetKernelArg(k, a++, 4, &zero_u)); /* seeds, offsets */
 }
 
 /* Checks one shape against a double reference on the 16-bit-rounded inputs. */

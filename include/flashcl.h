@@ -107,6 +107,7 @@ extern "C" {
     XX(ERR_NO_PLAN, -10201, "no tile plan fits this device")                                                           \
     XX(ERR_KERNEL_SOURCE, -10202, "a kernel source file could not be read")                                            \
     XX(ERR_CACHE_IO, -10300, "the program binary cache could not be read or written")                                  \
+    XX(ERR_MPI, -10350, "an MPI call failed in the ring-attention component (FlashCL::mpi)")                           \
     XX(ERR_OUT_OF_HOST_MEMORY, -10400, "host memory allocation failed")                                                \
     XX(ERR_OUT_OF_DEVICE_MEMORY, -10401, "the device cannot hold the buffers this call needs")
 
@@ -187,6 +188,29 @@ FLASHCL_API void flashcl_context_release_scratch(flashcl_context *ctx);
 
 /* The on-disk program cache directory in use ("" when disabled). */
 FLASHCL_API const char *flashcl_context_cache_dir(const flashcl_context *ctx);
+
+/*
+ * Tuned plans (`flashcl tune`): a per-device file next to the program cache,
+ * read once when the context is created; the plan chain consults it after
+ * FLASHCL_TILE and before the built-in table (plan origin "tuned").
+ * FLASHCL_TUNING=PATH reads (and `flashcl tune` writes) another file,
+ * FLASHCL_TUNING=off none. A file is used only if it starts with `identity`
+ * (device, driver, platform and library version) and ends with the line
+ * "checksum=<16 hex digits of flashcl_tuning_checksum(every byte before it)>";
+ * otherwise it is ignored and `note` (also appended to every plan's reason)
+ * says why.
+ */
+typedef struct flashcl_tuning_info {
+    size_t struct_size;  /* sizeof(flashcl_tuning_info), set by the caller */
+    char path[1100];     /* the file this context reads ("" with no cache directory or FLASHCL_TUNING=off) */
+    char identity[4096]; /* the header lines a file must start with, newline-terminated */
+    size_t entries;      /* tuned plans read from it */
+    char note[640];      /* why the file was ignored; "" when read or absent */
+} flashcl_tuning_info;
+
+FLASHCL_API flashcl_status flashcl_tuning_query(const flashcl_context *ctx, flashcl_tuning_info *out);
+/* FNV-1a (64-bit) of text, the tuning file's checksum. */
+FLASHCL_API uint64_t flashcl_tuning_checksum(const char *text, size_t length);
 
 /* --------------------------------------------------------------- tensors */
 
@@ -363,9 +387,9 @@ typedef struct flashcl_plan {
     size_t local_mem_bytes;   /* __local bytes the kernel uses (as the driver reports) */
     size_t private_mem_bytes; /* CL_KERNEL_PRIVATE_MEM_SIZE (non-zero can mean spills) */
     size_t scratch_bytes;     /* device memory the call allocates beyond its outputs */
-    char origin[16];          /* "env" (FLASHCL_TILE), "table" (built-in), "formula", "fallback" */
-    char build_options[512];  /* the options the kernel was built with */
-    char reason[512];         /* why this plan was chosen, in words */
+    char origin[16]; /* "env" (FLASHCL_TILE), "tuned" (tuning file), "table" (built-in), "formula", "fallback" */
+    char build_options[512]; /* the options the kernel was built with */
+    char reason[512];        /* why this plan was chosen, in words */
 } flashcl_plan;
 
 /* Plans (and builds, so the fit is checked) what flashcl_forward would run for `desc` (desc->path included). */

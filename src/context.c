@@ -1,6 +1,7 @@
 /* Context life cycle: picking a device, or joining the application's queue. */
 #define _POSIX_C_SOURCE 200809L
 #include "backend.h"
+#include "tuning.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -184,6 +185,7 @@ static flashcl_status finish_init(flashcl_context *ctx, char *err_buf, size_t er
         return (flashcl_status)err;
     }
     flashcl__cache_dir_init(ctx);
+    flashcl__tuning_load(ctx); /* after the cache directory: the file lives there */
     return FLASHCL_SUCCESS;
 }
 
@@ -290,6 +292,7 @@ void flashcl_context_destroy(flashcl_context *ctx) {
     flashcl__release_backends(ctx);
     flashcl__release_programs(ctx);
     flashcl__release_scratch(ctx);
+    flashcl__tuning_release(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx) clReleaseContext(ctx->cl_ctx);
     free(ctx->error);

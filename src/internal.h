@@ -64,7 +64,12 @@ struct flashcl_context {
     /* Each kernel family's plans (and the NVIDIA probe's verdict), owned and released by
        the family (src/backends/<family>/); NULL until the family first plans. */
     void *family[FLASHCL__FAMILY_SLOTS];
-    char *error; /* last detailed error message */
+    /* Tuned plans read from the device's tuning file at creation (tuning.c). */
+    struct flashcl__tuned_entry *tuned;
+    size_t tuned_count;
+    char tuning_path[1100]; /* "" = none */
+    char tuning_note[640];  /* why the file was ignored; "" when read or absent */
+    char *error;            /* last detailed error message */
     size_t error_cap;
 };
 

@@ -16,12 +16,19 @@ static int parse_positive(const char *s, size_t n, int *out) {
 }
 
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out) {
-    out->present = 0;
-    out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = out->max_registers = -1;
     const char *env = getenv("FLASHCL_TILE");
-    if (!env || !*env) return FLASHCL_SUCCESS;
+    if (!env || !*env) {
+        out->present = 0;
+        out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = out->max_registers = -1;
+        return FLASHCL_SUCCESS;
+    }
+    return flashcl__parse_tile_spec(ctx, env, out);
+}
+
+flashcl_status flashcl__parse_tile_spec(flashcl_context *ctx, const char *spec, flashcl__tile_override *out) {
     out->present = 1;
-    const char *p = env;
+    out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = out->max_registers = -1;
+    const char *p = spec;
     while (*p) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);

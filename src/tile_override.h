@@ -18,6 +18,8 @@ typedef struct flashcl__tile_override {
 /* Parses "kernel=rows|split|tiles|cpu|decode|decode_cpu,br=32,bc=64,tpr=4,staging=local|direct,regs=128"
    (any subset, any order). */
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out);
+/* The same grammar from any text (a tuned plan's, src/tuning.c); present is set on success. ctx may be NULL. */
+flashcl_status flashcl__parse_tile_spec(flashcl_context *ctx, const char *spec, flashcl__tile_override *out);
 
 /*
  * FLASHCL_BWD_KERNEL: forces the flash backward's kernel family, for tests and

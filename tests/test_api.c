@@ -272,8 +272,8 @@ static void check_plan(flashcl_context *ctx, flashcl_path path, size_t head_dim)
     CHECK(memchr(plan.origin, '\0', sizeof plan.origin));
     CHECK(memchr(plan.build_options, '\0', sizeof plan.build_options));
     CHECK(memchr(plan.reason, '\0', sizeof plan.reason) && plan.reason[0]);
-    CHECK(!strcmp(plan.origin, "env") || !strcmp(plan.origin, "table") || !strcmp(plan.origin, "formula") ||
-          !strcmp(plan.origin, "fallback"));
+    CHECK(!strcmp(plan.origin, "env") || !strcmp(plan.origin, "tuned") || !strcmp(plan.origin, "table") ||
+          !strcmp(plan.origin, "formula") || !strcmp(plan.origin, "fallback"));
     CHECK(plan.block_rows >= 1 && plan.block_cols >= 1 && plan.threads_per_row >= 1);
     CHECK(plan.staging == FLASHCL_STAGING_LOCAL || plan.staging == FLASHCL_STAGING_DIRECT);
     CHECK(plan.work_group_size >= 1 && plan.work_group_size <= max_wg);

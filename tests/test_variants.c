@@ -18,7 +18,7 @@
  * pass once the maximum covers it.
  *
  *   test_variants [--quick] [--case N] [--skip N] [--list] [--no-family-check] [--forward-only]
- *                 [--fresh-context] [--cpu-family]
+ *                 [--fresh-context] [--storage f16|bf16] [--tensor-cores] [--cpu-family]
  *
  * --cpu-family runs only the cases the CPU kernel family covers (all but
  * varlen, d_v != d and d > 256), for the run that forces that family
@@ -28,6 +28,14 @@
  * --forward-only skips the backward; --fresh-context gives every case its
  * own context (Oclgrind 21.10 reports false "uninitialized" reads of a
  * scratch buffer that was released and re-created larger).
+ * --storage runs every case in that 16-bit storage type (the NVIDIA
+ * tensor-core forward's sweep); --tensor-cores then requires, on a device
+ * where a plain 16-bit call plans the tensor-core forward (flash_fwd_mma),
+ * every case that forward covers (d and d_v multiples of 8 up to 256, and not
+ * a short query the decode family takes) to plan it too, and the backward
+ * of every case with d = d_v <= 128 to plan flash_bwd_mma, so a silent
+ * fallback to another family fails instead of passing. Elsewhere (POCL) the
+ * cases run on whatever family takes them, against the same reference.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, strdup */
 #include <stdio.h>
@@ -65,6 +73,66 @@ static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const cha
 }
 
 static int g_forward_only;
+static const char *g_expect_forward; /* "flash_fwd_mma" with --tensor-cores on a device that has them */
+
+/* Whether a plain bf16 d = 64 forward of 64 rows plans the tensor-core kernel on this device. */
+static int device_has_tensor_cores(flashcl_context *ctx) {
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+    d.dtype = FLASHCL_DTYPE_BF16;
+    d.batch = d.heads_q = d.heads_kv = 1;
+    d.seqlen_q = d.seqlen_k = 64;
+    d.head_dim = 64;
+    flashcl_plan plan;
+    return flashcl_plan_query(ctx, &d, &plan) == FLASHCL_SUCCESS && strcmp(plan.kernel, "flash_fwd_mma") == 0;
+}
+
+/* Whether the tensor-core forward covers the case (see --expect-forward). */
+static int tensor_core_case(const vc_case *c) {
+    const flashcl_attention_desc *d = &c->desc;
+    const size_t dv = d->head_dim_v ? d->head_dim_v : d->head_dim;
+    size_t max_q = d->seqlen_q;
+    if (c->nseq) {
+        max_q = 0;
+        for (size_t i = 0; i < c->nseq; i++) max_q = c->len_q[i] > max_q ? c->len_q[i] : max_q;
+    }
+    const int decode = max_q <= 16 && !c->bias && !c->mask && !c->block_mask && d->dropout_p == 0.0f;
+    const int lowp = d->dtype == FLASHCL_DTYPE_F16 || d->dtype == FLASHCL_DTYPE_BF16;
+    return lowp && d->head_dim % 8 == 0 && d->head_dim <= 256 && dv % 8 == 0 && dv <= 256 && !decode;
+}
+
+/* Whether the tensor-core backward covers the case: d = d_v a multiple of 8 up to 128. */
+static int tensor_core_backward_case(const vc_case *c) {
+    const flashcl_attention_desc *d = &c->desc;
+    const size_t dv = d->head_dim_v ? d->head_dim_v : d->head_dim;
+    const int lowp = d->dtype == FLASHCL_DTYPE_F16 || d->dtype == FLASHCL_DTYPE_BF16;
+    return lowp && d->head_dim % 8 == 0 && d->head_dim <= 128 && dv == d->head_dim;
+}
+
+static int expect_kernel(flashcl_context *ctx, flashcl_status st, const flashcl_plan *plan, const char *pass,
+                         const char *want, const char *label) {
+    if (st == FLASHCL_SUCCESS && strcmp(plan->kernel, want) == 0) return 1;
+    fprintf(stderr, "FAIL %s: %s plan %s (%s), expected %s: %s\n", label, pass, plan->kernel, flashcl_status_name(st),
+            want, st == FLASHCL_SUCCESS ? plan->reason : flashcl_last_error(ctx));
+    tu_fail_count();
+    return 0;
+}
+
+/* --tensor-cores: the plans of a covered case must be the tensor-core forward (and backward). */
+static int check_forward_kernel(flashcl_context *ctx, const vp_problem *p, const char *label) {
+    if (!g_expect_forward) return 1;
+    flashcl_plan plan;
+    memset(&plan, 0, sizeof plan);
+    int ok = 1;
+    if (tensor_core_case(&p->c))
+        ok = expect_kernel(ctx, flashcl_plan_query(ctx, &p->desc, &plan), &plan, "forward", g_expect_forward, label);
+    /* Short queries run the decode family forward, but its backward is the tensor cores'. */
+    if (p->c.backward && !g_forward_only && tensor_core_backward_case(&p->c)) {
+        memset(&plan, 0, sizeof plan);
+        ok &= expect_kernel(ctx, flashcl_backward_plan_query(ctx, &p->desc, &plan), &plan, "backward", "flash_bwd_mma",
+                            label);
+    }
+    return ok;
+}
 
 /* What the CPU family (src/backends/cpu/plan.c) takes: every variant but varlen and d_v != d, d <= 256. */
 static int cpu_family_covers(const vc_case *c) {
@@ -92,7 +160,7 @@ static int run_case(flashcl_context *ctx, const vc_case *c, const char *label, u
     cl_command_queue queue = flashcl_context_queue(ctx);
     vp_problem p;
     vp_init(&p, flashcl_context_cl_context(ctx), c, 0x5eed0000u + (uint64_t)c->desc.head_dim);
-    int ok = 1;
+    int ok = check_forward_kernel(ctx, &p, label);
     cl_event fwd = NULL, bwd = NULL;
     if (c->desc.dropout_p > 0.0f) {
         if (!CHECK_STATUS(vp_dropout_mask(ctx, &p), FLASHCL_SUCCESS)) {
@@ -191,6 +259,8 @@ static int check_families(const vc_case *c) {
 int main(int argc, char **argv) {
     long only = -1, skip = -1;
     int list_only = 0, family_check = 1, quick = 0, fresh = 0, cpu_only = 0;
+    int tensor_cores = 0;
+    flashcl_dtype storage = FLASHCL_DTYPE_DEFAULT;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
             only = strtol(argv[++i], NULL, 10);
@@ -206,11 +276,18 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (strcmp(argv[i], "--fresh-context") == 0)
             fresh = 1;
+        else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc && strcmp(argv[i + 1], "f16") == 0)
+            storage = FLASHCL_DTYPE_F16, ++i;
+        else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc && strcmp(argv[i + 1], "bf16") == 0)
+            storage = FLASHCL_DTYPE_BF16, ++i;
+        else if (strcmp(argv[i], "--tensor-cores") == 0)
+            tensor_cores = 1;
         else if (strcmp(argv[i], "--cpu-family") == 0)
             cpu_only = 1;
         else {
             fprintf(stderr, "usage: test_variants [--quick] [--case N] [--skip N] [--list] "
-                            "[--no-family-check] [--forward-only] [--fresh-context] [--cpu-family]\n");
+                            "[--no-family-check] [--forward-only] [--fresh-context] [--storage f16|bf16] "
+                            "[--tensor-cores] [--cpu-family]\n");
             return 2;
         }
     }
@@ -219,6 +296,8 @@ int main(int argc, char **argv) {
         variant_cases_quick(&cases);
     else
         variant_cases_all(&cases);
+    if (storage != FLASHCL_DTYPE_DEFAULT)
+        for (size_t i = 0; i < cases.count; i++) cases.items[i].desc.dtype = storage;
     char desc[400];
     if (list_only) {
         for (size_t i = 0; i < cases.count; i++) {
@@ -234,6 +313,8 @@ int main(int argc, char **argv) {
     }
 
     flashcl_context *ctx = tu_context_create();
+    if (tensor_cores && device_has_tensor_cores(ctx)) g_expect_forward = "flash_fwd_mma";
+    printf("tensor-core forward expected: %s\n", g_expect_forward ? "yes" : "no (not planned for plain 16-bit)");
     size_t ran = 0, passed = 0;
     const vc_case *family_case = NULL;
     struct timespec t0;

@@ -14,6 +14,7 @@
 
 #include "bench_report.h"
 #include "bench_runner.h"
+#include "bench_sweep.h"
 #include "commands.h"
 #include "kv_options.h"
 #include "options.h"
@@ -28,7 +29,8 @@ void cmd_bench_help(FILE *out) {
           "                     [--warmup W] [--path flash|standard|both] [--device SPEC]\n"
           "                     [--backward] [--roof GFLOPS] [--read-bw GBPS|measure|off]\n"
           "                     [--page-size P | --kv-cache] [--cache-dtype T] [--num-splits N]\n"
-          "                     [--json] [variant options, below]\n"
+          "                     [--json] [--sweep [--sweep-min N] [--sweep-max N]\n"
+          "                     [--sweep-seconds S] [--sweep-out PREFIX]] [variant options, below]\n"
           "\n"
           "Times FlashCL's flash kernel and the standard attention (S and P through\n"
           "global memory) on the same random float32 inputs (uniform in [-1, 1],\n"
@@ -54,6 +56,12 @@ void cmd_bench_help(FILE *out) {
           "                   default: measured for decode shapes (seqlen <= 16) and caches\n"
           "  --json           one JSON object per line: one per path and pass, then a\n"
           "                   summary\n"
+          "  --sweep          the run at each power of two of seqlen from --sweep-min\n"
+          "                   (256) to --sweep-max (65536); for a decode shape (seqlen\n"
+          "                   <= 16) of seqlen-k alone. Writes PREFIX.json (the --json\n"
+          "                   lines of every point) and PREFIX.csv (--sweep-out PREFIX,\n"
+          "                   default bench-sweep); stops before a point that would take\n"
+          "                   more than --sweep-seconds (120), judged from the last one\n"
           "\n"
           "ms is the mean wall-clock time per call, calls enqueued back to back.\n"
           "TFLOP/s counts 4*b*hq*sq*sk*d flops (halved when causal); GB/s counts the\n"
@@ -112,7 +120,11 @@ typedef struct bench_args {
     kv_options kv;
     bench_cache_spec cache_spec; /* from kv, for the cache path */
     size_t read_bw;              /* index in read_bw_choices, or READ_BW_GIVEN */
-    double read_bw_gbps;         /* --read-bw GBPS */
+    bool sweep;                  /* --sweep: seqlen over powers of two (bench_sweep.h) */
+    size_t sweep_min, sweep_max;
+    size_t sweep_seconds;
+    const char *sweep_out; /* PREFIX of PREFIX.json and PREFIX.csv */
+    double read_bw_gbps;   /* --read-bw GBPS */
 } bench_args;
 
 static const char *const read_bw_choices[] = {"auto", "measure", "off"};
@@ -165,6 +177,9 @@ static int parse_bench_option(option_cursor *c, bench_args *a) {
                  {"--head-dim", 1, FLASHCL_MAX_HEAD_DIM, &a->head_dim},
                  {"--head-dim-v", 1, FLASHCL_MAX_HEAD_DIM, &a->var.head_dim_v},
                  {"--iters", 0, BENCH_MAX_ITERS, &a->iters},
+                 {"--sweep-min", 1, BENCH_MAX_SEQLEN, &a->sweep_min},
+                 {"--sweep-max", 1, BENCH_MAX_SEQLEN, &a->sweep_max},
+                 {"--sweep-seconds", 1, 86400, &a->sweep_seconds},
                  {"--warmup", 0, BENCH_MAX_ITERS, &a->warmup}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
         if (options_is(c, sizes[i].name)) return options_size(c, sizes[i].min, sizes[i].max, sizes[i].value) ? 1 : -1;
@@ -172,6 +187,7 @@ static int parse_bench_option(option_cursor *c, bench_args *a) {
                  : options_is(c, "--json")     ? &a->json
                  : options_is(c, "--backward") ? &a->backward
                  : options_is(c, "--no-plain") ? &a->no_plain
+                 : options_is(c, "--sweep")    ? &a->sweep
                                                : NULL;
     if (flag != NULL) {
         *flag = true;
@@ -181,6 +197,7 @@ static int parse_bench_option(option_cursor *c, bench_args *a) {
     if (options_is(c, "--path"))
         return options_choice(c, path_choices, sizeof path_choices / sizeof path_choices[0], &a->path) ? 1 : -1;
     if (options_is(c, "--device")) return options_value(c, &a->device) ? 1 : -1;
+    if (options_is(c, "--sweep-out")) return options_value(c, &a->sweep_out) ? 1 : -1;
     if (options_is(c, "--read-bw")) return parse_read_bw(c, a);
     int taken = kv_parse_option(c, KV_FOR_BENCH, &a->kv);
     return taken != 0 ? taken : variant_parse_option(c, &a->var);
@@ -195,6 +212,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     a->warmup = 1;
     a->path = CHOICE_BOTH;
     a->read_bw = READ_BW_AUTO;
+    a->sweep_min = 256;
+    a->sweep_max = 65536;
+    a->sweep_seconds = 120;
+    a->sweep_out = "bench-sweep";
     variant_defaults(&a->var);
     kv_defaults(&a->kv);
 
@@ -210,6 +231,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     if (more < 0) return TOOL_EXIT_USAGE;
     if (a->kv_heads == 0) a->kv_heads = a->heads;
     if (a->seqlen_k == 0) a->seqlen_k = a->seqlen;
+    if (a->sweep &&
+        (a->sweep_min & (a->sweep_min - 1) || a->sweep_max & (a->sweep_max - 1) || a->sweep_min > a->sweep_max))
+        return tool_usage_error("--sweep-min/--sweep-max: powers of two, min <= max (got %zu, %zu)", a->sweep_min,
+                                a->sweep_max);
     if (a->heads % a->kv_heads != 0)
         return tool_usage_error("--kv-heads: %zu query heads are not a multiple of %zu kv heads", a->heads,
                                 a->kv_heads);
@@ -364,7 +389,16 @@ int cmd_bench(int argc, char **argv) {
     if (status != FLASHCL_SUCCESS) return tool_status_error(NULL, status, err);
     roof_init(&job.roof, device_is_cpu(flashcl_context_device(job.ctx)), a.roof_gflops);
     init_read_bw(&a, &job);
-    rc = run_job(&job, a.json);
+    if (a.sweep) {
+        char json[1024], csv[1024];
+        snprintf(json, sizeof json, "%s.json", a.sweep_out);
+        snprintf(csv, sizeof csv, "%s.csv", a.sweep_out);
+        const bench_sweep_spec spec = {
+            a.sweep_min, a.sweep_max, a.seqlen <= BENCH_DECODE_MAX_SEQLEN_Q, (double)a.sweep_seconds, json, csv};
+        rc = bench_sweep(&job, &spec);
+    } else {
+        rc = run_job(&job, a.json);
+    }
     flashcl_context_destroy(job.ctx);
     return rc;
 }

@@ -137,6 +137,16 @@ static int print_device_plans(const char *spec) {
     }
     const char *cache = flashcl_context_cache_dir(ctx);
     printf("    %-22s %s\n", "cache directory", cache != NULL && cache[0] ? cache : "(disabled)");
+    /* The tuning file and, when it was ignored, why: the library keeps the note, the tool shows it. */
+    flashcl_tuning_info tuning = {.struct_size = sizeof tuning};
+    if (flashcl_tuning_query(ctx, &tuning) == FLASHCL_SUCCESS) {
+        if (!tuning.path[0])
+            printf("    %-22s (none)\n", "tuning file");
+        else if (tuning.note[0])
+            printf("    %-22s %s\n", "tuning file", tuning.note);
+        else
+            printf("    %-22s %s (%zu tuned plans read)\n", "tuning file", tuning.path, tuning.entries);
+    }
     printf("    plans for batch %d, heads %d, seqlen %d, float32, non-causal:\n", INFO_BATCH, INFO_HEADS, INFO_SEQLEN);
 
     int failures = 0;

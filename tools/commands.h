@@ -17,4 +17,7 @@ void cmd_attention_help(FILE *out);
 int cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
 
+int cmd_tune(int argc, char **argv);
+void cmd_tune_help(FILE *out);
+
 #endif

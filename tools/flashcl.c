@@ -18,6 +18,7 @@ static const command commands[] = {
     {"info", "list OpenCL devices and the plans FlashCL picks on them", cmd_info, cmd_info_help},
     {"attention", "compute attention on .npy files", cmd_attention, cmd_attention_help},
     {"bench", "time the flash and standard paths and check they agree", cmd_bench, cmd_bench_help},
+    {"tune", "measure the plans on this device and keep the fastest (tuning file)", cmd_tune, cmd_tune_help},
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof commands[0] };
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # First of the README's two commands: on a fresh Debian/Ubuntu machine (as
-# root) install what is missing, build FlashCL, and run `flashcl bench` on the
+# root) install what is missing (OpenMPI included, for the optional
+# ring-attention component), build FlashCL, and run `flashcl bench` on the
 # default OpenCL device, then make the Python package's virtual environment
 # (.venv, tools/setup_python.sh). Extra CMake arguments: FLASHCL_CMAKE_ARGS. Skip the
 # benchmark with FLASHCL_SETUP_NO_BENCH=1, the Python part with FLASHCL_SETUP_NO_PYTHON=1.
@@ -11,7 +12,8 @@ packages=(cmake make gcc libc6-dev ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-
           pocl-opencl-icd clinfo oclgrind
           clang libclang-rt-dev  # clang + compiler-rt: the sanitizer and libFuzzer build in .ci/run
           clang-15               # the offline AMD/SPIR compile checks (POCL depends on it already)
-          g++ python3 python3-venv python3-dev)  # the Python package (python/: a C++ extension)
+          g++ python3 python3-venv python3-dev   # the Python package (python/: a C++ extension)
+          libopenmpi-dev openmpi-bin)            # the optional MPI component (ring attention, ctest -L mpi)
 if command -v dpkg >/dev/null 2>&1; then
   missing=()
   for p in "${packages[@]}"; do

@@ -25,6 +25,7 @@ typedef struct flashcl__cpu_plan {
     cl_kernel pack;    /* flash_cpu_pack */
     int head_dim;
     char variants[256]; /* the variant switches (flashcl__variant_options) it was built with */
+    int causal;         /* a tuned plan may differ between causal and not */
     struct flashcl__cpu_plan *next;
 } flashcl__cpu_plan;
 

@@ -14,6 +14,7 @@
  * accumulators on AVX2, the most that leave registers for the operands).
  */
 #include "cpu.h"
+#include "../../tuning.h"
 
 #include <stdlib.h>
 
@@ -68,6 +69,14 @@ int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_
     if (present) {
         if (!forced) snprintf(why, cap, "%s forces another family", var);
         return forced;
+    }
+    flashcl__tile_override tuned;
+    const char *origin = NULL;
+    char tuned_why[256];
+    if (pass == FLASHCL__FORWARD && flashcl__tuned_plan(ctx, d, &tuned, &origin, tuned_why, sizeof tuned_why) &&
+        tuned.kernel >= 0 && tuned.kernel != FLASHCL__TILE_KERNEL_CPU) {
+        snprintf(why, cap, "%s", tuned_why); /* measured faster in another family */
+        return 0;
     }
     if (!ctx->info.is_cpu) {
         snprintf(why, cap, "not a CPU device");
@@ -185,6 +194,20 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
     int chunk = CPU_CHUNK, groups = CPU_GROUPS;
     st = present ? sizes_from(ctx, rows, cols, &groups, &chunk) : FLASHCL_SUCCESS;
     if (st != FLASHCL_SUCCESS) return st;
+    /* Not forced: a tuned plan of this family (tuning.h), if its sizes are legal, else the table's. */
+    const char *tuned_origin = NULL;
+    char tuned_why[sizeof out->pub.reason] = "";
+    flashcl__tile_override tuned;
+    if (!present && forward && flashcl__tuned_plan(ctx, desc, &tuned, &tuned_origin, tuned_why, sizeof tuned_why) &&
+        tuned.kernel == FLASHCL__TILE_KERNEL_CPU) {
+        int tg = groups, tc = chunk;
+        if (sizes_from(NULL, tuned.block_rows, tuned.block_cols, &tg, &tc) == FLASHCL_SUCCESS)
+            groups = tg, chunk = tc;
+        else
+            tuned_origin = NULL;
+    } else {
+        tuned_origin = NULL;
+    }
     char variants[256], options[512];
     flashcl__variant_options(desc, variants, sizeof variants);
     options_for(d, groups, chunk, variants, options, sizeof options);
@@ -202,9 +225,12 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
     if (st != FLASHCL_SUCCESS) return st; /* the caller releases what was made */
     const int lanes = groups * CPU_LANES;
     fill_public(&out->pub, forward ? FLASHCL__CPU_FWD_KERNEL : FLASHCL__CPU_DKDV_KERNEL, lanes, chunk, priv, options,
-                present ? "env" : "table");
-    const char *origin =
-        present ? (forward ? "FLASHCL_TILE=kernel=cpu" : "FLASHCL_BWD_KERNEL=cpu") : "table: CPU device";
+                present        ? "env"
+                : tuned_origin ? tuned_origin
+                               : "table");
+    const char *origin = present        ? (forward ? "FLASHCL_TILE=kernel=cpu" : "FLASHCL_BWD_KERNEL=cpu")
+                         : tuned_origin ? tuned_why
+                                        : "table: CPU device";
     if (forward)
         snprintf(out->pub.reason, sizeof out->pub.reason,
                  "%s: CPU kernel family (%s), %d rows per work-item, %d keys per pass%s", origin, family_reason, lanes,
@@ -239,7 +265,7 @@ flashcl_status flashcl__cpu_plan_for(flashcl_context *ctx, flashcl__pass pass, c
     char variants[256];
     flashcl__variant_options(d, variants, sizeof variants);
     for (flashcl__cpu_plan *p = state->plans[pass]; p; p = p->next)
-        if (p->head_dim == (int)d->head_dim && strcmp(p->variants, variants) == 0) {
+        if (p->head_dim == (int)d->head_dim && p->causal == (d->causal ? 1 : 0) && strcmp(p->variants, variants) == 0) {
             *out = p;
             return FLASHCL_SUCCESS;
         }
@@ -250,6 +276,7 @@ flashcl_status flashcl__cpu_plan_for(flashcl_context *ctx, flashcl__pass pass, c
         release_plan(p);
         return st;
     }
+    p->causal = d->causal ? 1 : 0;
     p->next = state->plans[pass];
     state->plans[pass] = p;
     *out = p;

@@ -37,6 +37,7 @@ typedef struct flashcl__decode_plan {
     cl_kernel attend;   /* flash_decode or flash_decode_cpu (a run-time flag selects partials or O) */
     cl_kernel merge;    /* flash_merge for the partials */
     int rows;           /* packed rows per work-group */
+    int heads;          /* KV heads per work-group (the CPU kernel's HEADS; 1 on GPUs) */
     int block_n;        /* keys per tile (chunk on CPUs) */
     size_t wg;          /* work-items per group */
     size_t local_bytes; /* __local the GPU kernel declares (the plan's figure when the driver reports none) */

@@ -85,7 +85,8 @@ flashcl_status flashcl__decode_enqueue(flashcl_context *ctx, flashcl__chain *cha
     st = flashcl__args_check(ctx, &a);
     if (st != FLASHCL_SUCCESS) return st;
     const size_t wg = plan->wg;
-    const size_t global[3] = {(size_t)row_blocks * (size_t)splits * wg, d->heads_kv, d->batch}, local[3] = {wg, 1, 1};
+    const size_t global[3] = {(size_t)row_blocks * (size_t)splits * wg, d->heads_kv / (size_t)plan->heads, d->batch},
+                 local[3] = {wg, 1, 1};
     *last = flashcl__chain_launch(chain, plan->attend, plan->pub.kernel, 3, global, local, after);
     if (splits == 1) return chain->status;
 

@@ -6,7 +6,8 @@
  * packed rows per work-group 4, 8 or 16, the largest that fit __local (K and
  * V tiles as float, Q rows, scores) with rows no more than the call has.
  * CPU (cl/flash_decode_cpu.cl): work-groups of one, 16-key chunks, up to 8
- * rows (their Q and output rows stay in float16 vectors).
+ * rows (their Q and output rows stay in float16 vectors), up to 8 KV heads
+ * per work-item (cpu_heads).
  *
  * Splits (FlashAttention-2's wave heuristic over "slots", the work-groups the
  * device runs at once: four per compute unit on a GPU, where several resident
@@ -104,13 +105,24 @@ static int cpu_rows(const flashcl_attention_desc *d) {
     return r;
 }
 
+/* KV heads per CPU work-item: all of them (up to 8) when their rows' state, Q and the output
+   accumulators in float16 vectors, stays within 32 KiB (an L1 data cache), else the largest
+   divisor of heads_kv that does. One pass over the keys then reads a key's rows of those heads,
+   neighbours in a [.., h_kv, d] cache, as one run (cl/flash_decode_cpu.cl says why). */
+static int cpu_heads(const flashcl_attention_desc *d, int rows) {
+    const size_t per_head = (size_t)rows * ((d->head_dim + 15) / 16 + (d->head_dim_v + 15) / 16) * 64;
+    for (int h = d->heads_kv < 8 ? (int)d->heads_kv : 8; h > 1; --h)
+        if (d->heads_kv % (size_t)h == 0 && (size_t)h * per_head <= 32768) return h;
+    return 1;
+}
+
 int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_desc *d,
                            const flashcl__decode_plan *plan, size_t max_seqlen_k) {
     const long tiles = (long)((max_seqlen_k + (size_t)plan->block_n - 1) / (size_t)plan->block_n);
     const long cap = tiles < 1 ? 1 : (tiles < MAX_SPLITS ? tiles : MAX_SPLITS);
     if (d->num_splits > 0) return (int)((long)d->num_splits < cap ? (long)d->num_splits : cap);
     const int row_blocks = (packed_rows(d) + plan->rows - 1) / plan->rows;
-    const double grid = (double)d->batch * (double)d->heads_kv * row_blocks;
+    const double grid = (double)d->batch * (double)(d->heads_kv / (size_t)plan->heads) * row_blocks;
     const double slots = (double)ctx->info.compute_units * plan->groups_per_cu;
     if (grid >= 0.8 * slots) return 1;
     double eff[MAX_SPLITS + 1], best = 0.0;
@@ -219,9 +231,11 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     char variants[256], options[sizeof((flashcl__decode_plan *)0)->key], regs[48] = "";
     flashcl__variant_options(d, variants, sizeof variants);
     if (!cpu && g.shfl && g.max_registers > 0) snprintf(regs, sizeof regs, " -cl-nv-maxrregcount=%d", g.max_registers);
+    const int heads = cpu ? cpu_heads(d, g.rows) : 1;
     if (cpu)
-        snprintf(options, sizeof options, "-w -D HEAD_DIM=%zu -D ROWS=%d -D CHUNK=%d -D PAGED=%d -D CACHE_DTYPE=%d %s",
-                 d->head_dim, g.rows, g.block_n, paged, (int)cache_dtype, variants);
+        snprintf(options, sizeof options,
+                 "-w -D HEAD_DIM=%zu -D ROWS=%d -D HEADS=%d -D CHUNK=%d -D PAGED=%d -D CACHE_DTYPE=%d %s", d->head_dim,
+                 g.rows, heads, g.block_n, paged, (int)cache_dtype, variants);
     else
         snprintf(options, sizeof options,
                  "-D HEAD_DIM=%zu -D ROWS=%d -D LANES=%d -D VEC=%d -D UNROLL=%d -D WG_SIZE=%d -D ALIGNED=%d "
@@ -238,6 +252,7 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for a decode plan");
     p->cpu = cpu;
     p->rows = g.rows;
+    p->heads = heads;
     p->block_n = g.block_n;
     p->wg = cpu ? 1 : GPU_WG;
     p->local_bytes = cpu ? 0 : g.local_bytes;
@@ -248,6 +263,9 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
         free(p);
         return st;
     }
+    if (heads > 1)
+        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; %d KV heads per work-item, their rows read as one run",
+                         heads);
     flashcl__append_variants(d, p->pub.reason, sizeof p->pub.reason);
     flashcl__copy_str(p->key, sizeof p->key, options);
     p->next = ctx->family[FLASHCL__FAMILY_DECODE];

@@ -6,7 +6,7 @@
 
 static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                          const flashcl_tensor *views, char *why, size_t cap) {
-    if (!flashcl__mma_covers(ctx, d, why, cap)) return 0;
+    if (!flashcl__mma_covers(ctx, pass, d, why, cap)) return 0;
     const int n = pass == FLASHCL__FORWARD ? FLASHCL__FORWARD_VIEWS : FLASHCL__BACKWARD_VIEWS;
     if (views && !flashcl__mma_views_aligned(views, n)) {
         snprintf(why, cap, "tensor-core path needs views 16-byte aligned (offsets and strides multiples of 8)");
@@ -15,12 +15,27 @@ static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl
     return 1;
 }
 
+/* A build serves every call with its switches, whatever their run-time window: the variants
+   named in the reason are this call's (16-bit storage itself is not a variant here). */
+static void append_call_variants(const flashcl_attention_desc *d, flashcl_plan *out) {
+    flashcl_attention_desc f32 = *d;
+    f32.dtype = FLASHCL_DTYPE_F32;
+    if (!flashcl__desc_is_plain(&f32)) flashcl__append_variants(d, out->reason, sizeof out->reason);
+}
+
 static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                                   flashcl_plan *out) {
-    const flashcl__mma_plan *p = NULL;
-    flashcl_status st =
-        pass == FLASHCL__FORWARD ? flashcl__mma_plan_for(ctx, d, &p) : flashcl__mma_backward_plan_for(ctx, d, &p);
-    if (st == FLASHCL_SUCCESS) *out = pass == FLASHCL__FORWARD ? p->pub : p->bwd_pub;
+    flashcl_status st;
+    if (pass == FLASHCL__FORWARD) {
+        const flashcl__mma_plan *p = NULL;
+        st = flashcl__mma_plan_for(ctx, d, &p);
+        if (st == FLASHCL_SUCCESS) *out = p->pub;
+    } else {
+        const flashcl__mma_bwd *w = NULL;
+        st = flashcl__mma_backward_plan_for(ctx, d, &w);
+        if (st == FLASHCL_SUCCESS) *out = w->pub;
+    }
+    if (st == FLASHCL_SUCCESS) append_call_variants(d, out);
     return st;
 }
 

@@ -1,16 +1,17 @@
 /*
  * The NVIDIA tensor-core backward (cl/flash_bwd_mma.cl): D = rowsum(dO * O),
- * then dK/dV per key block and dQ per query block, both after D, no atomics.
+ * then dK/dV per key block and dQ per query block (and d(sinks) per head), all
+ * after D, no atomics.
  */
 #include "nvidia.h"
-#include "../../launch.h"
+#include "../../backward_args.h"
 
 #define MMA_BWD_BLOCK 64 /* 16 * MMA_WARPS: keys per dK/dV work-group, rows per dQ work-group */
 
 flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *call) {
     const flashcl_attention_desc *d = call->d;
     const flashcl_tensor *views = call->views;
-    const flashcl__mma_plan *plan = NULL;
+    const flashcl__mma_bwd *plan = NULL;
     flashcl_status st = flashcl__mma_backward_plan_for(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     cl_mem dsum = NULL;
@@ -18,43 +19,44 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
                           "backward: D = rowsum(dO*O)", &dsum);
     if (st != FLASHCL_SUCCESS) return st;
 
-    static const int dot_views[] = {FLASHCL__VDO, FLASHCL__VO};
-    flashcl__args dot = flashcl__args_for(plan->bwd[0], "flash_bwd_mma_dot");
-    flashcl__arg_views(&dot, views, dot_views, 2);
-    flashcl__arg_mem(&dot, dsum);
-    flashcl__arg_int(&dot, (cl_int)d->seqlen_q);
-    flashcl__arg_int(&dot, (cl_int)d->heads_q);
-    st = flashcl__args_check(ctx, &dot);
-    static const int in_views[] = {FLASHCL__VQ, FLASHCL__VK, FLASHCL__VV, FLASHCL__VDO};
-    static const int dkdv_out[] = {FLASHCL__VDK, FLASHCL__VDV}, dq_out[] = {FLASHCL__VDQ};
+    /* Totals (packed rows with varlen): the kernels find each sequence through cu_seqlens. */
+    const int want_dsinks = d->dsinks != NULL && plan->dsinks != NULL;
     static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
+    flashcl__args dot = flashcl__args_for(plan->k[0], names[0]);
+    flashcl__arg_bwd_dot(&dot, call, dsum);
+    st = flashcl__args_check(ctx, &dot);
     for (int m = 1; m < 3 && st == FLASHCL_SUCCESS; ++m) {
-        flashcl__args a = flashcl__args_for(plan->bwd[m], names[m]);
-        flashcl__arg_views(&a, views, in_views, 4);
-        flashcl__arg_mem(&a, call->lse);
-        flashcl__arg_ulong(&a, call->lse_offset);
-        flashcl__arg_mem(&a, dsum);
-        if (m == 1)
-            flashcl__arg_views(&a, views, dkdv_out, 2);
+        flashcl__args a = flashcl__args_for(plan->k[m], names[m]);
+        flashcl__arg_bwd_main(&a, call, dsum, m == 2);
+        if (plan->plain)
+            flashcl__arg_int(&a, d->causal != 0); /* MMA_PLAIN kernels: causal is their last argument */
         else
-            flashcl__arg_views(&a, views, dq_out, 1);
-        flashcl__arg_backward_sizes(&a, d);
-        flashcl__arg_int(&a, d->causal != 0);
+            flashcl__arg_variants(&a, d, views[FLASHCL__VQ].buffer);
+        st = flashcl__args_check(ctx, &a);
+    }
+    if (st == FLASHCL_SUCCESS && want_dsinks) {
+        flashcl__args a = flashcl__args_for(plan->dsinks, "flash_bwd_dsinks");
+        flashcl__arg_bwd_dsinks(&a, call, dsum);
         st = flashcl__args_check(ctx, &a);
     }
     if (st != FLASHCL_SUCCESS) return st;
 
-    const size_t wg = 32 * MMA_BWD_BLOCK / 16, bl = MMA_BWD_BLOCK, dot_wg = 64;
-    const size_t dot_local[3] = {dot_wg, 1, 1}, main_local[3] = {wg, 1, 1};
-    const size_t g_dot[3] = {(d->seqlen_q + dot_wg - 1) / dot_wg * dot_wg, d->heads_q, d->batch};
-    const size_t g_keys[3] = {(d->seqlen_k + bl - 1) / bl * wg, d->heads_kv, d->batch};
-    const size_t g_rows[3] = {(d->seqlen_q + bl - 1) / bl * wg, d->heads_q, d->batch};
+    /* With varlen the grids cover the longest sequence; blocks past a shorter one return at once. */
+    const size_t wg = 32 * MMA_BWD_BLOCK / 16, bl = MMA_BWD_BLOCK, dot_wg = 64, sw = FLASHCL__MMA_DSINKS_WG;
+    const size_t dot_local[3] = {dot_wg, 1, 1}, main_local[3] = {wg, 1, 1}, sink_local[3] = {sw, 1, 1};
+    const size_t msq = d->max_seqlen_q, msk = d->max_seqlen_k;
+    const size_t g_dot[3] = {(msq + dot_wg - 1) / dot_wg * dot_wg, d->heads_q, d->batch};
+    const size_t g_keys[3] = {(msk + bl - 1) / bl * wg, d->heads_kv, d->batch};
+    const size_t g_rows[3] = {(msq + bl - 1) / bl * wg, d->heads_q, d->batch};
+    const size_t g_sinks[3] = {sw, d->heads_q, 1}; /* one work-group per head */
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
     if (st != FLASHCL_SUCCESS) return st;
-    const int e_dot = flashcl__chain_launch(&chain, plan->bwd[0], names[0], 3, g_dot, dot_local, FLASHCL__AFTER_START);
-    int last[2];
-    last[0] = flashcl__chain_launch(&chain, plan->bwd[1], names[1], 3, g_keys, main_local, e_dot);
-    last[1] = flashcl__chain_launch(&chain, plan->bwd[2], names[2], 3, g_rows, main_local, e_dot);
-    return flashcl__chain_end(&chain, 2, last, call->event);
+    const int e_dot = flashcl__chain_launch(&chain, plan->k[0], names[0], 3, g_dot, dot_local, FLASHCL__AFTER_START);
+    int last[3];
+    last[0] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, g_keys, main_local, e_dot);
+    last[1] = flashcl__chain_launch(&chain, plan->k[2], names[2], 3, g_rows, main_local, e_dot);
+    if (want_dsinks)
+        last[2] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, sink_local, e_dot);
+    return flashcl__chain_end(&chain, want_dsinks ? 3 : 2, last, call->event);
 }

@@ -1,9 +1,10 @@
 /*
  * The NVIDIA tensor-core plans: when the family applies, the forward's shape
  * (table or FLASHCL_MMA_FWD) and build, the backward's build, and the forward's
- * launch. Whatever it does not cover (float32, head dims other than
- * 32/64/96/128, scale <= 0, views not 16-byte aligned, a device without the
- * probe's blessing) goes to the next family, and the plan query says why.
+ * launch. Whatever it does not cover (float32, head dims that are not
+ * multiples of 8 or above 256, scale <= 0, views not 16-byte aligned, a
+ * device without the probe's blessing; in the backward head dims above 128
+ * or d_v != d) goes to the next family, and the plan query says why.
  */
 #include "nvidia.h"
 #include "../../launch.h"
@@ -20,27 +21,43 @@ typedef struct mma_shape {
     int warps, bc, mt, qlocal;
 } mma_shape;
 
-/* The built-in choice per head dim, measured on the H200 (bf16, dev/mma_harness.c
-   and flashcl bench). 32 query rows per warp everywhere: each K/V fragment read
+/* The user's head dim rounded up to the mma's k step (16); the padding lives in __local and registers only. */
+static size_t padded_dim(size_t d) { return (d + 15) / 16 * 16; }
+
+/* __local bytes of a forward shape, as the kernel lays them out (16-byte row padding unless QL). */
+static size_t shape_local_bytes(mma_shape s, size_t dk, size_t dv) {
+    const size_t ldk = s.qlocal ? dk : dk + 8, ldv = s.qlocal ? dv : dv + 8;
+    const size_t q = (size_t)16 * s.mt * s.warps * ldk, kv = (size_t)s.bc * (ldk + ldv);
+    return 2 * (s.qlocal ? q + kv : (q > kv ? q : kv));
+}
+
+/* The built-in choice per (padded) head dim, measured on the H200 (bf16, dev/mma_harness.c
+   and flashcl bench). 32 query rows per warp up to d = 128: each K/V fragment read
    from __local feeds 4 mma. At d = 128, Q in registers spilled (255 registers,
    284 B of spills) at Bc = 64 and still at Bc = 32; Q resident in swizzled
    __local with Bc = 32 (exactly 48 KiB) does not, and ran 5% faster (256 -> 269
    TF/s non-causal, 220 -> 232 causal). At d = 64 the registers fit and
-   reloading Q per tile only costs (230 -> 206 TF/s), so Q stays in registers. */
-static mma_shape mma_table_shape(size_t head_dim) {
+   reloading Q per tile only costs (230 -> 206 TF/s), so Q stays in registers.
+   Dims between 96 and 128 that cannot swizzle take Bc = 32 for the registers.
+   Above 128 the accumulators alone are 4 registers per 8 dims: 16 rows per warp. */
+static mma_shape mma_table_shape(size_t dk, size_t dv) {
+    const size_t d = dk > dv ? dk : dv;
     mma_shape s = {4, 64, 2, 0};
-    if (head_dim == 128) {
+    if (d > 128) {
         s.bc = 32;
-        s.qlocal = 1;
+        s.mt = 1;
+    } else if (d > 96) {
+        s.bc = 32;
+        s.qlocal = dk % 64 == 0 && dv % 64 == 0;
     }
     return s;
 }
 
 /* FLASHCL_MMA_FWD=W:BC:MT:QL overrides the table for every head dim (kernel
-   tuning on NVIDIA hardware); QL = 1 applies at d = 64 and 128 only (the
-   swizzle needs rows of 8 chunks), other dims keep Q in registers. 0 when
-   unset, 1 when valid, -1 (with why) when not. */
-static int mma_env_shape(const flashcl_context *ctx, size_t head_dim, mma_shape *out, char *why, size_t cap) {
+   tuning on NVIDIA hardware); QL = 1 applies where both padded dims are
+   multiples of 64 (the swizzle needs rows of 8 chunks), other dims keep Q in
+   registers. 0 when unset, 1 when valid, -1 (with why) when not. */
+static int mma_env_shape(const flashcl_context *ctx, size_t dk, size_t dv, mma_shape *out, char *why, size_t cap) {
     const char *e = getenv("FLASHCL_MMA_FWD");
     if (!e || !*e) return 0;
     mma_shape s;
@@ -54,11 +71,8 @@ static int mma_env_shape(const flashcl_context *ctx, size_t head_dim, mma_shape 
                  e);
         return -1;
     }
-    if (head_dim % 64 != 0) s.qlocal = 0;
-    /* __local elements as the kernel lays them out (16-byte row padding unless QL). */
-    const size_t ld = s.qlocal ? head_dim : head_dim + 8, q = (size_t)16 * s.mt * s.warps * ld,
-                 kv = 2 * (size_t)s.bc * ld;
-    const size_t bytes = 2 * (s.qlocal ? q + kv : (q > kv ? q : kv));
+    if (dk % 64 != 0 || dv % 64 != 0) s.qlocal = 0;
+    const size_t bytes = shape_local_bytes(s, dk, dv);
     if (bytes > ctx->info.local_mem_bytes) {
         snprintf(why, cap, "FLASHCL_MMA_FWD=%s needs %zu B of __local, the device has %llu", e, bytes,
                  (unsigned long long)ctx->info.local_mem_bytes);
@@ -70,24 +84,27 @@ static int mma_env_shape(const flashcl_context *ctx, size_t head_dim, mma_shape 
 
 static int dtype_slot(flashcl_dtype t) { return t == FLASHCL_DTYPE_F16 ? 1 : t == FLASHCL_DTYPE_BF16 ? 0 : -1; }
 
-/* The descriptor-level conditions (the views' alignment is checked per call). */
-static int desc_applies(flashcl_context *ctx, const flashcl_attention_desc *d, char *why, size_t cap) {
+/* The descriptor-level conditions of a pass (the views' alignment is checked per call). */
+static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
+                        size_t cap) {
     const char *probe_why = NULL;
     if (dtype_slot(d->dtype) < 0) {
         snprintf(why, cap, "tensor-core path needs f16 or bf16 storage");
         return 0;
     }
-    /* Plain attention (causal or not) in 16-bit storage; every other variant is the portable kernels'. */
-    flashcl_attention_desc f32 = *d;
-    f32.dtype = FLASHCL_DTYPE_F32;
-    if (!flashcl__desc_is_plain(&f32)) {
-        char features[160];
-        flashcl__describe_variants(d, features, sizeof features);
-        snprintf(why, cap, "tensor-core path covers plain and causal attention only (not: %s)", features);
-        return 0;
-    }
-    if (d->head_dim % 16 != 0 || d->head_dim < 32 || d->head_dim > 128) {
-        snprintf(why, cap, "tensor-core path covers head dims 32, 64, 96, 128 (not %zu)", d->head_dim);
+    if (pass == FLASHCL__FORWARD) {
+        /* cp.async moves 8 elements: rows must be whole chunks; the mma's k step is padded inside. */
+        if (d->head_dim % 8 != 0 || d->head_dim > 256 || d->head_dim_v % 8 != 0 || d->head_dim_v > 256) {
+            snprintf(why, cap,
+                     "tensor-core forward covers head dims d, d_v that are multiples of 8 up to 256 (not %zu/%zu)",
+                     d->head_dim, d->head_dim_v);
+            return 0;
+        }
+    } else if (d->head_dim % 8 != 0 || d->head_dim > 128 || d->head_dim_v != d->head_dim) {
+        /* Above 128 the dK/dV accumulators and the K/V fragments no longer fit a warp's registers. */
+        snprintf(why, cap,
+                 "tensor-core backward covers head dims that are multiples of 8 up to 128 with d_v = d (not %zu/%zu)",
+                 d->head_dim, d->head_dim_v);
         return 0;
     }
     if (!(d->scale > 0.0f)) {
@@ -112,79 +129,115 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     const int slot = dtype_slot(d->dtype);
     flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
     if (!state) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
-    flashcl__mma_plan **cell = &state->plans[slot][d->head_dim / 16];
-    if (!*cell) {
-        char env_why[256];
-        mma_shape sh = mma_table_shape(d->head_dim);
-        const int from_env = mma_env_shape(ctx, d->head_dim, &sh, env_why, sizeof env_why);
-        if (from_env < 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "%s", env_why);
-        flashcl__mma_plan *p = calloc(1, sizeof *p);
-        if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
-        snprintf(p->pub.build_options, sizeof p->pub.build_options,
-                 "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d -DMMA_QLOCAL=%d -DMMA_F16=%d",
-                 d->head_dim, sh.warps, sh.mt, sh.bc, sh.qlocal, slot);
-        cl_program program = NULL;
-        flashcl_status st = flashcl__get_program(ctx, "flash_fwd_mma.cl", p->pub.build_options, &program);
-        if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_fwd_mma", &p->kernel);
-        if (st != FLASHCL_SUCCESS) {
-            free(p);
-            return st;
+    const size_t dk = padded_dim(d->head_dim), dv = padded_dim(d->head_dim_v);
+    char env_why[256];
+    mma_shape sh = mma_table_shape(dk, dv);
+    const int from_env = mma_env_shape(ctx, dk, dv, &sh, env_why, sizeof env_why);
+    if (from_env < 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "%s", env_why);
+    if (shape_local_bytes(sh, dk, dv) > ctx->info.local_mem_bytes)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                             "tensor-core forward at d=%zu, d_v=%zu needs %zu B of __local, the device has %llu",
+                             d->head_dim, d->head_dim_v, shape_local_bytes(sh, dk, dv),
+                             (unsigned long long)ctx->info.local_mem_bytes);
+    char variants[256], options[sizeof((flashcl_plan *)0)->build_options];
+    flashcl__variant_options(d, variants, sizeof variants);
+    snprintf(options, sizeof options,
+             "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_DK_REAL=%zu -DMMA_DV=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d "
+             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
+             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, variants);
+    for (flashcl__mma_plan *p = state->plans; p; p = p->next)
+        if (strcmp(p->pub.build_options, options) == 0) {
+            *out = p;
+            return FLASHCL_SUCCESS;
         }
-        cl_ulong lm = 0, pm = 0;
-        clGetKernelWorkGroupInfo(p->kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
-        clGetKernelWorkGroupInfo(p->kernel, ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof pm, &pm, NULL);
-        snprintf(p->pub.kernel, sizeof p->pub.kernel, "flash_fwd_mma");
-        p->pub.block_rows = 16 * sh.mt * sh.warps;
-        p->pub.block_cols = sh.bc;
-        p->pub.threads_per_row = 1;
-        p->pub.staging = FLASHCL_STAGING_LOCAL;
-        p->pub.work_group_size = 32 * (size_t)sh.warps;
-        p->pub.local_mem_bytes = (size_t)lm;
-        p->pub.private_mem_bytes = (size_t)pm;
-        snprintf(p->pub.origin, sizeof p->pub.origin, "vendor");
-        snprintf(p->pub.reason, sizeof p->pub.reason,
-                 "NVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
-                 "K/V via cp.async in __local; needs views 16-byte aligned (offsets and strides multiples of 8)%s",
-                 state->why, slot ? "f16" : "bf16", sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
-                 sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
-                 from_env ? "; shape from FLASHCL_MMA_FWD" : "");
-        *cell = p;
+    flashcl__mma_plan *p = calloc(1, sizeof *p);
+    if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
+    snprintf(p->pub.build_options, sizeof p->pub.build_options, "%s", options);
+    cl_program program = NULL;
+    flashcl_status st = flashcl__get_program(ctx, "flash_fwd_mma.cl", p->pub.build_options, &program);
+    if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_fwd_mma", &p->kernel);
+    if (st != FLASHCL_SUCCESS) {
+        free(p);
+        return st;
     }
-    *out = *cell;
+    cl_ulong lm = 0, pm = 0;
+    clGetKernelWorkGroupInfo(p->kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
+    clGetKernelWorkGroupInfo(p->kernel, ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof pm, &pm, NULL);
+    snprintf(p->pub.kernel, sizeof p->pub.kernel, "flash_fwd_mma");
+    p->pub.block_rows = 16 * sh.mt * sh.warps;
+    p->pub.block_cols = sh.bc;
+    p->pub.threads_per_row = 1;
+    p->pub.staging = FLASHCL_STAGING_LOCAL;
+    p->pub.work_group_size = 32 * (size_t)sh.warps;
+    p->pub.local_mem_bytes = (size_t)lm;
+    p->pub.private_mem_bytes = (size_t)pm;
+    snprintf(p->pub.origin, sizeof p->pub.origin, "vendor");
+    snprintf(p->pub.reason, sizeof p->pub.reason,
+             "NVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
+             "K/V via cp.async in __local; needs views 16-byte aligned (offsets and strides multiples of 8)%s",
+             state->why, slot ? "f16" : "bf16", sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
+             sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
+             from_env ? "; shape from FLASHCL_MMA_FWD" : "");
+    if (dk != d->head_dim || dv != d->head_dim_v)
+        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
+                         dv);
+    p->next = state->plans;
+    state->plans = p;
+    *out = p;
     return FLASHCL_SUCCESS;
 }
 
-int flashcl__mma_covers(flashcl_context *ctx, const flashcl_attention_desc *d, char *why, size_t cap) {
-    return desc_applies(ctx, d, why, cap);
+int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
+                        size_t cap) {
+    return desc_applies(ctx, pass, d, why, cap);
 }
 
 flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
-                                              const flashcl__mma_plan **out) {
+                                              const flashcl__mma_bwd **out) {
     const flashcl__mma_plan *cp = NULL;
     flashcl_status st = flashcl__mma_plan_for(ctx, d, &cp);
     if (st != FLASHCL_SUCCESS) return st;
-    flashcl__mma_plan *p = (flashcl__mma_plan *)cp;
-    if (!p->bwd[0]) {
+    /* Plain and causal calls at the head dims measured before the variants run the kernels as
+       they were then (MMA_PLAIN; cl/flash_bwd_mma.cl says why). */
+    flashcl_attention_desc f32 = *d;
+    f32.dtype = FLASHCL_DTYPE_F32;
+    const int plain = flashcl__desc_is_plain(&f32) && d->head_dim % 16 == 0 && d->head_dim >= 32;
+    flashcl__mma_bwd *w = &((flashcl__mma_plan *)cp)->bwd[plain];
+    if (!w->k[0]) {
         /* dK/dV: 32 query rows per step at d > 64 (registers), 64 below; dQ: 32 or 64 keys per step. */
-        const int step = d->head_dim > 64 ? 32 : 64;
-        char options[256];
+        const size_t dk = padded_dim(d->head_dim);
+        const int step = dk > 64 ? 32 : 64;
+        char variants[256], options[sizeof w->pub.build_options];
+        flashcl__variant_options(d, variants, sizeof variants);
         snprintf(options, sizeof options,
-                 "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_BWD_BR=%d "
-                 "-DMMA_BWD_BCQ=%d",
-                 d->head_dim, MMA_WARPS, dtype_slot(d->dtype), step, step);
+                 "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_BWD_BR=%d "
+                 "-DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
+                 dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), step, step, plain, variants);
         cl_program program = NULL;
         static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
-        cl_kernel k[3] = {NULL, NULL, NULL};
+        cl_kernel k[3] = {NULL, NULL, NULL}, dsinks = NULL;
         st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, &program);
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
+        if (st == FLASHCL_SUCCESS && d->sinks) {
+            /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
+            char sink_options[sizeof options];
+            snprintf(sink_options, sizeof sink_options, "-D HEAD_DIM=%zu -D BLOCK_M=%d -D BLOCK_N=%d %s", d->head_dim,
+                     FLASHCL__MMA_DSINKS_WG, FLASHCL__MMA_DSINKS_WG, variants);
+            cl_program sp = NULL;
+            st = flashcl__get_program(ctx, "flash_bwd.cl", sink_options, &sp);
+            if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, sp, "flash_bwd_dsinks", &dsinks);
+        }
         if (st != FLASHCL_SUCCESS) {
             for (int i = 0; i < 3; ++i)
                 if (k[i]) clReleaseKernel(k[i]);
+            if (dsinks) clReleaseKernel(dsinks);
             return st;
         }
-        memcpy(p->bwd, k, sizeof k);
+        memcpy(w->k, k, sizeof k);
+        w->dsinks = dsinks;
+        w->plain = plain;
         /* The plan reports the dK/dV kernel: it does most of the work and needs the most __local/registers. */
-        flashcl_plan *bp = &p->bwd_pub;
+        flashcl_plan *bp = &w->pub;
         cl_ulong lm = 0, pm = 0;
         clGetKernelWorkGroupInfo(k[1], ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
         clGetKernelWorkGroupInfo(k[1], ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof pm, &pm, NULL);
@@ -201,12 +254,14 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         snprintf(bp->reason, sizeof bp->reason,
                  "NVIDIA tensor cores (%s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
                  "flash_bwd_mma_dkdv (%d keys per work-group, query tiles of %d) and flash_bwd_mma_dq (%d rows per "
-                 "work-group, key tiles of %d), no atomics; needs all eight views 16-byte aligned (offsets and "
+                 "work-group, key tiles of %d)%s, no atomics; needs all eight views 16-byte aligned (offsets and "
                  "strides multiples of 8)",
                  flashcl__nvidia_state_of(ctx)->why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step,
-                 16 * MMA_WARPS, step);
+                 16 * MMA_WARPS, step, dsinks ? " and flash_bwd_dsinks" : "");
+        if (dk != d->head_dim)
+            flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
     }
-    *out = p;
+    *out = w;
     return FLASHCL_SUCCESS;
 }
 
@@ -218,12 +273,14 @@ flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *c
     static const int in_out[] = {FLASHCL__VQ, FLASHCL__VK, FLASHCL__VV, FLASHCL__VO};
     flashcl__args a = flashcl__args_for(plan->kernel, "flash_fwd_mma");
     flashcl__arg_views(&a, call->views, in_out, 4);
-    flashcl__arg_forward(&a, d, call->lse, call->lse_offset, call->views[FLASHCL__VQ].buffer);
-    flashcl__arg_int(&a, d->causal != 0);
+    const cl_mem dummy = call->views[FLASHCL__VQ].buffer;
+    flashcl__arg_forward(&a, d, call->lse, call->lse_offset, dummy);
+    flashcl__arg_variants(&a, d, dummy);
     st = flashcl__args_check(ctx, &a);
     if (st != FLASHCL_SUCCESS) return st;
+    /* Varlen: blocks for the longest sequence; a block past its own sequence returns at once. */
     const size_t wg = plan->pub.work_group_size, br = (size_t)plan->pub.block_rows;
-    const size_t global[3] = {(d->seqlen_q + br - 1) / br * wg, d->heads_q, d->batch}, local[3] = {wg, 1, 1};
+    const size_t global[3] = {(d->max_seqlen_q + br - 1) / br * wg, d->heads_q, d->batch}, local[3] = {wg, 1, 1};
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 0);
     if (st != FLASHCL_SUCCESS) return st;
@@ -233,14 +290,15 @@ flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *c
 }
 
 void flashcl__mma_release_plans(flashcl__nvidia_state *state) {
-    for (int t = 0; t < 2; ++t)
-        for (int i = 0; i < FLASHCL__MMA_DIM_SLOTS; ++i) {
-            flashcl__mma_plan *p = state->plans[t][i];
-            if (!p) continue;
-            if (p->kernel) clReleaseKernel(p->kernel);
+    while (state->plans) {
+        flashcl__mma_plan *p = state->plans;
+        state->plans = p->next;
+        if (p->kernel) clReleaseKernel(p->kernel);
+        for (int s = 0; s < 2; ++s) {
             for (int k = 0; k < 3; ++k)
-                if (p->bwd[k]) clReleaseKernel(p->bwd[k]);
-            free(p);
-            state->plans[t][i] = NULL;
+                if (p->bwd[s].k[k]) clReleaseKernel(p->bwd[s].k[k]);
+            if (p->bwd[s].dsinks) clReleaseKernel(p->bwd[s].dsinks);
         }
+        free(p);
+    }
 }

@@ -1,6 +1,6 @@
 /* Launches of the portable family: the forward kernel, and the backward's D, dK/dV, dQ (and dsinks). */
 #include "portable.h"
-#include "../../launch.h"
+#include "../../backward_args.h"
 
 flashcl_status flashcl__portable_forward(flashcl_context *ctx, const flashcl__call *call) {
     const flashcl_attention_desc *d = call->d;
@@ -46,44 +46,19 @@ flashcl_status flashcl__portable_backward(flashcl_context *ctx, const flashcl__c
     const char *dq_name = plan->tiles ? "flash_bwd_dq_tiles" : "flash_bwd_dq";
 
     /* Totals (packed rows with varlen): the kernels find each sequence through cu_seqlens. */
-    static const int dot_views[] = {FLASHCL__VDO, FLASHCL__VO};
     flashcl__args dot = flashcl__args_for(plan->dot, "flash_bwd_dot");
-    flashcl__arg_views(&dot, views, dot_views, 2);
-    flashcl__arg_mem(&dot, dsum);
-    flashcl__arg_int(&dot, (cl_int)d->seqlen_q);
-    flashcl__arg_int(&dot, (cl_int)d->seqlen_k);
-    flashcl__arg_int(&dot, (cl_int)d->heads_q);
-    flashcl__arg_variants(&dot, d, dummy);
+    flashcl__arg_bwd_dot(&dot, call, dsum);
     st = flashcl__args_check(ctx, &dot);
     /* dK/dV and dQ share their argument list apart from the outputs. */
-    static const int in_views[] = {FLASHCL__VQ, FLASHCL__VK, FLASHCL__VV, FLASHCL__VDO};
-    static const int dkdv_out[] = {FLASHCL__VDK, FLASHCL__VDV}, dq_out[] = {FLASHCL__VDQ};
     for (int m = 0; m < 2 && st == FLASHCL_SUCCESS; ++m) {
         flashcl__args a = flashcl__args_for(m == 0 ? plan->dkdv : plan->dq, m == 0 ? dkdv_name : dq_name);
-        flashcl__arg_views(&a, views, in_views, 4);
-        flashcl__arg_mem(&a, call->lse);
-        flashcl__arg_ulong(&a, call->lse_offset);
-        flashcl__arg_mem(&a, dsum);
-        if (m == 0)
-            flashcl__arg_views(&a, views, dkdv_out, 2);
-        else
-            flashcl__arg_views(&a, views, dq_out, 1);
-        flashcl__arg_backward_sizes(&a, d);
+        flashcl__arg_bwd_main(&a, call, dsum, m);
         flashcl__arg_variants(&a, d, dummy);
         st = flashcl__args_check(ctx, &a);
     }
     if (st == FLASHCL_SUCCESS && want_dsinks) {
         flashcl__args a = flashcl__args_for(plan->dsinks, "flash_bwd_dsinks");
-        flashcl__arg_mem(&a, call->lse);
-        flashcl__arg_ulong(&a, call->lse_offset);
-        flashcl__arg_mem(&a, dsum);
-        flashcl__arg_mem(&a, d->dsinks);
-        flashcl__arg_ulong(&a, d->dsinks_offset);
-        flashcl__arg_int(&a, (cl_int)d->batch);
-        flashcl__arg_int(&a, (cl_int)d->seqlen_q);
-        flashcl__arg_int(&a, (cl_int)d->seqlen_k);
-        flashcl__arg_int(&a, (cl_int)d->heads_q);
-        flashcl__arg_variants(&a, d, dummy);
+        flashcl__arg_bwd_dsinks(&a, call, dsum);
         st = flashcl__args_check(ctx, &a);
     }
     if (st != FLASHCL_SUCCESS) return st;

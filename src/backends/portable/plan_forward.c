@@ -22,6 +22,7 @@
  */
 #include "portable.h"
 #include "../../tile_override.h"
+#include "../../tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,9 +268,9 @@ static flashcl_status build_halving(flashcl_context *ctx, shape s, int d, const 
                          d);
 }
 
-/* FLASHCL_TILE: exactly what was asked, or an error that says why not. */
+/* FLASHCL_TILE (origin "env") or a tuned plan: exactly what was asked, or an error that says why not. */
 static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_override *ov, int d, const shape *proto,
-                                    flashcl__flash_plan *out) {
+                                    const char *origin, const char *source, flashcl__flash_plan *out) {
     char why[sizeof out->pub.reason];
     shape s = *proto;
     seed_shape(ctx, d, &s, why, sizeof why);
@@ -278,7 +279,7 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
         return flashcl__fail(
             ctx, FLASHCL_ERR_INVALID_TILE,
             "FLASHCL_TILE: the split kernel runs plain attention only (float32, no variants); use rows or tiles");
-    flashcl__appendf(why, sizeof why, "; overridden by FLASHCL_TILE");
+    flashcl__appendf(why, sizeof why, "; overridden by %s", source);
     /* Sizes not given are fitted to the device, as the planner would. */
     if (ov->block_cols < 0 && s.kernel != KERNEL_TILES) s.bc = legal_bc(s.bc, &s);
     if (ov->block_rows < 0 && ov->block_cols < 0) {
@@ -302,7 +303,7 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
                              s.tpr, s.bc);
     }
     if (ov->block_rows < 0 && ov->block_cols < 0 && s.kernel != KERNEL_TILES)
-        return build_halving(ctx, s, d, "env", why, out);
+        return build_halving(ctx, s, d, origin, why, out);
     int fits = 0;
     size_t pm = 1;
     flashcl_status st = fits_device(ctx, &s, d) ? try_shape(ctx, &s, d, out, &fits, &pm) : FLASHCL_SUCCESS;
@@ -313,7 +314,7 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
             "FLASHCL_TILE plan (%s br=%d bc=%d tpr=%d) needs %zu work-items and %zu B of local memory; the "
             "device or the built kernel allows less",
             kernel_names[s.kernel], s.br, s.bc, s.tpr, work_group_of(&s), local_bytes(&s, d));
-    describe(out, &s, "env", why);
+    describe(out, &s, origin, why);
     return FLASHCL_SUCCESS;
 }
 
@@ -363,9 +364,22 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
     flashcl__tile_override ov;
     flashcl_status st = flashcl__read_tile_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
-    if (ov.present) return plan_from_env(ctx, &ov, d, &proto, out);
+    if (ov.present) return plan_from_env(ctx, &ov, d, &proto, "env", "FLASHCL_TILE", out);
 
     char why[sizeof out->pub.reason];
+    /* A tuned plan of this family (the CPU family's are its own). One the device or the build rejects
+       (a file from an older build of the kernels) falls through to the table, saying so. */
+    const char *tuned_origin = NULL;
+    char rejected[sizeof out->pub.reason] = "";
+    if (flashcl__tuned_plan(ctx, desc, &ov, &tuned_origin, why, sizeof why) && ov.kernel >= KERNEL_ROWS &&
+        ov.kernel <= KERNEL_TILES) {
+        st = plan_from_env(ctx, &ov, d, &proto, tuned_origin, "the tuned plan", out);
+        if (st == FLASHCL_SUCCESS) return st;
+        if (out->kernel) clReleaseKernel(out->kernel);
+        memset(out, 0, sizeof *out);
+        flashcl__appendf(rejected, sizeof rejected, "; %s rejected: %s", why, flashcl_last_error(ctx));
+        flashcl__clear_error(ctx);
+    }
     shape s = proto;
     if (table_shape(ctx, &s, why, sizeof why)) {
         /* Large d_v: narrower key tiles keep P and the V slice inside local memory. */
@@ -377,11 +391,14 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
             if (st != FLASHCL_SUCCESS) return st;
             if (fits) {
                 describe(out, &s, "table", why);
+                flashcl__appendf(out->pub.reason, sizeof out->pub.reason, "%s", rejected);
                 return FLASHCL_SUCCESS;
             }
         }
     }
-    return plan_from_formula(ctx, d, &proto, out);
+    st = plan_from_formula(ctx, d, &proto, out);
+    if (st == FLASHCL_SUCCESS) flashcl__appendf(out->pub.reason, sizeof out->pub.reason, "%s", rejected);
+    return st;
 }
 
 flashcl__portable_state *flashcl__portable_state_of(flashcl_context *ctx) {
@@ -399,7 +416,8 @@ flashcl_status flashcl__plan_flash(flashcl_context *ctx, const flashcl_attention
     if (!state) return FLASHCL_ERR_OUT_OF_HOST_MEMORY;
     char options[256], key[sizeof state->forward->key];
     flashcl__variant_options(desc, options, sizeof options);
-    snprintf(key, sizeof key, "d=%zu %s", desc->head_dim, options);
+    /* causal too: a tuned plan may differ between causal and not (tuning.h). */
+    snprintf(key, sizeof key, "d=%zu causal=%d %s", desc->head_dim, desc->causal ? 1 : 0, options);
     for (flashcl__flash_plan *p = state->forward; p; p = p->next)
         if (strcmp(p->key, key) == 0) {
             *out = p;

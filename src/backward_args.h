@@ -1,0 +1,20 @@
+/*
+ * The argument lists every family's backward kernels share, in the order the
+ * kernels take them: the D = rowsum(dO * O) pre-pass, the dK/dV and dQ
+ * kernels' common head (inputs, LSE, D, outputs, sizes; each family appends
+ * its own tail) and flash_bwd_dsinks (cl/flash_bwd.cl).
+ */
+#ifndef FLASHCL_BACKWARD_ARGS_H
+#define FLASHCL_BACKWARD_ARGS_H
+
+#include "backend.h"
+#include "launch.h"
+
+/* dO, O, D, seqlen_q, seqlen_k, heads_q and the VARIANT_ARGS group. */
+void flashcl__arg_bwd_dot(flashcl__args *a, const flashcl__call *call, cl_mem dsum);
+/* Q, K, V, dO, LSE (buffer, offset), D, then dK and dV (dq = 0) or dQ (dq = 1), then the sizes. */
+void flashcl__arg_bwd_main(flashcl__args *a, const flashcl__call *call, cl_mem dsum, int dq);
+/* LSE (buffer, offset), D, dsinks (buffer, offset), batch, seqlen_q, seqlen_k, heads_q, VARIANT_ARGS. */
+void flashcl__arg_bwd_dsinks(flashcl__args *a, const flashcl__call *call, cl_mem dsum);
+
+#endif

@@ -1,0 +1,275 @@
+/*
+ * The tuning file: where it lives, what it must say to be read, and the
+ * lookup the families make (tuning.h).
+ *
+ * <cache dir>/tuning-<16 hex of the identity>.txt (FLASHCL_TUNING=PATH names
+ * another file, FLASHCL_TUNING=off none):
+ *   FLASHCL-TUNING 1
+ *   device=... vendor=... device_version=... driver=... platform=...
+ *   platform_version=... library=...           (one per line: the identity)
+ *   tuned d=64 dtype=f32 causal=0 tile=kernel=cpu,br=16,bc=96
+ *   measured ...                                (the tuner's own record, skipped here)
+ *   checksum=<FNV-1a 64 of every byte before this line, 16 hex>
+ * The identity must equal this context's byte for byte: a file from another
+ * device, driver or library version is ignored, never trusted, as is a file
+ * whose checksum line is missing (truncated) or wrong (corrupt), or any line
+ * that does not parse. Ignoring is all-or-nothing and says why in
+ * ctx->tuning_note, which every plan's reason carries (the library never prints).
+ */
+#include "tuning.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TUNING_MAGIC "FLASHCL-TUNING 1\n"
+#define MAX_TUNING_BYTES (1u << 20)
+#define MAX_TUNED_ENTRIES 4096
+
+static int key_dtype(flashcl_dtype dt) { return dt == FLASHCL_DTYPE_DEFAULT ? FLASHCL_DTYPE_F32 : (int)dt; }
+
+void flashcl__tuned_key_text(const flashcl__tuned_key *k, char *out, size_t cap) {
+    snprintf(out, cap, "d=%d dtype=%s causal=%d", k->head_dim, flashcl__dtype_name((flashcl_dtype)k->dtype), k->causal);
+}
+
+/* The header text a file must start with, malloc'd. */
+static char *identity(const flashcl_context *ctx) {
+    const flashcl__device_info *d = &ctx->info;
+    const char *fmt = TUNING_MAGIC "device=%s\nvendor=%s\ndevice_version=%s\ndriver=%s\nplatform=%s\n"
+                                   "platform_version=%s\nlibrary=%s\n";
+    int n = snprintf(NULL, 0, fmt, d->name, d->vendor, d->version, d->driver, d->platform_name, d->platform_version,
+                     FLASHCL_VERSION_STRING);
+    char *text = n < 0 ? NULL : malloc((size_t)n + 1);
+    if (text)
+        snprintf(text, (size_t)n + 1, fmt, d->name, d->vendor, d->version, d->driver, d->platform_name,
+                 d->platform_version, FLASHCL_VERSION_STRING);
+    return text;
+}
+
+static void tuning_path(flashcl_context *ctx, const char *ident) {
+    ctx->tuning_path[0] = '\0';
+    const char *env = getenv("FLASHCL_TUNING");
+    if (env && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0)) return;
+    if (env && *env) {
+        flashcl__copy_str(ctx->tuning_path, sizeof ctx->tuning_path, env);
+        return;
+    }
+    if (!ctx->cache_dir[0]) return;
+    uint64_t h = flashcl__fnv1a(FLASHCL__FNV_SEED, ident, strlen(ident));
+    int n = snprintf(ctx->tuning_path, sizeof ctx->tuning_path, "%s/tuning-%016llx.txt", ctx->cache_dir,
+                     (unsigned long long)h);
+    if (n < 0 || (size_t)n >= sizeof ctx->tuning_path) ctx->tuning_path[0] = '\0';
+}
+
+/* The whole file, NUL-terminated, or NULL (absent or too large; *missing says which). */
+static char *read_file(const char *path, size_t *len, int *missing) {
+    *missing = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *missing = 1;
+        return NULL;
+    }
+    char *buf = malloc(MAX_TUNING_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_TUNING_BYTES + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > MAX_TUNING_BYTES) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* "d=64 dtype=f32 causal=0 tile=..." -> entry; 0 when anything is off. */
+static int parse_entry(const char *line, flashcl__tuned_entry *e) {
+    int d = 0, causal = -1, used = 0;
+    char dtype[8] = "", tile[sizeof e->tile + 1] = "";
+    if (sscanf(line, "d=%d dtype=%7s causal=%d tile=%96s%n", &d, dtype, &causal, tile, &used) != 4) return 0;
+    if (line[used] != '\0' || d < 1 || d > 1024 || (causal != 0 && causal != 1) || strlen(tile) >= sizeof e->tile)
+        return 0;
+    int dt = strcmp(dtype, "f32") == 0    ? FLASHCL_DTYPE_F32
+             : strcmp(dtype, "f16") == 0  ? FLASHCL_DTYPE_F16
+             : strcmp(dtype, "bf16") == 0 ? FLASHCL_DTYPE_BF16
+                                          : -1;
+    flashcl__tile_override ov;
+    if (dt < 0 || flashcl__parse_tile_spec(NULL, tile, &ov) != FLASHCL_SUCCESS) return 0;
+    e->key.head_dim = d;
+    e->key.dtype = dt;
+    e->key.causal = causal;
+    flashcl__copy_str(e->tile, sizeof e->tile, tile);
+    return 1;
+}
+
+/* The identity's value of `field` in a foreign header, for the note. */
+static void field_of(const char *text, const char *field, char *out, size_t cap) {
+    out[0] = '\0';
+    size_t fl = strlen(field);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, field, fl) == 0 && p[fl] == '=') {
+            size_t n = strcspn(p + fl + 1, "\n");
+            snprintf(out, cap, "%.*s", (int)(n < 80 ? n : 80), p + fl + 1);
+            return;
+        }
+}
+
+/* Parses text into ctx's entries, or says in ctx->tuning_note why not (and keeps none). */
+static void parse_file(flashcl_context *ctx, const char *ident, char *text, size_t len) {
+    char *note = ctx->tuning_note;
+    const size_t cap = sizeof ctx->tuning_note;
+    const char *path = ctx->tuning_path;
+    /* The checksum line must be the last one, whole. */
+    char *last = NULL;
+    if (len > 0 && text[len - 1] == '\n') {
+        text[len - 1] = '\0';
+        last = strrchr(text, '\n');
+        last = last ? last + 1 : text;
+        text[len - 1] = '\n';
+    }
+    unsigned long long stored = 0;
+    int used = 0;
+    if (!last || sscanf(last, "checksum=%16llx%n", &stored, &used) != 1 || used != 25 || last[used] != '\n') {
+        flashcl__appendf(note, cap, "tuning file %s ignored: truncated (no checksum line at its end)", path);
+        return;
+    }
+    size_t body = (size_t)(last - text);
+    if (flashcl__fnv1a(FLASHCL__FNV_SEED, text, body) != stored) {
+        flashcl__appendf(note, cap, "tuning file %s ignored: corrupt (checksum mismatch)", path);
+        return;
+    }
+    size_t il = strlen(ident);
+    if (body < strlen(TUNING_MAGIC) || memcmp(text, TUNING_MAGIC, strlen(TUNING_MAGIC)) != 0) {
+        flashcl__appendf(note, cap, "tuning file %s ignored: not a FlashCL tuning file of format 1", path);
+        return;
+    }
+    if (body < il || memcmp(text, ident, il) != 0) {
+        char dev[96], drv[96], lib[96];
+        text[body] = '\0';
+        field_of(text, "device", dev, sizeof dev);
+        field_of(text, "driver", drv, sizeof drv);
+        field_of(text, "library", lib, sizeof lib);
+        flashcl__appendf(note, cap,
+                         "tuning file %s ignored: written for another device, driver or library (device=%s driver=%s "
+                         "library=%s; this is device=%s driver=%s library=%s)",
+                         path, dev, drv, lib, ctx->info.name, ctx->info.driver, FLASHCL_VERSION_STRING);
+        return;
+    }
+    text[body] = '\0';
+    flashcl__tuned_entry *entries = NULL;
+    size_t count = 0, line_no = 8;
+    for (char *p = text + il; *p;) {
+        char *nl = strchr(p, '\n');
+        if (!nl) break; /* the body ends with the newline before the checksum line */
+        *nl = '\0';
+        ++line_no;
+        flashcl__tuned_entry e;
+        int ok = 1;
+        if (strncmp(p, "tuned ", 6) == 0) {
+            ok = count < MAX_TUNED_ENTRIES && parse_entry(p + 6, &e);
+            if (ok) {
+                flashcl__tuned_entry *grown = realloc(entries, (count + 1) * sizeof *entries);
+                if (!grown) {
+                    flashcl__appendf(note, cap, "tuning file %s ignored: out of host memory", path);
+                    free(entries);
+                    return;
+                }
+                entries = grown;
+                entries[count++] = e;
+            }
+        } else if (strncmp(p, "measured ", 9) != 0) {
+            ok = 0;
+        }
+        if (!ok) {
+            flashcl__appendf(note, cap, "tuning file %s ignored: line %zu does not parse", path, line_no);
+            free(entries);
+            return;
+        }
+        p = nl + 1;
+    }
+    ctx->tuned = entries;
+    ctx->tuned_count = count;
+}
+
+void flashcl__tuning_load(flashcl_context *ctx) {
+    ctx->tuned = NULL;
+    ctx->tuned_count = 0;
+    ctx->tuning_note[0] = '\0';
+    char *ident = identity(ctx);
+    if (!ident) return;
+    tuning_path(ctx, ident);
+    size_t len = 0;
+    int missing = 0;
+    char *text = ctx->tuning_path[0] ? read_file(ctx->tuning_path, &len, &missing) : NULL;
+    if (text)
+        parse_file(ctx, ident, text, len);
+    else if (ctx->tuning_path[0] && !missing)
+        flashcl__appendf(ctx->tuning_note, sizeof ctx->tuning_note,
+                         "tuning file %s ignored: unreadable or over %u bytes", ctx->tuning_path, MAX_TUNING_BYTES);
+    free(text);
+    free(ident);
+}
+
+void flashcl__tuning_release(flashcl_context *ctx) {
+    free(ctx->tuned);
+    ctx->tuned = NULL;
+    ctx->tuned_count = 0;
+}
+
+/* Tunable: plain attention in any storage (the variants keep their planners' choice). */
+static int tunable(const flashcl_attention_desc *desc) {
+    flashcl_attention_desc f32 = *desc;
+    f32.dtype = FLASHCL_DTYPE_F32;
+    return flashcl__desc_is_plain(&f32);
+}
+
+static int same_key(const flashcl__tuned_key *a, const flashcl__tuned_key *b) {
+    return a->head_dim == b->head_dim && a->dtype == b->dtype && a->causal == b->causal;
+}
+
+int flashcl__tuned_plan(const flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl__tile_override *ov,
+                        const char **origin, char *why, size_t cap) {
+    if (!tunable(desc)) return 0;
+    flashcl__tuned_key key = {(int)desc->head_dim, key_dtype(desc->dtype), desc->causal ? 1 : 0};
+    char kt[64];
+    flashcl__tuned_key_text(&key, kt, sizeof kt);
+    for (size_t i = ctx->tuned_count; i-- > 0;) /* the last entry for a key wins: the tuner appends */
+        if (same_key(&ctx->tuned[i].key, &key) && flashcl__parse_tile_spec(NULL, ctx->tuned[i].tile, ov) == 0) {
+            *origin = "tuned";
+            why[0] = '\0';
+            flashcl__appendf(why, cap, "tuned: %s -> %s (tuning file %s)", kt, ctx->tuned[i].tile, ctx->tuning_path);
+            return 1;
+        }
+    for (size_t i = 0; i < flashcl__builtin_tuned_count; ++i) {
+        const flashcl__builtin_tuned *b = &flashcl__builtin_tuned_table[i];
+        if (strcmp(b->vendor, ctx->info.vendor) == 0 && strcmp(b->device, ctx->info.name) == 0 &&
+            same_key(&b->entry.key, &key) && flashcl__parse_tile_spec(NULL, b->entry.tile, ov) == 0) {
+            *origin = "table";
+            why[0] = '\0';
+            flashcl__appendf(why, cap, "table: tuned on this device model (%s) for %s -> %s", b->device, kt,
+                             b->entry.tile);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- public */
+
+flashcl_status flashcl_tuning_query(const flashcl_context *ctx, flashcl_tuning_info *out) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    if (!out || out->struct_size != sizeof *out) return FLASHCL_ERR_INVALID_ARGUMENT;
+    char *ident = identity(ctx);
+    if (!ident) return FLASHCL_ERR_OUT_OF_HOST_MEMORY;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    flashcl__copy_str(out->path, sizeof out->path, ctx->tuning_path);
+    flashcl__copy_str(out->identity, sizeof out->identity, ident);
+    flashcl__copy_str(out->note, sizeof out->note, ctx->tuning_note);
+    out->entries = ctx->tuned_count;
+    free(ident);
+    return FLASHCL_SUCCESS;
+}
+
+uint64_t flashcl_tuning_checksum(const char *text, size_t length) {
+    return flashcl__fnv1a(FLASHCL__FNV_SEED, text, length);
+}

@@ -1,0 +1,27 @@
+# `flashcl bench --sweep` (cmake -P, TOOL=<flashcl>, DIR=<scratch dir>): a two-point sweep writes
+# PREFIX.json (every point's --json lines: rows for both paths and a summary each) and PREFIX.csv
+# (a header and a row per path and pass), and bad ranges are usage errors.
+cmake_minimum_required(VERSION 3.16)
+file(REMOVE_RECURSE ${DIR})
+file(MAKE_DIRECTORY ${DIR})
+execute_process(COMMAND ${TOOL} bench --sweep --sweep-min 64 --sweep-max 128 --heads 2 --head-dim 32 --iters 1
+  --roof 1 --sweep-out ${DIR}/s RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "bench --sweep failed (${rc}):\n${err}")
+endif()
+file(STRINGS ${DIR}/s.json json)
+file(STRINGS ${DIR}/s.csv csv)
+list(LENGTH json nj)
+list(LENGTH csv nc)
+# Two points x (flash, standard, summary); one header + two points x two paths.
+if(NOT nj EQUAL 6 OR NOT nc EQUAL 5)
+  message(FATAL_ERROR "expected 6 JSON lines and 5 CSV lines, got ${nj} and ${nc}:\n${json}\n${csv}")
+endif()
+if(NOT json MATCHES "\"seqlen\":128" OR NOT csv MATCHES "128,128,32,0,standard,fwd,ran")
+  message(FATAL_ERROR "the second point is missing:\n${json}\n${csv}")
+endif()
+execute_process(COMMAND ${TOOL} bench --sweep --sweep-min 100 --sweep-out ${DIR}/t RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR EXISTS ${DIR}/t.json)
+  message(FATAL_ERROR "--sweep-min 100 was not refused (${rc}): ${err}")
+endif()
+file(REMOVE_RECURSE ${DIR})

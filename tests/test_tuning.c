@@ -1,0 +1,183 @@
+/*
+ * The tuning file (src/tuning.c) as the plan chain sees it: a file written
+ * for this context's identity, with a valid checksum, gives origin "tuned"
+ * and exactly its sizes; a corrupt, truncated, foreign, unparsable or
+ * oversized file is ignored, the note saying why appears in the tuning
+ * query and at the front of the plan's reason, and the plan is the untuned
+ * one. Runs on a CPU device (the CPU family's sizes); skips elsewhere.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flashcl.h>
+
+#include "testutil.h"
+#include "tmpdir.h"
+
+static char g_path[1200]; /* test-only scratch; the library has no such state */
+
+static void write_text(const char *text, size_t n) {
+    FILE *f = fopen(g_path, "wb");
+    REQUIRE(f != NULL);
+    REQUIRE(fwrite(text, 1, n, f) == n);
+    fclose(f);
+}
+
+/* identity + body + the checksum line the library expects. */
+static void write_sealed(const char *identity, const char *body) {
+    char text[8192];
+    int n = snprintf(text, sizeof text, "%s%s", identity, body);
+    REQUIRE(n > 0 && (size_t)n < sizeof text - 32);
+    n += snprintf(text + n, sizeof text - (size_t)n, "checksum=%016llx\n",
+                  (unsigned long long)flashcl_tuning_checksum(text, (size_t)n));
+    write_text(text, (size_t)n);
+}
+
+/* A fresh context (it reads the file at creation), its tuning info and the d=32 forward plan. */
+static void plan_now(flashcl_tuning_info *info, flashcl_plan *plan, int causal) {
+    flashcl_context *ctx = tu_context_create();
+    REQUIRE(ctx != NULL);
+    memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
+    CHECK_STATUS(flashcl_tuning_query(ctx, info), FLASHCL_SUCCESS);
+    flashcl_attention_desc d = flashcl_attention_desc_init();
+    d.batch = 1;
+    d.heads_q = 2;
+    d.seqlen_q = 256;
+    d.head_dim = 32;
+    d.causal = causal;
+    CHECK_STATUS(flashcl_plan_query(ctx, &d, plan), FLASHCL_SUCCESS);
+    flashcl_context_destroy(ctx);
+}
+
+static void expect_ignored(const char *what, const char *note_part) {
+    flashcl_tuning_info info;
+    flashcl_plan plan;
+    plan_now(&info, &plan, 0);
+    if (!strstr(info.note, note_part) || strcmp(plan.origin, "tuned") == 0 || !strstr(plan.reason, "ignored") ||
+        info.entries != 0) {
+        fprintf(stderr, "%s: note \"%s\", origin %s, reason \"%.120s\", %zu entries\n", what, info.note, plan.origin,
+                plan.reason, info.entries);
+        tu_fail_count();
+    }
+}
+
+int main(void) {
+    char *dir = tu_tmpdir_make("flashcl-tuning");
+    REQUIRE(dir != NULL);
+    snprintf(g_path, sizeof g_path, "%s/tuning.txt", dir);
+    setenv("FLASHCL_TUNING", g_path, 1);
+    unsetenv("FLASHCL_TILE");
+
+    flashcl_tuning_info info;
+    flashcl_plan plan;
+    plan_now(&info, &plan, 0); /* no file yet: the untuned plan, no note */
+    CHECK(strcmp(info.path, g_path) == 0);
+    CHECK(info.note[0] == '\0');
+    if (strcmp(plan.kernel, "flash_fwd_cpu") != 0) {
+        printf("test_tuning: skipped (the device runs %s, not the CPU family)\n", plan.kernel);
+        tu_tmpdir_remove(dir);
+        free(dir);
+        return TU_EXIT_SKIP;
+    }
+    CHECK(strcmp(plan.origin, "tuned") != 0);
+    const int untuned_rows = plan.block_rows; /* the table's (a built-in tuned entry may change it) */
+    char identity[sizeof info.identity];
+    snprintf(identity, sizeof identity, "%s", info.identity);
+    const char *good = "measured d=32 dtype=f32 causal=0 tile=kernel=cpu,br=16,bc=48 size=b1_h8_n1024 ms=2 "
+                       "verified=1\ntuned d=32 dtype=f32 causal=0 tile=kernel=cpu,br=32,bc=96\n";
+
+    /* Read: origin tuned with the file's sizes; causal (not in the file) stays untuned. */
+    write_sealed(identity, good);
+    plan_now(&info, &plan, 0);
+    CHECK(info.entries == 1 && info.note[0] == '\0');
+    CHECK(strcmp(plan.origin, "tuned") == 0);
+    CHECK(plan.block_rows == 32 && plan.block_cols == 96);
+    plan_now(&info, &plan, 1);
+    CHECK(strcmp(plan.origin, "tuned") != 0);
+
+    /* Corrupt: one byte changed after sealing. */
+    write_sealed(identity, good);
+    {
+        FILE *f = fopen(g_path, "r+b");
+        REQUIRE(f != NULL);
+        char text[8192];
+        size_t n = fread(text, 1, sizeof text, f);
+        char *bc = strstr(text, "bc=96");
+        REQUIRE(bc != NULL);
+        bc[3] = '0';
+        rewind(f);
+        REQUIRE(fwrite(text, 1, n, f) == n);
+        fclose(f);
+    }
+    expect_ignored("corrupt", "corrupt");
+
+    /* Truncated: the checksum line (or part of it) lost. */
+    {
+        char text[8192];
+        int n = snprintf(text, sizeof text, "%s%s", identity, good);
+        write_text(text, (size_t)n);
+        expect_ignored("truncated (no checksum)", "truncated");
+        write_sealed(identity, good);
+        FILE *f = fopen(g_path, "rb");
+        REQUIRE(f != NULL);
+        size_t got = fread(text, 1, sizeof text, f);
+        fclose(f);
+        write_text(text, got - 5);
+        expect_ignored("truncated (half a checksum)", "truncated");
+    }
+
+    /* Foreign: another driver, sealed correctly. */
+    {
+        char foreign[sizeof identity];
+        snprintf(foreign, sizeof foreign, "%s", identity);
+        char *drv = strstr(foreign, "\ndriver=");
+        REQUIRE(drv != NULL);
+        drv[8] = drv[8] == 'X' ? 'Y' : 'X';
+        write_sealed(foreign, good);
+        expect_ignored("foreign driver", "another device");
+        /* ... and another library version. */
+        snprintf(foreign, sizeof foreign, "%s", identity);
+        char *lib = strstr(foreign, "\nlibrary=");
+        REQUIRE(lib != NULL);
+        lib[9] = '9';
+        write_sealed(foreign, good);
+        expect_ignored("foreign library", "another device");
+    }
+
+    /* Sealed and ours, but a line that does not parse, or a plan the grammar rejects. */
+    write_sealed(identity, "tuned d=32 dtype=f32 causal=0 tile=kernel=cpu,br=32,bc=96 extra\n");
+    expect_ignored("extra field", "does not parse");
+    write_sealed(identity, "tuned d=32 dtype=f64 causal=0 tile=kernel=cpu\n");
+    expect_ignored("bad dtype", "does not parse");
+    write_sealed(identity, "tuned d=32 dtype=f32 causal=0 tile=kernel=gpu\n");
+    expect_ignored("bad tile", "does not parse");
+    write_sealed(identity, "hello\n");
+    expect_ignored("unknown line", "does not parse");
+    /* Not a tuning file at all. */
+    write_text("FLASHCLB\1\0\0\0", 12);
+    expect_ignored("binary", "truncated");
+
+    /* Sizes the grammar accepts but the CPU family does not (br=17): the untuned plan, untrusted. */
+    write_sealed(identity, "tuned d=32 dtype=f32 causal=0 tile=kernel=cpu,br=17,bc=96\n");
+    plan_now(&info, &plan, 0);
+    CHECK(strcmp(plan.origin, "tuned") != 0 && plan.block_rows == untuned_rows);
+
+    /* FLASHCL_TILE still wins over the file. */
+    write_sealed(identity, good);
+    setenv("FLASHCL_TILE", "kernel=cpu,br=64,bc=24", 1);
+    plan_now(&info, &plan, 0);
+    CHECK(strcmp(plan.origin, "env") == 0 && plan.block_rows == 64 && plan.block_cols == 24);
+    unsetenv("FLASHCL_TILE");
+
+    /* FLASHCL_TUNING=off: no file, no note. */
+    setenv("FLASHCL_TUNING", "off", 1);
+    plan_now(&info, &plan, 0);
+    CHECK(info.path[0] == '\0' && info.note[0] == '\0' && strcmp(plan.origin, "tuned") != 0);
+
+    tu_tmpdir_remove(dir);
+    free(dir);
+    return tu_finish("test_tuning");
+}

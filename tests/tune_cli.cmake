@@ -1,0 +1,76 @@
+# `flashcl tune` end to end on the default device (cmake -P, TOOL=<flashcl>, DIR=<scratch dir>):
+#  1. the untuned plan is the first of each shape's candidates (so tuned is never slower);
+#  2. a tiny budget is kept (wall clock of the whole process), and the file it writes is
+#     what the plan chain then reads (`flashcl info` says origin tuned);
+#  3. a rerun resumes; SIGINT keeps what was measured; a damaged file is ignored with a note.
+cmake_minimum_required(VERSION 3.16)
+file(REMOVE_RECURSE ${DIR})
+file(MAKE_DIRECTORY ${DIR})
+set(FILE ${DIR}/tuning.txt)
+set(SHAPE --head-dims 64 --seqlen 128 --heads 2)
+# Measurements of this size take about a second each on POCL: the budget, not the list, ends the run.
+set(TIMED --head-dims 64 --seqlen 1024 --heads 8)
+set(BUDGET 3)
+
+execute_process(COMMAND ${TOOL} tune --list ${SHAPE} --output ${FILE} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "tune --list failed (${rc})")
+endif()
+string(REGEX MATCH "untuned ([^\n]+)" _ "${out}")
+set(untuned ${CMAKE_MATCH_1})
+string(REGEX MATCH "candidate ([^\n]+)" _ "${out}")
+if(NOT untuned OR NOT CMAKE_MATCH_1 STREQUAL untuned)
+  message(FATAL_ERROR "the untuned plan '${untuned}' is not the first candidate:\n${out}")
+endif()
+
+string(TIMESTAMP t0 "%s")
+execute_process(COMMAND ${TOOL} tune ${TIMED} --budget ${BUDGET} --output ${FILE}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(TIMESTAMP t1 "%s")
+math(EXPR took "${t1} - ${t0}")
+message(STATUS "tune --budget ${BUDGET}: ${took} s\n${out}")
+# One second of slack: TIMESTAMP has whole seconds.
+math(EXPR limit "${BUDGET} + 1")
+if(NOT rc EQUAL 0 OR took GREATER limit)
+  message(FATAL_ERROR "tune took ${took} s for a ${BUDGET} s budget (exit ${rc}):\n${err}")
+endif()
+if(NOT EXISTS ${FILE})
+  message(FATAL_ERROR "tune wrote no ${FILE}")
+endif()
+set(ENV{FLASHCL_TUNING} ${FILE})
+execute_process(COMMAND ${TOOL} info RESULT_VARIABLE rc OUTPUT_VARIABLE info)
+unset(ENV{FLASHCL_TUNING})
+if(NOT info MATCHES "origin tuned")
+  message(FATAL_ERROR "flashcl info does not plan from the tuning file:\n${info}")
+endif()
+
+execute_process(COMMAND ${TOOL} tune ${TIMED} --budget 3 --output ${FILE} RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT err MATCHES "resuming: [1-9]")
+  message(FATAL_ERROR "a rerun does not resume:\n${err}")
+endif()
+
+find_program(TIMEOUT timeout)
+if(TIMEOUT)
+  file(REMOVE ${FILE})
+  # SIGINT a few seconds in: the measurements finished so far stay, in a file the library accepts.
+  # A problem large enough that the run cannot end before the signal.
+  execute_process(COMMAND ${TIMEOUT} --preserve-status -s INT 6 ${TOOL} tune --head-dims 64,128 --seqlen 2048 --heads 4 --output ${FILE}
+    RESULT_VARIABLE rc
+    OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT out MATCHES "stopped: interrupted")
+    message(FATAL_ERROR "SIGINT did not stop the tuner cleanly (exit ${rc}):\n${out}\n${err}")
+  endif()
+  set(ENV{FLASHCL_TUNING} ${FILE})
+  execute_process(COMMAND ${TOOL} info OUTPUT_VARIABLE info)
+  unset(ENV{FLASHCL_TUNING})
+  if(NOT info MATCHES "origin tuned" OR NOT rc EQUAL 1)
+    message(FATAL_ERROR "after SIGINT (exit ${rc}) the file is not read:\n${info}")
+  endif()
+endif()
+
+file(APPEND ${FILE} "junk\n")
+execute_process(COMMAND ${TOOL} tune --list ${SHAPE} --output ${FILE} ERROR_VARIABLE err)
+if(NOT err MATCHES "ignored: truncated.*starting afresh")
+  message(FATAL_ERROR "a damaged file is not reported:\n${err}")
+endif()
+file(REMOVE_RECURSE ${DIR})

@@ -1,0 +1,73 @@
+#include "bench_sweep.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atomic_file.h"
+#include "bench_report.h"
+#include "timing.h"
+#include "tool_errors.h"
+
+static void csv_rows(FILE *out, const bench_job *job, const bench_results *r) {
+    for (size_t p = 0; p < job->path_count; ++p) {
+        const bench_path_result *pr = &r->paths[p];
+        for (size_t i = 0; i < job->pass_count; ++i) {
+            const bench_pass_result *x = &pr->passes[i];
+            if (!x->ran && !x->skipped) continue;
+            const double s = x->ran ? x->timing.ms * 1e-3 : NAN;
+            fprintf(out, "%zu,%zu,%zu,%zu,%zu,%d,%s,%s,%s,%.6g,%.6g,%.6g,%zu,%s,%s\n", job->base.batch,
+                    job->base.heads_q, job->base.seqlen_q, job->base.seqlen_k, job->base.head_dim, job->base.causal,
+                    job->paths[p].name, job->passes[i]->name, x->ran ? "ran" : "skipped", x->ran ? x->timing.ms : NAN,
+                    x->flops / s * 1e-12, x->bytes / s * 1e-9, x->bytes_extra, pr->planned ? pr->fwd_plan.kernel : "",
+                    pr->planned ? pr->fwd_plan.origin : "");
+        }
+    }
+}
+
+int bench_sweep(bench_job *job, const bench_sweep_spec *spec) {
+    atomic_file json, csv;
+    memset(&json, 0, sizeof json);
+    memset(&csv, 0, sizeof csv);
+    char err[512] = "";
+    if (atomic_file_open(&json, spec->json_path, err, sizeof err) != 0 ||
+        atomic_file_open(&csv, spec->csv_path, err, sizeof err) != 0) {
+        atomic_file_abort(&json);
+        return tool_failure("bench --sweep: %s", err);
+    }
+    fputs("batch,heads,seqlen,seqlen_k,head_dim,causal,path,pass,status,ms,tflops,gbps,bytes_extra,kernel,origin\n",
+          csv.stream);
+    bench_results *results = calloc(1, sizeof *results);
+    int rc = results ? TOOL_EXIT_OK : tool_failure("bench: out of host memory");
+    const double growth = spec->keys_only ? 2.0 : 4.0;
+    for (size_t n = spec->min; n <= spec->max && rc == TOOL_EXIT_OK; n *= 2) {
+        job->base.seqlen_k = n;
+        if (!spec->keys_only) job->base.seqlen_q = n;
+        memset(results, 0, sizeof *results);
+        const double t0 = wall_seconds();
+        rc = bench_run(job, results);
+        if (rc != TOOL_EXIT_OK) break;
+        const double took = wall_seconds() - t0;
+        bench_print_table(stdout, job, results);
+        bench_print_json(json.stream, job, results);
+        csv_rows(csv.stream, job, results);
+        fflush(stdout);
+        if (n < spec->max && took * growth > spec->max_seconds) {
+            fprintf(stderr,
+                    "flashcl: bench --sweep: stopping after n=%zu: it took %.1f s, the next would take about "
+                    "%.0f s (> --sweep-seconds %.0f)\n",
+                    n, took, took * growth, spec->max_seconds);
+            break;
+        }
+    }
+    free(results);
+    if (rc == TOOL_EXIT_OK &&
+        (atomic_file_finish(&json, err, sizeof err) != 0 || atomic_file_finish(&csv, err, sizeof err) != 0 ||
+         atomic_file_publish(&json, err, sizeof err) != 0 || atomic_file_publish(&csv, err, sizeof err) != 0))
+        rc = tool_failure("bench --sweep: %s", err);
+    atomic_file_abort(&json);
+    atomic_file_abort(&csv);
+    if (rc == TOOL_EXIT_OK) fprintf(stderr, "flashcl: wrote %s and %s\n", spec->json_path, spec->csv_path);
+    return rc;
+}

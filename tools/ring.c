@@ -1,0 +1,213 @@
+/*
+ * flashcl_ring: ring attention under mpirun, timed. Every rank holds its rows
+ * of one random problem ([b, N, h, d] split by the layout; --dtype f32, f16
+ * or bf16 storage, float32 by default), runs
+ * flashcl_ring_forward (and with --backward flashcl_ring_backward) a few
+ * times, and rank 0 prints each step's compute, exposed wait and staging time
+ * (the maximum over ranks), the time of a bare K/V exchange of the same size
+ * (the transfer that the compute has to hide) and the time per call.
+ *
+ *   mpirun -np 4 build/tools/flashcl_ring --seqlen 4096 --heads 8 --dim 64 --causal --layout zigzag
+ *   mpirun -np 2 build/tools/flashcl_ring --seqlen 65536 --heads 16 --dim 128 --causal --dtype bf16 --backward
+ */
+#include "flashcl_mpi.h"
+#include "storage_codec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct options {
+    size_t batch, seqlen, heads, heads_kv, dim;
+    int causal, backward, iters;
+    flashcl_ring_layout layout;
+    flashcl_dtype dtype;
+} options;
+
+static int parse(int argc, char **argv, options *o, int rank) {
+    *o = (options){1, 4096, 8, 0, 64, 0, 0, 3, FLASHCL_RING_ZIGZAG, FLASHCL_DTYPE_F32};
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--causal"))
+            o->causal = 1;
+        else if (!strcmp(a, "--backward"))
+            o->backward = 1;
+        else if (val && !strcmp(a, "--layout"))
+            o->layout = !strcmp(val, "contiguous") ? FLASHCL_RING_CONTIGUOUS : FLASHCL_RING_ZIGZAG, ++i;
+        else if (val && !strcmp(a, "--dtype") && (!strcmp(val, "f32") || !strcmp(val, "f16") || !strcmp(val, "bf16")))
+            o->dtype = !strcmp(val, "f16")    ? FLASHCL_DTYPE_F16
+                       : !strcmp(val, "bf16") ? FLASHCL_DTYPE_BF16
+                                              : FLASHCL_DTYPE_F32,
+            ++i;
+        else if (val && !strcmp(a, "--batch"))
+            o->batch = strtoul(val, NULL, 10), ++i;
+        else if (val && !strcmp(a, "--seqlen"))
+            o->seqlen = strtoul(val, NULL, 10), ++i;
+        else if (val && !strcmp(a, "--heads"))
+            o->heads = strtoul(val, NULL, 10), ++i;
+        else if (val && !strcmp(a, "--heads-kv"))
+            o->heads_kv = strtoul(val, NULL, 10), ++i;
+        else if (val && !strcmp(a, "--dim"))
+            o->dim = strtoul(val, NULL, 10), ++i;
+        else if (val && !strcmp(a, "--iters"))
+            o->iters = atoi(val), ++i;
+        else {
+            if (rank == 0)
+                fprintf(stderr, "usage: flashcl_ring [--seqlen N] [--batch B] [--heads H] [--heads-kv H] [--dim D] "
+                                "[--causal] [--layout zigzag|contiguous] [--dtype f32|f16|bf16] [--backward] "
+                                "[--iters I]\n");
+            return 0;
+        }
+    }
+    if (!o->heads_kv) o->heads_kv = o->heads;
+    return o->iters > 0;
+}
+
+static const char *dtype_name(flashcl_dtype dt) {
+    return dt == FLASHCL_DTYPE_F16 ? "f16" : dt == FLASHCL_DTYPE_BF16 ? "bf16" : "f32";
+}
+
+/* count random values in [-1, 1) in storage dt. */
+static cl_mem random_buffer(flashcl_context *ctx, size_t count, unsigned seed, flashcl_dtype dt) {
+    float *h = malloc(count * sizeof *h);
+    if (!h) return NULL;
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ seed;
+    for (size_t i = 0; i < count; ++i) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        h[i] = (float)((x * 0x2545f4914f6cdd1dull) >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
+    }
+    codec_pack(dt, h, count, h); /* in place */
+    cl_int e = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                              count * flashcl_dtype_size(dt), h, &e);
+    free(h);
+    return e == CL_SUCCESS ? m : NULL;
+}
+
+/* Seconds of one bare ring exchange of `count` elements of `type` (what one step sends), the
+   median of a few. */
+static double bare_exchange(size_t count, MPI_Datatype type, size_t elem, int rank, int size) {
+    char *a = calloc(count, elem), *b = calloc(count, elem);
+    double best[5] = {0};
+    for (int t = 0; t < 5 && a && b; ++t) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        MPI_Sendrecv(a, (int)count, type, (rank + 1) % size, 7, b, (int)count, type, (rank + size - 1) % size, 7,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        double dt = MPI_Wtime() - t0, worst = 0.0;
+        MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        best[t] = worst;
+    }
+    free(a), free(b);
+    for (int i = 0; i < 5; ++i) /* median by sorting five */
+        for (int j = i + 1; j < 5; ++j)
+            if (best[j] < best[i]) {
+                const double t = best[i];
+                best[i] = best[j], best[j] = t;
+            }
+    return best[2];
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    options o;
+    if (!parse(argc, argv, &o, rank) || o.seqlen % (size_t)(2 * size)) {
+        if (rank == 0 && o.seqlen % (size_t)(2 * size))
+            fprintf(stderr, "flashcl_ring: --seqlen must be a multiple of 2 x the number of ranks\n");
+        MPI_Finalize();
+        return 2;
+    }
+    char err[512] = "";
+    flashcl_context *ctx = NULL;
+    flashcl_status st = flashcl_context_create(&ctx, NULL, err, sizeof err);
+    int ok = st == FLASHCL_SUCCESS, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok) {
+        if (!ok) fprintf(stderr, "[rank %d] %s: %s\n", rank, flashcl_status_name(st), err);
+        flashcl_context_destroy(ctx);
+        MPI_Finalize();
+        return 1;
+    }
+    const size_t n = o.seqlen / (size_t)size, nq = o.batch * n * o.heads * o.dim;
+    const size_t nk = o.batch * n * o.heads_kv * o.dim;
+    const flashcl_dtype dtype = o.dtype;
+    const size_t es = flashcl_dtype_size(dtype);
+    cl_mem q = random_buffer(ctx, nq, 1 + (unsigned)rank, dtype),
+           k = random_buffer(ctx, nk, 101 + (unsigned)rank, dtype);
+    cl_mem v = random_buffer(ctx, nk, 201 + (unsigned)rank, dtype);
+    cl_mem dout = random_buffer(ctx, nq, 301 + (unsigned)rank, dtype), out = random_buffer(ctx, nq, 0, dtype);
+    cl_mem lse = random_buffer(ctx, o.batch * o.heads * n, 0, FLASHCL_DTYPE_F32); /* float32 always */
+    cl_mem dq = random_buffer(ctx, nq, 0, dtype), dk = random_buffer(ctx, nk, 0, dtype),
+           dv = random_buffer(ctx, nk, 0, dtype);
+    const flashcl_tensor tq = flashcl_tensor_bshd(q, n, o.heads, o.dim),
+                         tk = flashcl_tensor_bshd(k, n, o.heads_kv, o.dim);
+    const flashcl_tensor tv = flashcl_tensor_bshd(v, n, o.heads_kv, o.dim),
+                         to = flashcl_tensor_bshd(out, n, o.heads, o.dim);
+    const flashcl_tensor tdo = flashcl_tensor_bshd(dout, n, o.heads, o.dim),
+                         tdq = flashcl_tensor_bshd(dq, n, o.heads, o.dim);
+    const flashcl_tensor tdk = flashcl_tensor_bshd(dk, n, o.heads_kv, o.dim);
+    const flashcl_tensor tdv = flashcl_tensor_bshd(dv, n, o.heads_kv, o.dim);
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+    d.batch = o.batch, d.heads_q = o.heads, d.heads_kv = o.heads_kv, d.seqlen_q = d.seqlen_k = n;
+    d.head_dim = o.dim, d.causal = o.causal, d.dtype = dtype;
+
+    double *comp = calloc((size_t)size, sizeof(double)), *wait = calloc((size_t)size, sizeof(double));
+    double *stage = calloc((size_t)size, sizeof(double)), *worst = calloc(3 * (size_t)size, sizeof(double));
+    flashcl_ring_desc ring = FLASHCL_RING_DESC_INIT;
+    ring.layout = o.layout, ring.step_compute_s = comp, ring.step_wait_s = wait, ring.step_stage_s = stage;
+
+    const char *pass[2] = {"forward", "backward"};
+    int rc = 0;
+    for (int which = 0; which <= o.backward && rc == 0; ++which) {
+        double total = 0.0, fastest = 1e30, mine[3 * 64] = {0};
+        const int steps = size < 64 ? size : 64;
+        for (int it = 0; it <= o.iters && rc == 0; ++it) { /* iteration 0 warms up (kernel builds) */
+            MPI_Barrier(MPI_COMM_WORLD);
+            const double t0 = MPI_Wtime();
+            st = which == 0 ? flashcl_ring_forward(ctx, &d, &ring, &tq, &tk, &tv, &to, lse, 0, MPI_COMM_WORLD)
+                            : flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, lse, 0, &tdq, &tdk, &tdv,
+                                                    MPI_COMM_WORLD);
+            double dt = MPI_Wtime() - t0, slowest = 0.0;
+            MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if (st != FLASHCL_SUCCESS) {
+                if (rank == 0)
+                    fprintf(stderr, "flashcl_ring: %s: %s\n", flashcl_status_name(st), flashcl_last_error(ctx));
+                rc = 1;
+            }
+            if (it > 0) total += slowest;
+            if (it > 0 && slowest < fastest) { /* keep the steps of the fastest call: the machine is shared */
+                fastest = slowest;
+                for (int s = 0; s < steps; ++s)
+                    mine[3 * s] = comp[s], mine[3 * s + 1] = wait[s], mine[3 * s + 2] = stage[s];
+            }
+        }
+        if (rc) break;
+        /* The fastest call's steps, each the slowest rank's. */
+        MPI_Reduce(mine, worst, 3 * steps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        const double bare =
+            bare_exchange(o.batch * n * o.heads_kv * o.dim * 2, es == 4 ? MPI_FLOAT : MPI_UINT16_T, es, rank, size);
+        if (rank == 0) {
+            printf("%s: %d ranks, b%zu N%zu (%zu rows per rank) hq%zu hkv%zu d%zu %s %s %s\n", pass[which], size,
+                   o.batch, o.seqlen, n, o.heads, o.heads_kv, o.dim, dtype_name(dtype), o.causal ? "causal" : "full",
+                   o.layout == FLASHCL_RING_ZIGZAG ? "zigzag" : "contiguous");
+            printf("  K/V chunk per step: %.3f MB; a bare ring exchange of it: %.3f ms%s\n",
+                   (double)(o.batch * n * o.heads_kv * o.dim * 2 * es) / 1e6, 1e3 * bare,
+                   which ? " (the backward also sends dK/dV, float32)" : "");
+            for (int s = 0; s < steps; ++s)
+                printf("  step %2d: compute %8.3f ms  exposed wait %7.3f ms  staging %7.3f ms\n", s, 1e3 * worst[3 * s],
+                       1e3 * worst[3 * s + 1], 1e3 * worst[3 * s + 2]);
+            printf("  per call: %.3f ms mean, %.3f ms fastest (of %d calls, each the slowest rank)\n",
+                   1e3 * total / o.iters, 1e3 * fastest, o.iters);
+        }
+    }
+    cl_mem all[] = {q, k, v, dout, out, lse, dq, dk, dv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+        if (all[i]) clReleaseMemObject(all[i]);
+    free(comp), free(wait), free(stage), free(worst);
+    flashcl_context_destroy(ctx);
+    MPI_Finalize();
+    return rc;
+}

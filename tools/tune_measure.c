@@ -1,0 +1,202 @@
+#define _POSIX_C_SOURCE 200809L
+#include "tune_measure.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage_codec.h"
+#include "timing.h"
+
+#define MAX_TIMED_ITERS 50
+#define CHECK_SEQLEN 67 /* not a multiple of any tile: the partial tiles run */
+#define CHECK_HEADS 2
+
+static flashcl_attention_desc desc_of(const tune_shape *s, size_t seqlen, size_t heads) {
+    flashcl_attention_desc d = flashcl_attention_desc_init();
+    d.dtype = s->dtype;
+    d.batch = 1;
+    d.heads_q = heads;
+    d.seqlen_q = seqlen;
+    d.head_dim = s->head_dim;
+    d.causal = s->causal;
+    return d;
+}
+
+/* Values k/64, |k| <= 64: exact in float32, float16 and bfloat16, so the reference sees what the kernel reads. */
+static void fill(float *x, size_t n, unsigned *state) {
+    for (size_t i = 0; i < n; ++i) {
+        *state = *state * 1664525u + 1013904223u;
+        x[i] = (float)((int)((*state >> 16) % 129u) - 64) / 64.0f;
+    }
+}
+
+int tune_untuned_plan(const char *device, const tune_shape *s, flashcl_plan *plan, char *err, size_t cap) {
+    unsetenv("FLASHCL_TILE");
+    const char *saved = getenv("FLASHCL_TUNING");
+    char *keep = saved ? strdup(saved) : NULL;
+    setenv("FLASHCL_TUNING", "off", 1); /* the table's or the formula's plan, not a tuned one */
+    flashcl_context *ctx = NULL;
+    int st = flashcl_context_create(&ctx, device, err, cap);
+    if (keep) {
+        setenv("FLASHCL_TUNING", keep, 1);
+        free(keep);
+    } else {
+        unsetenv("FLASHCL_TUNING");
+    }
+    if (st != FLASHCL_SUCCESS) return st;
+    flashcl_attention_desc d = desc_of(s, s->seqlen, s->heads);
+    d.batch = s->batch;
+    st = flashcl_plan_query(ctx, &d, plan);
+    if (st != FLASHCL_SUCCESS) snprintf(err, cap, "%s", flashcl_last_error(ctx));
+    flashcl_context_destroy(ctx);
+    return st;
+}
+
+/* |o - ref| <= atol + rtol |ref| everywhere, in the storage's precision. */
+static bool check_small(flashcl_context *ctx, const tune_shape *s, char *err, size_t cap) {
+    const size_t n = CHECK_SEQLEN, h = CHECK_HEADS, d = s->head_dim, count = n * h * d;
+    float *q = malloc(count * sizeof *q), *k = malloc(count * sizeof *k), *v = malloc(count * sizeof *v);
+    float *o = malloc(count * sizeof *o);
+    bool ok = false;
+    if (!q || !k || !v || !o) {
+        snprintf(err, cap, "out of host memory for the check");
+        goto done;
+    }
+    unsigned state = 12345u;
+    fill(q, count, &state);
+    fill(k, count, &state);
+    fill(v, count, &state);
+    flashcl_attention_desc desc = desc_of(s, n, h);
+    int st = flashcl_forward_host(ctx, &desc, q, k, v, o, NULL);
+    if (st != FLASHCL_SUCCESS) {
+        snprintf(err, cap, "check run failed: %s: %s", flashcl_status_name(st), flashcl_last_error(ctx));
+        goto done;
+    }
+    const double tol = s->dtype == FLASHCL_DTYPE_BF16 ? 1.6e-2 : s->dtype == FLASHCL_DTYPE_F16 ? 2e-3 : 2e-5;
+    const double scale = 1.0 / sqrt((double)d);
+    double worst = 0.0;
+    ok = true;
+    for (size_t head = 0; head < h && ok; ++head)
+        for (size_t i = 0; i < n && ok; ++i) {
+            double m = -INFINITY, sum = 0.0, acc[1024] = {0};
+            for (size_t j = 0; j < (s->causal ? i + 1 : n); ++j) {
+                double dot = 0.0;
+                for (size_t e = 0; e < d; ++e) dot += (double)q[(i * h + head) * d + e] * k[(j * h + head) * d + e];
+                dot *= scale;
+                double m2 = dot > m ? dot : m, c = exp(m - m2), p = exp(dot - m2);
+                sum = sum * c + p;
+                for (size_t e = 0; e < d; ++e) acc[e] = acc[e] * c + p * v[(j * h + head) * d + e];
+                m = m2;
+            }
+            for (size_t e = 0; e < d; ++e) {
+                double ref = acc[e] / sum, got = o[(i * h + head) * d + e], diff = fabs(got - ref);
+                if (!(diff <= tol + tol * fabs(ref))) {
+                    snprintf(err, cap, "disagrees with the reference at head %zu row %zu dim %zu: %g vs %g", head, i, e,
+                             got, ref);
+                    ok = false;
+                    break;
+                }
+                if (diff > worst) worst = diff;
+            }
+        }
+done:
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    return ok;
+}
+
+static double event_ns(cl_event e, cl_profiling_info what) {
+    cl_ulong t = 0;
+    return clGetEventProfilingInfo(e, what, sizeof t, &t, NULL) == CL_SUCCESS ? (double)t : NAN;
+}
+
+/* Enqueues `iters` forwards after a marker; ms per call from the marker's end to the last call's end. */
+static int time_calls(flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl_tensor t[4], size_t iters,
+                      double *ms) {
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    cl_event start = NULL, end = NULL;
+    cl_int err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start);
+    if (err != CL_SUCCESS) return err;
+    int st = FLASHCL_SUCCESS;
+    double t0 = wall_seconds();
+    for (size_t i = 0; i < iters && st == FLASHCL_SUCCESS; ++i)
+        st = flashcl_forward(ctx, d, &t[0], &t[1], &t[2], &t[3], NULL, 0, 0, NULL, i + 1 == iters ? &end : NULL);
+    if (st == FLASHCL_SUCCESS) st = clFinish(queue);
+    double wall = wall_seconds() - t0;
+    if (st == FLASHCL_SUCCESS) {
+        double ns = end ? event_ns(end, CL_PROFILING_COMMAND_END) - event_ns(start, CL_PROFILING_COMMAND_END) : NAN;
+        /* Drivers that cannot profile a marker: the wall clock of the same calls. */
+        *ms = (isfinite(ns) && ns > 0 ? ns * 1e-6 : wall * 1e3) / (double)iters;
+    }
+    clReleaseEvent(start);
+    if (end) clReleaseEvent(end);
+    return st;
+}
+
+void tune_measure(const char *device, const char *tile, const tune_shape *s, double target_seconds,
+                  tune_measurement *m) {
+    memset(m, 0, sizeof *m);
+    setenv("FLASHCL_TILE", tile, 1);
+    flashcl_context *ctx = NULL;
+    cl_mem mem[4] = {NULL, NULL, NULL, NULL};
+    void *host = NULL;
+    int st = flashcl_context_create(&ctx, device, m->error, sizeof m->error);
+    if (st != FLASHCL_SUCCESS) goto done;
+    flashcl_attention_desc d = desc_of(s, s->seqlen, s->heads);
+    d.batch = s->batch;
+    st = flashcl_plan_query(ctx, &d, &m->plan);
+    if (st != FLASHCL_SUCCESS) {
+        snprintf(m->error, sizeof m->error, "%s", flashcl_last_error(ctx));
+        goto done;
+    }
+    m->planned = true;
+    const size_t count = s->batch * s->seqlen * s->heads * s->head_dim, elem = flashcl_dtype_size(s->dtype);
+    float *values = malloc(count * sizeof *values);
+    host = malloc(count * elem);
+    if (!values || !host) {
+        free(values);
+        snprintf(m->error, sizeof m->error, "out of host memory for %zu elements", count);
+        goto done;
+    }
+    unsigned state = 777u;
+    fill(values, count, &state);
+    codec_pack(s->dtype, values, count, host);
+    free(values);
+    cl_context cl = flashcl_context_cl_context(ctx);
+    for (int i = 0; i < 4 && st == FLASHCL_SUCCESS; ++i) {
+        cl_int err = CL_SUCCESS;
+        mem[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE | (i < 3 ? CL_MEM_COPY_HOST_PTR : 0), count * elem,
+                                i < 3 ? host : NULL, &err);
+        st = err;
+    }
+    if (st != FLASHCL_SUCCESS) {
+        snprintf(m->error, sizeof m->error, "clCreateBuffer: %d", st);
+        goto done;
+    }
+    flashcl_tensor t[4];
+    for (int i = 0; i < 4; ++i) t[i] = flashcl_tensor_bshd(mem[i], s->seqlen, s->heads, s->head_dim);
+    double one = 0.0;
+    st = time_calls(ctx, &d, t, 1, &one); /* warm-up: builds anything not built yet, first-touch */
+    if (st == FLASHCL_SUCCESS) st = time_calls(ctx, &d, t, 1, &one);
+    size_t iters = one > 0 ? (size_t)(target_seconds * 1e3 / one) : 1;
+    iters = iters < 1 ? 1 : iters > MAX_TIMED_ITERS ? MAX_TIMED_ITERS : iters;
+    if (st == FLASHCL_SUCCESS && iters > 1) st = time_calls(ctx, &d, t, iters, &one);
+    if (st != FLASHCL_SUCCESS) {
+        snprintf(m->error, sizeof m->error, "forward failed: %s: %s", flashcl_status_name(st), flashcl_last_error(ctx));
+        goto done;
+    }
+    m->ran = true;
+    m->ms = one;
+    m->iters = iters;
+    m->verified = check_small(ctx, s, m->error, sizeof m->error);
+done:
+    for (int i = 0; i < 4; ++i)
+        if (mem[i]) clReleaseMemObject(mem[i]);
+    free(host);
+    flashcl_context_destroy(ctx);
+    unsetenv("FLASHCL_TILE");
+}
