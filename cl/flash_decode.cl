@@ -195,17 +195,17 @@ inline void lane_sums(float *v, int lane) {
 }
 #endif
 
-/* Grid: (row_blocks * splits * WG_SIZE, heads_kv, batch). */
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-flash_decode(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t *K, ulong k_off, ulong k_sp, ulong k_sh,
-             ulong k_sr, __global const cache_t *V, ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr,
-             __global store_t *O, VIEW_ARGS(o), __global float *LSE, ulong lse_off, int write_lse,
-             __global float *Opart,
-             __global float *Lpart, /* write_parts: [split][b][hq][part_sq][PART_PITCH], [..][part_sq] */
-             int write_parts, int part_sq, __global const int *table, int max_pages, long page_size,
-             __global const int *seqinfo, /* PAGED: per sequence {kv_start, kv_len, append row, first position} */
-             __global const float *k_scale, __global const float *v_scale, int scale_per_head, int seqlen_q,
-             int seqlen_k, int heads_q, int group, int splits, int row_blocks, float scale_log2, VARIANT_ARGS) {
+/* Grid: (row_blocks * splits * WG_SIZE, heads_kv, batch). `heads` (KV heads per work-group) is
+   the CPU kernel's; here it is always 1. */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
+    __global const store_t *Q, VIEW_ARGS(q), __global const cache_t *K, ulong k_off, ulong k_sp, ulong k_sh, ulong k_sr,
+    __global const cache_t *V, ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr, __global store_t *O, VIEW_ARGS(o),
+    __global float *LSE, ulong lse_off, int write_lse, __global float *Opart,
+    __global float *Lpart, /* write_parts: [split][b][hq][part_sq][PART_PITCH], [..][part_sq] */
+    int write_parts, int part_sq, __global const int *table, int max_pages, long page_size,
+    __global const int *seqinfo, /* PAGED: per sequence {kv_start, kv_len, append row, first position} */
+    __global const float *k_scale, __global const float *v_scale, int scale_per_head, int seqlen_q, int seqlen_k,
+    int heads_q, int group, int splits, int row_blocks, int heads, float scale_log2, VARIANT_ARGS) {
     const int lid = (int)get_local_id(0), g = lid / LANES, lane = lid % LANES;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
     const int split = (int)get_group_id(0) / row_blocks, rblock = (int)get_group_id(0) % row_blocks;

@@ -8,8 +8,9 @@
  * max, rescale, sum) per row, then P V (each V row loaded once). Splits spread
  * one long sequence over the cores; partials are merged by cl/flash_merge.cl.
  *
- * HEADS > 1: one work-item takes HEADS consecutive KV heads (their rows' state
- * side by side) and walks the keys once for all of them, so a key's rows of
+ * heads > 1 (run time, at most HEADS, the size of the state arrays, so the
+ * build does not depend on h_kv): one work-item takes `heads` consecutive KV
+ * heads (their rows' state side by side) and walks the keys once for all of them, so a key's rows of
  * those heads, neighbours in a [.., h_kv, d] cache, are read as one run: with
  * one head per work-item each row is a head stride (4 KiB for 8 heads of 128
  * floats) from the next, in its own page, where the hardware prefetchers stop.
@@ -30,7 +31,7 @@
 #define CHUNK 16
 #endif
 #ifndef HEADS
-#define HEADS 1 /* KV heads per work-item */
+#define HEADS 1 /* the most KV heads per work-item (state arrays) */
 #endif
 
 #define D16 ((HEAD_DIM + 15) / 16)
@@ -80,7 +81,7 @@ inline float cpu_sum16(float16 v) {
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
-/* Grid: (row_blocks * splits, heads_kv / HEADS, batch), work-groups of one. */
+/* Grid: (row_blocks * splits, heads_kv / heads, batch), work-groups of one; heads <= HEADS. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t *K, ulong k_off, ulong k_sp,
                  ulong k_sh, ulong k_sr, __global const cache_t *V, ulong v_off, ulong v_sp, ulong v_sh, ulong v_sr,
@@ -88,8 +89,8 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
                  __global float *Opart, __global float *Lpart, int write_parts, int part_sq, __global const int *table,
                  int max_pages, long page_size, __global const int *seqinfo, __global const float *k_scale,
                  __global const float *v_scale, int scale_per_head, int seqlen_q, int seqlen_k, int heads_q, int group,
-                 int splits, int row_blocks, float scale_log2, VARIANT_ARGS) {
-    const int hk0 = (int)get_group_id(1) * HEADS, b = (int)get_group_id(2);
+                 int splits, int row_blocks, int heads, float scale_log2, VARIANT_ARGS) {
+    const int hk0 = (int)get_group_id(1) * heads, b = (int)get_group_id(2);
     const int split = (int)get_group_id(0) / row_blocks, rblock = (int)get_group_id(0) % row_blocks;
     long kv_start;
     const flashcl_head hd =
@@ -105,7 +106,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
     float m[HEADS][ROWS], l[HEADS][ROWS], slope2[HEADS][ROWS];
     long qi[ROWS];
     for (int r = 0; r < ROWS; ++r) qi[r] = (row0 + (r < rows ? r : 0)) % (int)hd.sq;
-    for (int t = 0; t < HEADS; ++t) {
+    for (int t = 0; t < heads; ++t) {
         const float kscale = flashcl_cache_scale(k_scale, scale_per_head, hk0 + t);
         for (int r = 0; r < ROWS; ++r) {
             const int pr = row0 + (r < rows ? r : 0);
@@ -138,10 +139,10 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
 
     for (long key0 = kv_lo; key0 < kv_hi; key0 += CHUNK) {
         const int n = (int)min((long)CHUNK, kv_hi - key0);
-        /* The next chunk's rows of every head, while this one is computed. With HEADS > 1 a key's
+        /* The next chunk's rows of every head, while this one is computed. With heads > 1 a key's
            heads are neighbours in a [.., h_kv, d] cache, so these are whole contiguous runs. */
         for (long j = key0 + CHUNK; j < min(key0 + 2 * CHUNK, kv_hi); ++j)
-            for (int t = 0; t < HEADS; ++t) {
+            for (int t = 0; t < heads; ++t) {
                 cpu_prefetch_row(K + flashcl_kv_row(b, j, hk0 + t, table, max_pages, page_size, kv_start, k_off, k_sp,
                                                     k_sh, k_sr, hd.k0),
                                  HEAD_DIM);
@@ -149,7 +150,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
                                                     v_sh, v_sr, hd.k0),
                                  HEAD_DIM_V);
             }
-        for (int t = 0; t < HEADS; ++t) {
+        for (int t = 0; t < heads; ++t) {
             const int hk = hk0 + t;
             float s[ROWS][CHUNK];
             for (int j = 0; j < n; ++j) {
@@ -205,7 +206,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
         }
     }
 
-    for (int t = 0; t < HEADS; ++t) {
+    for (int t = 0; t < heads; ++t) {
         const float vscale = flashcl_cache_scale(v_scale, scale_per_head, hk0 + t);
         for (int r = 0; r < rows; ++r) {
             const int pr = row0 + r;

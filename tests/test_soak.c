@@ -98,6 +98,8 @@ static void draw_shape(tu_rng *r, call_spec *s, int largest) {
     d->causal = !largest && pick(r, 0, 1);
     if (largest == 2) { /* the largest call once more with a window (a non-plain descriptor) */
         d->causal = 1, d->window = 1, d->window_left = 4, d->window_right = 0;
+    } else if (largest == 3) { /* and causal alone: plans (tuned tiles) are kept per causal flag */
+        d->causal = 1;
     } else if (k_profiles[s->profile].windows && !largest && pick(r, 0, 3) == 0) {
         d->window = 1;
         d->window_left = pick(r, 0, 2) == 0 ? -1 : (int)pick(r, 0, 16);
@@ -572,16 +574,19 @@ static void report_call(const call_spec *s, const call_result *r, const fault *f
     if (!r->ok) fprintf(stderr, "  (call %ld: %s)\n", index, what);
 }
 
-/* Every call kind and profile at the largest sizes, without and with a window: builds each
-   variant and peaks scratch. */
+/* Every call kind and profile at the largest sizes, plain, with a window and causal: builds each
+   variant (the families keep a plan per causal flag) and peaks scratch. */
 static void warm_up(flashcl_context *ctx, tally *t, sample *peak) {
     long n = 0;
     for (int k = 0; k < K_KINDS; ++k)
         for (size_t pr = 0; pr < PROFILES; ++pr)
-            for (int windowed = 0; windowed < 2; ++windowed) {
-                if ((k == K_STD && pr != 0) || (windowed && (k == K_MERGE || !k_profiles[pr].windows))) continue;
+            for (int shape = 0; shape < 3; ++shape) {
+                const int windowed = shape == 1, causal = shape == 2;
+                if ((k == K_STD && pr != 0) || (windowed && (k == K_MERGE || !k_profiles[pr].windows)) ||
+                    (causal && k == K_MERGE))
+                    continue;
                 call_spec s;
-                draw_spec(1000 + (uint64_t)n, (call_kind)k, pr, 1 + windowed, &s);
+                draw_spec(1000 + (uint64_t)n, (call_kind)k, pr, 1 + shape, &s);
                 call_result r;
                 run_call(ctx, &s, NULL, 1, &r);
                 report_call(&s, &r, NULL, -++n, t);

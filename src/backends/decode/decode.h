@@ -37,7 +37,7 @@ typedef struct flashcl__decode_plan {
     cl_kernel attend;   /* flash_decode or flash_decode_cpu (a run-time flag selects partials or O) */
     cl_kernel merge;    /* flash_merge for the partials */
     int rows;           /* packed rows per work-group */
-    int heads;          /* KV heads per work-group (the CPU kernel's HEADS; 1 on GPUs) */
+    int heads;          /* the most KV heads per work-group (the CPU kernel's HEADS; 1 on GPUs) */
     int block_n;        /* keys per tile (chunk on CPUs) */
     size_t wg;          /* work-items per group */
     size_t local_bytes; /* __local the GPU kernel declares (the plan's figure when the driver reports none) */
@@ -59,6 +59,8 @@ void flashcl__decode_release(flashcl_context *ctx);
 /* Whether the family takes a flashcl_forward call; why when not. */
 int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d, char *why, size_t cap);
 /* Splits per (row block, KV head, sequence): desc->num_splits, or enough to fill the device. */
+/* KV heads per work-group for d's h_kv: the largest divisor of it up to plan->heads. */
+int flashcl__decode_heads(const flashcl_attention_desc *d, const flashcl__decode_plan *plan);
 int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_desc *d,
                            const flashcl__decode_plan *plan, size_t max_seqlen_k);
 /* Scratch of the partials (0 with one split). */

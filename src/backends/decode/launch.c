@@ -80,12 +80,14 @@ flashcl_status flashcl__decode_enqueue(flashcl_context *ctx, flashcl__chain *cha
     flashcl__arg_int(&a, group);
     flashcl__arg_int(&a, splits);
     flashcl__arg_int(&a, row_blocks);
+    const int heads = flashcl__decode_heads(d, plan);
+    flashcl__arg_int(&a, heads);
     flashcl__arg_float(&a, (cl_float)(d->scale * FLASHCL__LOG2E));
     flashcl__arg_variants(&a, d, dummy);
     st = flashcl__args_check(ctx, &a);
     if (st != FLASHCL_SUCCESS) return st;
     const size_t wg = plan->wg;
-    const size_t global[3] = {(size_t)row_blocks * (size_t)splits * wg, d->heads_kv / (size_t)plan->heads, d->batch},
+    const size_t global[3] = {(size_t)row_blocks * (size_t)splits * wg, d->heads_kv / (size_t)heads, d->batch},
                  local[3] = {wg, 1, 1};
     *last = flashcl__chain_launch(chain, plan->attend, plan->pub.kernel, 3, global, local, after);
     if (splits == 1) return chain->status;

@@ -7,7 +7,7 @@
  * V tiles as float, Q rows, scores) with rows no more than the call has.
  * CPU (cl/flash_decode_cpu.cl): work-groups of one, 16-key chunks, up to 8
  * rows (their Q and output rows stay in float16 vectors), up to 8 KV heads
- * per work-item (cpu_heads).
+ * per work-item (cpu_heads_capacity, flashcl__decode_heads).
  *
  * Splits (FlashAttention-2's wave heuristic over "slots", the work-groups the
  * device runs at once: four per compute unit on a GPU, where several resident
@@ -105,15 +105,23 @@ static int cpu_rows(const flashcl_attention_desc *d) {
     return r;
 }
 
-/* KV heads per CPU work-item: all of them (up to 8) when their rows' state, Q and the output
-   accumulators in float16 vectors, stays within 32 KiB (an L1 data cache), else the largest
-   divisor of heads_kv that does. One pass over the keys then reads a key's rows of those heads,
-   neighbours in a [.., h_kv, d] cache, as one run (cl/flash_decode_cpu.cl says why). */
-static int cpu_heads(const flashcl_attention_desc *d, int rows) {
+/* The most KV heads one CPU work-item takes (HEADS, the size of its state arrays): as many (up to
+   8, a power of two) as keep their rows' state, Q and the output accumulators in float16 vectors,
+   within 32 KiB (an L1 data cache). It depends only on d, d_v and the rows, never on h_kv, so the
+   build does not either; each call then takes flashcl__decode_heads of them. One pass over the
+   keys reads a key's rows of those heads, neighbours in a [.., h_kv, d] cache, as one run
+   (cl/flash_decode_cpu.cl says why). */
+static int cpu_heads_capacity(const flashcl_attention_desc *d, int rows) {
     const size_t per_head = (size_t)rows * ((d->head_dim + 15) / 16 + (d->head_dim_v + 15) / 16) * 64;
-    for (int h = d->heads_kv < 8 ? (int)d->heads_kv : 8; h > 1; --h)
-        if (d->heads_kv % (size_t)h == 0 && (size_t)h * per_head <= 32768) return h;
-    return 1;
+    int h = 8;
+    while (h > 1 && (size_t)h * per_head > 32768) h /= 2;
+    return h;
+}
+
+int flashcl__decode_heads(const flashcl_attention_desc *d, const flashcl__decode_plan *plan) {
+    int h = plan->heads < (int)d->heads_kv ? plan->heads : (int)d->heads_kv;
+    while (h > 1 && d->heads_kv % (size_t)h != 0) --h; /* the largest that divides h_kv */
+    return h;
 }
 
 int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_desc *d,
@@ -122,7 +130,7 @@ int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_d
     const long cap = tiles < 1 ? 1 : (tiles < MAX_SPLITS ? tiles : MAX_SPLITS);
     if (d->num_splits > 0) return (int)((long)d->num_splits < cap ? (long)d->num_splits : cap);
     const int row_blocks = (packed_rows(d) + plan->rows - 1) / plan->rows;
-    const double grid = (double)d->batch * (double)(d->heads_kv / (size_t)plan->heads) * row_blocks;
+    const double grid = (double)d->batch * (double)(d->heads_kv / (size_t)flashcl__decode_heads(d, plan)) * row_blocks;
     const double slots = (double)ctx->info.compute_units * plan->groups_per_cu;
     if (grid >= 0.8 * slots) return 1;
     double eff[MAX_SPLITS + 1], best = 0.0;
@@ -231,7 +239,7 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     char variants[256], options[sizeof((flashcl__decode_plan *)0)->key], regs[48] = "";
     flashcl__variant_options(d, variants, sizeof variants);
     if (!cpu && g.shfl && g.max_registers > 0) snprintf(regs, sizeof regs, " -cl-nv-maxrregcount=%d", g.max_registers);
-    const int heads = cpu ? cpu_heads(d, g.rows) : 1;
+    const int heads = cpu ? cpu_heads_capacity(d, g.rows) : 1;
     if (cpu)
         snprintf(options, sizeof options,
                  "-w -D HEAD_DIM=%zu -D ROWS=%d -D HEADS=%d -D CHUNK=%d -D PAGED=%d -D CACHE_DTYPE=%d %s", d->head_dim,
@@ -263,8 +271,8 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
         free(p);
         return st;
     }
-    if (heads > 1)
-        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; %d KV heads per work-item, their rows read as one run",
+    if (heads > 1 && d->heads_kv > 1)
+        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; up to %d KV heads per work-item, rows read as one run",
                          heads);
     flashcl__append_variants(d, p->pub.reason, sizeof p->pub.reason);
     flashcl__copy_str(p->key, sizeof p->key, options);
