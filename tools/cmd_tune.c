@@ -45,8 +45,10 @@ void cmd_tune_help(FILE *out) {
           "  --dtypes LIST     f32, f16, bf16; default f32\n"
           "  --causal          tune the causal forward as well\n"
           "  --decode          (the decode family is not tunable yet: noted, skipped)\n"
-          "  --budget S        stop starting measurements that would end after S seconds\n"
-          "                    (default 600)\n"
+          "  --budget S        stop starting measurements that would end after S seconds, as\n"
+          "                    predicted from the slowest so far (default 600); one that has\n"
+          "                    started runs to its end, so a run can end up to one\n"
+          "                    measurement late (the summary prints the slowest)\n"
           "  --batch B, --heads H, --seqlen N  the timed problem; default 1 x 8 x 1024\n"
           "                    on a CPU, 4 x 16 x 4096 on a GPU\n"
           "  --output FILE     the tuning file to write and resume (as FLASHCL_TUNING=FILE)\n"
@@ -374,8 +376,10 @@ int cmd_tune(int argc, char **argv) {
     progress(done, total, stop ? stop : "done", wall_seconds() - start, 0.0);
     fputc('\n', stderr);
     print_summary(keys, nkeys, &log);
-    printf("measured %zu this run, %zu of %zu in all, %.1f s (budget %.0f s)%s%s; tuning file %s\n", measured, done,
-           total, wall_seconds() - start, a.budget, stop ? "; stopped: " : "", stop ? stop : "", info.path);
+    printf("measured %zu this run, %zu of %zu in all, %.1f s (budget %.0f s, slowest measurement %.1f s)%s%s; "
+           "tuning file %s\n",
+           measured, done, total, wall_seconds() - start, a.budget, slowest, stop ? "; stopped: " : "",
+           stop ? stop : "", info.path);
     if (stop && strcmp(stop, "interrupted") == 0 && rc == TOOL_EXIT_OK) rc = TOOL_EXIT_FAILED;
     free(keys);
     tune_log_free(&log);
