@@ -13,13 +13,12 @@ faster). TF/s counts 4*b*hq*sq*sk*d (half when causal) for every side, as
     python3 tools/bench_flex.py --flashcl build-gpu/tools/flashcl [--backward] [--cases 0,2]
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch_gpu import median_ms_cuda  # noqa: E402  (CUDA events, median after warm-up)
+from bench_torch_gpu import bench_json_passes, median_ms_cuda  # noqa: E402
 
 # (label, b, hq, hkv, n, d, causal, softcap, window_left)  window_left -1: none
 CASES = [
@@ -93,15 +92,7 @@ def flashcl_case(path, case, iters, backward):
     if r.returncode != 0:
         print(f"  flashcl {label}: failed: {r.stderr.strip()[-400:]}")
         return None
-    res = {}
-    for line in r.stdout.splitlines():
-        try:
-            o = json.loads(line)
-        except ValueError:
-            continue
-        if o.get("path") == "flash+variants" and "ms" in o:
-            res[o.get("pass", "fwd")] = (o["ms"], o.get("kernel", "?"))
-    return res
+    return bench_json_passes(r.stdout, "flash+variants", "ms")
 
 
 def main():

@@ -249,15 +249,20 @@ def flashcl_cli(path, dtype, b, h, n, d, causal, backward, iters, env=None):
     if r.returncode != 0:
         return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
     want = "flash" if dtype == "fp32" else "flash+variants"  # variants mode names the 16-bit run so
+    return bench_json_passes(r.stdout, want, "tflops"), None
+
+
+def bench_json_passes(stdout, path, field):
+    """`flashcl bench --json` output -> {pass: (field's value, kernel)} for the rows of `path`."""
     res = {}
-    for line in r.stdout.splitlines():
+    for line in stdout.splitlines():
         try:
             o = json.loads(line)
         except ValueError:
             continue
-        if o.get("path") == want and "tflops" in o:
-            res[o.get("pass", "fwd")] = (o["tflops"], o.get("kernel", "?"))
-    return res, None
+        if o.get("path") == path and field in o:
+            res[o.get("pass", "fwd")] = (o[field], o.get("kernel", "?"))
+    return res
 
 
 def report_bf16(a, torch_res, tag, env):
