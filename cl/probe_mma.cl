@@ -14,6 +14,10 @@
  * cp.async, mma and cvt for both types, volatile) are there too.
  * Inputs (ushort): a_bf[256], bt_bf[128] ([n][k]), bkn_bf[128] ([k][n]),
  * a_h[256], bt_h[128].
+ * Built with MMA_SM75=1 (cl/ptx.cl's Turing form) it checks that form: the
+ * bf16 parts are left out (sm_75 has no bf16 mma; their outputs are zero and
+ * the host ignores them), the f16 product runs as two m16n8k8 steps and the
+ * copies as plain loads and stores.
  */
 
 /* Writes one C fragment (16x8 fp32) into out[16][8]. */
@@ -41,13 +45,17 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void probe_mma(__global
     /* B from [n][k]: matrix 0 = k 0-7, matrix 1 = k 8-15 (lanes 0-7, 8-15 give the rows n). */
     ptx_ldsm_x2(ptx_smem_addr(s + 256 + (lane & 7) * 16 + ((lane >> 3) & 1) * 8), b, 0);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#if !MMA_SM75
     PTX_MMA_VOLATILE(PTX_MMA_BF16, c, a, b[0], b[1]);
+#endif
     probe_store_c(out, c, lane);
 
     /* B from [k][n] through the transposing load: rows are k. */
     ptx_ldsm_x2(ptx_smem_addr(s + 384 + ((lane & 7) + ((lane >> 3) & 1) * 8) * 8), b, 1);
     c[0] = c[1] = c[2] = c[3] = 0.0f;
+#if !MMA_SM75
     PTX_MMA_VOLATILE(PTX_MMA_BF16, c, a, b[0], b[1]);
+#endif
     probe_store_c(out + 128, c, lane);
 
     ptx_ldsm_x4(ptx_smem_addr(s + 512 + (lane & 15) * 16 + (lane >> 4) * 8), &a[0], &a[1], &a[2], &a[3]);
@@ -62,9 +70,11 @@ __kernel __attribute__((reqd_work_group_size(32, 1, 1))) void probe_mma(__global
     out[384 + lane] = (float)x;
 
     /* 1.5 * lane is exact in both formats; the packing order puts lo in bits 0-15. */
-    uint pb, ph;
+    uint pb = 0, ph;
     const float lo = 1.5f * (float)lane, hi = -2.0f * (float)lane;
+#if !MMA_SM75
     PTX_CVT_VOLATILE(PTX_CVT_BF16, pb, lo, hi);
+#endif
     PTX_CVT_VOLATILE(PTX_CVT_F16, ph, lo, hi);
     const float bl = as_float((pb & 0xffffu) << 16), bh = as_float(pb & 0xffff0000u);
     const float hl = vload_half(0, (__private const half *)&ph), hh = vload_half(1, (__private const half *)&ph);

@@ -12,6 +12,14 @@
  * MMA_F16 picks the 16-bit storage type of PTX_MMA and ptx_pack: 0 bfloat16
  * (the default), 1 float16. The probe names its types instead: it checks
  * both in one program.
+ *
+ * MMA_SM75=1 is the Turing form (compute capability 7.5: T4, RTX 20xx), which
+ * has mma.sync only as m16n8k8 for f16, ldmatrix, but neither cp.async, the
+ * f16x2/bf16x2 conversions nor any bf16 mma: PTX_MMA runs the 16x8x16 product
+ * as two k = 8 steps, the packing converts each half on its own, and the
+ * "async" copies are a 16-byte load and a 16-byte __local store that complete
+ * before the next barrier like the real ones. The kernels are unchanged; only
+ * f16 storage is built this way (the host keeps bf16 on the portable path).
  */
 #ifndef FLASHCL_PTX_CL
 #define FLASHCL_PTX_CL
@@ -22,11 +30,27 @@
 #ifndef MMA_F16
 #define MMA_F16 0
 #endif
+#ifndef MMA_SM75
+#define MMA_SM75 0
+#endif
 
-#define PTX_MMA_BF16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-#define PTX_MMA_F16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-#define PTX_CVT_BF16 "cvt.rn.bf16x2.f32"
-#define PTX_CVT_F16 "cvt.rn.f16x2.f32"
+/* One 16x8x16 mma: accumulator d[4] (read and written, %0-%3), A fragment a[4] (%4-%7), B fragment b0, b1 (%8, %9). */
+#define PTX_MMA_REGS " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+#define PTX_MMA_BF16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" PTX_MMA_REGS
+#define PTX_CVT_BF16 "cvt.rn.bf16x2.f32 %0, %1, %2;"
+#if MMA_SM75
+/* k = 0-7 are A's registers 0, 1 with b0; k = 8-15 registers 2, 3 with b1 (the m16n8k16
+   fragments are the two m16n8k8 ones side by side). */
+#define PTX_MMA_K8_F16 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32"
+#define PTX_MMA_F16                                                                                                    \
+    PTX_MMA_K8_F16 " {%0,%1,%2,%3}, {%4,%5}, {%8}, {%0,%1,%2,%3};\n\t" PTX_MMA_K8_F16                                  \
+                   " {%0,%1,%2,%3}, {%6,%7}, {%9}, {%0,%1,%2,%3};"
+/* %1 = hi, %2 = lo; mov.b32 puts its first half in the low bits. */
+#define PTX_CVT_F16 "{ .reg .b16 l, h; cvt.rn.f16.f32 l, %2; cvt.rn.f16.f32 h, %1; mov.b32 %0, {l, h}; }"
+#else
+#define PTX_MMA_F16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" PTX_MMA_REGS
+#define PTX_CVT_F16 "cvt.rn.f16x2.f32 %0, %1, %2;"
+#endif
 #if MMA_F16
 #define PTX_MMA_OP PTX_MMA_F16
 #define PTX_CVT_OP PTX_CVT_F16
@@ -35,19 +59,17 @@
 #define PTX_CVT_OP PTX_CVT_BF16
 #endif
 
-/* One 16x8x16 mma: accumulator d[4] (read and written), A fragment a[4], B fragment b0, b1. */
-#define PTX_MMA_REGS " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
 #define PTX_MMA_OPERANDS(d, a, b0, b1)                                                                                 \
     : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                            \
     : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1)
 
 /* d += a * b on one 16x8x16 tile of the storage type. Not volatile, so the compiler may schedule it. */
-#define PTX_MMA(d, a, b0, b1) asm(PTX_MMA_OP PTX_MMA_REGS PTX_MMA_OPERANDS(d, a, b0, b1))
+#define PTX_MMA(d, a, b0, b1) asm(PTX_MMA_OP PTX_MMA_OPERANDS(d, a, b0, b1))
 
 /* The probe's mma and packing: the type named (PTX_MMA_BF16 or _F16, PTX_CVT_BF16 or
    _F16) and volatile, so that each runs exactly where the probe puts it. */
-#define PTX_MMA_VOLATILE(op, d, a, b0, b1) asm volatile(op PTX_MMA_REGS PTX_MMA_OPERANDS(d, a, b0, b1))
-#define PTX_CVT_VOLATILE(op, r, lo, hi) asm volatile(op " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo))
+#define PTX_MMA_VOLATILE(op, d, a, b0, b1) asm volatile(op PTX_MMA_OPERANDS(d, a, b0, b1))
+#define PTX_CVT_VOLATILE(op, r, lo, hi) asm volatile(op : "=r"(r) : "f"(hi), "f"(lo))
 
 /* The shared-window address of a __local pointer, as ldmatrix and cp.async take it. */
 inline uint ptx_smem_addr(__local const ushort *p) { return (uint)(size_t)p; }
@@ -81,15 +103,31 @@ inline void ptx_ldsm_x2(uint addr, uint *r, int trans) {
 }
 /* 16 bytes global -> __local; src_bytes = 0 writes zeros (rows past the end). */
 inline void ptx_cp16(uint dst, __global const ushort *src, uint src_bytes) {
+#if MMA_SM75
+    /* Views are 16-byte aligned (the host checks): one vector load, one __local store. */
+    const uint4 v = src_bytes ? *(__global const uint4 *)src : (uint4)(0u);
+    asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"((ulong)(size_t)src), "r"(src_bytes)
                  : "memory");
+#endif
 }
 /* 16 bytes global -> __local, all of them (the probe's form). */
 inline void ptx_cp16_all(uint dst, __global const ushort *src) {
+#if MMA_SM75
+    ptx_cp16(dst, src, 16);
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"((ulong)(size_t)src) : "memory");
+#endif
 }
+/* Without cp.async (sm_75) the copies are complete when issued: nothing to commit or wait for. */
+#if MMA_SM75
+inline void ptx_cp_commit(void) {}
+inline void ptx_cp_wait_all(void) {}
+#else
 inline void ptx_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 inline void ptx_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+#endif
 
 /* x from lane ^ m of the warp. */
 inline float ptx_shfl_xor(float x, int m) {
@@ -97,7 +135,6 @@ inline float ptx_shfl_xor(float x, int m) {
     asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
     return as_float(r);
 }
-/* Two floats -> one register of two 16-bit values, lo in the low half (round to nearest even). */
 /* x from lane `src` of my `width`-lane segment of the warp (width a power of two up to 32). */
 inline float ptx_shfl_segment(float x, int src, int width) {
     uint r;
@@ -106,9 +143,10 @@ inline float ptx_shfl_segment(float x, int src, int width) {
                  : "r"(as_uint(x)), "r"(src), "r"(((32 - width) << 8) | 0x1f));
     return as_float(r);
 }
+/* Two floats -> one register of two 16-bit values, lo in the low half (round to nearest even). */
 inline uint ptx_pack(float lo, float hi) {
     uint r;
-    asm(PTX_CVT_OP " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    asm(PTX_CVT_OP : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
 

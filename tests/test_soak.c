@@ -87,8 +87,10 @@ static void draw_shape(tu_rng *r, call_spec *s, int largest) {
     d->heads_kv = largest ? MAX_HKV : pick(r, 1, MAX_HKV);
     d->heads_q = d->heads_kv * group;
     if (s->kind == K_DECODE || s->kind == K_KVCACHE) {
-        /* Packed rows (query rows x group) >= 8: the decode family's one row shape (ROWS=8). */
-        d->seqlen_q = largest ? 16 : pick(r, (8 + group - 1) / group, 16);
+        /* Packed rows (query rows x group) >= 8: the decode family's one row shape on a CPU (ROWS=8);
+           a GPU may take 16 rows at 16 packed rows and more, so the warm-up (largest = 4) runs 8 too. */
+        const size_t fewest = (8 + group - 1) / group;
+        d->seqlen_q = largest == 4 ? fewest : largest ? 16 : pick(r, fewest, 16);
         d->seqlen_k = largest ? MAX_DECODE_SK : pick(r, 1, MAX_DECODE_SK);
     } else {
         /* > 16 rows: flashcl_forward's short queries go to the decode family (the kind above). */
@@ -574,16 +576,17 @@ static void report_call(const call_spec *s, const call_result *r, const fault *f
     if (!r->ok) fprintf(stderr, "  (call %ld: %s)\n", index, what);
 }
 
-/* Every call kind and profile at the largest sizes, plain, with a window and causal: builds each
-   variant (the families keep a plan per causal flag) and peaks scratch. */
+/* Every call kind and profile at the largest sizes, plain, with a window and causal, and the decode
+   kinds at their fewest packed rows too: builds each variant (the families keep a plan per causal
+   flag, the GPU decode kernel one per row count) and peaks scratch. */
 static void warm_up(flashcl_context *ctx, tally *t, sample *peak) {
     long n = 0;
     for (int k = 0; k < K_KINDS; ++k)
         for (size_t pr = 0; pr < PROFILES; ++pr)
-            for (int shape = 0; shape < 3; ++shape) {
-                const int windowed = shape == 1, causal = shape == 2;
+            for (int shape = 0; shape < 4; ++shape) {
+                const int windowed = shape == 1, causal = shape == 2, few_rows = shape == 3;
                 if ((k == K_STD && pr != 0) || (windowed && (k == K_MERGE || !k_profiles[pr].windows)) ||
-                    (causal && k == K_MERGE))
+                    (causal && k == K_MERGE) || (few_rows && k != K_DECODE && k != K_KVCACHE))
                     continue;
                 call_spec s;
                 draw_spec(1000 + (uint64_t)n, (call_kind)k, pr, 1 + shape, &s);

@@ -75,15 +75,40 @@ static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const cha
 static int g_forward_only;
 static const char *g_expect_forward; /* "flash_fwd_mma" with --tensor-cores on a device that has them */
 
-/* Whether a plain bf16 d = 64 forward of 64 rows plans the tensor-core kernel on this device. */
-static int device_has_tensor_cores(flashcl_context *ctx) {
+/* The plan of a plain d = 64 forward of 64 rows in storage `t` on this device. */
+static flashcl_status plain_plan(flashcl_context *ctx, flashcl_dtype t, flashcl_plan *plan) {
     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
-    d.dtype = FLASHCL_DTYPE_BF16;
+    d.dtype = t;
     d.batch = d.heads_q = d.heads_kv = 1;
     d.seqlen_q = d.seqlen_k = 64;
     d.head_dim = 64;
+    memset(plan, 0, sizeof *plan);
+    return flashcl_plan_query(ctx, &d, plan);
+}
+
+/* Whether such a forward in storage `t` plans the tensor-core kernel on this device. */
+static int device_has_tensor_cores(flashcl_context *ctx, flashcl_dtype t) {
     flashcl_plan plan;
-    return flashcl_plan_query(ctx, &d, &plan) == FLASHCL_SUCCESS && strcmp(plan.kernel, "flash_fwd_mma") == 0;
+    return plain_plan(ctx, t, &plan) == FLASHCL_SUCCESS && strcmp(plan.kernel, "flash_fwd_mma") == 0;
+}
+
+/* --sm75 (FLASHCL_MMA_SM75=1, set before the context exists): where f16 runs on the tensor cores,
+   their plan must name the sm_75 form, and bf16, which that form lacks, must not plan them. */
+static int check_sm75_plans(flashcl_context *ctx) {
+    flashcl_plan plan;
+    flashcl_status st = plain_plan(ctx, FLASHCL_DTYPE_F16, &plan);
+    if (st != FLASHCL_SUCCESS || !strstr(plan.reason, "sm_75 form")) {
+        fprintf(stderr, "FAIL --sm75: the f16 plan (%s, %s) does not name the sm_75 form: %s\n", plan.kernel,
+                flashcl_status_name(st), plan.reason);
+        return 0;
+    }
+    st = plain_plan(ctx, FLASHCL_DTYPE_BF16, &plan);
+    if (st != FLASHCL_SUCCESS || strcmp(plan.kernel, "flash_fwd_mma") == 0) {
+        fprintf(stderr, "FAIL --sm75: the bf16 plan is %s (%s), expected a portable kernel\n", plan.kernel,
+                flashcl_status_name(st));
+        return 0;
+    }
+    return 1;
 }
 
 /* Whether the tensor-core forward covers the case (see --expect-forward). */
@@ -259,7 +284,7 @@ static int check_families(const vc_case *c) {
 int main(int argc, char **argv) {
     long only = -1, skip = -1;
     int list_only = 0, family_check = 1, quick = 0, fresh = 0, cpu_only = 0;
-    int tensor_cores = 0;
+    int tensor_cores = 0, sm75 = 0;
     flashcl_dtype storage = FLASHCL_DTYPE_DEFAULT;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
@@ -284,10 +309,12 @@ int main(int argc, char **argv) {
             tensor_cores = 1;
         else if (strcmp(argv[i], "--cpu-family") == 0)
             cpu_only = 1;
+        else if (strcmp(argv[i], "--sm75") == 0)
+            sm75 = 1;
         else {
             fprintf(stderr, "usage: test_variants [--quick] [--case N] [--skip N] [--list] "
                             "[--no-family-check] [--forward-only] [--fresh-context] [--storage f16|bf16] "
-                            "[--tensor-cores] [--cpu-family]\n");
+                            "[--tensor-cores [--sm75]] [--cpu-family]\n");
             return 2;
         }
     }
@@ -312,9 +339,24 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    if (sm75 && (!tensor_cores || storage != FLASHCL_DTYPE_F16)) {
+        fprintf(stderr, "--sm75 needs --tensor-cores --storage f16 (the sm_75 form runs f16 only)\n");
+        return 2;
+    }
+    /* The tensor-core family reads FLASHCL_MMA_SM75 when a context first plans it. */
+    if (sm75) setenv("FLASHCL_MMA_SM75", "1", 1);
     flashcl_context *ctx = tu_context_create();
-    if (tensor_cores && device_has_tensor_cores(ctx)) g_expect_forward = "flash_fwd_mma";
+    const flashcl_dtype tc_type = storage == FLASHCL_DTYPE_DEFAULT ? FLASHCL_DTYPE_BF16 : storage;
+    if (tensor_cores && device_has_tensor_cores(ctx, tc_type)) g_expect_forward = "flash_fwd_mma";
     printf("tensor-core forward expected: %s\n", g_expect_forward ? "yes" : "no (not planned for plain 16-bit)");
+    if (sm75 && !g_expect_forward) {
+        /* Without tensor cores FLASHCL_MMA_SM75 changes nothing: the cases would repeat test_variants_f16. */
+        printf("--sm75: no tensor-core plan on this device; the sm_75 form is checked where f16 plans them\n");
+        flashcl_context_destroy(ctx);
+        vc_list_free(&cases);
+        return 77; /* CTest's SKIP_RETURN_CODE: reported as skipped, not passed */
+    }
+    if (sm75) CHECK(check_sm75_plans(ctx));
     size_t ran = 0, passed = 0;
     const vc_case *family_case = NULL;
     struct timespec t0;

@@ -36,6 +36,7 @@ typedef struct flashcl__mma_plan {
 /* The family's state in ctx->family[FLASHCL__FAMILY_NVIDIA]. */
 typedef struct flashcl__nvidia_state {
     int probe;                /* 0 not yet probed, 1 usable, -1 not */
+    int sm75;                 /* the sm_75 form (cl/ptx.cl's MMA_SM75): f16 only, no cp.async */
     char why[160];            /* what the probe found */
     flashcl__mma_plan *plans; /* every variant built so far, newest first */
 } flashcl__nvidia_state;

@@ -3,7 +3,7 @@
  * (table or FLASHCL_MMA_FWD) and build, the backward's build, and the forward's
  * launch. Whatever it does not cover (float32, head dims that are not
  * multiples of 8 or above 256, scale <= 0, views not 16-byte aligned, a
- * device without the probe's blessing; in the backward head dims above 128
+ * device without the probe's blessing, bf16 in the sm_75 form; in the backward head dims above 128
  * or d_v != d) goes to the next family, and the plan query says why.
  */
 #include "nvidia.h"
@@ -115,6 +115,12 @@ static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_
         snprintf(why, cap, "tensor-core path off: %s", probe_why);
         return 0;
     }
+    /* sm_75 has no bf16 mma. Rounding bf16 to f16 would overflow above 65504 and flush below 6e-8 (bf16
+       spans 1e-38..3e38): correct only after a range check of every tile, so bf16 keeps the portable path. */
+    if (flashcl__nvidia_state_of(ctx)->sm75 && d->dtype == FLASHCL_DTYPE_BF16) {
+        snprintf(why, cap, "tensor-core path runs f16 only in the sm_75 form (no bf16 mma.sync; %s)", probe_why);
+        return 0;
+    }
     return 1;
 }
 
@@ -143,8 +149,8 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     flashcl__variant_options(d, variants, sizeof variants);
     snprintf(options, sizeof options,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_DK_REAL=%zu -DMMA_DV=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d "
-             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
-             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, variants);
+             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
+             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, variants);
     for (flashcl__mma_plan *p = state->plans; p; p = p->next)
         if (strcmp(p->pub.build_options, options) == 0) {
             *out = p;
@@ -174,10 +180,10 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     snprintf(p->pub.origin, sizeof p->pub.origin, "vendor");
     snprintf(p->pub.reason, sizeof p->pub.reason,
              "NVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
-             "K/V via cp.async in __local; needs views 16-byte aligned (offsets and strides multiples of 8)%s",
+             "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of 8)%s",
              state->why, slot ? "f16" : "bf16", sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
              sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
-             from_env ? "; shape from FLASHCL_MMA_FWD" : "");
+             state->sm75 ? "loaded into" : "via cp.async in", from_env ? "; shape from FLASHCL_MMA_FWD" : "");
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
                          dv);
@@ -210,9 +216,10 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         char variants[256], options[sizeof w->pub.build_options];
         flashcl__variant_options(d, variants, sizeof variants);
         snprintf(options, sizeof options,
-                 "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_BWD_BR=%d "
-                 "-DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
-                 dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), step, step, plain, variants);
+                 "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d "
+                 "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
+                 dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), flashcl__nvidia_state_of(ctx)->sm75, step, step,
+                 plain, variants);
         cl_program program = NULL;
         static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
         cl_kernel k[3] = {NULL, NULL, NULL}, dsinks = NULL;

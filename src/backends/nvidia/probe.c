@@ -4,10 +4,13 @@
  * called:
  *   1. FLASHCL_VENDOR_PATH=off keeps the portable kernels (experiments, A/B).
  *   2. cl_nv_device_attribute_query must be present and report compute
- *      capability 8.0 or newer (mma.sync m16n8k16 with bf16, ldmatrix and
- *      cp.async are sm_80 instructions).
- *   3. cl/probe_mma.cl must build, run and give exactly the right answer for
- *      every instruction the fast kernels use.
+ *      capability 7.5 or newer. 8.0 and up get the sm_80 form (mma.sync
+ *      m16n8k16 with bf16, ldmatrix, cp.async); 7.5 (Turing: T4, RTX 20xx)
+ *      the sm_75 form of cl/ptx.cl (MMA_SM75: m16n8k8 f16, ldmatrix, no
+ *      cp.async, f16 storage only). FLASHCL_MMA_SM75=1 forces the sm_75 form
+ *      on a newer GPU, which runs the same PTX: that is how it is tested.
+ *   3. cl/probe_mma.cl, built in that form, must build, run and give exactly
+ *      the right answer for every instruction the fast kernels use.
  * Any failure only records why and leaves the portable path in charge; it is
  * never an error of the call.
  */
@@ -56,9 +59,9 @@ static int has_extension(cl_device_id dev, const char *name) {
 
 /* Runs the probe kernel on a private queue (the application's queue is never
    drained); returns 1 when every result matches. */
-static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
+static int run_probe(flashcl_context *ctx, int sm75, char *why, size_t cap) {
     cl_program program = NULL;
-    flashcl_status st = flashcl__get_program(ctx, "probe_mma.cl", "", &program);
+    flashcl_status st = flashcl__get_program(ctx, "probe_mma.cl", sm75 ? "-DMMA_SM75=1" : "", &program);
     if (st != FLASHCL_SUCCESS) {
         snprintf(why, cap, "the mma.sync probe did not build");
         return 0;
@@ -105,10 +108,12 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
             for (int n = 0; n < 8; ++n) {
                 float r = 0.0f;
                 for (int k = 0; k < 16; ++k) r += a[i][k] * bm[k][n];
-                for (int t = 0; t < 3; ++t) bad += out[t * 128 + i * 8 + n] != r;
+                /* The sm_75 form has no bf16 parts (t = 0, 1): only the f16 product counts. */
+                for (int t = sm75 ? 2 : 0; t < 3; ++t) bad += out[t * 128 + i * 8 + n] != r;
             }
         for (int l = 0; l < 32; ++l)
-            bad += out[384 + l] != 496.0f || out[416 + l] != -18.5f * (float)l || out[448 + l] != -18.5f * (float)l;
+            bad += out[384 + l] != 496.0f || (!sm75 && out[416 + l] != -18.5f * (float)l) ||
+                   out[448 + l] != -18.5f * (float)l;
         ok = bad == 0;
         if (!ok) snprintf(why, cap, "the mma.sync probe ran but gave %d wrong results", bad);
     }
@@ -146,11 +151,20 @@ int flashcl__mma_supported(flashcl_context *ctx, const char **why) {
                    clGetDeviceInfo(ctx->device, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor, NULL) !=
                        CL_SUCCESS) {
             snprintf(w, cap, "compute capability query failed");
-        } else if (major < 8) {
-            snprintf(w, cap, "compute capability %u.%u < 8.0 (no bf16 mma.sync)", major, minor);
-        } else if (run_probe(ctx, w, cap)) {
-            state->probe = 1;
-            snprintf(w, cap, "sm_%u%u, mma.sync/ldmatrix/cp.async probe passed", major, minor);
+        } else if (major < 7 || (major == 7 && minor < 5)) {
+            snprintf(w, cap, "compute capability %u.%u < 7.5 (no mma.sync m16n8k8 with ldmatrix)", major, minor);
+        } else {
+            const char *force = getenv("FLASHCL_MMA_SM75");
+            const int forced = major >= 8 && force && strcmp(force, "1") == 0;
+            state->sm75 = major < 8 || forced;
+            if (run_probe(ctx, state->sm75, w, cap)) {
+                state->probe = 1;
+                if (state->sm75)
+                    snprintf(w, cap, "sm_%u%u, the sm_75 form%s: mma.sync m16n8k8 f16/ldmatrix probe passed", major,
+                             minor, forced ? " (FLASHCL_MMA_SM75=1)" : "");
+                else
+                    snprintf(w, cap, "sm_%u%u, mma.sync/ldmatrix/cp.async probe passed", major, minor);
+            }
         }
         /* A failed probe build leaves its log as the context's last error;
            it is not this call's error. */
