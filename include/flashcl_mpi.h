@@ -26,14 +26,21 @@
  * softcap on every rank. causal is the global bottom-right (= top-left, as
  * seqlen_q = seqlen_k) mask, evaluated on global positions: per step a
  * (query chunk, key chunk) pair is fully visible (one plain call), on the
- * diagonal (a causal call) or invisible (skipped). Supported: float32, f16 and
- * bf16 storage (desc->dtype, the same on every rank), GQA/MQA, d_qk != d_v,
- * causal, softcap, any tensor strides. With 16-bit storage K/V travel in the
+ * diagonal (a causal call) or invisible (skipped). A window (desc->window,
+ * window_left, window_right, the same on every rank; -1 = unbounded; causal
+ * makes window_right 0) is on global positions too: key j is visible to
+ * query i iff i - window_left <= j <= i + window_right. Per (query chunk,
+ * key chunk) pair the call takes the query rows that see some key of the
+ * chunk and the keys they see, with the core's bottom-right window on those
+ * sub-views reproducing the band; a pair with an empty band is skipped, and
+ * the rows a call leaves out get nothing from it (forward and backward).
+ * Supported: float32, f16 and bf16 storage (desc->dtype, the same on every
+ * rank), GQA/MQA, d_qk != d_v, causal, windows, softcap, any tensor strides. With 16-bit storage K/V travel in the
  * storage type; each step's partial O (and, backward, each call's dQ/dK/dV)
  * leaves the core rounded to storage and is merged or summed in float32; the
  * running O, the dQ sum and the dK/dV accumulators that travel around the
  * ring are float32 and are rounded to storage once, into the outputs. The LSE
- * is float32 always. Not supported (FLASHCL_ERR_UNSUPPORTED_VARIANT): windows,
+ * is float32 always. Not supported (FLASHCL_ERR_UNSUPPORTED_VARIANT):
  * ALiBi, sinks, dropout, bias and masks, varlen (their positions or
  * denominators do not split over chunks with the descriptor's fields).
  *

@@ -16,15 +16,18 @@
 
 #include "flashcl_mpi.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* One attention call of a ring step: query segment g against key rows
-   [k0, k0 + kn) of the chunk held at this step, causal or fully visible. */
+/* One attention call of a ring step: query rows [q0, q0 + qn) of segment g against key rows
+   [k0, k0 + kn) of the chunk held at this step, causal, fully visible or (window) the core's
+   bottom-right window (wl, wr) on those sub-views. */
 typedef struct ring_run {
-    size_t k0, kn;
+    size_t q0, qn, k0, kn;
     int causal;
+    int window, wl, wr;
 } ring_run;
 
 /* The next step's K/V, written to the device on a queue of our own as soon as its message has
@@ -50,8 +53,9 @@ typedef struct ring {
     size_t es;                /* its bytes per element */
     MPI_Datatype kv_type;     /* K/V messages: MPI_FLOAT or, for 16-bit storage, MPI_UINT16_T */
     flashcl_ring_layout layout;
+    int wl, wr;                     /* the global window (desc.window; causal: wr = 0); -1 = unbounded */
     size_t b, hq, hkv, dk, dv, n;   /* batch, heads, head dims, local rows */
-    int nseg;                       /* query segments: the layout's runs when causal, else 1 */
+    int nseg;                       /* query segments: the layout's runs when causal or windowed, else 1 */
     size_t seg_row0[2], seg_len[2]; /* local first row and rows of each query segment */
     size_t k_elems, kv_elems;       /* floats of a packed K chunk, of K then V */
     cl_event last;                  /* the last command enqueued (chains every call: the queue may be out-of-order) */
@@ -178,6 +182,43 @@ static void read_floats(ring *r, cl_mem m, size_t offset, size_t count, float *d
     read_bytes(r, m, offset * sizeof(float), count * sizeof(float), dst);
 }
 
+/* count floats of m from float offset `offset` set to value. */
+static void fill_floats(ring *r, cl_mem m, size_t offset, size_t count, float value) {
+    if (r->st != FLASHCL_SUCCESS) return;
+    cl_event ev = NULL;
+    cl_int e = clEnqueueFillBuffer(r->queue, m, &value, sizeof value, offset * sizeof(float), count * sizeof(float),
+                                   nwait(r), waitl(r), &ev);
+    if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
+    chain(r, ev);
+}
+
+/* blocks runs of width floats, from src (float offset so, one run every src_pitch floats) to dst
+   (do, dst_pitch), on the device: rows of a [b, h, rows] LSE or of a packed [b, rows, h, d] view. */
+static void copy_runs(ring *r, cl_mem src, size_t so, size_t src_pitch, cl_mem dst, size_t dof, size_t dst_pitch,
+                      size_t width, size_t blocks) {
+    if (r->st != FLASHCL_SUCCESS) return;
+    const size_t f = sizeof(float), src_origin[3] = {so * f, 0, 0}, dst_origin[3] = {dof * f, 0, 0},
+                 region[3] = {width * f, blocks, 1};
+    cl_event ev = NULL;
+    cl_int e = clEnqueueCopyBufferRect(r->queue, src, dst, src_origin, dst_origin, region, src_pitch * f, 0,
+                                       dst_pitch * f, 0, nwait(r), waitl(r), &ev);
+    if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
+    chain(r, ev);
+}
+
+/* The same from host floats to the device. */
+static void write_runs(ring *r, const float *src, size_t src_pitch, cl_mem dst, size_t dof, size_t dst_pitch,
+                       size_t width, size_t blocks) {
+    if (r->st != FLASHCL_SUCCESS) return;
+    const size_t f = sizeof(float), dst_origin[3] = {dof * f, 0, 0}, host_origin[3] = {0, 0, 0},
+                 region[3] = {width * f, blocks, 1};
+    cl_event ev = NULL;
+    cl_int e = clEnqueueWriteBufferRect(r->queue, dst, CL_TRUE, dst_origin, host_origin, region, dst_pitch * f, 0,
+                                        src_pitch * f, 0, src, nwait(r), waitl(r), &ev);
+    if (e != CL_SUCCESS) fail(r, (flashcl_status)e);
+    chain(r, ev);
+}
+
 /* 16-bit storage to float32 (exact: every f16 and bf16 value is a float32). The library's
    conversions are internal to the core, and this component uses only its public API. */
 static float f16_value(uint16_t h) {
@@ -282,9 +323,12 @@ flashcl_status flashcl_ring_rows(flashcl_ring_layout layout, size_t seqlen_globa
    invisible (skipped). Consecutive visible key chunks are one call when only the last is
    diagonal: causal there is bottom-right aligned, so with sk = m*len keys and sq = len queries,
    key j is visible iff j <= i + (m-1)*len, which is exactly "earlier chunks full, last diagonal". */
+static int plan_window(const ring *r, int src, int g, ring_run runs[2]);
+
 static int plan_runs(const ring *r, int src, int g, ring_run runs[2]) {
+    if (r->d.window) return plan_window(r, src, g, runs);
     if (!r->d.causal) {
-        runs[0] = (ring_run){0, r->n, 0};
+        runs[0] = (ring_run){0, r->n, 0, r->n, 0, 0, -1, -1};
         return 1;
     }
     size_t qf[2], qn[2], kf[2], kn[2];
@@ -305,8 +349,47 @@ static int plan_runs(const ring *r, int src, int g, ring_run runs[2]) {
         if (open)
             runs[count - 1].kn += kn[j], runs[count - 1].causal = diag;
         else
-            runs[count++] = (ring_run){local, kn[j], diag};
+            runs[count++] = (ring_run){0, qn[g], local, kn[j], diag, 0, -1, -1};
         open = full;
+    }
+    return count;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* A window on global positions: key j is visible to query i iff i - WL <= j <= i + WR (-1 =
+   unbounded). Query segment g (global rows qa.., nq of them) against each chunk of rank src
+   (global rows ka.., nk of them; one call per chunk, since the chunks of a rank are not
+   adjacent globally): with local rows a = i - qa, b = j - ka the visible band is
+   lo <= b - a <= hi, lo = (qa - ka) - WL, hi = (qa - ka) + WR. Queries a < -hi or
+   a >= nk - lo see no key of the chunk and keys b < a0 + lo or b >= a1 + hi are seen by no
+   query of [a0, a1), so the call takes the sub-views a in [a0, a1) = [max(0, -hi),
+   min(nq, nk - lo)) and b in [b0, b1) = [max(0, a0 + lo), min(nk, a1 + hi)) (an empty range:
+   no call). On them (a' = a - a0, b' = b - b0, sq' = a1 - a0, sk' = b1 - b0) the core's
+   window keeps a' + sk' - sq' - wl' <= b' <= a' + sk' - sq' + wr', which is lo <= b - a <= hi
+   for wl' = b1 - a1 - lo and wr' = hi - b1 + a1; both are >= 0 by the choice of a1 and b1.
+   A bound past the sub-view (wl' >= sk', wr' >= sq') is clamped there: it masks nothing. */
+static int plan_window(const ring *r, int src, int g, ring_run runs[2]) {
+    size_t qf[2], qn[2], kf[2], kn[2];
+    int nq = 0, nk = 0;
+    const size_t total = r->n * (size_t)r->size;
+    flashcl_ring_rows(r->layout, total, r->size, r->rank, qf, qn, &nq);
+    flashcl_ring_rows(r->layout, total, r->size, src, kf, kn, &nk);
+    const int has_lo = r->wl >= 0, has_hi = r->wr >= 0;
+    const int64_t n_q = (int64_t)qn[g];
+    int count = 0;
+    size_t local = 0;
+    for (int j = 0; j < nk; local += kn[j], ++j) {
+        const int64_t n_k = (int64_t)kn[j], shift = (int64_t)qf[g] - (int64_t)kf[j];
+        const int64_t lo = shift - r->wl, hi = shift + r->wr;
+        const int64_t a0 = has_hi ? max64(0, -hi) : 0, a1 = has_lo ? min64(n_q, n_k - lo) : n_q;
+        if (a0 >= a1) continue;
+        const int64_t b0 = has_lo ? max64(0, a0 + lo) : 0, b1 = has_hi ? min64(n_k, a1 + hi) : n_k;
+        if (b0 >= b1) continue;
+        const int64_t sq = a1 - a0, sk = b1 - b0;
+        const int wl = has_lo ? (int)min64(b1 - a1 - lo, sk) : -1, wr = has_hi ? (int)min64(hi - b1 + a1, sq) : -1;
+        runs[count++] = (ring_run){(size_t)a0, (size_t)sq, local + (size_t)b0, (size_t)sk, 0, 1, wl, wr};
     }
     return count;
 }
@@ -360,10 +443,11 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
         if (st == FLASHCL_SUCCESS && d.dtype != FLASHCL_DTYPE_F32 && d.dtype != FLASHCL_DTYPE_F16 &&
             d.dtype != FLASHCL_DTYPE_BF16)
             st = FLASHCL_ERR_INVALID_DTYPE;
-        if (st == FLASHCL_SUCCESS &&
-            (d.window || d.alibi_slopes || d.sinks || d.dsinks || d.dropout_p != 0.0f || d.bias.buffer ||
-             d.mask.buffer || d.block_mask.buffer || d.cu_seqlens_q || d.cu_seqlens_k))
+        if (st == FLASHCL_SUCCESS && (d.alibi_slopes || d.sinks || d.dsinks || d.dropout_p != 0.0f || d.bias.buffer ||
+                                      d.mask.buffer || d.block_mask.buffer || d.cu_seqlens_q || d.cu_seqlens_k))
             st = FLASHCL_ERR_UNSUPPORTED_VARIANT;
+        if (st == FLASHCL_SUCCESS && d.window && (d.window_left < -1 || d.window_right < -1))
+            st = FLASHCL_ERR_INVALID_VARIANT;
         if (st == FLASHCL_SUCCESS && r->layout != FLASHCL_RING_CONTIGUOUS && r->layout != FLASHCL_RING_ZIGZAG)
             st = FLASHCL_ERR_INVALID_ARGUMENT;
         if (st == FLASHCL_SUCCESS && r->layout == FLASHCL_RING_ZIGZAG && d.seqlen_q % 2) st = FLASHCL_ERR_INVALID_SHAPE;
@@ -372,6 +456,9 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
             (double)d.batch * (double)d.seqlen_q * (double)d.heads_kv * (double)(d.head_dim + d.head_dim_v) > INT32_MAX)
             st = FLASHCL_ERR_INVALID_SHAPE;
     }
+    /* The window on global positions, resolved as the core does: off = (-1, -1), causal: wr = 0. */
+    r->wl = d.window ? d.window_left : -1;
+    r->wr = d.causal ? 0 : d.window ? d.window_right : -1;
     r->d = d;
     /* The staging queue: created before the agreement, since a rank that failed after it would
        leave its partners waiting for its messages. */
@@ -397,10 +484,21 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
     r->prev = (r->rank + r->size - 1) % r->size;
 
     /* [0] the status (the minimum wins), then each field as +x and -x: min and -max in one call. */
-    enum { FIELDS = 11 };
-    const int64_t f[FIELDS] = {(int64_t)d.batch,    (int64_t)d.heads_q,    (int64_t)d.heads_kv, (int64_t)d.seqlen_q,
-                               (int64_t)d.head_dim, (int64_t)d.head_dim_v, d.causal != 0,       (int64_t)r->layout,
-                               bits_of(d.scale),    bits_of(d.softcap),    (int64_t)d.dtype};
+    enum { FIELDS = 14 };
+    const int64_t f[FIELDS] = {(int64_t)d.batch,
+                               (int64_t)d.heads_q,
+                               (int64_t)d.heads_kv,
+                               (int64_t)d.seqlen_q,
+                               (int64_t)d.head_dim,
+                               (int64_t)d.head_dim_v,
+                               d.causal != 0,
+                               (int64_t)r->layout,
+                               bits_of(d.scale),
+                               bits_of(d.softcap),
+                               d.window != 0,
+                               r->wl,
+                               r->wr,
+                               (int64_t)d.dtype};
     int64_t v[1 + 2 * FIELDS];
     v[0] = st;
     for (int i = 0; i < FIELDS; ++i) v[1 + i] = f[i], v[1 + FIELDS + i] = -f[i];
@@ -411,7 +509,9 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
     st = (flashcl_status)v[0];
     for (int i = 0; st == FLASHCL_SUCCESS && i < FIELDS; ++i)
         if (v[1 + i] != -v[1 + FIELDS + i])
-            st = i < 6 ? FLASHCL_ERR_INVALID_SHAPE : i < 10 ? FLASHCL_ERR_INVALID_VARIANT : FLASHCL_ERR_INVALID_DTYPE;
+            st = i < 6            ? FLASHCL_ERR_INVALID_SHAPE
+                 : i < FIELDS - 1 ? FLASHCL_ERR_INVALID_VARIANT
+                                  : FLASHCL_ERR_INVALID_DTYPE;
     r->st = st;
     if (st != FLASHCL_SUCCESS) return;
 
@@ -424,7 +524,8 @@ static void setup(ring *r, flashcl_context *ctx, const flashcl_attention_desc *d
     r->kv_type = r->es == sizeof(float) ? MPI_FLOAT : MPI_UINT16_T;
     r->k_elems = r->b * r->n * r->hkv * r->dk;
     r->kv_elems = r->k_elems + r->b * r->n * r->hkv * r->dv;
-    if (d.causal && r->layout == FLASHCL_RING_ZIGZAG) {
+    if ((d.causal || d.window) && r->layout == FLASHCL_RING_ZIGZAG) {
+        /* A mask on global positions: the two chunks of a rank are far apart globally. */
         r->nseg = 2;
         r->seg_row0[0] = 0, r->seg_len[0] = r->n / 2, r->seg_row0[1] = r->n / 2, r->seg_len[1] = r->n / 2;
     } else {
@@ -542,6 +643,7 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
     if (!host[0] || !host[1] || !lse_host || !lse_seg) fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
     cl_mem kv[2] = {make_storage(r, r->kv_elems), make_storage(r, r->kv_elems)};
     cl_mem zeros = zeros_buffer(r, r->b * r->hq * r->n);
+    cl_mem lse_tmp = r->d.window ? make_buffer(r, r->b * r->hq * r->n) : NULL;
     /* 16-bit storage: flashcl_forward writes the step's partial O in the storage type here; it is
        read back, widened to float32 on the host and written into the state region (the merge
        reads float32 states only). Rounding the partial O to 16 bits is the one extra rounding
@@ -577,30 +679,44 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
             ring_run runs[2];
             const int nruns = plan_runs(r, src, g, runs);
             for (int i = 0; i < nruns && r->st == FLASHCL_SUCCESS; ++i) {
+                const ring_run *u = &runs[i];
+                const size_t len = r->seg_len[g], rows = u->qn, orow = r->hq * r->dv;
+                /* A window's call may take only some rows of the segment (the others see no key of
+                   this chunk): its state region is then O = 0, LSE = -inf outside those rows, which
+                   the merge weighs 0, and its LSE goes through lse_tmp ([b, hq, rows]). */
+                const int part = rows < len;
                 flashcl_attention_desc sd = r->d;
-                sd.seqlen_q = r->seg_len[g];
-                sd.seqlen_k = runs[i].kn;
-                sd.causal = runs[i].causal;
-                const flashcl_tensor qs = rows_of(q, r->n, r->hq, r->dk, r->seg_row0[g]);
-                const flashcl_tensor ks = packed(kv[cur], runs[i].k0 * r->hkv * r->dk, r->n, r->hkv, r->dk);
-                const flashcl_tensor vs =
-                    packed(kv[cur], r->k_elems + runs[i].k0 * r->hkv * r->dv, r->n, r->hkv, r->dv);
+                sd.seqlen_q = rows;
+                sd.seqlen_k = u->kn;
+                sd.causal = u->causal;
+                sd.window = u->window, sd.window_left = u->wl, sd.window_right = u->wr;
+                const flashcl_tensor qs = rows_of(q, r->n, r->hq, r->dk, r->seg_row0[g] + u->q0);
+                const flashcl_tensor ks = packed(kv[cur], u->k0 * r->hkv * r->dk, r->n, r->hkv, r->dk);
+                const flashcl_tensor vs = packed(kv[cur], r->k_elems + u->k0 * r->hkv * r->dv, r->n, r->hkv, r->dv);
                 const int into = acc[g] < 0 ? 0 : 1; /* the first result is the running state itself */
-                const flashcl_tensor os_view = ostep
-                                                   ? packed(ostep, 0, r->seg_len[g], r->hq, r->dv)
-                                                   : packed(ost[g], (size_t)into * os[g], r->seg_len[g], r->hq, r->dv);
+                const size_t obase = (size_t)into * os[g], lbase = (size_t)into * ls[g];
+                if (part) {
+                    fill_floats(r, ost[g], obase, os[g], 0.0f);
+                    fill_floats(r, lst[g], lbase, ls[g], -INFINITY);
+                }
+                flashcl_tensor os_view =
+                    ostep ? packed(ostep, 0, rows, r->hq, r->dv) : packed(ost[g], obase, len, r->hq, r->dv);
+                if (!ostep) os_view.offset += u->q0 * orow;
                 cl_event ev = NULL;
-                flashcl_status st = flashcl_forward(ctx, &sd, &qs, &ks, &vs, &os_view, lst[g], (size_t)into * ls[g],
-                                                    nwait(r), waitl(r), &ev);
+                flashcl_status st = r->st;
+                if (st == FLASHCL_SUCCESS)
+                    st = flashcl_forward(ctx, &sd, &qs, &ks, &vs, &os_view, part ? lse_tmp : lst[g], part ? 0 : lbase,
+                                         nwait(r), waitl(r), &ev);
                 if (st != FLASHCL_SUCCESS) {
                     fail(r, st);
                     break;
                 }
                 chain(r, ev);
-                if (ostep) { /* the partial O as float32 into its state region */
+                if (part) copy_runs(r, lse_tmp, 0, rows, lst[g], lbase + u->q0, len, rows, r->b * r->hq);
+                if (ostep) { /* the partial O as float32 into its state region (its rows of each batch) */
                     wait_device(r, reqs, 2);
-                    read_as_float(r, ostep, os[g], ostep_f, ostep_h);
-                    write_floats(r, ost[g], (size_t)into * os[g], os[g], ostep_f);
+                    read_as_float(r, ostep, r->b * rows * orow, ostep_f, ostep_h);
+                    write_runs(r, ostep_f, rows * orow, ost[g], obase + u->q0 * orow, len * orow, rows * orow, r->b);
                 }
                 if (acc[g] < 0) {
                     acc[g] = 0;
@@ -650,7 +766,7 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
     if (r->last) wait_device(r, NULL, 0);
 
     for (int g = 0; g < 2; ++g) release(ost[g]), release(lst[g]);
-    release(kv[0]), release(kv[1]), release(zeros), release(ostep);
+    release(kv[0]), release(kv[1]), release(zeros), release(ostep), release(lse_tmp);
     free(host[0]), free(host[1]), free(lse_host), free(lse_seg), free(ostep_f), free(ostep_h);
     return finish(r);
 }
@@ -684,7 +800,7 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
         fail(r, FLASHCL_ERR_OUT_OF_HOST_MEMORY);
     cl_mem kv[2] = {make_storage(r, kv_n), make_storage(r, kv_n)};
     cl_mem zeros = zeros_buffer(r, lse_n), dq_dev = make_buffer(r, dq_n), dkv_dev = make_buffer(r, kv_n);
-    cl_mem lse_seg[2] = {NULL, NULL};
+    cl_mem lse_seg[2] = {NULL, NULL}, lse_tmp = r->d.window ? make_buffer(r, lse_n) : NULL;
     /* The global LSE of each query segment, contiguous [b, hq, len] as flashcl_backward reads it. */
     read_floats(r, lse, lse_offset, lse_n, lse_host);
     for (int g = 0; g < r->nseg; ++g) {
@@ -712,35 +828,44 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
             const int nruns = plan_runs(r, src, g, runs);
             const size_t len = r->seg_len[g];
             for (int i = 0; i < nruns && r->st == FLASHCL_SUCCESS; ++i) {
+                /* The forward's sub-views (a window's call may take some rows of the segment and
+                   some keys of the chunk): rows and keys outside them get nothing from this call. */
+                const ring_run *u = &runs[i];
+                const size_t rows = u->qn, row0 = r->seg_row0[g] + u->q0, k0 = u->k0, kn = u->kn;
+                const int part = rows < len;
                 flashcl_attention_desc sd = r->d;
-                sd.seqlen_q = len;
-                sd.seqlen_k = runs[i].kn;
-                sd.causal = runs[i].causal;
-                const size_t k0 = runs[i].k0, kn = runs[i].kn;
-                const flashcl_tensor qs = rows_of(q, r->n, r->hq, r->dk, r->seg_row0[g]);
-                const flashcl_tensor os = rows_of(o, r->n, r->hq, r->dv, r->seg_row0[g]);
-                const flashcl_tensor dos = rows_of(dout, r->n, r->hq, r->dv, r->seg_row0[g]);
+                sd.seqlen_q = rows;
+                sd.seqlen_k = kn;
+                sd.causal = u->causal;
+                sd.window = u->window, sd.window_left = u->wl, sd.window_right = u->wr;
+                const flashcl_tensor qs = rows_of(q, r->n, r->hq, r->dk, row0);
+                const flashcl_tensor os = rows_of(o, r->n, r->hq, r->dv, row0);
+                const flashcl_tensor dos = rows_of(dout, r->n, r->hq, r->dv, row0);
                 const flashcl_tensor ks = packed(kv[cur], k0 * r->hkv * r->dk, r->n, r->hkv, r->dk);
                 const flashcl_tensor vs = packed(kv[cur], r->k_elems + k0 * r->hkv * r->dv, r->n, r->hkv, r->dv);
-                /* The step's gradients, packed: dq [b, len, hq, dk]; dk [b, kn, hkv, dk]; dv after dk. */
-                const flashcl_tensor dqs = packed(dq_dev, 0, len, r->hq, r->dk);
+                /* The step's gradients, packed: dq [b, rows, hq, dk]; dk [b, kn, hkv, dk]; dv after dk. */
+                const flashcl_tensor dqs = packed(dq_dev, 0, rows, r->hq, r->dk);
                 const size_t dk_n = r->b * kn * r->hkv * r->dk, dv_n = r->b * kn * r->hkv * r->dv;
                 const flashcl_tensor dks = packed(dkv_dev, 0, kn, r->hkv, r->dk);
                 const flashcl_tensor dvs = packed(dkv_dev, dk_n, kn, r->hkv, r->dv);
+                /* The LSE of those rows, [b, hq, rows] as flashcl_backward reads it. */
+                if (part) copy_runs(r, lse_seg[g], u->q0, len, lse_tmp, 0, rows, rows, r->b * r->hq);
                 cl_event ev = NULL;
                 /* D = rowsum(dO o O) from the global O and P from the global LSE: each step's
                    dS = P (dP - D) is then exactly the global one restricted to these keys. */
-                flashcl_status st = flashcl_backward(ctx, &sd, &qs, &ks, &vs, &os, &dos, lse_seg[g], 0, &dqs, &dks,
-                                                     &dvs, nwait(r), waitl(r), &ev);
+                flashcl_status st = r->st;
+                if (st == FLASHCL_SUCCESS)
+                    st = flashcl_backward(ctx, &sd, &qs, &ks, &vs, &os, &dos, part ? lse_tmp : lse_seg[g], 0, &dqs,
+                                          &dks, &dvs, nwait(r), waitl(r), &ev);
                 if (st != FLASHCL_SUCCESS) {
                     fail(r, st);
                     break;
                 }
                 chain(r, ev);
                 wait_device(r, reqs, 4);
-                read_as_float(r, dq_dev, r->b * len * r->hq * r->dk, tmp, tmp16);
+                read_as_float(r, dq_dev, r->b * rows * r->hq * r->dk, tmp, tmp16);
                 if (r->st != FLASHCL_SUCCESS) break;
-                add_rows(dq_host, r->n, r->seg_row0[g], tmp, len, r->b, r->hq * r->dk);
+                add_rows(dq_host, r->n, row0, tmp, rows, r->b, r->hq * r->dk);
                 read_as_float(r, dkv_dev, dk_n + dv_n, tmp, tmp16);
                 if (r->st != FLASHCL_SUCCESS) break;
                 add_rows(contrib, r->n, k0, tmp, kn, r->b, r->hkv * r->dk);
@@ -774,7 +899,7 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
     if (r->last) wait_device(r, NULL, 0);
 
     for (int g = 0; g < 2; ++g) release(lse_seg[g]);
-    release(kv[0]), release(kv[1]), release(zeros), release(dq_dev), release(dkv_dev);
+    release(kv[0]), release(kv[1]), release(zeros), release(dq_dev), release(dkv_dev), release(lse_tmp);
     free(host[0]), free(host[1]), free(dacc[0]), free(dacc[1]), free(contrib), free(dq_host), free(tmp);
     free(lse_host), free(tmp16);
     return finish(r);

@@ -2,7 +2,8 @@
  * Ring attention (flashcl_mpi.h) under mpirun: every rank builds the same
  * global problem, runs the single-process flashcl_forward_host /
  * flashcl_backward_host on the whole sequence as the reference, then the
- * ring calls on its own rows, and compares its rows. Then the error
+ * ring calls on its own rows, and compares its rows: causal, full and
+ * sliding-window (global positions) attention. Then the error
  * agreement: a bad argument on one rank makes every rank return an error,
  * the same one, without a hang.
  *
@@ -26,8 +27,9 @@
  * most u |partial| (u = 2^-8 bf16, 2^-11 f16). O: the merge is a convex
  * combination of the partial O's, each itself a convex combination of V
  * rows, so their roundings add at most u max|V| (k = 1, M = max|V|). dQ sums
- * one partial per step (k = P), dK and dV one per step and query segment
- * (k = 2P with the causal zigzag split, else P); there M = max|ref32|, an
+ * one partial per step (k = P; 2P with a zigzag window, one call per key
+ * chunk), dK and dV one per step and query segment (k = 2P with the causal
+ * or windowed zigzag split, else P); there M = max|ref32|, an
  * estimate of a partial's size rather than a bound. The allowance is
  *   |ring - ref32| <= 2 e16 + k u M,
  * and the ring against single16 is held to the same bound plus e16.
@@ -47,6 +49,7 @@ typedef struct shape {
     flashcl_ring_layout layout;
     int bhsd;            /* local views in [b, h, s, d] (strided rows) instead of packed [b, s, h, d] */
     flashcl_dtype dtype; /* 0: float32 */
+    int window, wl, wr;  /* desc.window, window_left, window_right (global positions) */
 } shape;
 
 typedef struct mpi_env {
@@ -122,6 +125,7 @@ static flashcl_attention_desc local_desc(const shape *s, size_t n) {
     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
     d.batch = s->b, d.heads_q = s->hq, d.heads_kv = s->hkv, d.seqlen_q = d.seqlen_k = n;
     d.head_dim = s->d, d.head_dim_v = s->dv, d.causal = s->causal;
+    d.window = s->window, d.window_left = s->wl, d.window_right = s->wr;
     return d;
 }
 
@@ -321,10 +325,13 @@ static void run_case_lowp(flashcl_context *ctx, const mpi_env *e, const char *na
     if (st != FLASHCL_SUCCESS)
         printf("[rank %d] %s backward: %s %s\n", e->rank, name, flashcl_status_name(st), flashcl_last_error(ctx));
     CHECK_STATUS(st, FLASHCL_SUCCESS);
-    const size_t kv_parts = (s->causal && s->layout == FLASHCL_RING_ZIGZAG ? 2 : 1) * P;
+    /* Partials per element: dK/dV one per step and query segment; dQ one per step, or one per
+       step and key chunk with a window (the zigzag chunks of a rank are then separate calls). */
+    const int split = (s->causal || s->window) && s->layout == FLASHCL_RING_ZIGZAG;
+    const size_t kv_parts = (split ? 2 : 1) * P, q_parts = (split && s->window ? 2 : 1) * P;
     read_lowp(ctx, dt, bdq, lq, got);
     gather(dq32, s, s->hq, s->d, e, s->bhsd, ref), gather(dq16, s, s->hq, s->d, e, s->bhsd, single);
-    compare_lowp(name, "dQ", e, s, got, ref, single, lq, max_diff(dq16, dq32, nq), P, max_abs(dq32, nq));
+    compare_lowp(name, "dQ", e, s, got, ref, single, lq, max_diff(dq16, dq32, nq), q_parts, max_abs(dq32, nq));
     read_lowp(ctx, dt, bdk, lk, got);
     gather(dk32, s, s->hkv, s->d, e, s->bhsd, ref), gather(dk16, s, s->hkv, s->d, e, s->bhsd, single);
     compare_lowp(name, "dK", e, s, got, ref, single, lk, max_diff(dk16, dk32, nk), kv_parts, max_abs(dk32, nk));
@@ -364,7 +371,7 @@ static void expect_all_fail(const mpi_env *e, const char *what, flashcl_status s
 }
 
 static void run_errors(flashcl_context *ctx, const mpi_env *e) {
-    const shape s = {1, 2, 1, 8 * (size_t)e->size, 8, 8, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32};
+    const shape s = {1, 2, 1, 8 * (size_t)e->size, 8, 8, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 0, 0, 0};
     const size_t n = s.n_global / (size_t)e->size, lq = n * s.hq * s.d, lk = n * s.hkv * s.d;
     cl_mem bq = buffer_of(ctx, lq, NULL), bk = buffer_of(ctx, lk, NULL), bv = buffer_of(ctx, lk, NULL);
     cl_mem bo = buffer_of(ctx, lq, NULL), bl = buffer_of(ctx, n * s.hq, NULL), bdo = buffer_of(ctx, lq, NULL);
@@ -390,9 +397,25 @@ static void run_errors(flashcl_context *ctx, const mpi_env *e) {
                     flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
     /* An unsupported variant on one rank. */
     dd = d;
-    if (e->rank == bad) dd.window = 1, dd.window_left = 4, dd.window_right = 0;
-    expect_all_fail(e, "window on the last rank (forward)",
+    if (e->rank == bad) dd.dropout_p = 0.1f;
+    expect_all_fail(e, "dropout on the last rank (forward)",
                     flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    /* A window that is invalid on one rank, and one that is valid but on that rank only. */
+    dd = d;
+    if (e->rank == bad) dd.window = 1, dd.window_left = -2, dd.window_right = 0;
+    expect_all_fail(e, "window_left -2 on the last rank (forward)",
+                    flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    if (e->size > 1) {
+        dd = d;
+        if (e->rank == bad) dd.window = 1, dd.window_left = 4, dd.window_right = 0;
+        expect_all_fail(e, "window (4, 0) on the last rank only (forward)",
+                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+        dd = d;
+        dd.window = 1, dd.window_left = e->rank == bad ? 3 : 4, dd.window_right = 0;
+        expect_all_fail(
+            e, "window_left differs on the last rank (backward)",
+            flashcl_ring_backward(ctx, &dd, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &tdv, MPI_COMM_WORLD));
+    }
     /* A storage type that differs between ranks (K/V messages of another size): agreed first.
        With one process a bf16 view of these float32 buffers is simply valid. */
     if (e->size > 1) {
@@ -450,20 +473,42 @@ int main(int argc, char **argv) {
     /* Small shapes: each process builds (or loads from the shared program cache) every kernel. */
     const size_t P = (size_t)e.size, N = 16 * P; /* zigzag chunks of 8 rows */
     const shape cases[] = {
-        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32},     /* causal, balanced, GQA 2 */
-        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32}, /* causal, contiguous */
-        {1, 4, 1, N, 16, 8, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F32},  /* not causal, MQA, d_v 8, bhsd */
-        {1, 2, 2, N, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32},     /* not causal, zigzag rows, MHA */
+        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 0, 0, 0},     /* causal, balanced, GQA 2 */
+        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32, 0, 0, 0}, /* causal, contiguous */
+        {1, 4, 1, N, 16, 8, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F32, 0, 0,
+         0},                                                                         /* not causal, MQA, d_v 8, bhsd */
+        {1, 2, 2, N, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 0, 0, 0}, /* not causal, zigzag rows, MHA */
     };
     const char *names[] = {"causal zigzag GQA", "causal contiguous GQA", "full contiguous MQA dv8 bhsd",
                            "full zigzag MHA"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(ctx, &e, names[i], &cases[i]);
+    /* Windows on global positions, chunks of 4 (zigzag) or 8 (contiguous) rows: a window of 5
+       crosses one or two chunk boundaries, takes some rows and keys of a chunk, and skips the
+       chunks it does not reach; the zigzag chunks of a rank are far apart globally. */
+    const size_t NW = 8 * P;
+    const shape windows[] = {
+        {2, 4, 2, NW, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 1, 5, -1},     /* causal, left 5 */
+        {2, 4, 2, NW, 16, 16, 1, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32, 1, 5, 0},  /* causal, left 5 */
+        {1, 4, 2, NW, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 1, 3, 7},      /* (3, 7) */
+        {1, 4, 1, NW, 16, 8, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F32, 1, 3, 7},   /* (3, 7) MQA bhsd */
+        {1, 2, 1, NW, 16, 16, 0, FLASHCL_RING_ZIGZAG, 1, FLASHCL_DTYPE_F32, 1, -1, 2},     /* (-inf, 2) */
+        {1, 2, 2, NW, 16, 16, 0, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32, 1, 6, -1}, /* (6, +inf) */
+        {1, 2, 2, NW, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 1, 0, 0},      /* the diagonal only */
+    };
+    const char *window_names[] = {"window causal (5) zigzag GQA",   "window causal (5) contiguous GQA",
+                                  "window (3, 7) zigzag GQA",       "window (3, 7) contiguous MQA dv8 bhsd",
+                                  "window (-1, 2) zigzag MQA bhsd", "window (6, -1) contiguous MHA",
+                                  "window (0, 0) zigzag MHA"};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; ++i) run_case(ctx, &e, window_names[i], &windows[i]);
     /* 16-bit storage: merged and summed in float32, rounded once at the end. */
     const shape lowp[] = {
-        {1, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_BF16},    /* causal, balanced, GQA 2 */
-        {1, 2, 1, N, 16, 16, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F16}, /* full, MQA, [b, h, s, d] views */
+        {1, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_BF16, 0, 0, 0}, /* causal, balanced, GQA 2 */
+        {1, 2, 1, N, 16, 16, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F16, 0, 0,
+         0}, /* full, MQA, [b, h, s, d] views */
+        {1, 4, 2, NW, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_BF16, 1, 3, 7}, /* window (3, 7), GQA 2 */
     };
-    const char *lowp_names[] = {"bf16 causal zigzag GQA", "f16 full contiguous MQA bhsd"};
+    const char *lowp_names[] = {"bf16 causal zigzag GQA", "f16 full contiguous MQA bhsd",
+                                "bf16 window (3, 7) zigzag GQA"};
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; ++i) {
         const double t0 = MPI_Wtime();
         run_case_lowp(ctx, &e, lowp_names[i], &lowp[i]);
