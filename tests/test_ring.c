@@ -39,6 +39,8 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,6 +372,28 @@ static void expect_all_fail(const mpi_env *e, const char *what, flashcl_status s
     CHECK(ok);
 }
 
+static uint64_t text_hash(const char *t) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *t; ++t) h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    return h;
+}
+
+/* expect_all_fail, and the message in msg (the ring descriptor's err_buf): the same on every
+   rank, starting "rank FROM of P: " (from >= 0) and containing needle. */
+static void expect_all_fail_msg(const mpi_env *e, const char *what, flashcl_status st, const char *msg, int from,
+                                const char *needle) {
+    expect_all_fail(e, what, st);
+    char prefix[64] = ""; /* from < 0: a message about all ranks, no prefix */
+    if (from >= 0) snprintf(prefix, sizeof prefix, "rank %d of %d: ", from, e->size);
+    const uint64_t h = text_hash(msg);
+    uint64_t lo = 0, hi = 0;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    const int ok = lo == hi && strncmp(msg, prefix, strlen(prefix)) == 0 && strstr(msg, needle) != NULL;
+    if (!ok || e->rank == 0) printf("[rank %d]   message: \"%s\" %s\n", e->rank, msg, ok ? "ok" : "FAIL");
+    CHECK(ok);
+}
+
 static void run_errors(flashcl_context *ctx, const mpi_env *e) {
     const shape s = {1, 2, 1, 8 * (size_t)e->size, 8, 8, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 0, 0, 0};
     const size_t n = s.n_global / (size_t)e->size, lq = n * s.hq * s.d, lk = n * s.hkv * s.d;
@@ -382,67 +406,98 @@ static void run_errors(flashcl_context *ctx, const mpi_env *e) {
     const flashcl_tensor tdk = flashcl_tensor_bshd(bdk, n, s.hkv, s.d), tdv = flashcl_tensor_bshd(bdv, n, s.hkv, s.d);
     flashcl_ring_desc ring = FLASHCL_RING_DESC_INIT;
     ring.layout = s.layout;
+    char msg[512] = "(not written)";
+    ring.err_buf = msg, ring.err_buf_size = sizeof msg;
     const int bad = e->size - 1; /* the last rank gets the bad argument */
     flashcl_attention_desc d = local_desc(&s, n);
+    flashcl_status st;
 
     /* A field the ring checks itself: caught before any K/V moves. */
     flashcl_attention_desc dd = d;
     if (e->rank == bad) dd.head_dim = 0;
-    expect_all_fail(e, "head_dim 0 on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    expect_all_fail_msg(e, "head_dim 0 on the last rank (forward)",
+                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, bad,
+                        "desc->head_dim (0) and head_dim_v (8) must be in 1..");
     /* Valid on each rank alone, but not the same shape everywhere. */
     dd = d;
     if (e->rank == bad) dd.heads_q = 4, dd.heads_kv = 2;
-    expect_all_fail(e, "heads differ on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    st = flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD);
+    if (e->size > 1) /* with one process the views are too small for 4 heads: the core says so */
+        expect_all_fail_msg(e, "heads differ on the last rank (forward)", st, msg, -1,
+                            "the ranks disagree on desc->heads_q (from 2 to 4)");
+    else
+        expect_all_fail_msg(e, "heads 4 / 2 on the views of 2 / 1 (forward)", st, msg, 0, ": FLASHCL_ERR_");
     /* An unsupported variant on one rank. */
     dd = d;
     if (e->rank == bad) dd.dropout_p = 0.1f;
-    expect_all_fail(e, "dropout on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    expect_all_fail_msg(e, "dropout on the last rank (forward)",
+                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, bad,
+                        "desc->dropout_p is set: ring attention does not support it");
     /* A window that is invalid on one rank, and one that is valid but on that rank only. */
     dd = d;
     if (e->rank == bad) dd.window = 1, dd.window_left = -2, dd.window_right = 0;
-    expect_all_fail(e, "window_left -2 on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    expect_all_fail_msg(e, "window_left -2 on the last rank (forward)",
+                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, bad,
+                        "desc->window_left/window_right (-2, 0) must be >= -1");
     if (e->size > 1) {
         dd = d;
         if (e->rank == bad) dd.window = 1, dd.window_left = 4, dd.window_right = 0;
-        expect_all_fail(e, "window (4, 0) on the last rank only (forward)",
-                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+        expect_all_fail_msg(e, "window (4, 0) on the last rank only (forward)",
+                            flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, -1,
+                            "the ranks disagree on desc->window (from 0 to 1)");
         dd = d;
         dd.window = 1, dd.window_left = e->rank == bad ? 3 : 4, dd.window_right = 0;
-        expect_all_fail(
+        expect_all_fail_msg(
             e, "window_left differs on the last rank (backward)",
-            flashcl_ring_backward(ctx, &dd, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &tdv, MPI_COMM_WORLD));
+            flashcl_ring_backward(ctx, &dd, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &tdv, MPI_COMM_WORLD),
+            msg, -1, "the ranks disagree on desc->window_left (from 3 to 4)");
     }
     /* A storage type that differs between ranks (K/V messages of another size): agreed first.
        With one process a bf16 view of these float32 buffers is simply valid. */
     if (e->size > 1) {
         dd = d;
         if (e->rank == bad) dd.dtype = FLASHCL_DTYPE_BF16;
-        expect_all_fail(e, "dtype bf16 on the last rank only (forward)",
-                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+        expect_all_fail_msg(e, "dtype bf16 on the last rank only (forward)",
+                            flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, -1,
+                            "the ranks disagree on desc->dtype");
     }
     /* A bad view that only the core's checks see (at the rank's first call): agreed at the end. */
     flashcl_tensor badq = tq;
     if (e->rank == bad) badq.buffer = NULL;
-    expect_all_fail(e, "q.buffer NULL on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &d, &ring, &badq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    expect_all_fail_msg(e, "q.buffer NULL on the last rank (forward)",
+                        flashcl_ring_forward(ctx, &d, &ring, &badq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, bad,
+                        "flashcl_forward at ring step 0: FLASHCL_ERR_INVALID_BUFFER: ");
     flashcl_tensor badk = tk;
     if (e->rank == 0) badk.offset = lk; /* past the end of its buffer */
-    expect_all_fail(e, "k.offset out of bounds on rank 0 (forward)",
-                    flashcl_ring_forward(ctx, &d, &ring, &tq, &badk, &tv, &to, bl, 0, MPI_COMM_WORLD));
-    expect_all_fail(e, "dk NULL on the last rank (backward)",
-                    flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq,
-                                          e->rank == bad ? NULL : &tdk, &tdv, MPI_COMM_WORLD));
+    expect_all_fail_msg(e, "k.offset out of bounds on rank 0 (forward)",
+                        flashcl_ring_forward(ctx, &d, &ring, &tq, &badk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, 0,
+                        "k (copied by a one-state merge): FLASHCL_ERR_OUT_OF_BOUNDS: ");
+    expect_all_fail_msg(e, "dk NULL on the last rank (backward)",
+                        flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq,
+                                              e->rank == bad ? NULL : &tdk, &tdv, MPI_COMM_WORLD),
+                        msg, bad, "dk is NULL");
     flashcl_tensor baddv = tdv;
     if (e->rank == bad) baddv.stride_row = 1, baddv.stride_head = 1, baddv.stride_batch = 1; /* overlapping rows */
-    expect_all_fail(
+    expect_all_fail_msg(
         e, "dv strides overlap on the last rank (backward)",
-        flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &baddv, MPI_COMM_WORLD));
-    /* After all that, a good call on the same context still works. */
+        flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &baddv, MPI_COMM_WORLD), msg,
+        bad, "dv (written by a one-state merge): FLASHCL_ERR_INVALID_STRIDE: ");
+    /* No communicator: each rank alone, nothing to agree with (no rank prefix). */
+    CHECK_STATUS(flashcl_ring_forward(ctx, &d, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_NULL),
+                 FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK(strcmp(msg, "comm is MPI_COMM_NULL") == 0);
+    /* After all that, a good call on the same context still works, and clears the message. */
     CHECK_STATUS(flashcl_ring_forward(ctx, &d, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), FLASHCL_SUCCESS);
+    CHECK(msg[0] == '\0');
+    /* A ring descriptor from an older header (no err_buf fields): nothing is written past it. */
+    flashcl_ring_desc old = ring;
+    old.struct_size = offsetof(flashcl_ring_desc, err_buf);
+    snprintf(msg, sizeof msg, "untouched");
+    dd = d;
+    if (e->rank == bad) dd.head_dim = 0;
+    expect_all_fail(e, "head_dim 0, an older ring descriptor (forward)",
+                    flashcl_ring_forward(ctx, &dd, &old, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    CHECK(strcmp(msg, "untouched") == 0);
     cl_mem all[] = {bq, bk, bv, bo, bl, bdo, bdq, bdk, bdv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) clReleaseMemObject(all[i]);
 }
