@@ -26,14 +26,21 @@
  * softcap on every rank. causal is the global bottom-right (= top-left, as
  * seqlen_q = seqlen_k) mask, evaluated on global positions: per step a
  * (query chunk, key chunk) pair is fully visible (one plain call), on the
- * diagonal (a causal call) or invisible (skipped). Supported: float32, f16 and
- * bf16 storage (desc->dtype, the same on every rank), GQA/MQA, d_qk != d_v,
- * causal, softcap, any tensor strides. With 16-bit storage K/V travel in the
+ * diagonal (a causal call) or invisible (skipped). A window (desc->window,
+ * window_left, window_right, the same on every rank; -1 = unbounded; causal
+ * makes window_right 0) is on global positions too: key j is visible to
+ * query i iff i - window_left <= j <= i + window_right. Per (query chunk,
+ * key chunk) pair the call takes the query rows that see some key of the
+ * chunk and the keys they see, with the core's bottom-right window on those
+ * sub-views reproducing the band; a pair with an empty band is skipped, and
+ * the rows a call leaves out get nothing from it (forward and backward).
+ * Supported: float32, f16 and bf16 storage (desc->dtype, the same on every
+ * rank), GQA/MQA, d_qk != d_v, causal, windows, softcap, any tensor strides. With 16-bit storage K/V travel in the
  * storage type; each step's partial O (and, backward, each call's dQ/dK/dV)
  * leaves the core rounded to storage and is merged or summed in float32; the
  * running O, the dQ sum and the dK/dV accumulators that travel around the
  * ring are float32 and are rounded to storage once, into the outputs. The LSE
- * is float32 always. Not supported (FLASHCL_ERR_UNSUPPORTED_VARIANT): windows,
+ * is float32 always. Not supported (FLASHCL_ERR_UNSUPPORTED_VARIANT):
  * ALiBi, sinks, dropout, bias and masks, varlen (their positions or
  * denominators do not split over chunks with the descriptor's fields).
  *
@@ -45,8 +52,12 @@
  * lowest (most negative) status any rank had. Communication uses a duplicate
  * of comm with MPI_ERRORS_RETURN, so MPI errors come back as
  * FLASHCL_ERR_MPI instead of aborting. The calls are blocking (they return
- * when the outputs are written) and collective over comm. Messages of the
- * core calls are in flashcl_last_error(ctx); the component never prints.
+ * when the outputs are written) and collective over comm. The message of a
+ * failure goes to flashcl_ring_desc.err_buf when the caller gives one (every
+ * rank gets the failing rank's, which names the field, the MPI call and its
+ * error string, or carries the core's flashcl_last_error text); a core call's
+ * message also stays in flashcl_last_error(ctx) on the rank where it failed,
+ * until the component's next core call. The component never prints.
  */
 #ifndef FLASHCL_MPI_H
 #define FLASHCL_MPI_H
@@ -78,6 +89,14 @@ typedef struct flashcl_ring_desc {
        stage: the part of writing the next step's K/V to the device (host staging) that the
          compute did not hide (the write starts, on a queue of its own, once the message is in). */
     double *step_compute_s, *step_wait_s, *step_stage_s;
+    /* Optional (NULL = none): on failure, a message of at most err_buf_size - 1 characters, the
+       same on every rank: "rank R of P: " and what failed first on rank R (the field and its
+       value, the MPI call and its MPI_Error_string, the OpenCL call, or the core call with its
+       flashcl_last_error text), or, without a rank, the field the ranks disagree on (with the
+       smallest and largest value); "" on success. With comm = MPI_COMM_NULL each rank writes
+       its own. Written only by the call it is passed to: no state is kept between calls. */
+    char *err_buf;
+    size_t err_buf_size;
 } flashcl_ring_desc;
 
 #define FLASHCL_RING_DESC_INIT                                                                                         \

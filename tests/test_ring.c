@@ -2,7 +2,8 @@
  * Ring attention (flashcl_mpi.h) under mpirun: every rank builds the same
  * global problem, runs the single-process flashcl_forward_host /
  * flashcl_backward_host on the whole sequence as the reference, then the
- * ring calls on its own rows, and compares its rows. Then the error
+ * ring calls on its own rows, and compares its rows: causal, full and
+ * sliding-window (global positions) attention. Then the error
  * agreement: a bad argument on one rank makes every rank return an error,
  * the same one, without a hang.
  *
@@ -26,8 +27,9 @@
  * most u |partial| (u = 2^-8 bf16, 2^-11 f16). O: the merge is a convex
  * combination of the partial O's, each itself a convex combination of V
  * rows, so their roundings add at most u max|V| (k = 1, M = max|V|). dQ sums
- * one partial per step (k = P), dK and dV one per step and query segment
- * (k = 2P with the causal zigzag split, else P); there M = max|ref32|, an
+ * one partial per step (k = P; 2P with a zigzag window, one call per key
+ * chunk), dK and dV one per step and query segment (k = 2P with the causal
+ * or windowed zigzag split, else P); there M = max|ref32|, an
  * estimate of a partial's size rather than a bound. The allowance is
  *   |ring - ref32| <= 2 e16 + k u M,
  * and the ring against single16 is held to the same bound plus e16.
@@ -37,6 +39,8 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +51,7 @@ typedef struct shape {
     flashcl_ring_layout layout;
     int bhsd;            /* local views in [b, h, s, d] (strided rows) instead of packed [b, s, h, d] */
     flashcl_dtype dtype; /* 0: float32 */
+    int window, wl, wr;  /* desc.window, window_left, window_right (global positions) */
 } shape;
 
 typedef struct mpi_env {
@@ -122,6 +127,7 @@ static flashcl_attention_desc local_desc(const shape *s, size_t n) {
     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
     d.batch = s->b, d.heads_q = s->hq, d.heads_kv = s->hkv, d.seqlen_q = d.seqlen_k = n;
     d.head_dim = s->d, d.head_dim_v = s->dv, d.causal = s->causal;
+    d.window = s->window, d.window_left = s->wl, d.window_right = s->wr;
     return d;
 }
 
@@ -321,10 +327,13 @@ static void run_case_lowp(flashcl_context *ctx, const mpi_env *e, const char *na
     if (st != FLASHCL_SUCCESS)
         printf("[rank %d] %s backward: %s %s\n", e->rank, name, flashcl_status_name(st), flashcl_last_error(ctx));
     CHECK_STATUS(st, FLASHCL_SUCCESS);
-    const size_t kv_parts = (s->causal && s->layout == FLASHCL_RING_ZIGZAG ? 2 : 1) * P;
+    /* Partials per element: dK/dV one per step and query segment; dQ one per step, or one per
+       step and key chunk with a window (the zigzag chunks of a rank are then separate calls). */
+    const int split = (s->causal || s->window) && s->layout == FLASHCL_RING_ZIGZAG;
+    const size_t kv_parts = (split ? 2 : 1) * P, q_parts = (split && s->window ? 2 : 1) * P;
     read_lowp(ctx, dt, bdq, lq, got);
     gather(dq32, s, s->hq, s->d, e, s->bhsd, ref), gather(dq16, s, s->hq, s->d, e, s->bhsd, single);
-    compare_lowp(name, "dQ", e, s, got, ref, single, lq, max_diff(dq16, dq32, nq), P, max_abs(dq32, nq));
+    compare_lowp(name, "dQ", e, s, got, ref, single, lq, max_diff(dq16, dq32, nq), q_parts, max_abs(dq32, nq));
     read_lowp(ctx, dt, bdk, lk, got);
     gather(dk32, s, s->hkv, s->d, e, s->bhsd, ref), gather(dk16, s, s->hkv, s->d, e, s->bhsd, single);
     compare_lowp(name, "dK", e, s, got, ref, single, lk, max_diff(dk16, dk32, nk), kv_parts, max_abs(dk32, nk));
@@ -363,8 +372,30 @@ static void expect_all_fail(const mpi_env *e, const char *what, flashcl_status s
     CHECK(ok);
 }
 
+static uint64_t text_hash(const char *t) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *t; ++t) h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    return h;
+}
+
+/* expect_all_fail, and the message in msg (the ring descriptor's err_buf): the same on every
+   rank, starting "rank FROM of P: " (from >= 0) and containing needle. */
+static void expect_all_fail_msg(const mpi_env *e, const char *what, flashcl_status st, const char *msg, int from,
+                                const char *needle) {
+    expect_all_fail(e, what, st);
+    char prefix[64] = ""; /* from < 0: a message about all ranks, no prefix */
+    if (from >= 0) snprintf(prefix, sizeof prefix, "rank %d of %d: ", from, e->size);
+    const uint64_t h = text_hash(msg);
+    uint64_t lo = 0, hi = 0;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    const int ok = lo == hi && strncmp(msg, prefix, strlen(prefix)) == 0 && strstr(msg, needle) != NULL;
+    if (!ok || e->rank == 0) printf("[rank %d]   message: \"%s\" %s\n", e->rank, msg, ok ? "ok" : "FAIL");
+    CHECK(ok);
+}
+
 static void run_errors(flashcl_context *ctx, const mpi_env *e) {
-    const shape s = {1, 2, 1, 8 * (size_t)e->size, 8, 8, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32};
+    const shape s = {1, 2, 1, 8 * (size_t)e->size, 8, 8, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 0, 0, 0};
     const size_t n = s.n_global / (size_t)e->size, lq = n * s.hq * s.d, lk = n * s.hkv * s.d;
     cl_mem bq = buffer_of(ctx, lq, NULL), bk = buffer_of(ctx, lk, NULL), bv = buffer_of(ctx, lk, NULL);
     cl_mem bo = buffer_of(ctx, lq, NULL), bl = buffer_of(ctx, n * s.hq, NULL), bdo = buffer_of(ctx, lq, NULL);
@@ -375,51 +406,98 @@ static void run_errors(flashcl_context *ctx, const mpi_env *e) {
     const flashcl_tensor tdk = flashcl_tensor_bshd(bdk, n, s.hkv, s.d), tdv = flashcl_tensor_bshd(bdv, n, s.hkv, s.d);
     flashcl_ring_desc ring = FLASHCL_RING_DESC_INIT;
     ring.layout = s.layout;
+    char msg[512] = "(not written)";
+    ring.err_buf = msg, ring.err_buf_size = sizeof msg;
     const int bad = e->size - 1; /* the last rank gets the bad argument */
     flashcl_attention_desc d = local_desc(&s, n);
+    flashcl_status st;
 
     /* A field the ring checks itself: caught before any K/V moves. */
     flashcl_attention_desc dd = d;
     if (e->rank == bad) dd.head_dim = 0;
-    expect_all_fail(e, "head_dim 0 on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    expect_all_fail_msg(e, "head_dim 0 on the last rank (forward)",
+                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, bad,
+                        "desc->head_dim (0) and head_dim_v (8) must be in 1..");
     /* Valid on each rank alone, but not the same shape everywhere. */
     dd = d;
     if (e->rank == bad) dd.heads_q = 4, dd.heads_kv = 2;
-    expect_all_fail(e, "heads differ on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    st = flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD);
+    if (e->size > 1) /* with one process the views are too small for 4 heads: the core says so */
+        expect_all_fail_msg(e, "heads differ on the last rank (forward)", st, msg, -1,
+                            "the ranks disagree on desc->heads_q (from 2 to 4)");
+    else
+        expect_all_fail_msg(e, "heads 4 / 2 on the views of 2 / 1 (forward)", st, msg, 0, ": FLASHCL_ERR_");
     /* An unsupported variant on one rank. */
     dd = d;
-    if (e->rank == bad) dd.window = 1, dd.window_left = 4, dd.window_right = 0;
-    expect_all_fail(e, "window on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    if (e->rank == bad) dd.dropout_p = 0.1f;
+    expect_all_fail_msg(e, "dropout on the last rank (forward)",
+                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, bad,
+                        "desc->dropout_p is set: ring attention does not support it");
+    /* A window that is invalid on one rank, and one that is valid but on that rank only. */
+    dd = d;
+    if (e->rank == bad) dd.window = 1, dd.window_left = -2, dd.window_right = 0;
+    expect_all_fail_msg(e, "window_left -2 on the last rank (forward)",
+                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, bad,
+                        "desc->window_left/window_right (-2, 0) must be >= -1");
+    if (e->size > 1) {
+        dd = d;
+        if (e->rank == bad) dd.window = 1, dd.window_left = 4, dd.window_right = 0;
+        expect_all_fail_msg(e, "window (4, 0) on the last rank only (forward)",
+                            flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, -1,
+                            "the ranks disagree on desc->window (from 0 to 1)");
+        dd = d;
+        dd.window = 1, dd.window_left = e->rank == bad ? 3 : 4, dd.window_right = 0;
+        expect_all_fail_msg(
+            e, "window_left differs on the last rank (backward)",
+            flashcl_ring_backward(ctx, &dd, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &tdv, MPI_COMM_WORLD),
+            msg, -1, "the ranks disagree on desc->window_left (from 3 to 4)");
+    }
     /* A storage type that differs between ranks (K/V messages of another size): agreed first.
        With one process a bf16 view of these float32 buffers is simply valid. */
     if (e->size > 1) {
         dd = d;
         if (e->rank == bad) dd.dtype = FLASHCL_DTYPE_BF16;
-        expect_all_fail(e, "dtype bf16 on the last rank only (forward)",
-                        flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+        expect_all_fail_msg(e, "dtype bf16 on the last rank only (forward)",
+                            flashcl_ring_forward(ctx, &dd, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, -1,
+                            "the ranks disagree on desc->dtype");
     }
     /* A bad view that only the core's checks see (at the rank's first call): agreed at the end. */
     flashcl_tensor badq = tq;
     if (e->rank == bad) badq.buffer = NULL;
-    expect_all_fail(e, "q.buffer NULL on the last rank (forward)",
-                    flashcl_ring_forward(ctx, &d, &ring, &badq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    expect_all_fail_msg(e, "q.buffer NULL on the last rank (forward)",
+                        flashcl_ring_forward(ctx, &d, &ring, &badq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, bad,
+                        "flashcl_forward at ring step 0: FLASHCL_ERR_INVALID_BUFFER: ");
     flashcl_tensor badk = tk;
     if (e->rank == 0) badk.offset = lk; /* past the end of its buffer */
-    expect_all_fail(e, "k.offset out of bounds on rank 0 (forward)",
-                    flashcl_ring_forward(ctx, &d, &ring, &tq, &badk, &tv, &to, bl, 0, MPI_COMM_WORLD));
-    expect_all_fail(e, "dk NULL on the last rank (backward)",
-                    flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq,
-                                          e->rank == bad ? NULL : &tdk, &tdv, MPI_COMM_WORLD));
+    expect_all_fail_msg(e, "k.offset out of bounds on rank 0 (forward)",
+                        flashcl_ring_forward(ctx, &d, &ring, &tq, &badk, &tv, &to, bl, 0, MPI_COMM_WORLD), msg, 0,
+                        "k (copied by a one-state merge): FLASHCL_ERR_OUT_OF_BOUNDS: ");
+    expect_all_fail_msg(e, "dk NULL on the last rank (backward)",
+                        flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq,
+                                              e->rank == bad ? NULL : &tdk, &tdv, MPI_COMM_WORLD),
+                        msg, bad, "dk is NULL");
     flashcl_tensor baddv = tdv;
     if (e->rank == bad) baddv.stride_row = 1, baddv.stride_head = 1, baddv.stride_batch = 1; /* overlapping rows */
-    expect_all_fail(
+    expect_all_fail_msg(
         e, "dv strides overlap on the last rank (backward)",
-        flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &baddv, MPI_COMM_WORLD));
-    /* After all that, a good call on the same context still works. */
+        flashcl_ring_backward(ctx, &d, &ring, &tq, &tk, &tv, &to, &tdo, bl, 0, &tdq, &tdk, &baddv, MPI_COMM_WORLD), msg,
+        bad, "dv (written by a one-state merge): FLASHCL_ERR_INVALID_STRIDE: ");
+    /* No communicator: each rank alone, nothing to agree with (no rank prefix). */
+    CHECK_STATUS(flashcl_ring_forward(ctx, &d, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_NULL),
+                 FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK(strcmp(msg, "comm is MPI_COMM_NULL") == 0);
+    /* After all that, a good call on the same context still works, and clears the message. */
     CHECK_STATUS(flashcl_ring_forward(ctx, &d, &ring, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD), FLASHCL_SUCCESS);
+    CHECK(msg[0] == '\0');
+    /* A ring descriptor from an older header (no err_buf fields): nothing is written past it. */
+    flashcl_ring_desc old = ring;
+    old.struct_size = offsetof(flashcl_ring_desc, err_buf);
+    snprintf(msg, sizeof msg, "untouched");
+    dd = d;
+    if (e->rank == bad) dd.head_dim = 0;
+    expect_all_fail(e, "head_dim 0, an older ring descriptor (forward)",
+                    flashcl_ring_forward(ctx, &dd, &old, &tq, &tk, &tv, &to, bl, 0, MPI_COMM_WORLD));
+    CHECK(strcmp(msg, "untouched") == 0);
     cl_mem all[] = {bq, bk, bv, bo, bl, bdo, bdq, bdk, bdv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) clReleaseMemObject(all[i]);
 }
@@ -450,20 +528,42 @@ int main(int argc, char **argv) {
     /* Small shapes: each process builds (or loads from the shared program cache) every kernel. */
     const size_t P = (size_t)e.size, N = 16 * P; /* zigzag chunks of 8 rows */
     const shape cases[] = {
-        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32},     /* causal, balanced, GQA 2 */
-        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32}, /* causal, contiguous */
-        {1, 4, 1, N, 16, 8, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F32},  /* not causal, MQA, d_v 8, bhsd */
-        {1, 2, 2, N, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32},     /* not causal, zigzag rows, MHA */
+        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 0, 0, 0},     /* causal, balanced, GQA 2 */
+        {2, 4, 2, N, 16, 16, 1, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32, 0, 0, 0}, /* causal, contiguous */
+        {1, 4, 1, N, 16, 8, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F32, 0, 0,
+         0},                                                                         /* not causal, MQA, d_v 8, bhsd */
+        {1, 2, 2, N, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 0, 0, 0}, /* not causal, zigzag rows, MHA */
     };
     const char *names[] = {"causal zigzag GQA", "causal contiguous GQA", "full contiguous MQA dv8 bhsd",
                            "full zigzag MHA"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(ctx, &e, names[i], &cases[i]);
+    /* Windows on global positions, chunks of 4 (zigzag) or 8 (contiguous) rows: a window of 5
+       crosses one or two chunk boundaries, takes some rows and keys of a chunk, and skips the
+       chunks it does not reach; the zigzag chunks of a rank are far apart globally. */
+    const size_t NW = 8 * P;
+    const shape windows[] = {
+        {2, 4, 2, NW, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 1, 5, -1},     /* causal, left 5 */
+        {2, 4, 2, NW, 16, 16, 1, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32, 1, 5, 0},  /* causal, left 5 */
+        {1, 4, 2, NW, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 1, 3, 7},      /* (3, 7) */
+        {1, 4, 1, NW, 16, 8, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F32, 1, 3, 7},   /* (3, 7) MQA bhsd */
+        {1, 2, 1, NW, 16, 16, 0, FLASHCL_RING_ZIGZAG, 1, FLASHCL_DTYPE_F32, 1, -1, 2},     /* (-inf, 2) */
+        {1, 2, 2, NW, 16, 16, 0, FLASHCL_RING_CONTIGUOUS, 0, FLASHCL_DTYPE_F32, 1, 6, -1}, /* (6, +inf) */
+        {1, 2, 2, NW, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_F32, 1, 0, 0},      /* the diagonal only */
+    };
+    const char *window_names[] = {"window causal (5) zigzag GQA",   "window causal (5) contiguous GQA",
+                                  "window (3, 7) zigzag GQA",       "window (3, 7) contiguous MQA dv8 bhsd",
+                                  "window (-1, 2) zigzag MQA bhsd", "window (6, -1) contiguous MHA",
+                                  "window (0, 0) zigzag MHA"};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; ++i) run_case(ctx, &e, window_names[i], &windows[i]);
     /* 16-bit storage: merged and summed in float32, rounded once at the end. */
     const shape lowp[] = {
-        {1, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_BF16},    /* causal, balanced, GQA 2 */
-        {1, 2, 1, N, 16, 16, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F16}, /* full, MQA, [b, h, s, d] views */
+        {1, 4, 2, N, 16, 16, 1, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_BF16, 0, 0, 0}, /* causal, balanced, GQA 2 */
+        {1, 2, 1, N, 16, 16, 0, FLASHCL_RING_CONTIGUOUS, 1, FLASHCL_DTYPE_F16, 0, 0,
+         0}, /* full, MQA, [b, h, s, d] views */
+        {1, 4, 2, NW, 16, 16, 0, FLASHCL_RING_ZIGZAG, 0, FLASHCL_DTYPE_BF16, 1, 3, 7}, /* window (3, 7), GQA 2 */
     };
-    const char *lowp_names[] = {"bf16 causal zigzag GQA", "f16 full contiguous MQA bhsd"};
+    const char *lowp_names[] = {"bf16 causal zigzag GQA", "f16 full contiguous MQA bhsd",
+                                "bf16 window (3, 7) zigzag GQA"};
     for (size_t i = 0; i < sizeof lowp / sizeof lowp[0]; ++i) {
         const double t0 = MPI_Wtime();
         run_case_lowp(ctx, &e, lowp_names[i], &lowp[i]);

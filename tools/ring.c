@@ -9,6 +9,7 @@
  *
  *   mpirun -np 4 build/tools/flashcl_ring --seqlen 4096 --heads 8 --dim 64 --causal --layout zigzag
  *   mpirun -np 2 build/tools/flashcl_ring --seqlen 65536 --heads 16 --dim 128 --causal --dtype bf16 --backward
+ *   mpirun -np 4 build/tools/flashcl_ring --seqlen 8192 --causal --window 1024,0   (a sliding window, global)
  */
 #include "flashcl_mpi.h"
 #include "storage_codec.h"
@@ -20,12 +21,13 @@
 typedef struct options {
     size_t batch, seqlen, heads, heads_kv, dim;
     int causal, backward, iters;
+    int window, wl, wr; /* --window L,R (-1 = unbounded) */
     flashcl_ring_layout layout;
     flashcl_dtype dtype;
 } options;
 
 static int parse(int argc, char **argv, options *o, int rank) {
-    *o = (options){1, 4096, 8, 0, 64, 0, 0, 3, FLASHCL_RING_ZIGZAG, FLASHCL_DTYPE_F32};
+    *o = (options){1, 4096, 8, 0, 64, 0, 0, 3, 0, -1, -1, FLASHCL_RING_ZIGZAG, FLASHCL_DTYPE_F32};
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--causal"))
@@ -51,11 +53,13 @@ static int parse(int argc, char **argv, options *o, int rank) {
             o->dim = strtoul(val, NULL, 10), ++i;
         else if (val && !strcmp(a, "--iters"))
             o->iters = atoi(val), ++i;
+        else if (val && !strcmp(a, "--window") && sscanf(val, "%d,%d", &o->wl, &o->wr) == 2)
+            o->window = 1, ++i;
         else {
             if (rank == 0)
                 fprintf(stderr, "usage: flashcl_ring [--seqlen N] [--batch B] [--heads H] [--heads-kv H] [--dim D] "
-                                "[--causal] [--layout zigzag|contiguous] [--dtype f32|f16|bf16] [--backward] "
-                                "[--iters I]\n");
+                                "[--causal] [--window L,R] [--layout zigzag|contiguous] [--dtype f32|f16|bf16] "
+                                "[--backward] [--iters I]\n");
             return 0;
         }
     }
@@ -153,11 +157,14 @@ int main(int argc, char **argv) {
     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
     d.batch = o.batch, d.heads_q = o.heads, d.heads_kv = o.heads_kv, d.seqlen_q = d.seqlen_k = n;
     d.head_dim = o.dim, d.causal = o.causal, d.dtype = dtype;
+    d.window = o.window, d.window_left = o.wl, d.window_right = o.wr;
 
     double *comp = calloc((size_t)size, sizeof(double)), *wait = calloc((size_t)size, sizeof(double));
     double *stage = calloc((size_t)size, sizeof(double)), *worst = calloc(3 * (size_t)size, sizeof(double));
     flashcl_ring_desc ring = FLASHCL_RING_DESC_INIT;
     ring.layout = o.layout, ring.step_compute_s = comp, ring.step_wait_s = wait, ring.step_stage_s = stage;
+    char ring_err[512] = "";
+    ring.err_buf = ring_err, ring.err_buf_size = sizeof ring_err; /* the same message on every rank */
 
     const char *pass[2] = {"forward", "backward"};
     int rc = 0;
@@ -173,8 +180,7 @@ int main(int argc, char **argv) {
             double dt = MPI_Wtime() - t0, slowest = 0.0;
             MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             if (st != FLASHCL_SUCCESS) {
-                if (rank == 0)
-                    fprintf(stderr, "flashcl_ring: %s: %s\n", flashcl_status_name(st), flashcl_last_error(ctx));
+                if (rank == 0) fprintf(stderr, "flashcl_ring: %s: %s\n", flashcl_status_name(st), ring_err);
                 rc = 1;
             }
             if (it > 0) total += slowest;
@@ -190,9 +196,11 @@ int main(int argc, char **argv) {
         const double bare =
             bare_exchange(o.batch * n * o.heads_kv * o.dim * 2, es == 4 ? MPI_FLOAT : MPI_UINT16_T, es, rank, size);
         if (rank == 0) {
-            printf("%s: %d ranks, b%zu N%zu (%zu rows per rank) hq%zu hkv%zu d%zu %s %s %s\n", pass[which], size,
+            char win[48] = "";
+            if (o.window) snprintf(win, sizeof win, " window (%d, %d)", o.wl, o.wr);
+            printf("%s: %d ranks, b%zu N%zu (%zu rows per rank) hq%zu hkv%zu d%zu %s %s%s %s\n", pass[which], size,
                    o.batch, o.seqlen, n, o.heads, o.heads_kv, o.dim, dtype_name(dtype), o.causal ? "causal" : "full",
-                   o.layout == FLASHCL_RING_ZIGZAG ? "zigzag" : "contiguous");
+                   win, o.layout == FLASHCL_RING_ZIGZAG ? "zigzag" : "contiguous");
             printf("  K/V chunk per step: %.3f MB; a bare ring exchange of it: %.3f ms%s\n",
                    (double)(o.batch * n * o.heads_kv * o.dim * 2 * es) / 1e6, 1e3 * bare,
                    which ? " (the backward also sends dK/dV, float32)" : "");
