@@ -387,7 +387,7 @@ int cmd_bench(int argc, char **argv) {
     char err[1024] = "";
     flashcl_status status = flashcl_context_create(&job.ctx, a.device, err, sizeof err);
     if (status != FLASHCL_SUCCESS) return tool_status_error(NULL, status, err);
-    roof_init(&job.roof, device_is_cpu(flashcl_context_device(job.ctx)), a.roof_gflops);
+    roof_init(&job.roof, job.ctx, device_is_cpu(flashcl_context_device(job.ctx)), a.roof_gflops);
     init_read_bw(&a, &job);
     if (a.sweep) {
         char json[1024], csv[1024];

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "json_print.h"
-#include "timing.h"
+#include "kernel_rate.h"
 
 /*
  * Sums the buffer so that no load can be dropped, and writes one vector per
@@ -89,16 +89,13 @@ static size_t buffer_bytes(const read_device *d) {
 
 /* The kernel and its buffers for one measurement. */
 typedef struct read_job {
-    cl_command_queue queue;
-    cl_program program;
-    cl_kernel kernel;
+    rate_kernel k;
     cl_mem data, out;
-    size_t bytes, global, local;
+    size_t bytes;
 } read_job;
 
 static void release_job(read_job *j) {
-    if (j->kernel) clReleaseKernel(j->kernel);
-    if (j->program) clReleaseProgram(j->program);
+    rate_kernel_release(&j->k);
     if (j->data) clReleaseMemObject(j->data);
     if (j->out) clReleaseMemObject(j->out);
 }
@@ -106,60 +103,41 @@ static void release_job(read_job *j) {
 /* Builds the kernel, fills the buffer and sets the arguments; a message in why on failure. */
 static bool prepare(flashcl_context *ctx, const read_device *d, read_job *j, char *why, size_t cap) {
     cl_context cl = flashcl_context_cl_context(ctx);
-    cl_device_id device = flashcl_context_device(ctx);
     const size_t vec_bytes = d->cpu ? 64 : 16;
     const char *options = d->cpu ? "-D CHUNKED=1 -D VEC=uint16" : "-D CHUNKED=0 -D VEC=uint4";
-    const char *source = read_kernel_source;
+    if (!rate_kernel_build(ctx, read_kernel_source, options, "read_sum", &j->k, why, cap)) return false;
     cl_int err = CL_SUCCESS;
-    j->queue = flashcl_context_queue(ctx);
-    j->program = clCreateProgramWithSource(cl, 1, &source, NULL, &err);
-    if (err == CL_SUCCESS) err = clBuildProgram(j->program, 1, &device, options, NULL, NULL);
-    if (err == CL_SUCCESS) j->kernel = clCreateKernel(j->program, "read_sum", &err);
-    if (err != CL_SUCCESS) {
-        snprintf(why, cap, "the read kernel did not build: %s", flashcl_status_name(err));
-        return false;
-    }
     j->bytes = buffer_bytes(d);
     const cl_ulong count = j->bytes / vec_bytes;
     if (d->cpu) {
         /* Work-groups of one: each work-item is a core's stream (a driver-chosen group would put them on one core). */
-        j->local = 1;
-        j->global = (size_t)d->compute_units * 4;
+        j->k.local = 1;
+        j->k.global = (size_t)d->compute_units * 4;
     } else {
-        j->local = d->max_wg < 256 ? d->max_wg : 256;
-        j->global = (size_t)d->compute_units * 2048 / j->local * j->local;
+        j->k.local = d->max_wg < 256 ? d->max_wg : 256;
+        j->k.global = (size_t)d->compute_units * 2048 / j->k.local * j->k.local;
     }
-    if (j->global > count) j->global = (size_t)count / j->local * j->local;
-    const cl_ulong per_item = (count + j->global - 1) / j->global;
+    if (j->k.global > count) j->k.global = (size_t)count / j->k.local * j->k.local;
+    const cl_ulong per_item = (count + j->k.global - 1) / j->k.global;
     j->data = clCreateBuffer(cl, CL_MEM_READ_ONLY, j->bytes, NULL, &err);
-    if (err == CL_SUCCESS) j->out = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, j->global * vec_bytes, NULL, &err);
+    if (err == CL_SUCCESS) j->out = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, j->k.global * vec_bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         snprintf(why, cap, "cannot allocate the %zu MiB read buffer: %s", j->bytes / MIB, flashcl_status_name(err));
         return false;
     }
     /* Written first, so the reads see memory that exists (an untouched page can read as a shared zero page). */
     const cl_uint pattern = 0x01010101u;
-    err = clEnqueueFillBuffer(j->queue, j->data, &pattern, sizeof pattern, 0, j->bytes, 0, NULL, NULL);
-    if (err == CL_SUCCESS) err = clSetKernelArg(j->kernel, 0, sizeof j->data, &j->data);
-    if (err == CL_SUCCESS) err = clSetKernelArg(j->kernel, 1, sizeof count, &count);
-    if (err == CL_SUCCESS) err = clSetKernelArg(j->kernel, 2, sizeof per_item, &per_item);
-    if (err == CL_SUCCESS) err = clSetKernelArg(j->kernel, 3, sizeof j->out, &j->out);
-    if (err == CL_SUCCESS) err = clFinish(j->queue);
+    err = clEnqueueFillBuffer(j->k.queue, j->data, &pattern, sizeof pattern, 0, j->bytes, 0, NULL, NULL);
+    if (err == CL_SUCCESS) err = clSetKernelArg(j->k.kernel, 0, sizeof j->data, &j->data);
+    if (err == CL_SUCCESS) err = clSetKernelArg(j->k.kernel, 1, sizeof count, &count);
+    if (err == CL_SUCCESS) err = clSetKernelArg(j->k.kernel, 2, sizeof per_item, &per_item);
+    if (err == CL_SUCCESS) err = clSetKernelArg(j->k.kernel, 3, sizeof j->out, &j->out);
+    if (err == CL_SUCCESS) err = clFinish(j->k.queue);
     if (err != CL_SUCCESS) {
         snprintf(why, cap, "filling the read buffer failed: %s", flashcl_status_name(err));
         return false;
     }
     return true;
-}
-
-/* Seconds per read over `repeats` reads enqueued back to back; negative on failure. */
-static double time_reads(const read_job *j, size_t repeats) {
-    double start = wall_seconds();
-    for (size_t r = 0; r < repeats; ++r)
-        if (clEnqueueNDRangeKernel(j->queue, j->kernel, 1, NULL, &j->global, &j->local, 0, NULL, NULL) != CL_SUCCESS)
-            return -1.0;
-    if (clFinish(j->queue) != CL_SUCCESS) return -1.0;
-    return (wall_seconds() - start) / (double)repeats;
 }
 
 void read_bw_measure(flashcl_context *ctx, bench_read_bw *bw) {
@@ -176,29 +154,18 @@ void read_bw_measure(flashcl_context *ctx, bench_read_bw *bw) {
         read_bw_none(bw, why);
         return;
     }
-    /* One read to warm up (first launch, page mapping), which also sizes the runs. */
-    double once = time_reads(&j, 1), best = INFINITY;
-    size_t repeats = 1;
-    if (once > 0.0 && once < RUN_SECONDS) repeats = (size_t)ceil(RUN_SECONDS / once);
-    if (repeats > MAX_REPEATS) repeats = MAX_REPEATS;
-    for (int run = 0; run < RUNS && once >= 0.0; ++run) {
-        double seconds = time_reads(&j, repeats);
-        if (seconds < 0.0) {
-            once = -1.0;
-            break;
-        }
-        if (seconds < best) best = seconds;
-    }
+    size_t repeats = 0;
+    const double best = rate_kernel_best_seconds(&j.k, RUNS, RUN_SECONDS, MAX_REPEATS, &repeats);
     release_job(&j);
-    if (once < 0.0 || !isfinite(best) || best <= 0.0) {
+    if (!(best > 0.0) || !isfinite(best)) {
         read_bw_none(bw, "the read kernel failed to run");
         return;
     }
     bw->gbps = (double)j.bytes / best * 1e-9;
     snprintf(bw->source, sizeof bw->source,
              "measured: a %zu MiB buffer summed by %zu work-items (%s), best of %d runs of %zu read%s", j.bytes / MIB,
-             j.global, d.cpu ? "64-byte loads, one contiguous chunk each" : "16-byte loads, interleaved", RUNS, repeats,
-             repeats == 1 ? "" : "s");
+             j.k.global, d.cpu ? "64-byte loads, one contiguous chunk each" : "16-byte loads, interleaved", RUNS,
+             repeats, repeats == 1 ? "" : "s");
 }
 
 void read_bw_print_line(FILE *out, const bench_read_bw *bw) {

@@ -1,5 +1,5 @@
-/* SGEMM roof for `flashcl bench` (see roof.h). OpenBLAS is optional: built
-   with FLASHCL_HAVE_OPENBLAS when CMake found it, otherwise only --roof. */
+/* The roof of `flashcl bench` (see roof.h): OpenBLAS SGEMM on a CPU (optional:
+   built with FLASHCL_HAVE_OPENBLAS when CMake found it), an FMA kernel elsewhere. */
 #include "roof.h"
 
 #include <math.h>
@@ -7,7 +7,71 @@
 #include <string.h>
 
 #include "json_print.h"
+#include "kernel_rate.h"
 #include "timing.h"
+
+/* Eight independent float4 chains per work-item (32 FMAs in flight, more than an FMA pipe's
+   latency times its width needs); x -> a x + b with a < 1 converges to b / (1 - a), so the
+   values stay normal and finite. The sum is written so that no chain is dead code. */
+static const char fma_kernel_source[] =
+    "__kernel void fma_chain(__global float *out, int iters, float a, float b) {\n"
+    "    const float s = (float)(get_global_id(0) & 1023) * 1e-3f;\n"
+    "    float4 x0 = (float4)(s, s + 0.1f, s + 0.2f, s + 0.3f), x1 = x0 + 0.5f, x2 = x0 + 1.0f, x3 = x0 + 1.5f;\n"
+    "    float4 x4 = x0 + 2.0f, x5 = x0 + 2.5f, x6 = x0 + 3.0f, x7 = x0 + 3.5f;\n"
+    "    const float4 va = (float4)(a), vb = (float4)(b);\n"
+    "    for (int i = 0; i < iters; ++i) {\n"
+    "        x0 = fma(x0, va, vb); x1 = fma(x1, va, vb); x2 = fma(x2, va, vb); x3 = fma(x3, va, vb);\n"
+    "        x4 = fma(x4, va, vb); x5 = fma(x5, va, vb); x6 = fma(x6, va, vb); x7 = fma(x7, va, vb);\n"
+    "    }\n"
+    "    const float4 t = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;\n"
+    "    out[get_global_id(0)] = t.x + t.y + t.z + t.w;\n"
+    "}\n";
+
+#define FMA_ITERS 4096
+#define FMA_PER_ITEM_ITER 32 /* 8 float4 FMAs */
+#define FMA_RUNS 5
+
+/* The device's float32 FMA rate in GFLOP/s (2 per FMA), or NaN with why. */
+static double measure_fma(flashcl_context *ctx, char *why, size_t cap) {
+    cl_device_id dev = flashcl_context_device(ctx);
+    cl_uint units = 0;
+    size_t max_wg = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS ||
+        clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL) != CL_SUCCESS) {
+        snprintf(why, cap, "the FMA kernel's device limits could not be queried");
+        return NAN;
+    }
+    rate_kernel k = {0};
+    if (!rate_kernel_build(ctx, fma_kernel_source, "", "fma_chain", &k, why, cap)) {
+        rate_kernel_release(&k);
+        return NAN;
+    }
+    k.local = max_wg < 256 ? max_wg : 256;
+    k.global = (size_t)(units ? units : 1) * 2048 / k.local * k.local; /* several waves of resident groups */
+    const cl_int iters = FMA_ITERS;
+    const cl_float a = 0.9999f, b = 1e-4f;
+    cl_int err = CL_SUCCESS;
+    cl_mem out =
+        clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_WRITE_ONLY, k.global * sizeof(float), NULL, &err);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k.kernel, 0, sizeof out, &out);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k.kernel, 1, sizeof iters, &iters);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k.kernel, 2, sizeof a, &a);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k.kernel, 3, sizeof b, &b);
+    size_t repeats = 0;
+    const double best = err == CL_SUCCESS ? rate_kernel_best_seconds(&k, FMA_RUNS, 0.05, 200, &repeats) : -1.0;
+    if (out) clReleaseMemObject(out);
+    rate_kernel_release(&k);
+    if (!(best > 0.0) || !isfinite(best)) {
+        snprintf(why, cap, "the FMA kernel failed to run%s%s", err != CL_SUCCESS ? ": " : "",
+                 err != CL_SUCCESS ? flashcl_status_name(err) : "");
+        return NAN;
+    }
+    snprintf(why, cap,
+             "measured: float32 FMA kernel, %zu work-items x %d FMAs, best of %d runs of %zu launch%s; the "
+             "tensor cores' 16-bit rate is higher",
+             k.global, FMA_ITERS * FMA_PER_ITEM_ITER, FMA_RUNS, repeats, repeats == 1 ? "" : "es");
+    return 2.0 * (double)k.global * FMA_ITERS * FMA_PER_ITEM_ITER / best * 1e-9;
+}
 
 #ifdef FLASHCL_HAVE_OPENBLAS
 #include <cblas.h>
@@ -42,7 +106,7 @@ static double measure_sgemm(void) {
 }
 #endif
 
-void roof_init(bench_roof *roof, bool cpu_device, double user_gflops) {
+void roof_init(bench_roof *roof, flashcl_context *ctx, bool cpu_device, double user_gflops) {
     roof->gflops = NAN;
     if (user_gflops > 0.0) {
         roof->gflops = user_gflops;
@@ -50,7 +114,7 @@ void roof_init(bench_roof *roof, bool cpu_device, double user_gflops) {
         return;
     }
     if (!cpu_device) {
-        snprintf(roof->source, sizeof roof->source, "not a CPU device: give --roof GFLOPS");
+        roof->gflops = measure_fma(ctx, roof->source, sizeof roof->source);
         return;
     }
 #ifdef FLASHCL_HAVE_OPENBLAS
