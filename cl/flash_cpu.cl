@@ -28,10 +28,21 @@
  * exp2 is a short polynomial (cpu_exp2) because at d = 64 a score costs only
  * 128 FMAs and the library exp2 would take a third of the time.
  *
- * Any head dim, any sequence lengths (rows past the end are computed on a
- * clamped row and never stored, keys past the end are padding and masked),
- * GQA, bottom-right causal masks with the loops cut at the last visible
- * chunk. A row that sees no key gets O = 0, LSE = -inf and zero gradients.
+ * Any head dims (Q and K have HEAD_DIM columns, V, O, dO and dV HEAD_DIM_V;
+ * the two products of each kernel and the packed copies are sized by their
+ * own), any sequence lengths (rows past the end are computed on a clamped
+ * row and never stored, keys past the end are padding and masked), GQA,
+ * bottom-right causal masks with the loops cut at the last visible chunk. A
+ * row that sees no key gets O = 0, LSE = -inf and zero gradients.
+ *
+ * Varlen (VARLEN, cu_seqlens): the views are [total, heads, dim] and
+ * sequence b is rows hd.q0 .. hd.q0 + hd.sq - 1 (keys hd.k0 ..); every
+ * length, mask and band above is that sequence's own (flashcl_head_setup).
+ * The grids cover the longest sequence and blocks past a shorter one return
+ * at once; an empty sequence writes nothing. The packed copies hold each
+ * head's whole [total] rows plus one chunk of padding, so a chunk that starts
+ * inside a sequence never reads past the copy (the rows it reads past the
+ * sequence's end are the next sequence's, masked like any padding).
  *
  * Variants (cl/variants.cl, the same switches and VARIANT_ARGS as the
  * portable kernels, and the same semantics): Q/K/V/O and the gradients are
@@ -44,11 +55,14 @@
  * block mask drops are skipped; dropout multiplies P with the Philox words of
  * flashcl_dropout_words (the portable kernels' mask, bit for bit); sinks are
  * folded into each row at the end (flashcl_fold_sink), and their gradient has
- * a kernel of its own. Not here: varlen and d_v != d (the row kernels).
+ * a kernel of its own.
  */
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
+#endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM
 #endif
 /* Keys (forward, dQ) or query rows (dK/dV) per pass; a multiple of STEP. */
 #ifndef CHUNK
@@ -69,8 +83,10 @@
 #define GROUPS 1
 #endif
 #define BLOCK (GROUPS * LANES)
-/* Head dim rounded up to whole micro-tiles; pad columns read a clamped column and are never stored. */
+/* Head dims rounded up to whole micro-tiles (the packed rows' pitch, the accumulators' columns);
+   pad columns read a clamped column and are never stored. DIM_PAD: Q, K; DIM_PAD_V: V, dO. */
 #define DIM_PAD ((HEAD_DIM + STEP - 1) / STEP * STEP)
+#define DIM_PAD_V ((HEAD_DIM_V + STEP - 1) / STEP * STEP)
 
 /* 2^x: the polynomial flashcl_exp2_16 (cl/common.cl) by default, which at d = 64 matters: a
    score costs only 128 FMAs there and the library exp2 would take a third of the time.
@@ -97,21 +113,21 @@ inline float16 cpu_exp2(float16 x) {
 #endif
 }
 
-/* out[c * 16 + r] = scale * rows[min(first + r, count - 1)][c]: 16 rows transposed. */
+/* out[c * 16 + r] = scale * rows[min(first + r, count - 1)][c], c < dim: 16 rows transposed. */
 inline void cpu_load_transposed(__global const store_t *base, ulong stride, int first, int count, float scale,
-                                float *out) {
+                                float *out, int dim) {
     for (int r = 0; r < LANES; ++r) {
         __global const store_t *row = base + (ulong)min(first + r, count - 1) * stride;
-        for (int c = 0; c < HEAD_DIM; ++c) out[c * LANES + r] = scale * FLASHCL_LOAD(row, c);
+        for (int c = 0; c < dim; ++c) out[c * LANES + r] = scale * FLASHCL_LOAD(row, c);
     }
 }
 
-/* Stores 16 transposed rows (acc[c * 16 + r]) times scale into rows first .. count-1 of a view. */
+/* Stores 16 transposed rows (acc[c * 16 + r], c < dim) times scale into rows first .. count-1 of a view. */
 inline void cpu_store_transposed(const float *acc, float scale, __global store_t *base, ulong stride, int first,
-                                 int count) {
+                                 int count, int dim) {
     for (int r = 0; r < min(LANES, count - first); ++r) {
         __global store_t *row = base + (ulong)(first + r) * stride;
-        for (int c = 0; c < HEAD_DIM; ++c) FLASHCL_STORE(row, c, acc[c * LANES + r] * scale);
+        for (int c = 0; c < dim; ++c) FLASHCL_STORE(row, c, acc[c * LANES + r] * scale);
     }
 }
 
@@ -140,48 +156,72 @@ inline void cpu_rank_update(const float *a, int inner, __global const float *b, 
     for (int t = 0; t < STEP; ++t) vstore16(acc[t], n0 + t, c);
 }
 
-/* c^T[n][lanes] = a^T . chunk[n]^T for the CHUNK rows n of a packed chunk
-   (a holds HEAD_DIM float16 rows: a transposed, pre-scaled group of 16 rows). */
-inline void cpu_product_rows(const float *a, __global const float *chunk, float *c) {
-    for (int n0 = 0; n0 < CHUNK; n0 += STEP) cpu_rank_update(a, HEAD_DIM, chunk, DIM_PAD, 1, 1, (float16)(1.0f), c, n0);
+/* c^T[n][lanes] = a^T . chunk[n]^T for the CHUNK rows n of a packed chunk of `dim` columns (pitch
+   its rounded width; a holds dim float16 rows: a transposed, pre-scaled group of 16 rows). The
+   callers pass constants (HEAD_DIM, DIM_PAD or HEAD_DIM_V, DIM_PAD_V): after inlining the loops
+   are the fixed-size ones. */
+inline void cpu_product_rows(const float *a, __global const float *chunk, float *c, int dim, int pitch) {
+    for (int n0 = 0; n0 < CHUNK; n0 += STEP) cpu_rank_update(a, dim, chunk, pitch, 1, 1, (float16)(1.0f), c, n0);
 }
 
-/* acc^T[c][lanes] = keep * acc^T[c] + sum_{i < rows} p^T[i] * chunk[i][c] (p's rows past `rows` are never read). */
-inline void cpu_accumulate_cols(const float *p, __global const float *chunk, int rows, float16 keep, float *acc) {
-    for (int c0 = 0; c0 < DIM_PAD; c0 += STEP) cpu_rank_update(p, rows, chunk, 1, DIM_PAD, 0, keep, acc, c0);
+/* acc^T[c][lanes] = keep * acc^T[c] + sum_{i < rows} p^T[i] * chunk[i][c] for the pitch columns c of
+   a packed chunk (p's rows past `rows` are never read). */
+inline void cpu_accumulate_cols(const float *p, __global const float *chunk, int rows, float16 keep, float *acc,
+                                int pitch) {
+    for (int c0 = 0; c0 < pitch; c0 += STEP) cpu_rank_update(p, rows, chunk, 1, pitch, 0, keep, acc, c0);
 }
 
-/* Rows padded to whole chunks in a packed copy. */
+/* Rows padded to whole chunks. */
 inline int cpu_padded(int rows) { return (rows + CHUNK - 1) / CHUNK * CHUNK; }
 
+/* Rows of one head's packed copy: its rows padded to whole chunks, or with varlen the total of
+   every sequence's rows and one chunk more (a chunk starts at most CHUNK - 1 rows before a
+   sequence's end, so it ends inside the copy). */
+inline int cpu_pack_rows(int rows) {
+#if VARLEN
+    return rows + CHUNK;
+#else
+    return cpu_padded(rows);
+#endif
+}
+
+/* A packed row's width: dim (HEAD_DIM or HEAD_DIM_V) rounded up to whole micro-tiles. */
+inline int cpu_pitch(int dim) { return (dim + STEP - 1) / STEP * STEP; }
+
 /*
- * Copies a view into a dense [batch][heads][rows padded to CHUNK][DIM_PAD]
- * buffer, pad rows and columns repeating the last real one (finite values;
- * the kernels mask them). The kernels read their streamed side (K and V, or
- * Q and dO) from such a copy: rows of a [b, s, h, d] view lie h*d floats
- * apart, a power of two, so the rows of a chunk would share a few L1 sets and
- * defeat the prefetchers; the dense copy costs one pass over the tensor.
- * Half and bfloat16 views are converted here, once, so the kernels stream float.
- * Grid: (ceil(rows_padded / BLOCK), heads, batch).
+ * Copies a view of `dim` columns into a dense [batch][heads][cpu_pack_rows][cpu_pitch(dim)]
+ * buffer ([1][heads][..] with varlen: a head's rows of every sequence), pad rows and columns
+ * repeating the last real one (finite values; the kernels mask them). The kernels read their
+ * streamed side (K and V, or Q and dO) from such a copy: rows of a [b, s, h, d] view lie h*d
+ * floats apart, a power of two, so the rows of a chunk would share a few L1 sets and defeat the
+ * prefetchers; the dense copy costs one pass over the tensor. Half and bfloat16 views are
+ * converted here, once, so the kernels stream float. dim is an argument, so that one kernel
+ * packs K and V (Q and dO) when d_v != d.
+ * Grid: (ceil(cpu_pack_rows / BLOCK), heads, batch or 1 with varlen).
  */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void flash_cpu_pack(__global const store_t *X, VIEW_ARGS(x),
-                                                                            __global float *out, int rows, int heads) {
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_cpu_pack(__global const store_t *X, VIEW_ARGS(x), __global float *out, int rows, int heads, int dim) {
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    const int padded = cpu_padded(rows);
+    const int padded = cpu_pack_rows(rows), pitch = cpu_pitch(dim);
     __global const store_t *xb = X + VIEW_BASE(x, b, h);
-    __global float *ob = out + ((ulong)b * heads + h) * (ulong)padded * DIM_PAD;
+    __global float *ob = out + ((ulong)b * heads + h) * (ulong)padded * (ulong)pitch;
     const int first = (int)get_group_id(0) * BLOCK;
     for (int r = first; r < min(first + BLOCK, padded); ++r) {
         __global const store_t *row = xb + (ulong)min(r, rows - 1) * x_sr;
-        __global float *dst = ob + (ulong)r * DIM_PAD;
-        for (int c = 0; c < HEAD_DIM; ++c) dst[c] = FLASHCL_LOAD(row, c);
-        for (int c = HEAD_DIM; c < DIM_PAD; ++c) dst[c] = FLASHCL_LOAD(row, HEAD_DIM - 1);
+        __global float *dst = ob + (ulong)r * (ulong)pitch;
+        for (int c = 0; c < dim; ++c) dst[c] = FLASHCL_LOAD(row, c);
+        for (int c = dim; c < pitch; ++c) dst[c] = FLASHCL_LOAD(row, dim - 1);
     }
 }
 
-/* The packed copy of head h of batch b. */
-inline __global const float *cpu_packed(__global const float *base, int b, int heads, int h, int rows) {
-    return base + ((ulong)b * heads + h) * (ulong)cpu_padded(rows) * DIM_PAD;
+/* Row `first` (a sequence's first row with varlen, else 0) of head h of batch b in a packed copy
+   of `rows` rows per head (the view's) and `pitch` floats per row. */
+inline __global const float *cpu_packed(__global const float *base, int b, int heads, int h, int rows, int pitch,
+                                        long first) {
+#if VARLEN
+    b = 0; /* one [total] copy per head */
+#endif
+    return base + (((ulong)b * heads + h) * (ulong)cpu_pack_rows(rows) + (ulong)first) * (ulong)pitch;
 }
 
 #define CPU_LANE_IDS ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
@@ -400,7 +440,7 @@ inline float16 cpu_softmax_chunk(float *s, int j0, int16 lo, int16 hi, int maske
     return alpha;
 }
 
-/* Grid: (ceil(seqlen_q / BLOCK), heads_q, batch), BLOCK = GROUPS * 16 rows;
+/* Grid: (ceil(max_seqlen_q / BLOCK), heads_q, batch), BLOCK = GROUPS * 16 rows;
    blocks in reverse so a causal problem's heavy (late) blocks start first.
    Kp, Vp: K and V packed by flash_cpu_pack; each chunk of them feeds all GROUPS groups. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
@@ -409,20 +449,22 @@ flash_fwd_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const float *Kp,
     const int row0 = ((int)get_num_groups(0) - 1 - (int)get_group_id(0)) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
-    __global const store_t *qb = Q + VIEW_BASE(q, b, h);
-    __global const float *kb = cpu_packed(Kp, b, heads_q / group, h / group, seqlen_k);
-    __global const float *vb = cpu_packed(Vp, b, heads_q / group, h / group, seqlen_k);
-    const int last_row = min(row0 + BLOCK, seqlen_q) - 1;
+    if (row0 >= hd.sq) return; /* varlen: past this sequence's rows */
+    const int sq = (int)hd.sq;
+    __global const store_t *qb = Q + VIEW_BASE(q, b, h) + (ulong)hd.q0 * q_sr;
+    __global const float *kb = cpu_packed(Kp, b, heads_q / group, h / group, seqlen_k, DIM_PAD, hd.k0);
+    __global const float *vb = cpu_packed(Vp, b, heads_q / group, h / group, seqlen_k, DIM_PAD_V, hd.k0);
+    const int last_row = min(row0 + BLOCK, sq) - 1;
     const int groups = (last_row - row0) / LANES + 1; /* groups holding real rows */
 
-    float qt[GROUPS][HEAD_DIM * LANES]; /* q^T, pre-scaled */
-    float ot[GROUPS][DIM_PAD * LANES];  /* O^T, unnormalised */
-    float s[GROUPS][CHUNK * LANES];     /* S^T of one chunk of keys, then P^T */
+    float qt[GROUPS][HEAD_DIM * LANES];  /* q^T, pre-scaled */
+    float ot[GROUPS][DIM_PAD_V * LANES]; /* O^T, unnormalised */
+    float s[GROUPS][CHUNK * LANES];      /* S^T of one chunk of keys, then P^T */
     float16 m[GROUPS], l[GROUPS], alpha[GROUPS];
     int16 lo[GROUPS], hi[GROUPS];
     for (int g = 0; g < groups; ++g) {
-        cpu_load_transposed(qb, q_sr, row0 + g * LANES, seqlen_q, scale_log2, qt[g]);
-        for (int i = 0; i < DIM_PAD * LANES; ++i) ot[g][i] = 0.0f;
+        cpu_load_transposed(qb, q_sr, row0 + g * LANES, sq, scale_log2, qt[g], HEAD_DIM);
+        for (int i = 0; i < DIM_PAD_V * LANES; ++i) ot[g][i] = 0.0f;
         m[g] = (float16)(FLASHCL_NEG_INF);
         l[g] = (float16)(0.0f);
         cpu_key_range(hd, row0 + g * LANES, win_left, win_right, &lo[g], &hi[g]);
@@ -435,7 +477,7 @@ flash_fwd_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const float *Kp,
         if (flashcl_tile_skipped(hd, row0, last_row, j0, j0 + CHUNK - 1, VARIANT_PASS)) continue;
         for (int g = 0; g < groups; ++g) {
             const int first = row0 + g * LANES;
-            cpu_product_rows(qt[g], kb + (ulong)j0 * DIM_PAD, s[g]);
+            cpu_product_rows(qt[g], kb + (ulong)j0 * DIM_PAD, s[g], HEAD_DIM, DIM_PAD);
             cpu_terms_rows(s[g], s[g], 0, hd, first, j0, VARIANT_PASS);
             const int masked = cpu_needs_mask(hd, first, first + LANES - 1, j0, j0 + CHUNK - 1, win_left, win_right);
             alpha[g] = cpu_softmax_chunk(s[g], j0, lo[g], hi[g], masked, &m[g], &l[g]);
@@ -443,11 +485,11 @@ flash_fwd_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const float *Kp,
             cpu_dropout_rows(s[g], hd, first, j0, VARIANT_PASS);
         }
         for (int g = 0; g < groups; ++g)
-            cpu_accumulate_cols(s[g], vb + (ulong)j0 * DIM_PAD, min(CHUNK, key_end - j0), alpha[g], ot[g]);
+            cpu_accumulate_cols(s[g], vb + (ulong)j0 * DIM_PAD_V, min(CHUNK, key_end - j0), alpha[g], ot[g], DIM_PAD_V);
     }
 
     /* Fold the sinks in, normalise, transpose back to rows, store; LSE in natural log. */
-    __global store_t *ob = O + VIEW_BASE(o, b, h);
+    __global store_t *ob = O + VIEW_BASE(o, b, h) + (ulong)hd.q0 * o_sr;
     for (int g = 0; g < groups; ++g) {
         float mr[LANES], lr[LANES];
         vstore16(m[g], 0, mr);
@@ -457,7 +499,7 @@ flash_fwd_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const float *Kp,
             const float a = flashcl_fold_sink(&mr[r], &lr[r], hd.sink2);
             const float inv = lr[r] > 0.0f ? a / lr[r] : 0.0f;
             __global store_t *orow = ob + (ulong)(first + r) * o_sr;
-            for (int c = 0; c < HEAD_DIM; ++c) FLASHCL_STORE(orow, c, ot[g][c * LANES + r] * inv);
+            for (int c = 0; c < HEAD_DIM_V; ++c) FLASHCL_STORE(orow, c, ot[g][c * LANES + r] * inv);
             if (write_lse)
                 LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, first + r)] = flashcl_lse(mr[r], lr[r]);
         }
@@ -475,20 +517,30 @@ flash_fwd_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const float *Kp,
  * reproducible.
  */
 
-/* D = rowsum(dO * O). Grid: (ceil(seqlen_q / BLOCK), heads_q, batch). */
+/* D = rowsum(dO * O) over the HEAD_DIM_V columns. cu_q: cu_seqlens_q with varlen (else unread).
+   Grid: (ceil(max_seqlen_q / BLOCK), heads_q, batch). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 flash_bwd_cpu_dot(__global const store_t *dO, VIEW_ARGS(dout), __global const store_t *O, VIEW_ARGS(o),
-                  __global float *Dsum, int seqlen_q, int heads_q) {
+                  __global float *Dsum, int seqlen_q, int heads_q, __global const int *cu_q) {
     const int row0 = (int)get_group_id(0) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    __global const store_t *gb = dO + VIEW_BASE(dout, b, h);
-    __global const store_t *yb = O + VIEW_BASE(o, b, h);
-    for (int i = row0; i < min(row0 + BLOCK, seqlen_q); ++i) {
+#if VARLEN
+    const long q0 = flashcl_cu(cu_q, b, seqlen_q);
+    const int sq = (int)max(flashcl_cu(cu_q, b + 1, seqlen_q) - q0, 0L);
+    __global float *db = Dsum + (ulong)h * seqlen_q + q0; /* [heads_q, total_q] */
+#else
+    const long q0 = 0;
+    const int sq = seqlen_q;
+    __global float *db = Dsum + ((ulong)b * heads_q + h) * seqlen_q;
+#endif
+    __global const store_t *gb = dO + VIEW_BASE(dout, b, h) + (ulong)q0 * dout_sr;
+    __global const store_t *yb = O + VIEW_BASE(o, b, h) + (ulong)q0 * o_sr;
+    for (int i = row0; i < min(row0 + BLOCK, sq); ++i) {
         __global const store_t *g = gb + (ulong)i * dout_sr;
         __global const store_t *y = yb + (ulong)i * o_sr;
         float acc = 0.0f;
-        for (int c = 0; c < HEAD_DIM; ++c) acc = fma(FLASHCL_LOAD(g, c), FLASHCL_LOAD(y, c), acc);
-        Dsum[((ulong)b * heads_q + h) * seqlen_q + i] = acc;
+        for (int c = 0; c < HEAD_DIM_V; ++c) acc = fma(FLASHCL_LOAD(g, c), FLASHCL_LOAD(y, c), acc);
+        db[i] = acc;
     }
 }
 
@@ -517,7 +569,7 @@ flash_bwd_cpu_dsinks(__global const float *LSE, ulong lse_off, __global const fl
 }
 #endif
 
-/* Grid: (ceil(seqlen_k / BLOCK), heads_kv, batch): GROUPS groups of 16 keys in
+/* Grid: (ceil(max_seqlen_k / BLOCK), heads_kv, batch): GROUPS groups of 16 keys in
    the lanes. Qp, dOp: Q and dO packed by flash_cpu_pack; each chunk of query
    rows feeds all groups. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
@@ -527,36 +579,42 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
                    int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, VARIANT_ARGS) {
     const int key0 = (int)get_group_id(0) * BLOCK;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
-    const int key_last = min(key0 + BLOCK, seqlen_k) - 1;
+    /* The sequence's geometry (the same for every head of the group). */
+    const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    if (key0 >= hd0.sk) return; /* varlen: past this sequence's keys */
+    const int sq = (int)hd0.sq, sk = (int)hd0.sk;
+    const int key_last = min(key0 + BLOCK, sk) - 1;
     const int groups = (key_last - key0) / LANES + 1;
+    __global const store_t *kb = K + VIEW_BASE(k, b, hk) + (ulong)hd0.k0 * k_sr;
+    __global const store_t *vb = V + VIEW_BASE(v, b, hk) + (ulong)hd0.k0 * v_sr;
 
-    float kt[GROUPS][HEAD_DIM * LANES], vt[GROUPS][HEAD_DIM * LANES]; /* K^T (pre-scaled), V^T */
-    float dkt[GROUPS][DIM_PAD * LANES], dvt[GROUPS][DIM_PAD * LANES];
+    float kt[GROUPS][HEAD_DIM * LANES], vt[GROUPS][HEAD_DIM_V * LANES]; /* K^T (pre-scaled), V^T */
+    float dkt[GROUPS][DIM_PAD * LANES], dvt[GROUPS][DIM_PAD_V * LANES];
     for (int g = 0; g < groups; ++g) {
-        cpu_load_transposed(K + VIEW_BASE(k, b, hk), k_sr, key0 + g * LANES, seqlen_k, scale_log2, kt[g]);
-        cpu_load_transposed(V + VIEW_BASE(v, b, hk), v_sr, key0 + g * LANES, seqlen_k, 1.0f, vt[g]);
-        for (int i = 0; i < DIM_PAD * LANES; ++i) dkt[g][i] = dvt[g][i] = 0.0f;
+        cpu_load_transposed(kb, k_sr, key0 + g * LANES, sk, scale_log2, kt[g], HEAD_DIM);
+        cpu_load_transposed(vb, v_sr, key0 + g * LANES, sk, 1.0f, vt[g], HEAD_DIM_V);
+        for (int i = 0; i < DIM_PAD * LANES; ++i) dkt[g][i] = 0.0f;
+        for (int i = 0; i < DIM_PAD_V * LANES; ++i) dvt[g][i] = 0.0f;
     }
     float s[CHUNK * LANES], dp[CHUNK * LANES]; /* one group's S then P, dP then dS: [row][key] */
 
     /* Only the query rows whose band reaches this block's keys (the same for every head). */
-    const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const int row_begin = (int)flashcl_q_begin(hd0, key0, CHUNK, win_right);
     const int row_end = (int)flashcl_q_end(hd0, key_last, win_left);
     for (int hh = 0; hh < group; ++hh) {
         const int h = hk * group + hh;
         const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
-        __global const float *qb = cpu_packed(Qp, b, heads_q, h, seqlen_q);
-        __global const float *gb = cpu_packed(dOp, b, heads_q, h, seqlen_q);
+        __global const float *qb = cpu_packed(Qp, b, heads_q, h, seqlen_q, DIM_PAD, hd.q0);
+        __global const float *gb = cpu_packed(dOp, b, heads_q, h, seqlen_q, DIM_PAD_V, hd.q0);
         for (int i0 = row_begin; i0 < row_end; i0 += CHUNK) {
             if (flashcl_tile_skipped(hd, i0, i0 + CHUNK - 1, key0, key_last, VARIANT_PASS)) continue;
-            __global const float *qc = qb + (ulong)i0 * DIM_PAD, *gc = gb + (ulong)i0 * DIM_PAD;
-            const int rows = min(CHUNK, seqlen_q - i0);
+            __global const float *qc = qb + (ulong)i0 * DIM_PAD, *gc = gb + (ulong)i0 * DIM_PAD_V;
+            const int rows = min(CHUNK, sq - i0);
             for (int g = 0; g < groups; ++g) {
                 const int k_first = key0 + g * LANES;
                 const int16 key = (int16)(k_first) + CPU_LANE_IDS;
-                cpu_product_rows(kt[g], qc, s);
-                cpu_product_rows(vt[g], gc, dp);
+                cpu_product_rows(kt[g], qc, s, HEAD_DIM, DIM_PAD);
+                cpu_product_rows(vt[g], gc, dp, HEAD_DIM_V, DIM_PAD_V);
                 const int masked =
                     cpu_needs_mask(hd, i0, i0 + rows - 1, k_first, k_first + LANES - 1, win_left, win_right);
                 float16 z4[4]; /* dropout factors of four rows */
@@ -584,18 +642,20 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
                     vstore16(p * z, i, s);
                     vstore16(p * (vload16(i, dp) * z - Dsum[at]) * grad, i, dp);
                 }
-                cpu_accumulate_cols(s, gc, rows, (float16)(1.0f), dvt[g]);
-                cpu_accumulate_cols(dp, qc, rows, (float16)(1.0f), dkt[g]);
+                cpu_accumulate_cols(s, gc, rows, (float16)(1.0f), dvt[g], DIM_PAD_V);
+                cpu_accumulate_cols(dp, qc, rows, (float16)(1.0f), dkt[g], DIM_PAD);
             }
         }
     }
     for (int g = 0; g < groups; ++g) {
-        cpu_store_transposed(dkt[g], scale, dK + VIEW_BASE(dk, b, hk), dk_sr, key0 + g * LANES, seqlen_k);
-        cpu_store_transposed(dvt[g], 1.0f, dV + VIEW_BASE(dv, b, hk), dv_sr, key0 + g * LANES, seqlen_k);
+        cpu_store_transposed(dkt[g], scale, dK + VIEW_BASE(dk, b, hk) + (ulong)hd0.k0 * dk_sr, dk_sr, key0 + g * LANES,
+                             sk, HEAD_DIM);
+        cpu_store_transposed(dvt[g], 1.0f, dV + VIEW_BASE(dv, b, hk) + (ulong)hd0.k0 * dv_sr, dv_sr, key0 + g * LANES,
+                             sk, HEAD_DIM_V);
     }
 }
 
-/* Grid: (ceil(seqlen_q / BLOCK), heads_q, batch): GROUPS groups of 16 query
+/* Grid: (ceil(max_seqlen_q / BLOCK), heads_q, batch): GROUPS groups of 16 query
    rows in the lanes. Kp, Vp: K and V packed by flash_cpu_pack. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 flash_bwd_cpu_dq(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *dO, VIEW_ARGS(dout),
@@ -605,23 +665,26 @@ flash_bwd_cpu_dq(__global const store_t *Q, VIEW_ARGS(q), __global const store_t
     const int row0 = ((int)get_num_groups(0) - 1 - (int)get_group_id(0)) * BLOCK;
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
-    __global const float *kb = cpu_packed(Kp, b, heads_q / group, h / group, seqlen_k);
-    __global const float *vb = cpu_packed(Vp, b, heads_q / group, h / group, seqlen_k);
-    const int last_row = min(row0 + BLOCK, seqlen_q) - 1;
+    if (row0 >= hd.sq) return; /* varlen: past this sequence's rows */
+    const int sq = (int)hd.sq;
+    __global const float *kb = cpu_packed(Kp, b, heads_q / group, h / group, seqlen_k, DIM_PAD, hd.k0);
+    __global const float *vb = cpu_packed(Vp, b, heads_q / group, h / group, seqlen_k, DIM_PAD_V, hd.k0);
+    const int last_row = min(row0 + BLOCK, sq) - 1;
     const int groups = (last_row - row0) / LANES + 1;
 
-    float qt[GROUPS][HEAD_DIM * LANES], gt[GROUPS][HEAD_DIM * LANES]; /* Q^T (pre-scaled), dO^T */
+    float qt[GROUPS][HEAD_DIM * LANES], gt[GROUPS][HEAD_DIM_V * LANES]; /* Q^T (pre-scaled), dO^T */
     float dqt[GROUPS][DIM_PAD * LANES];
     float16 l2[GROUPS], dsum[GROUPS];
     int16 lo[GROUPS], hi[GROUPS];
     for (int g = 0; g < groups; ++g) {
         const int first = row0 + g * LANES;
-        cpu_load_transposed(Q + VIEW_BASE(q, b, h), q_sr, first, seqlen_q, scale_log2, qt[g]);
-        cpu_load_transposed(dO + VIEW_BASE(dout, b, h), dout_sr, first, seqlen_q, 1.0f, gt[g]);
+        cpu_load_transposed(Q + VIEW_BASE(q, b, h) + (ulong)hd.q0 * q_sr, q_sr, first, sq, scale_log2, qt[g], HEAD_DIM);
+        cpu_load_transposed(dO + VIEW_BASE(dout, b, h) + (ulong)hd.q0 * dout_sr, dout_sr, first, sq, 1.0f, gt[g],
+                            HEAD_DIM_V);
         for (int i = 0; i < DIM_PAD * LANES; ++i) dqt[g][i] = 0.0f;
         float lr[LANES], dr[LANES];
         for (int r = 0; r < LANES; ++r) {
-            const ulong i = flashcl_row_index(hd, b, h, heads_q, seqlen_q, min(first + r, seqlen_q - 1));
+            const ulong i = flashcl_row_index(hd, b, h, heads_q, seqlen_q, min(first + r, sq - 1));
             lr[r] = LSE[lse_off + i] * FLASHCL_LOG2E_F;
             dr[r] = Dsum[i];
         }
@@ -640,11 +703,11 @@ flash_bwd_cpu_dq(__global const store_t *Q, VIEW_ARGS(q), __global const store_t
 #endif
     for (int j0 = key_begin; j0 < key_end; j0 += CHUNK) {
         if (flashcl_tile_skipped(hd, row0, last_row, j0, j0 + CHUNK - 1, VARIANT_PASS)) continue;
-        __global const float *kc = kb + (ulong)j0 * DIM_PAD, *vc = vb + (ulong)j0 * DIM_PAD;
+        __global const float *kc = kb + (ulong)j0 * DIM_PAD, *vc = vb + (ulong)j0 * DIM_PAD_V;
         for (int g = 0; g < groups; ++g) {
             const int first = row0 + g * LANES;
-            cpu_product_rows(qt[g], kc, s);
-            cpu_product_rows(gt[g], vc, dp);
+            cpu_product_rows(qt[g], kc, s, HEAD_DIM, DIM_PAD);
+            cpu_product_rows(gt[g], vc, dp, HEAD_DIM_V, DIM_PAD_V);
             cpu_terms_rows(s, grad, 1, hd, first, j0, VARIANT_PASS);
             cpu_dropout_rows(dp, hd, first, j0, VARIANT_PASS); /* dP Z */
             const int16 empty = l2[g] == (float16)(FLASHCL_NEG_INF);
@@ -669,9 +732,10 @@ flash_bwd_cpu_dq(__global const store_t *Q, VIEW_ARGS(q), __global const store_t
                     vstore16(ds, j, s);
                 }
             }
-            cpu_accumulate_cols(s, kc, min(CHUNK, key_end - j0), (float16)(1.0f), dqt[g]);
+            cpu_accumulate_cols(s, kc, min(CHUNK, key_end - j0), (float16)(1.0f), dqt[g], DIM_PAD);
         }
     }
     for (int g = 0; g < groups; ++g)
-        cpu_store_transposed(dqt[g], scale, dQ + VIEW_BASE(dq, b, h), dq_sr, row0 + g * LANES, seqlen_q);
+        cpu_store_transposed(dqt[g], scale, dQ + VIEW_BASE(dq, b, h) + (ulong)hd.q0 * dq_sr, dq_sr, row0 + g * LANES,
+                             sq, HEAD_DIM);
 }

@@ -34,7 +34,7 @@ static const family k_families[] = {
     {"fwd_tiles", "flash_fwd_tiles.cl", "-D BLOCK_M=64 -D BLOCK_N=64 -D TILE_M=4 -D TILE_N=4", 1},
     {"bwd_rows", "flash_bwd.cl", "-D BLOCK_M=32 -D BLOCK_N=32", 1},
     {"bwd_tiles", "flash_bwd_tiles.cl", "-D BLOCK_M=64 -D BLOCK_N=64 -D ROW_SLICE=16", 1},
-    {"cpu", "flash_cpu.cl", "-w -D GROUPS=2 -D CHUNK=48 -D STEP=6", 0},
+    {"cpu", "flash_cpu.cl", "-w -D GROUPS=2 -D CHUNK=48 -D STEP=6", 1},
     {"standard", "standard.cl", "-D TILE=64 -D WPT=4 -D TILE_K=16 -D SOFTMAX_WG=256", 0},
     {"dropout_mask", "dropout_mask.cl", "-D VARLEN=1", 0},
     {"decode", "flash_decode.cl",

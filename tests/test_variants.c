@@ -21,7 +21,7 @@
  *                 [--fresh-context] [--storage f16|bf16] [--tensor-cores] [--cpu-family]
  *
  * --cpu-family runs only the cases the CPU kernel family covers (all but
- * varlen, d_v != d and d > 256), for the run that forces that family
+ * d or d_v > 256), for the run that forces that family
  * (FLASHCL_TILE=kernel=cpu, where an uncovered call is an error);
  * --quick runs a few tiny cases with every feature on (the Oclgrind runs);
  * --case N runs only case N, --skip N all but case N;
@@ -74,6 +74,7 @@ static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const cha
 
 static int g_forward_only;
 static const char *g_expect_forward; /* "flash_fwd_mma" with --tensor-cores on a device that has them */
+static int g_expect_cpu;             /* the CPU family must plan every case it covers (see check_cpu_family) */
 
 /* The plan of a plain d = 64 forward of 64 rows in storage `t` on this device. */
 static flashcl_status plain_plan(flashcl_context *ctx, flashcl_dtype t, flashcl_plan *plan) {
@@ -159,10 +160,43 @@ static int check_forward_kernel(flashcl_context *ctx, const vp_problem *p, const
     return ok;
 }
 
-/* What the CPU family (src/backends/cpu/plan.c) takes: every variant but varlen and d_v != d, d <= 256. */
+/* What the CPU family (src/backends/cpu/plan.c) takes: every variant (varlen and d_v != d included),
+   d and d_v up to 256. */
 static int cpu_family_covers(const vc_case *c) {
     const flashcl_attention_desc *d = &c->desc;
-    return !c->nseq && (!d->head_dim_v || d->head_dim_v == d->head_dim) && d->head_dim <= 256;
+    return d->head_dim <= 256 && d->head_dim_v <= 256;
+}
+
+/* Whether a plain float32 call plans the CPU family (a CPU device with no override against it). */
+static int device_plans_cpu_family(flashcl_context *ctx) {
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+    d.batch = d.heads_q = d.heads_kv = 1;
+    d.seqlen_q = d.seqlen_k = 64;
+    d.head_dim = 64;
+    flashcl_plan plan;
+    return flashcl_plan_query(ctx, &d, &plan) == FLASHCL_SUCCESS && strcmp(plan.kernel, "flash_fwd_cpu") == 0;
+}
+
+/* Where the CPU family plans (g_expect_cpu), every case it covers must plan it: the forward
+   flash_fwd_cpu (or the decode family, ahead of it in the chain, for a short query) with no
+   "not cpu:" in the reason, the backward flash_bwd_cpu_dkdv. A silent fallback to the row
+   kernels fails instead of passing on them. */
+static int check_cpu_family(flashcl_context *ctx, const vp_problem *p, const char *label) {
+    if (!g_expect_cpu || !cpu_family_covers(&p->c)) return 1;
+    flashcl_plan plan;
+    memset(&plan, 0, sizeof plan);
+    flashcl_status st = flashcl_plan_query(ctx, &p->desc, &plan);
+    int ok = 1;
+    if (st == FLASHCL_SUCCESS && strncmp(plan.kernel, "flash_decode", 12) == 0 && !strstr(plan.reason, "not cpu:"))
+        ;
+    else
+        ok = expect_kernel(ctx, st, &plan, "forward", "flash_fwd_cpu", label);
+    if (p->c.backward && !g_forward_only) {
+        memset(&plan, 0, sizeof plan);
+        ok &= expect_kernel(ctx, flashcl_backward_plan_query(ctx, &p->desc, &plan), &plan, "backward",
+                            "flash_bwd_cpu_dkdv", label);
+    }
+    return ok;
 }
 
 /* Head dims past the maximum: refused, naming the field. */
@@ -186,6 +220,7 @@ static int run_case(flashcl_context *ctx, const vc_case *c, const char *label, u
     vp_problem p;
     vp_init(&p, flashcl_context_cl_context(ctx), c, 0x5eed0000u + (uint64_t)c->desc.head_dim);
     int ok = check_forward_kernel(ctx, &p, label);
+    ok &= check_cpu_family(ctx, &p, label);
     cl_event fwd = NULL, bwd = NULL;
     if (c->desc.dropout_p > 0.0f) {
         if (!CHECK_STATUS(vp_dropout_mask(ctx, &p), FLASHCL_SUCCESS)) {
@@ -250,6 +285,8 @@ static int check_families(const vc_case *c) {
     char *old_tile = saved_env("FLASHCL_TILE"), *old_bwd = saved_env("FLASHCL_BWD_KERNEL");
     unsigned char *keep[2] = {NULL, NULL};
     int ok = 1;
+    const int expect_cpu = g_expect_cpu;
+    g_expect_cpu = 0; /* the portable families are forced here */
     for (int f = 0; f < 2; f++) {
         set_env("FLASHCL_TILE", tiles[f]);
         set_env("FLASHCL_BWD_KERNEL", bwd[f]);
@@ -264,6 +301,7 @@ static int check_families(const vc_case *c) {
     }
     set_env("FLASHCL_TILE", old_tile);
     set_env("FLASHCL_BWD_KERNEL", old_bwd);
+    g_expect_cpu = expect_cpu;
     free(old_tile);
     free(old_bwd);
     if (keep[0] && keep[1]) {
@@ -357,6 +395,8 @@ int main(int argc, char **argv) {
         return 77; /* CTest's SKIP_RETURN_CODE: reported as skipped, not passed */
     }
     if (sm75) CHECK(check_sm75_plans(ctx));
+    g_expect_cpu = cpu_only || device_plans_cpu_family(ctx);
+    printf("CPU family expected on the cases it covers: %s\n", g_expect_cpu ? "yes" : "no");
     size_t ran = 0, passed = 0;
     const vc_case *family_case = NULL;
     struct timespec t0;

@@ -134,6 +134,15 @@ void variant_cases_all(vc_list *l) {
         varlen(c, 3, lq, lk);
         c->sinks = 1;
     }
+    {
+        /* Empty sequences (no rows, no keys, neither), and rows that see no key at all; the last
+           sequence is longer than a chunk and ends the views (the CPU family's packed copies of
+           the totals must hold the chunk that reads past it). The same build as the case above. */
+        static const size_t lq[4] = {0, 9, 0, 45}, lk[4] = {6, 0, 0, 50};
+        c = push(l, "varlen empty sequences+causal+sinks", F32, 0, 4, 2, 0, 0, 32, 32, 1);
+        varlen(c, 4, lq, lk);
+        c->sinks = 1;
+    }
 
     /* ---- head dims: d_v != d_qk, the largest, the smallest. */
     c = push(l, "dv!=d 192/128", F32, 1, 2, 2, 19, 23, 192, 128, 0);
@@ -183,8 +192,8 @@ void variant_cases_all(vc_list *l) {
     c->mask = VC_PER_HEAD;
     c->mask_density = 0.85;
     block_mask(c, VC_PER_BATCH, 8, 16, 0.85);
-    /* Every variant the CPU family runs (all but varlen and d_v != d) in one build, bfloat16 and GQA,
-       so that its forced run (test_variants_cpu) has the combination too. */
+    /* Every variant but varlen and d_v != d in one bfloat16 build with GQA (the CPU family's forced
+       run, test_variants_cpu, has "everything" and "everything varlen" in float32 as well). */
     c = push(l, "everything bf16 d_v=d", BF16, 2, 4, 2, 41, 53, 24, 24, 1);
     window(c, 25, -1);
     c->desc.softcap = 3.0f;

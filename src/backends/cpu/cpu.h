@@ -3,9 +3,9 @@
  * D / dK,dV / dQ kernels, each work-item owning 16 rows in the lanes of a
  * float16 (see the kernel file); the side a kernel streams is packed into
  * dense scratch first. It covers float32, float16 and bfloat16 storage with
- * every variant but varlen and d_v != d (causal, window, softcap, ALiBi,
- * sinks and their gradient, dropout, bias, masks, block masks; GQA, any
- * lengths and strides, d <= 256) on CPU devices; FLASHCL_TILE=kernel=cpu
+ * every variant (causal, window, softcap, ALiBi, sinks and their gradient,
+ * dropout, bias, masks, block masks, varlen; GQA, any lengths and strides,
+ * d and d_v != d each up to 256) on CPU devices; FLASHCL_TILE=kernel=cpu
  * and FLASHCL_BWD_KERNEL=cpu force it anywhere (and make an uncovered call an
  * error that says why), FLASHCL_TILE=kernel=rows / FLASHCL_BWD_KERNEL=rows
  * hand the call to the portable row kernels instead.
@@ -24,7 +24,7 @@ typedef struct flashcl__cpu_plan {
     cl_kernel main[4]; /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ, dsinks (sinks builds) */
     cl_kernel pack;    /* flash_cpu_pack */
     int head_dim;
-    char variants[256]; /* the variant switches (flashcl__variant_options) it was built with */
+    char variants[256]; /* the variant switches (flashcl__variant_options, HEAD_DIM_V included) it was built with */
     int causal;         /* a tuned plan may differ between causal and not */
     struct flashcl__cpu_plan *next;
 } flashcl__cpu_plan;

@@ -3,30 +3,45 @@
  * streams (K and V; for dK/dV, Q and dO) is first packed into dense
  * context scratch by flash_cpu_pack, then the main kernels run over blocks
  * of plan rows with work-groups of one. All commands are chained by events.
+ * With varlen the grids cover the longest sequence (max_seqlen_q/k; blocks
+ * past a shorter one return at once) and each head's packed copy holds the
+ * rows of every sequence (the views' totals) and one chunk of padding.
  */
 #include "cpu.h"
 #include "../../launch.h"
 
 static size_t blocks_of(size_t rows, size_t block) { return (rows + block - 1) / block; }
 
-/* Bytes of a packed copy: rows padded to whole chunks, head dim to whole micro-tiles (mirrors the kernel). */
-static size_t packed_bytes(const flashcl_attention_desc *d, size_t heads, size_t rows, int chunk) {
-    const size_t step = 6, dim_pad = (d->head_dim + step - 1) / step * step;
-    const size_t padded = (rows + (size_t)chunk - 1) / (size_t)chunk * (size_t)chunk;
-    return d->batch * heads * padded * dim_pad * sizeof(float);
+/* Rows of one head's packed copy (cpu_pack_rows in the kernel): the view's rows padded to whole
+   chunks, or with varlen its total rows and one chunk more. */
+static size_t pack_rows(const flashcl_attention_desc *d, size_t rows, int chunk) {
+    if (flashcl__is_varlen(d)) return rows + (size_t)chunk;
+    return (rows + (size_t)chunk - 1) / (size_t)chunk * (size_t)chunk;
+}
+
+/* The batches of a packed copy: one [total] copy per head with varlen. */
+static size_t pack_batches(const flashcl_attention_desc *d) { return flashcl__is_varlen(d) ? 1 : d->batch; }
+
+/* Bytes of a packed copy of `dim` columns, rounded up to whole micro-tiles (mirrors the kernel). */
+static size_t packed_bytes(const flashcl_attention_desc *d, size_t heads, size_t rows, size_t dim, int chunk) {
+    const size_t step = 6, pitch = (dim + step - 1) / step * step;
+    return pack_batches(d) * heads * pack_rows(d, rows, chunk) * pitch * sizeof(float);
 }
 
 size_t flashcl__cpu_packed_scratch(const flashcl__cpu_plan *plan, flashcl__pass pass, const flashcl_attention_desc *d) {
     const int chunk = plan->pub.block_cols;
-    size_t bytes = 2 * packed_bytes(d, d->heads_kv, d->seqlen_k, chunk);
-    if (pass == FLASHCL__BACKWARD) bytes += 2 * packed_bytes(d, d->heads_q, d->seqlen_q, chunk);
+    size_t bytes = packed_bytes(d, d->heads_kv, d->seqlen_k, d->head_dim, chunk) +
+                   packed_bytes(d, d->heads_kv, d->seqlen_k, d->head_dim_v, chunk);
+    if (pass == FLASHCL__BACKWARD)
+        bytes += packed_bytes(d, d->heads_q, d->seqlen_q, d->head_dim, chunk) +
+                 packed_bytes(d, d->heads_q, d->seqlen_q, d->head_dim_v, chunk);
     return bytes;
 }
 
-/* One packed copy: scratch slot `slot` gets view t (heads x rows). */
+/* One packed copy: scratch slot `slot` gets view t (heads x rows x dim; rows: the totals with varlen). */
 typedef struct {
     const flashcl_tensor *view;
-    size_t heads, rows;
+    size_t heads, rows, dim;
     int slot;
     const char *what;
 } pack_job;
@@ -37,17 +52,19 @@ static flashcl_status enqueue_packs(flashcl_context *ctx, flashcl__chain *chain,
                                     int count, cl_mem *out, int *launch) {
     for (int i = 0; i < count; ++i) {
         const pack_job *j = &jobs[i];
-        flashcl_status st = flashcl__scratch(ctx, j->slot, packed_bytes(d, j->heads, j->rows, chunk), j->what, &out[i]);
+        flashcl_status st =
+            flashcl__scratch(ctx, j->slot, packed_bytes(d, j->heads, j->rows, j->dim, chunk), j->what, &out[i]);
         if (st != FLASHCL_SUCCESS) return st;
         flashcl__args a = flashcl__args_for(pack, "flash_cpu_pack");
         flashcl__arg_view(&a, j->view);
         flashcl__arg_mem(&a, out[i]);
         flashcl__arg_int(&a, (cl_int)j->rows);
         flashcl__arg_int(&a, (cl_int)j->heads);
+        flashcl__arg_int(&a, (cl_int)j->dim);
         st = flashcl__args_check(ctx, &a);
         if (st != FLASHCL_SUCCESS) return st;
-        const size_t padded = (j->rows + (size_t)chunk - 1) / (size_t)chunk * (size_t)chunk;
-        const size_t global[3] = {blocks_of(padded, block), j->heads, d->batch}, local[3] = {1, 1, 1};
+        const size_t global[3] = {blocks_of(pack_rows(d, j->rows, chunk), block), j->heads, pack_batches(d)};
+        const size_t local[3] = {1, 1, 1};
         launch[i] = flashcl__chain_launch(chain, pack, "flash_cpu_pack", 3, global, local, FLASHCL__AFTER_START);
         if (chain->status != FLASHCL_SUCCESS) return chain->status;
     }
@@ -65,8 +82,8 @@ flashcl_status flashcl__cpu_forward(flashcl_context *ctx, const flashcl__call *c
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
     if (st != FLASHCL_SUCCESS) return st;
     const pack_job jobs[2] = {
-        {&views[FLASHCL__VK], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES, "forward: packed K"},
-        {&views[FLASHCL__VV], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES2, "forward: packed V"}};
+        {&views[FLASHCL__VK], d->heads_kv, d->seqlen_k, d->head_dim, FLASHCL__SCRATCH_SCORES, "forward: packed K"},
+        {&views[FLASHCL__VV], d->heads_kv, d->seqlen_k, d->head_dim_v, FLASHCL__SCRATCH_SCORES2, "forward: packed V"}};
     cl_mem packed[2];
     int packs[2];
     st = enqueue_packs(ctx, &chain, plan->pack, d, block, plan->pub.block_cols, jobs, 2, packed, packs);
@@ -83,7 +100,8 @@ flashcl_status flashcl__cpu_forward(flashcl_context *ctx, const flashcl__call *c
     flashcl__arg_variants(&a, d, views[FLASHCL__VQ].buffer);
     st = flashcl__args_check(ctx, &a);
     if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
-    const size_t global[3] = {blocks_of(d->seqlen_q, block), d->heads_q, d->batch}, local[3] = {1, 1, 1};
+    /* max_seqlen_q: the totals' rows without varlen; with it, blocks past a shorter sequence return at once. */
+    const size_t global[3] = {blocks_of(d->max_seqlen_q, block), d->heads_q, d->batch}, local[3] = {1, 1, 1};
     const int done = flashcl__chain_launch_after(&chain, kernel, FLASHCL__CPU_FWD_KERNEL, 3, global, local, 2, packs);
     return flashcl__chain_end(&chain, 1, &done, call->event);
 }
@@ -109,17 +127,17 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
     if (st != FLASHCL_SUCCESS) return st;
     const pack_job jobs[4] = {
-        {&views[FLASHCL__VQ], d->heads_q, d->seqlen_q, FLASHCL__SCRATCH_GRADS, "backward: packed Q"},
-        {&views[FLASHCL__VDO], d->heads_q, d->seqlen_q, FLASHCL__SCRATCH_GRADS2, "backward: packed dO"},
-        {&views[FLASHCL__VK], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES, "backward: packed K"},
-        {&views[FLASHCL__VV], d->heads_kv, d->seqlen_k, FLASHCL__SCRATCH_SCORES2, "backward: packed V"},
+        {&views[FLASHCL__VQ], d->heads_q, d->seqlen_q, d->head_dim, FLASHCL__SCRATCH_GRADS, "backward: packed Q"},
+        {&views[FLASHCL__VDO], d->heads_q, d->seqlen_q, d->head_dim_v, FLASHCL__SCRATCH_GRADS2, "backward: packed dO"},
+        {&views[FLASHCL__VK], d->heads_kv, d->seqlen_k, d->head_dim, FLASHCL__SCRATCH_SCORES, "backward: packed K"},
+        {&views[FLASHCL__VV], d->heads_kv, d->seqlen_k, d->head_dim_v, FLASHCL__SCRATCH_SCORES2, "backward: packed V"},
     };
     cl_mem packed[4]; /* Qp, dOp, Kp, Vp */
     int packs[4];
     st = enqueue_packs(ctx, &chain, plan->pack, d, block, plan->pub.block_cols, jobs, 4, packed, packs);
     if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
 
-    /* flash_bwd_cpu_dot(dO, O, Dsum, sq, hq); flash_bwd_cpu_dkdv(Qp, dOp, K, V, LSE, lse_off, Dsum, dK, dV,
+    /* flash_bwd_cpu_dot(dO, O, Dsum, sq, hq, cu_q); flash_bwd_cpu_dkdv(Qp, dOp, K, V, LSE, lse_off, Dsum, dK, dV,
        scalars); flash_bwd_cpu_dq(Q, dO, Kp, Vp, LSE, lse_off, Dsum, dQ, scalars). */
     flashcl__args dot = flashcl__args_for(plan->main[0], "flash_bwd_cpu_dot");
     flashcl__arg_view(&dot, &views[FLASHCL__VDO]);
@@ -127,6 +145,7 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
     flashcl__arg_mem(&dot, dsum);
     flashcl__arg_int(&dot, (cl_int)d->seqlen_q);
     flashcl__arg_int(&dot, (cl_int)d->heads_q);
+    flashcl__arg_mem(&dot, d->cu_seqlens_q ? d->cu_seqlens_q : views[FLASHCL__VQ].buffer); /* unread without varlen */
     flashcl__args dkdv = flashcl__args_for(plan->main[1], FLASHCL__CPU_DKDV_KERNEL);
     flashcl__arg_mem(&dkdv, packed[0]);
     flashcl__arg_mem(&dkdv, packed[1]);
@@ -171,8 +190,8 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
     if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
 
     const size_t one[3] = {1, 1, 1};
-    const size_t g_rows[3] = {blocks_of(d->seqlen_q, block), d->heads_q, d->batch};
-    const size_t g_keys[3] = {blocks_of(d->seqlen_k, block), d->heads_kv, d->batch};
+    const size_t g_rows[3] = {blocks_of(d->max_seqlen_q, block), d->heads_q, d->batch};
+    const size_t g_keys[3] = {blocks_of(d->max_seqlen_k, block), d->heads_kv, d->batch};
     const int e_dot =
         flashcl__chain_launch(&chain, plan->main[0], "flash_bwd_cpu_dot", 3, g_rows, one, FLASHCL__AFTER_START);
     const int dkdv_after[3] = {packs[0], packs[1], e_dot}; /* dK/dV reads packed Q, dO and D */

@@ -1,7 +1,8 @@
 /*
  * Plans for the CPU kernel family (cl/flash_cpu.cl): one build per head dim
- * and set of variant switches (cl/variants.cl: storage type, softcap, ALiBi,
- * bias, masks, block mask, sinks, dropout), like the portable kernels.
+ * and set of variant switches (cl/variants.cl: HEAD_DIM_V, storage type,
+ * softcap, ALiBi, bias, masks, block mask, sinks, dropout, varlen), like the
+ * portable kernels.
  *
  * The shape is fixed by the kernels: groups of 16 rows (a float16) per
  * work-item, work-groups of one, the streamed side packed into dense scratch
@@ -28,20 +29,17 @@
 #define CPU_MAX_CHUNK 480
 
 /* What the family runs: float32, float16 or bfloat16 storage, every variant of
-   cl/variants.cl but varlen (the kernels and packs index whole [b, h] views) and
-   d_v != d (one HEAD_DIM for Q, K, V), GQA, any lengths and strides, d <= 256
-   (the private arrays of a 16-row group grow with d). The rest goes to the
-   portable row kernels. */
+   cl/variants.cl (varlen included: the kernels find each sequence's rows through
+   cu_seqlens), GQA, any lengths and strides, d and d_v each up to 256 (HEAD_DIM for
+   Q and K, HEAD_DIM_V for V and O; the private arrays of a 16-row group grow with
+   both). The rest goes to the portable row kernels. */
 static int cpu_family_covers(const flashcl_attention_desc *desc) {
-    return desc->head_dim <= 256 && desc->head_dim_v == desc->head_dim && !flashcl__is_varlen(desc);
+    return desc->head_dim <= 256 && desc->head_dim_v <= 256;
 }
 
 /* Why the family does not take a call it does not cover. */
 static void uncovered_why(const flashcl_attention_desc *d, char *out, size_t cap) {
-    snprintf(out, cap, "%s",
-             d->head_dim > 256              ? "d > 256"
-             : d->head_dim_v != d->head_dim ? "d_v != d"
-                                            : "varlen (cu_seqlens)");
+    snprintf(out, cap, "%s", d->head_dim > 256 ? "d > 256" : "d_v > 256");
 }
 
 /* Forced with FLASHCL_TILE=kernel=cpu (FLASHCL_BWD_KERNEL=cpu), the family takes the call even
@@ -86,8 +84,8 @@ int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_
         char features[160], reason[64];
         flashcl__describe_variants(d, features, sizeof features);
         uncovered_why(d, reason, sizeof reason);
-        snprintf(why, cap, "%s (the family runs d <= 256 with d_v = d and no varlen; this call: d=%zu, %s)", reason,
-                 d->head_dim, features);
+        snprintf(why, cap, "%s (the family runs d and d_v up to 256; this call: d=%zu, %s)", reason, d->head_dim,
+                 features);
         return 0;
     }
     return 1;
@@ -98,9 +96,8 @@ static flashcl_status refuse_forced(flashcl_context *ctx, const flashcl_attentio
     flashcl__describe_variants(desc, features, sizeof features);
     uncovered_why(desc, reason, sizeof reason);
     return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                         "%s=...cpu: the CPU family runs d <= 256 with d_v = d and no varlen; this call has %s (d=%zu, "
-                         "%s)",
-                         var, reason, desc->head_dim, features);
+                         "%s=...cpu: the CPU family runs d and d_v up to 256; this call has %s (d=%zu, %s)", var,
+                         reason, desc->head_dim, features);
 }
 
 /* -w: POCL's clang warns that every float16 argument of the (always inlined)
