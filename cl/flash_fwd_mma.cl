@@ -42,7 +42,13 @@
  * scaled first and goes through flashcl_score.
  *
  * Storage is 16-bit (ushort in the kernel); MMA_F16 picks f16 (1) or bf16 (0,
- * the default; cl/ptx.cl reads it).
+ * the default; cl/ptx.cl reads it). MMA_TF32=1 is float32 storage on the TF32
+ * mma (m16n8k8, sm_80; the caller's allow_tf32): the same tiles and softmax,
+ * the tiles float in __local (rows padded by 16 bytes, 4 floats, which puts
+ * the 32 lanes' scalar fragment loads in 32 distinct banks), each fragment
+ * element rounded to TF32 (cvt.rna) where it is loaded, P rounded the same,
+ * O stored as float32. ldmatrix moves 16-bit rows only, so the fragments are
+ * plain __local loads (mma_tf32_frag_*).
  * The host guarantees: d and d_v multiples of 8 (<= 256), every view's offset
  * and row stride multiples of 8 elements and the buffers 16-byte aligned
  * (cp.async moves 16 bytes), scale > 0.
@@ -69,6 +75,19 @@
 #ifndef MMA_QLOCAL
 #define MMA_QLOCAL 0 /* 1: Q stays in __local and its fragments are reloaded per key tile (no Q registers) */
 #endif
+#ifndef MMA_TF32
+#define MMA_TF32 0 /* 1: float32 storage on the TF32 mma */
+#endif
+#if MMA_TF32
+typedef float mma_t; /* the storage type */
+#define MMA_CE 4     /* elements per 16-byte chunk (one cp.async) */
+#if MMA_QLOCAL
+#error "MMA_TF32 keeps Q in registers"
+#endif
+#else
+typedef ushort mma_t;
+#define MMA_CE 8
+#endif
 
 #define MMA_THREADS (32 * MMA_WARPS)
 #define MMA_BR (16 * MMA_MT * MMA_WARPS)
@@ -80,8 +99,8 @@
 #if MMA_SWZ && (HEAD_DIM % 64 != 0 || MMA_DV % 64 != 0)
 #error "MMA_QLOCAL needs padded head dims that are multiples of 64"
 #endif
-#define MMA_LDK (MMA_SWZ ? HEAD_DIM : HEAD_DIM + 8) /* __local row of Q and K, in elements */
-#define MMA_LDV (MMA_SWZ ? MMA_DV : MMA_DV + 8)     /* of V */
+#define MMA_LDK (MMA_SWZ ? HEAD_DIM : HEAD_DIM + MMA_CE) /* __local row of Q and K, in elements */
+#define MMA_LDV (MMA_SWZ ? MMA_DV : MMA_DV + MMA_CE)     /* of V */
 #define MMA_K_ELEMS (MMA_BC * MMA_LDK)
 #define MMA_V_ELEMS (MMA_BC * MMA_LDV)
 #define MMA_Q_ELEMS (MMA_BR * MMA_LDK)
@@ -104,22 +123,62 @@
 /* Copies rows [row0, row0 + rows) of a view into a tile whose rows are `ld`
    elements and `chunks` 16-byte chunks; rows at or past `limit` and chunks at
    or past `real` (the head dim's padding) become zeros. */
-inline void mma_load_tile(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0, int rows,
+inline void mma_load_tile(__local mma_t *tile, __global const mma_t *base, ulong stride_row, long row0, int rows,
                           long limit, int lid, int ld, int chunks, int real) {
     for (int c = lid; c < rows * chunks; c += MMA_THREADS) {
         const int r = c / chunks, ch = c - r * chunks;
         const long gr = row0 + r;
         const int ok = gr < limit && (real == chunks || ch < real); /* constants: folds unless padded */
-        __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * 8;
+        __global const mma_t *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * MMA_CE;
         const int pch = MMA_SWZ ? (ch ^ (r & 7)) : ch;
-        ptx_cp16(ptx_smem_addr(tile + r * ld + pch * 8), src, ok ? 16u : 0u);
+        ptx_cp16(ptx_smem_addr((__local const ushort *)(tile + r * ld + pch * MMA_CE)), (__global const ushort *)src,
+                 ok ? 16u : 0u);
     }
     ptx_cp_commit();
 }
 #define MMA_LOAD_QK(tile, base, sr, row0, rows, limit)                                                                 \
-    mma_load_tile(tile, base, sr, row0, rows, limit, lid, MMA_LDK, HEAD_DIM / 8, MMA_DK_REAL / 8)
+    mma_load_tile(tile, base, sr, row0, rows, limit, lid, MMA_LDK, HEAD_DIM / MMA_CE, MMA_DK_REAL / MMA_CE)
 #define MMA_LOAD_V(tile, base, sr, row0, limit)                                                                        \
-    mma_load_tile(tile, base, sr, row0, MMA_BC, limit, lid, MMA_LDV, MMA_DV / 8, HEAD_DIM_V / 8)
+    mma_load_tile(tile, base, sr, row0, MMA_BC, limit, lid, MMA_LDV, MMA_DV / MMA_CE, HEAD_DIM_V / MMA_CE)
+
+#if MMA_TF32
+/* TF32 fragments from row-major float tiles in __local (lane = 4 g + c), each element rounded
+   to TF32. A of a 16 x 16 slice at t (two k = 8 halves): rows g, g + 8, columns c, c + 4. */
+inline void mma_tf32_frag_a(__local const float *t, int ld, int lane, uint a[8]) {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        __local const float *p = t + g * ld + h * 8 + c;
+        a[4 * h + 0] = ptx_tf32(p[0]);
+        a[4 * h + 1] = ptx_tf32(p[8 * ld]);
+        a[4 * h + 2] = ptx_tf32(p[4]);
+        a[4 * h + 3] = ptx_tf32(p[8 * ld + 4]);
+    }
+}
+/* B = K^T for 8 keys x 16 dims at t (the K tile's rows are keys): key g, dims c, c + 4 (+ 8). */
+inline void mma_tf32_frag_k(__local const float *t, int ld, int lane, uint b[4]) {
+    __local const float *p = t + (lane >> 2) * ld + (lane & 3);
+    b[0] = ptx_tf32(p[0]);
+    b[1] = ptx_tf32(p[4]);
+    b[2] = ptx_tf32(p[8]);
+    b[3] = ptx_tf32(p[12]);
+}
+/* B = V for 16 keys x 8 dims at t, in P's key order: k = c stands for key 2c, k = c + 4 for
+   key 2c + 1 (the softmax's C fragment holds keys 2c, 2c + 1; a sum over k may take any order). */
+inline void mma_tf32_frag_v(__local const float *t, int ld, int lane, uint b[4]) {
+    __local const float *p = t + 2 * (lane & 3) * ld + (lane >> 2);
+    b[0] = ptx_tf32(p[0]);
+    b[1] = ptx_tf32(p[ld]);
+    b[2] = ptx_tf32(p[8 * ld]);
+    b[3] = ptx_tf32(p[9 * ld]);
+}
+/* d += a * b over 16 of k: the two k = 8 halves. */
+#define MMA_TF32_K16(d, a, b)                                                                                          \
+    do {                                                                                                               \
+        PTX_MMA_TF32(d, a, b);                                                                                         \
+        PTX_MMA_TF32(d, (a) + 4, (b) + 2);                                                                             \
+    } while (0)
+#endif
 
 /* The first key tile at or after kv0 that the block mask keeps for rows [r0, r1] (kv_end if none). */
 inline long mma_next_tile(flashcl_head hd, long kv0, long kv_end, long r0, long r1, VARIANT_ARGS) {
@@ -128,15 +187,15 @@ inline long mma_next_tile(flashcl_head hd, long kv0, long kv_end, long r0, long 
 }
 
 __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void
-flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k), __global const ushort *V,
-              VIEW_ARGS(v), __global ushort *O, VIEW_ARGS(o), FWD_ARGS) {
-    __local ushort smem[MMA_SMEM_ELEMS] __attribute__((aligned(16)));
+flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VIEW_ARGS(k), __global const mma_t *V,
+              VIEW_ARGS(v), __global mma_t *O, VIEW_ARGS(o), FWD_ARGS) {
+    __local mma_t smem[MMA_SMEM_ELEMS] __attribute__((aligned(16)));
 #if MMA_QLOCAL
-    __local ushort *ks = smem + MMA_Q_ELEMS;
+    __local mma_t *ks = smem + MMA_Q_ELEMS;
 #else
-    __local ushort *ks = smem; /* reuses Q's space once Q is in registers */
+    __local mma_t *ks = smem; /* reuses Q's space once Q is in registers */
 #endif
-    __local ushort *vs = ks + MMA_K_ELEMS;
+    __local mma_t *vs = ks + MMA_K_ELEMS;
 
     const int lid = (int)get_local_id(0);
     const int warp = lid >> 5, lane = lid & 31;
@@ -150,18 +209,20 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
     const long last_row = min(q0 + MMA_BR, hd.sq) - 1;
     const long sk = hd.sk, sq = hd.sq;
 
-    __global const ushort *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
-    __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr;
-    __global const ushort *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
+    __global const mma_t *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
+    __global const mma_t *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr;
+    __global const mma_t *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
 
     /* Key tiles this block visits: those inside the causal/window band of its rows. */
     const long kv_end = flashcl_kv_end(hd, last_row, win_right);
     long kv0 = mma_next_tile(hd, flashcl_kv_begin(hd, q0, MMA_BC, win_left), kv_end, q0, last_row, VARIANT_PASS);
 
+#if !MMA_TF32
     /* Per-lane ldmatrix addresses: the lane's row start (bytes) and its chunk bit y (MMA_COLB). */
     const uint sw = MMA_SWZ ? (uint)(lane & 7) : 0u;
     const uint q_row = ptx_smem_addr(smem) + (uint)((warp * MMA_MT * 16 + (lane & 15)) * MMA_LDK * 2);
     const uint q_y = (uint)(lane >> 4) ^ sw;
+#endif
     /* Q: global -> __local (A fragments, one per 16 dims). */
     MMA_LOAD_QK(smem, Qb, q_sr, q0, MMA_BR, sq);
 #if MMA_QLOCAL
@@ -169,15 +230,19 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
        frees 32 registers per 16-row tile for the accumulators (no spills at d = 128). */
     if (kv0 < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, kv0, MMA_BC, sk);
 #else
-    uint qf[MMA_MT][HEAD_DIM / 16][4];
+    uint qf[MMA_MT][HEAD_DIM / 16][MMA_TF32 ? 8 : 4];
     ptx_cp_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
     for (int mt = 0; mt < MMA_MT; ++mt)
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
+#if MMA_TF32
+            mma_tf32_frag_a(smem + (warp * MMA_MT * 16 + mt * 16) * MMA_LDK + kk * 16, MMA_LDK, lane, qf[mt][kk]);
+#else
             ptx_ldsm_x4(q_row + (uint)(mt * 16 * MMA_LDK * 2) + MMA_COLB(kk, q_y), &qf[mt][kk][0], &qf[mt][kk][1],
                         &qf[mt][kk][2], &qf[mt][kk][3]);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE); /* the K tile reuses Q's __local */
     if (kv0 < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, kv0, MMA_BC, sk);
 #endif
@@ -201,10 +266,12 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
     const int row_off = (int)(r0 + hd.off - kv_tile0) - (lane & 3) * 2;
 #endif
 
+#if !MMA_TF32
     /* Per-lane ldmatrix row starts (bytes) inside a K or V tile, and chunk bits. */
     const uint ks_addr = ptx_smem_addr(ks) + (uint)(((lane & 7) + ((lane >> 4) << 3)) * MMA_LDK * 2);
     const uint vs_addr = ptx_smem_addr(vs) + (uint)(((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LDV * 2);
     const uint k_y = (uint)((lane >> 3) & 1) ^ sw, v_y = (uint)(lane >> 4) ^ sw;
+#endif
 
     while (kv0 < kv_end) {
         ptx_cp_wait_all();
@@ -219,6 +286,16 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             for (int n = 0; n < MMA_BC / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+#if MMA_TF32
+            /* One K fragment feeds MMA_MT row tiles. */
+#pragma unroll
+            for (int n = 0; n < MMA_BC / 8; ++n) {
+                uint bk[4];
+                mma_tf32_frag_k(ks + n * 8 * MMA_LDK + kk * 16, MMA_LDK, lane, bk);
+#pragma unroll
+                for (int mt = 0; mt < MMA_MT; ++mt) MMA_TF32_K16(s[mt][n], qf[mt][kk], bk);
+            }
+#else
 #if MMA_QLOCAL
             uint qf[MMA_MT][1][4]; /* this 16-dim slice of Q only */
 #pragma unroll
@@ -240,6 +317,7 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
                 }
             }
 #undef MMA_QF
+#endif
         }
 
         /* Scores: a tile inside the band of all this warp's rows (and no mask) needs
@@ -249,7 +327,7 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
            outside the sequence. */
         const int need_mask = MMA_BIAS_PATH || !flashcl_tile_plain(hd, w0, w0 + MMA_MT * 16 - 1, kv0, kv0 + MMA_BC - 1,
                                                                    win_left, win_right);
-        uint pf[MMA_MT][MMA_BC / 16][4];
+        uint pf[MMA_MT][MMA_BC / 16][MMA_TF32 ? 8 : 4];
 #pragma unroll
         for (int mt = 0; mt < MMA_MT; ++mt) {
 #if MMA_FAST_TERMS
@@ -344,9 +422,18 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
                     p3 *= b_.y >= drop_threshold ? drop_scale : 0.0f;
                 }
 #endif
+#if MMA_TF32
+                /* C fragment of key tile n (rows g, g + 8 x keys 2c, 2c + 1) -> the A fragment of
+                   half n & 1 of key chunk n/2, k = c for key 2c and k = c + 4 for key 2c + 1. */
+                pf[mt][n >> 1][(n & 1) * 4 + 0] = ptx_tf32(p0);
+                pf[mt][n >> 1][(n & 1) * 4 + 1] = ptx_tf32(p2);
+                pf[mt][n >> 1][(n & 1) * 4 + 2] = ptx_tf32(p1);
+                pf[mt][n >> 1][(n & 1) * 4 + 3] = ptx_tf32(p3);
+#else
                 /* C fragment of key tile n -> half of the A fragment of key chunk n/2. */
                 pf[mt][n >> 1][(n & 1) * 2 + 0] = ptx_pack(p0, p1);
                 pf[mt][n >> 1][(n & 1) * 2 + 1] = ptx_pack(p2, p3);
+#endif
             }
             l[mt][0] = l0;
             l[mt][1] = l1;
@@ -360,6 +447,15 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             /* O += P V: one transposing ldmatrix of V feeds 2 dim tiles x MMA_MT row tiles. */
 #pragma unroll
         for (int kk = 0; kk < MMA_BC / 16; ++kk) {
+#if MMA_TF32
+#pragma unroll
+            for (int dn = 0; dn < MMA_DV / 8; ++dn) {
+                uint bv[4];
+                mma_tf32_frag_v(vs + kk * 16 * MMA_LDV + dn * 8, MMA_LDV, lane, bv);
+#pragma unroll
+                for (int mt = 0; mt < MMA_MT; ++mt) MMA_TF32_K16(acc[mt][dn], pf[mt][kk], bv);
+            }
+#else
 #pragma unroll
             for (int dp = 0; dp < MMA_DV / 16; ++dp) {
                 uint b0, b1, b2, b3;
@@ -370,6 +466,7 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
                     PTX_MMA(acc[mt][2 * dp + 1], pf[mt][kk], b2, b3);
                 }
             }
+#endif
         }
         kv0 = next;
     }
@@ -379,7 +476,7 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
     ptx_cp_wait_all();
 
     /* Row sums over the quad, the sink folded in, normalise once, store 2 elements per register. */
-    __global ushort *Ob = O + VIEW_BASE(o, b, h) + hd.q0 * o_sr;
+    __global mma_t *Ob = O + VIEW_BASE(o, b, h) + hd.q0 * o_sr;
     const int col = (lane & 3) * 2;
 #pragma unroll
     for (int mt = 0; mt < MMA_MT; ++mt) {
@@ -393,12 +490,17 @@ flash_fwd_mma(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, 
             const float inv = lsum > 0.0f ? alpha / lsum : 0.0f;
             const long row = r0 + mt * 16 + half_ * 8;
             if (row < sq) {
-                __global ushort *dst = Ob + (ulong)row * o_sr + col;
+                __global mma_t *dst = Ob + (ulong)row * o_sr + col;
 #pragma unroll
                 for (int n = 0; n < MMA_DV / 8; ++n)
                     if (HEAD_DIM_V == MMA_DV || n * 8 + col < HEAD_DIM_V) /* d_v a multiple of 8: both or neither */
+#if MMA_TF32
+                        *(__global float2 *)(dst + n * 8) =
+                            (float2)(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
+#else
                         *(__global uint *)(dst + n * 8) =
                             ptx_pack(acc[mt][n][half_ * 2] * inv, acc[mt][n][half_ * 2 + 1] * inv);
+#endif
                 if (write_lse && (lane & 3) == 0)
                     LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flashcl_lse(mrow, lsum);
             }

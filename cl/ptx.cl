@@ -150,6 +150,19 @@ inline uint ptx_pack(float lo, float hi) {
     return r;
 }
 
+/* float32 -> TF32 (10-bit mantissa, round to nearest, ties away: cvt.rna), as the tf32 mma's operand. */
+inline uint ptx_tf32(float x) {
+    uint r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+/* d += a * b on one 16x8x8 TF32 tile (sm_80): A a[0..3] (rows g, g+8 x columns t, t+4 of lane
+   g*4+t), B b[0..1] (rows t, t+4 x column g), accumulator d[4] as PTX_MMA's. */
+#define PTX_MMA_TF32(d, a, b)                                                                                          \
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"     \
+        : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                                       \
+        : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
+
 /* The SFU's exp2 (flush-to-zero; exp2(-inf) = 0). */
 inline float ptx_exp2(float x) {
     float r;

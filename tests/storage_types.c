@@ -72,6 +72,18 @@ double st_round_f16(double x) { return st_round(FLASHCL_DTYPE_F16, (float)x); }
 
 double st_round_bf16(double x) { return st_round(FLASHCL_DTYPE_BF16, (float)x); }
 
+float st_round_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf, NaN */
+    /* The magnitude's 13 low bits: adding half of them and truncating rounds ties away from zero. */
+    u = (u + 0x1000u) & ~0x1fffu;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+double st_round_tf32_d(double x) { return st_round_tf32((float)x); }
+
 void st_round_array(flashcl_dtype dtype, float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = st_round(dtype, x[i]);
 }

@@ -22,6 +22,10 @@ float st_round(flashcl_dtype dtype, float x);
 /* The same in double, for rv_problem.round (through float first, as a framework would). */
 double st_round_f16(double x);
 double st_round_bf16(double x);
+/* TF32 (NVIDIA's tensor-core float32: 10-bit mantissa, 8-bit exponent), rounded to nearest with
+   ties away from zero as cvt.rna.tf32.f32 does; in float and in double (through float). */
+float st_round_tf32(float x);
+double st_round_tf32_d(double x);
 
 /* Rounds every element in place. */
 void st_round_array(flashcl_dtype dtype, float *x, size_t n);

@@ -76,10 +76,13 @@ static int g_forward_only;
 static const char *g_expect_forward; /* "flash_fwd_mma" with --tensor-cores on a device that has them */
 static int g_expect_cpu;             /* the CPU family must plan every case it covers (see check_cpu_family) */
 
-/* The plan of a plain d = 64 forward of 64 rows in storage `t` on this device. */
+static int g_tf32; /* --tf32: float32 cases with allow_tf32 */
+
+/* The plan of a plain d = 64 forward of 64 rows in storage `t` (with --tf32's opt-in) on this device. */
 static flashcl_status plain_plan(flashcl_context *ctx, flashcl_dtype t, flashcl_plan *plan) {
     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
     d.dtype = t;
+    d.allow_tf32 = g_tf32;
     d.batch = d.heads_q = d.heads_kv = 1;
     d.seqlen_q = d.seqlen_k = 64;
     d.head_dim = 64;
@@ -123,7 +126,9 @@ static int tensor_core_case(const vc_case *c) {
     }
     const int decode = max_q <= 16 && !c->bias && !c->mask && !c->block_mask && d->dropout_p == 0.0f;
     const int lowp = d->dtype == FLASHCL_DTYPE_F16 || d->dtype == FLASHCL_DTYPE_BF16;
-    return lowp && d->head_dim % 8 == 0 && d->head_dim <= 256 && dv % 8 == 0 && dv <= 256 && !decode;
+    const size_t max_dim = lowp ? 256 : 128; /* TF32: d, d_v <= 128 */
+    return (lowp || d->allow_tf32) && d->head_dim % 8 == 0 && d->head_dim <= max_dim && dv % 8 == 0 && dv <= max_dim &&
+           !decode;
 }
 
 /* Whether the tensor-core backward covers the case: d = d_v a multiple of 8 up to 128. */
@@ -349,10 +354,12 @@ int main(int argc, char **argv) {
             cpu_only = 1;
         else if (strcmp(argv[i], "--sm75") == 0)
             sm75 = 1;
+        else if (strcmp(argv[i], "--tf32") == 0)
+            g_tf32 = 1;
         else {
             fprintf(stderr, "usage: test_variants [--quick] [--case N] [--skip N] [--list] "
                             "[--no-family-check] [--forward-only] [--fresh-context] [--storage f16|bf16] "
-                            "[--tensor-cores [--sm75]] [--cpu-family]\n");
+                            "[--tensor-cores [--sm75 | --tf32]] [--cpu-family]\n");
             return 2;
         }
     }
@@ -361,6 +368,14 @@ int main(int argc, char **argv) {
         variant_cases_quick(&cases);
     else
         variant_cases_all(&cases);
+    if (g_tf32 && (storage != FLASHCL_DTYPE_DEFAULT || !tensor_cores || sm75)) {
+        fprintf(stderr, "--tf32 needs --tensor-cores and float32 storage (no --storage, no --sm75)\n");
+        return 2;
+    }
+    /* --tf32 runs the float32 cases only (the 16-bit ones have no TF32 to allow). */
+    for (size_t i = 0; i < cases.count && g_tf32; i++)
+        if (cases.items[i].desc.dtype == FLASHCL_DTYPE_DEFAULT || cases.items[i].desc.dtype == FLASHCL_DTYPE_F32)
+            cases.items[i].desc.allow_tf32 = 1;
     if (storage != FLASHCL_DTYPE_DEFAULT)
         for (size_t i = 0; i < cases.count; i++) cases.items[i].desc.dtype = storage;
     char desc[400];
@@ -384,12 +399,15 @@ int main(int argc, char **argv) {
     /* The tensor-core family reads FLASHCL_MMA_SM75 when a context first plans it. */
     if (sm75) setenv("FLASHCL_MMA_SM75", "1", 1);
     flashcl_context *ctx = tu_context_create();
-    const flashcl_dtype tc_type = storage == FLASHCL_DTYPE_DEFAULT ? FLASHCL_DTYPE_BF16 : storage;
+    const flashcl_dtype tc_type = g_tf32                             ? FLASHCL_DTYPE_F32
+                                  : storage == FLASHCL_DTYPE_DEFAULT ? FLASHCL_DTYPE_BF16
+                                                                     : storage;
     if (tensor_cores && device_has_tensor_cores(ctx, tc_type)) g_expect_forward = "flash_fwd_mma";
     printf("tensor-core forward expected: %s\n", g_expect_forward ? "yes" : "no (not planned for plain 16-bit)");
-    if (sm75 && !g_expect_forward) {
-        /* Without tensor cores FLASHCL_MMA_SM75 changes nothing: the cases would repeat test_variants_f16. */
-        printf("--sm75: no tensor-core plan on this device; the sm_75 form is checked where f16 plans them\n");
+    if ((sm75 || g_tf32) && !g_expect_forward) {
+        /* Without tensor cores FLASHCL_MMA_SM75 and allow_tf32 change nothing: the cases would repeat
+           test_variants_f16 or test_variants. */
+        printf("%s: no tensor-core plan on this device; it is checked where they plan\n", sm75 ? "--sm75" : "--tf32");
         flashcl_context_destroy(ctx);
         vc_list_free(&cases);
         return 77; /* CTest's SKIP_RETURN_CODE: reported as skipped, not passed */
@@ -406,6 +424,7 @@ int main(int argc, char **argv) {
         if (c->desc.dropout_p > 0.0f && c->desc.causal && !c->nseq && !family_case) family_case = c;
         if ((only >= 0 && (size_t)only != i) || (skip >= 0 && (size_t)skip == i)) continue;
         if (cpu_only && !cpu_family_covers(c)) continue;
+        if (g_tf32 && !c->desc.allow_tf32) continue;
         vc_describe(c, desc, sizeof desc);
         char label[480];
         snprintf(label, sizeof label, "case %zu %s", i, desc);

@@ -154,6 +154,11 @@ static void make_masks(vp_problem *p, cl_context cl_ctx, tu_rng *rng) {
     }
 }
 
+/* float32 storage with allow_tf32 (test_variants --tf32): inputs TF32-exact, the forward may round P. */
+static int is_tf32(const vp_problem *p) {
+    return p->desc.allow_tf32 && (p->desc.dtype == FLASHCL_DTYPE_F32 || p->desc.dtype == FLASHCL_DTYPE_DEFAULT);
+}
+
 void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed) {
     memset(p, 0, sizeof *p);
     p->c = *c;
@@ -186,6 +191,13 @@ void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed) 
     p->k = random_floats(p->nk, &rng, -1.0f, 1.0f, dtype);
     p->v = random_floats(p->nv, &rng, -1.0f, 1.0f, dtype);
     p->dout = random_floats(p->no, &rng, -1.0f, 1.0f, dtype);
+    if (d->allow_tf32 && dtype == FLASHCL_DTYPE_F32) {
+        /* TF32 inputs, so that the kernel's rounding of them is exact and only P's rounding remains. */
+        float *in[] = {p->q, p->k, p->v};
+        const size_t counts[] = {p->nq, p->nk, p->nv};
+        for (int t = 0; t < 3; t++)
+            for (size_t e = 0; e < counts[t]; e++) in[t][e] = st_round_tf32(in[t][e]);
+    }
     p->q_buf = storage_buffer(cl_ctx, dtype, p->nq, p->q);
     p->k_buf = storage_buffer(cl_ctx, dtype, p->nk, p->k);
     p->v_buf = storage_buffer(cl_ctx, dtype, p->nv, p->v);
@@ -224,6 +236,9 @@ void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed) 
     }
     p->base = *r;
     p->base.round = dtype == FLASHCL_DTYPE_F16 ? st_round_f16 : dtype == FLASHCL_DTYPE_BF16 ? st_round_bf16 : NULL;
+    /* TF32: the plain implementation rounds P (and, more than the tensor-core forward does, O and the
+       gradients) to TF32; its inputs are TF32 values already (above). */
+    if (is_tf32(p)) p->base.round = st_round_tf32_d;
 }
 
 void vp_free(vp_problem *p) {
@@ -298,9 +313,13 @@ void vp_read_storage(const vp_problem *p, cl_command_queue queue, cl_mem buf, si
     free(raw);
 }
 
+/* Compared as FlashAttention compares 16-bit storage: against a plain implementation's error. */
 static int is_lowp(const vp_problem *p) {
-    return p->desc.dtype == FLASHCL_DTYPE_F16 || p->desc.dtype == FLASHCL_DTYPE_BF16;
+    return p->desc.dtype == FLASHCL_DTYPE_F16 || p->desc.dtype == FLASHCL_DTYPE_BF16 || is_tf32(p);
 }
+
+/* The storage type whose unit roundoff the allowances use: TF32 has f16's (2^-11). */
+static flashcl_dtype tolerance_dtype(const vp_problem *p) { return is_tf32(p) ? FLASHCL_DTYPE_F16 : p->desc.dtype; }
 
 int vp_check_forward(vp_problem *p, cl_command_queue queue, cl_event after, const char *label) {
     size_t nl = rv_lse_count(&p->ref);
@@ -411,7 +430,7 @@ int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, con
     int lowp = is_lowp(p), ok = 1;
     if (lowp) rv_backward(&p->base, p->q, p->k, p->v, p->dout, base[0], base[1], base[2], base_ds);
     double extra[3] = {0.0, 0.0, 0.0}; /* dV does not depend on D */
-    if (lowp) d_allowances(p, p->desc.dtype, &extra[0], &extra[1]);
+    if (lowp) d_allowances(p, tolerance_dtype(p), &extra[0], &extra[1]);
     for (int t = 0; t < 3; t++) {
         if (lowp)
             ok &= vcmp_lowp_allowing(label, names[t], got[t], ref[t], base[t], counts[t], extra[t]);
@@ -423,7 +442,7 @@ int vp_check_backward(vp_problem *p, cl_command_queue queue, cl_event after, con
         REQUIRE_CL(clEnqueueReadBuffer(queue, p->dsinks_buf, CL_TRUE, 0, hq * sizeof(float), ds, 0, NULL, NULL));
         /* dsinks is float32, but it sums D = rowsum(dO * O) over the stored O. */
         if (lowp)
-            ok &= vcmp_lowp_allowing(label, "dsinks", ds, ref_ds, base_ds, hq, dsinks_allowance(p, p->desc.dtype));
+            ok &= vcmp_lowp_allowing(label, "dsinks", ds, ref_ds, base_ds, hq, dsinks_allowance(p, tolerance_dtype(p)));
         else
             ok &= vcmp_max_relative(label, "dsinks", ds, ref_ds, hq, GRAD_ABS_TOL, GRAD_REL_TOL);
         free(ds);

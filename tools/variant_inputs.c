@@ -258,6 +258,7 @@ static int prepare_matrices(const variant_options *v, flashcl_attention_desc *d,
 int variant_arrays_prepare(const variant_options *v, flashcl_attention_desc *d, uint64_t *state, variant_arrays *a) {
     memset(a, 0, sizeof *a);
     d->dtype = v->dtype;
+    d->allow_tf32 = v->allow_tf32;
     if (v->window) {
         d->window = 1;
         d->window_left = v->window_left;

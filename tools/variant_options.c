@@ -142,6 +142,10 @@ int variant_parse_option(option_cursor *c, variant_options *v) {
         if (options_is(c, sources[i].name))
             return options_value_expecting(c, sources[i].expected, sources[i].value) ? 1 : -1;
     if (options_is(c, "--dtype")) return options_dtype(c, &v->dtype) ? 1 : -1;
+    if (options_is(c, "--allow-tf32")) {
+        v->allow_tf32 = true;
+        return 1;
+    }
     if (options_is(c, "--window")) return parse_window(c, v);
     if (options_is(c, "--softcap")) return options_float(c, 0.0f, &v->softcap) ? 1 : -1;
     if (options_is(c, "--dropout")) return parse_dropout(c, v);
@@ -155,6 +159,8 @@ int variant_parse_option(option_cursor *c, variant_options *v) {
 
 int variant_check(const variant_options *v) {
     if (v->dsinks && !v->sinks) return tool_usage_error("--dsinks: needs --sinks (the gradient of which sinks?)");
+    if (v->allow_tf32 && v->dtype != FLASHCL_DTYPE_DEFAULT && v->dtype != FLASHCL_DTYPE_F32)
+        return tool_usage_error("--allow-tf32: applies to float32 storage only (--dtype f32)");
     if (v->block_mask && v->block_sparsity >= 0.0f)
         return tool_usage_error("--block-sparse: makes a block mask, so it cannot come with --block-mask");
     if (v->block_mask && !v->block_size) return tool_usage_error("--block-mask: needs --block-size BQ,BK");
@@ -173,7 +179,7 @@ int variant_check(const variant_options *v) {
 bool variant_any(const variant_options *v) {
     return (v->dtype != FLASHCL_DTYPE_DEFAULT && v->dtype != FLASHCL_DTYPE_F32) || v->window || v->softcap > 0.0f ||
            v->dropout_p > 0.0f || v->alibi || v->sinks || v->bias || v->mask || v->block_mask ||
-           v->block_sparsity >= 0.0f || variant_is_varlen(v) || v->head_dim_v != 0;
+           v->block_sparsity >= 0.0f || variant_is_varlen(v) || v->head_dim_v != 0 || v->allow_tf32;
 }
 
 bool variant_is_varlen(const variant_options *v) { return v->cu_q != NULL || v->varlen_seqs != 0; }
@@ -205,6 +211,7 @@ void variant_describe(const variant_options *v, char *buf, size_t size) {
     buf[0] = '\0';
     if (v->dtype == FLASHCL_DTYPE_F16 || v->dtype == FLASHCL_DTYPE_BF16)
         append_item(buf, size, "%s", v->dtype == FLASHCL_DTYPE_F16 ? "f16" : "bf16");
+    if (v->allow_tf32) append_item(buf, size, "tf32");
     if (v->head_dim_v) append_item(buf, size, "head_dim_v=%zu", v->head_dim_v);
     if (v->window) append_item(buf, size, "window(%d,%d)", v->window_left, v->window_right);
     if (v->softcap > 0.0f) append_item(buf, size, "softcap=%g", (double)v->softcap);
@@ -227,6 +234,8 @@ void variant_help(FILE *out) {
           "A data option takes a .npy file or a word that makes the data: 'random' is\n"
           "uniform from a fixed seed, so every run sees the same.\n"
           "  --dtype f32|f16|bf16   storage type on the device; accumulation is float32\n"
+          "  --allow-tf32           float32: the forward may run on TF32 tensor cores\n"
+          "                         (NVIDIA sm_80+; 10-bit mantissa products)\n"
           "  --window L,R           sliding window: key j is visible to query i iff\n"
           "                         i+sk-sq-L <= j <= i+sk-sq+R; -1 = unbounded side\n"
           "  --softcap C            scores become C*tanh(s/C); 0 = off\n"

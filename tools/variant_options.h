@@ -40,6 +40,7 @@ typedef struct variant_options {
     size_t varlen_seqs; /* --varlen N: the rows cut into N sequences; 0: none */
     const char *dsinks; /* attention --dsinks OUT.npy */
     size_t head_dim_v;  /* bench --head-dim-v (attention takes V's); 0: head_dim */
+    bool allow_tf32;    /* --allow-tf32: desc.allow_tf32 (float32 on TF32 tensor cores where they exist) */
 } variant_options;
 
 /* Every feature off. */

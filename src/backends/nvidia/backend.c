@@ -8,8 +8,10 @@ static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl
                          const flashcl_tensor *views, char *why, size_t cap) {
     if (!flashcl__mma_covers(ctx, pass, d, why, cap)) return 0;
     const int n = pass == FLASHCL__FORWARD ? FLASHCL__FORWARD_VIEWS : FLASHCL__BACKWARD_VIEWS;
-    if (views && !flashcl__mma_views_aligned(views, n)) {
-        snprintf(why, cap, "tensor-core path needs views 16-byte aligned (offsets and strides multiples of 8)");
+    const size_t chunk = flashcl__mma_chunk_elems(d);
+    if (views && !flashcl__mma_views_aligned(views, n, chunk)) {
+        snprintf(why, cap, "tensor-core path needs views 16-byte aligned (offsets and strides multiples of %zu)",
+                 chunk);
         return 0;
     }
     return 1;

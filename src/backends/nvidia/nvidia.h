@@ -1,7 +1,7 @@
 /*
  * The NVIDIA tensor-core family (cl/flash_fwd_mma.cl, cl/flash_bwd_mma.cl):
  * mma.sync, ldmatrix and cp.async through inline PTX. The forward covers
- * f16/bf16 storage, head dims d and d_v that are multiples of 8 up to 256,
+ * f16/bf16 storage (and float32 with allow_tf32 on the TF32 mma, d <= 128), head dims d and d_v that are multiples of 8 up to 256,
  * every variant (window, softcap, ALiBi, sinks, dropout, bias, masks, block
  * masks, varlen, GQA), scale > 0, views whose offsets and strides are
  * multiples of 8 elements, on a device whose probe passed (probe.c); the
@@ -48,8 +48,10 @@ int flashcl__mma_supported(flashcl_context *ctx, const char **why);
 /* The descriptor-level test of a pass (storage, head dims, variants, probe); why when not. */
 int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
                         size_t cap);
-/* cp.async moves 16 bytes: every row start must be a multiple of 8 elements. */
-int flashcl__mma_views_aligned(const flashcl_tensor *views, int n);
+/* cp.async moves 16 bytes: every row start must be a multiple of `chunk` elements (8 of 16 bits,
+   4 floats with TF32: flashcl__mma_chunk_elems). */
+size_t flashcl__mma_chunk_elems(const flashcl_attention_desc *d);
+int flashcl__mma_views_aligned(const flashcl_tensor *views, int n, size_t chunk);
 /* The plan of the descriptor's storage and head dim; the backward kernels built on demand. */
 flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
                                      const flashcl__mma_plan **out);

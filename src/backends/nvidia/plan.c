@@ -24,12 +24,17 @@ typedef struct mma_shape {
 /* The user's head dim rounded up to the mma's k step (16); the padding lives in __local and registers only. */
 static size_t padded_dim(size_t d) { return (d + 15) / 16 * 16; }
 
-/* __local bytes of a forward shape, as the kernel lays them out (16-byte row padding unless QL). */
-static size_t shape_local_bytes(mma_shape s, size_t dk, size_t dv) {
-    const size_t ldk = s.qlocal ? dk : dk + 8, ldv = s.qlocal ? dv : dv + 8;
+/* __local bytes of a forward shape with `esize`-byte elements, as the kernel lays them out
+   (16-byte row padding unless QL). */
+static size_t shape_local_bytes(mma_shape s, size_t dk, size_t dv, size_t esize) {
+    const size_t pad = 16 / esize, ldk = s.qlocal ? dk : dk + pad, ldv = s.qlocal ? dv : dv + pad;
     const size_t q = (size_t)16 * s.mt * s.warps * ldk, kv = (size_t)s.bc * (ldk + ldv);
-    return 2 * (s.qlocal ? q + kv : (q > kv ? q : kv));
+    return esize * (s.qlocal ? q + kv : (q > kv ? q : kv));
 }
+
+/* float32 storage on the TF32 mma (MMA_TF32): the caller's opt-in. */
+static int is_tf32(const flashcl_attention_desc *d) { return d->dtype == FLASHCL_DTYPE_F32 && d->allow_tf32; }
+static size_t element_bytes(const flashcl_attention_desc *d) { return is_tf32(d) ? 4 : 2; }
 
 /* The built-in choice per (padded) head dim, measured on the H200 (bf16, dev/mma_harness.c
    and flashcl bench). 32 query rows per warp up to d = 128: each K/V fragment read
@@ -40,10 +45,15 @@ static size_t shape_local_bytes(mma_shape s, size_t dk, size_t dv) {
    reloading Q per tile only costs (230 -> 206 TF/s), so Q stays in registers.
    Dims between 96 and 128 that cannot swizzle take Bc = 32 for the registers.
    Above 128 the accumulators alone are 4 registers per 8 dims: 16 rows per warp. */
-static mma_shape mma_table_shape(size_t dk, size_t dv) {
+static mma_shape mma_table_shape(size_t dk, size_t dv, int tf32) {
     const size_t d = dk > dv ? dk : dv;
     mma_shape s = {4, 64, 2, 0};
-    if (d > 128) {
+    if (tf32) {
+        /* TF32: a 16 x 16 Q slice is 8 registers (twice 16-bit's) and the float tiles twice the
+           bytes, so 16 rows per warp, Q in registers, and 32 keys per tile above d = 64 (48 KiB). */
+        s.mt = 1;
+        s.bc = d > 64 ? 32 : 64;
+    } else if (d > 128) {
         s.bc = 32;
         s.mt = 1;
     } else if (d > 96) {
@@ -57,7 +67,8 @@ static mma_shape mma_table_shape(size_t dk, size_t dv) {
    tuning on NVIDIA hardware); QL = 1 applies where both padded dims are
    multiples of 64 (the swizzle needs rows of 8 chunks), other dims keep Q in
    registers. 0 when unset, 1 when valid, -1 (with why) when not. */
-static int mma_env_shape(const flashcl_context *ctx, size_t dk, size_t dv, mma_shape *out, char *why, size_t cap) {
+static int mma_env_shape(const flashcl_context *ctx, size_t dk, size_t dv, size_t esize, mma_shape *out, char *why,
+                         size_t cap) {
     const char *e = getenv("FLASHCL_MMA_FWD");
     if (!e || !*e) return 0;
     mma_shape s;
@@ -71,8 +82,8 @@ static int mma_env_shape(const flashcl_context *ctx, size_t dk, size_t dv, mma_s
                  e);
         return -1;
     }
-    if (dk % 64 != 0 || dv % 64 != 0) s.qlocal = 0;
-    const size_t bytes = shape_local_bytes(s, dk, dv);
+    if (dk % 64 != 0 || dv % 64 != 0 || esize != 2) s.qlocal = 0; /* TF32 keeps Q in registers */
+    const size_t bytes = shape_local_bytes(s, dk, dv, esize);
     if (bytes > ctx->info.local_mem_bytes) {
         snprintf(why, cap, "FLASHCL_MMA_FWD=%s needs %zu B of __local, the device has %llu", e, bytes,
                  (unsigned long long)ctx->info.local_mem_bytes);
@@ -88,8 +99,18 @@ static int dtype_slot(flashcl_dtype t) { return t == FLASHCL_DTYPE_F16 ? 1 : t =
 static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
                         size_t cap) {
     const char *probe_why = NULL;
-    if (dtype_slot(d->dtype) < 0) {
-        snprintf(why, cap, "tensor-core path needs f16 or bf16 storage");
+    if (dtype_slot(d->dtype) < 0 && !is_tf32(d)) {
+        snprintf(why, cap, "tensor-core path needs f16 or bf16 storage (or float32 with allow_tf32)");
+        return 0;
+    }
+    if (is_tf32(d) && pass != FLASHCL__FORWARD) {
+        snprintf(why, cap, "tensor-core backward runs 16-bit storage only (TF32 is forward-only)");
+        return 0;
+    }
+    if (is_tf32(d) && (d->head_dim % 8 != 0 || d->head_dim > 128 || d->head_dim_v % 8 != 0 || d->head_dim_v > 128)) {
+        /* Above 128 the float Q staging of 64 rows passes 48 KiB. */
+        snprintf(why, cap, "TF32 forward covers head dims d, d_v that are multiples of 8 up to 128 (not %zu/%zu)",
+                 d->head_dim, d->head_dim_v);
         return 0;
     }
     if (pass == FLASHCL__FORWARD) {
@@ -117,40 +138,45 @@ static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_
     }
     /* sm_75 has no bf16 mma. Rounding bf16 to f16 would overflow above 65504 and flush below 6e-8 (bf16
        spans 1e-38..3e38): correct only after a range check of every tile, so bf16 keeps the portable path. */
-    if (flashcl__nvidia_state_of(ctx)->sm75 && d->dtype == FLASHCL_DTYPE_BF16) {
-        snprintf(why, cap, "tensor-core path runs f16 only in the sm_75 form (no bf16 mma.sync; %s)", probe_why);
+    if (flashcl__nvidia_state_of(ctx)->sm75 && d->dtype != FLASHCL_DTYPE_F16) {
+        snprintf(why, cap, "tensor-core path runs f16 only in the sm_75 form (no bf16 or TF32 mma.sync; %s)",
+                 probe_why);
         return 0;
     }
     return 1;
 }
 
-int flashcl__mma_views_aligned(const flashcl_tensor *views, int n) {
+size_t flashcl__mma_chunk_elems(const flashcl_attention_desc *d) { return 16 / element_bytes(d); }
+
+int flashcl__mma_views_aligned(const flashcl_tensor *views, int n, size_t chunk) {
     for (int i = 0; i < n; ++i)
-        if ((views[i].offset | views[i].stride_batch | views[i].stride_head | views[i].stride_row) % 8 != 0) return 0;
+        if ((views[i].offset | views[i].stride_batch | views[i].stride_head | views[i].stride_row) % chunk != 0)
+            return 0;
     return 1;
 }
 
 flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
                                      const flashcl__mma_plan **out) {
-    const int slot = dtype_slot(d->dtype);
+    const int tf32 = is_tf32(d), slot = tf32 ? 0 : dtype_slot(d->dtype);
+    const size_t esize = element_bytes(d);
     flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
     if (!state) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
     const size_t dk = padded_dim(d->head_dim), dv = padded_dim(d->head_dim_v);
     char env_why[256];
-    mma_shape sh = mma_table_shape(dk, dv);
-    const int from_env = mma_env_shape(ctx, dk, dv, &sh, env_why, sizeof env_why);
+    mma_shape sh = mma_table_shape(dk, dv, tf32);
+    const int from_env = mma_env_shape(ctx, dk, dv, esize, &sh, env_why, sizeof env_why);
     if (from_env < 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "%s", env_why);
-    if (shape_local_bytes(sh, dk, dv) > ctx->info.local_mem_bytes)
+    if (shape_local_bytes(sh, dk, dv, esize) > ctx->info.local_mem_bytes)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
                              "tensor-core forward at d=%zu, d_v=%zu needs %zu B of __local, the device has %llu",
-                             d->head_dim, d->head_dim_v, shape_local_bytes(sh, dk, dv),
+                             d->head_dim, d->head_dim_v, shape_local_bytes(sh, dk, dv, esize),
                              (unsigned long long)ctx->info.local_mem_bytes);
     char variants[256], options[sizeof((flashcl_plan *)0)->build_options];
     flashcl__variant_options(d, variants, sizeof variants);
     snprintf(options, sizeof options,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_DK_REAL=%zu -DMMA_DV=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d "
-             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
-             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, variants);
+             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
+             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, tf32, variants);
     for (flashcl__mma_plan *p = state->plans; p; p = p->next)
         if (strcmp(p->pub.build_options, options) == 0) {
             *out = p;
@@ -180,10 +206,15 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     snprintf(p->pub.origin, sizeof p->pub.origin, "vendor");
     snprintf(p->pub.reason, sizeof p->pub.reason,
              "NVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
-             "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of 8)%s",
-             state->why, slot ? "f16" : "bf16", sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
+             "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of %zu)%s",
+             state->why,
+             tf32   ? "tf32 (allow_tf32: inputs and P rounded to a 10-bit mantissa, float32 accumulation)"
+             : slot ? "f16"
+                    : "bf16",
+             sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
              sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
-             state->sm75 ? "loaded into" : "via cp.async in", from_env ? "; shape from FLASHCL_MMA_FWD" : "");
+             state->sm75 ? "loaded into" : "via cp.async in", 16 / esize,
+             from_env ? "; shape from FLASHCL_MMA_FWD" : "");
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
                          dv);
