@@ -1,11 +1,31 @@
 /* The NVIDIA tensor-core family's table. */
 #include "nvidia.h"
+#include "../../tile_override.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
+/* FLASHCL_TILE (FLASHCL_BWD_KERNEL for the backward) names another family's kernel: a forced run
+   must test that kernel on NVIDIA as everywhere else, so the tensor cores step aside. A value that
+   does not parse is the named family's error to report, not ours. */
+static int kernel_forced(flashcl__pass pass, char *why, size_t cap) {
+    int present = 0;
+    if (pass == FLASHCL__FORWARD) {
+        flashcl__tile_override ov;
+        present = flashcl__read_tile_override(NULL, &ov) != FLASHCL_SUCCESS || ov.present;
+    } else {
+        flashcl__bwd_override ov;
+        present = flashcl__read_bwd_override(NULL, &ov) != FLASHCL_SUCCESS || ov.present;
+    }
+    if (present)
+        snprintf(why, cap, "%s forces another family",
+                 pass == FLASHCL__FORWARD ? "FLASHCL_TILE" : "FLASHCL_BWD_KERNEL");
+    return present;
+}
+
 static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                          const flashcl_tensor *views, char *why, size_t cap) {
+    if (kernel_forced(pass, why, cap)) return 0;
     if (!flashcl__mma_covers(ctx, pass, d, why, cap)) return 0;
     const int n = pass == FLASHCL__FORWARD ? FLASHCL__FORWARD_VIEWS : FLASHCL__BACKWARD_VIEWS;
     const size_t chunk = flashcl__mma_chunk_elems(d);
