@@ -45,27 +45,46 @@ def load(path):
     return rows
 
 
-def series(rows, pas="fwd", key="seqlen"):
-    """{path: [(n, row)]} of the rows that ran, sorted by n."""
+DTYPE_NAMES = {"float32": "f32", "f32": "f32", "float16": "f16", "f16": "f16", "bfloat16": "bf16", "bf16": "bf16"}
+
+
+def dtype_of(r):
+    return DTYPE_NAMES.get(r.get("dtype", "float32"), r.get("dtype"))
+
+
+def series(rows, pas="fwd", key="seqlen", with_dtype=False):
+    """{label: [(n, row)]} of the rows that ran, sorted by n. The label is the path, with the
+    storage type when the picture mixes types (a 16-bit flash sweep is "flash+variants" to
+    bench, since the type is its only variant)."""
     out = {}
     for r in rows:
         if r.get("path") in (None, "summary") or r.get("pass", "fwd") != pas or r.get("ms") in (None, 0):
             continue
-        out.setdefault(r["path"], []).append((r[key], r))
+        label = r["path"]
+        if with_dtype:
+            if label == "flash+variants" and r.get("features", "") in ("", "f16", "bf16"):
+                label = "flash"
+            label = f"{label} {dtype_of(r)}"
+        out.setdefault(label, []).append((r[key], r))
     return {p: sorted(v, key=lambda t: t[0]) for p, v in out.items()}
+
+
+def mixed_dtypes(rows):
+    return len({dtype_of(r) for r in rows if r.get("path") not in (None, "summary")}) > 1
 
 
 def title_of(rows):
     r = next((r for r in rows if r.get("path") not in (None, "summary")), {})
-    return (f"{r.get('device', '?')}: b={r.get('batch')} h={r.get('heads')} d={r.get('head_dim')} "
-            f"{r.get('dtype', 'float32')}{' causal' if r.get('causal') else ''}")
+    kind = "" if mixed_dtypes(rows) else f" {r.get('dtype', 'float32')}"
+    return (f"{r.get('device', '?')}: b={r.get('batch')} h={r.get('heads')} d={r.get('head_dim')}"
+            f"{kind}{' causal' if r.get('causal') else ''}")
 
 
 STYLE = {"flash": ("C0", "o"), "standard": ("C3", "s")}
 
 
 def style(path, i):
-    return STYLE.get(path, (f"C{2 + i}", "^"))
+    return STYLE.get(path, (f"C{2 + i}", "^")) if " " not in path else (f"C{2 + i}", STYLE.get(path.split()[0], (0, "^"))[1])
 
 
 def plot_xy(all_series, field, ylabel, title, out, logy=True):
@@ -200,14 +219,17 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     rows = [r for f in a.sweep for r in load(f)]
     peers = [r for f in a.peers for r in load(f)]
-    s = series(rows)
-    both = dict(s, **series(peers))
-    t = title_of(rows)
+    mixed = mixed_dtypes(rows + peers)
+    s = series(rows, with_dtype=mixed)
+    both = dict(s, **series(peers, with_dtype=mixed))
+    t = title_of(rows + peers)
     o = lambda name: os.path.join(a.out, f"{a.prefix}-{name}.png")  # noqa: E731
     plot_xy(both, "ms", "ms per forward", t, o("time"))
     plot_xy(both, "tflops", "TFLOP/s", t, o("tflops"), logy=False)
     plot_memory(s, t, o("memory"))
-    plot_roofline(rows, s, t, o("roofline"), a.peak_gflops)
+    # The roofs are float32 ones (SGEMM, the FMA kernel): only the float32 kernels are placed.
+    f32 = [r for r in rows if r.get("path") == "summary" or dtype_of(r) == "f32"]
+    plot_roofline(rows, series(f32), title_of(f32) if mixed else t, o("roofline"), a.peak_gflops)
     if a.decode:
         d = load(a.decode)
         plot_decode(d, title_of(d), o("decode"))
