@@ -22,12 +22,12 @@ class Spec:
 
     __slots__ = ("softmax_scale", "causal", "window_size", "softcap", "alibi_slopes", "dropout_p", "dropout_seed",
                  "dropout_offset", "sinks", "bias", "mask", "block_mask", "block_size", "cu_seqlens_q",
-                 "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "path")
+                 "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "path", "allow_tf32")
 
     def __init__(self, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                  dropout_p=0.0, dropout_seed=None, dropout_offset=0, sinks=None, bias=None, mask=None,
                  block_mask=None, block_size=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                 max_seqlen_k=None, path="flash"):
+                 max_seqlen_k=None, path="flash", allow_tf32=False):
         self.softmax_scale = softmax_scale
         self.causal = bool(causal)
         self.window_size = window_size
@@ -46,6 +46,7 @@ class Spec:
         self.max_seqlen_q = max_seqlen_q
         self.max_seqlen_k = max_seqlen_k
         self.path = path
+        self.allow_tf32 = bool(allow_tf32)
 
     @property
     def varlen(self):
@@ -188,6 +189,7 @@ def make_desc(p, spec):
         d.block_q, d.block_k = (int(n) for n in spec.block_size)
     _need(spec.path in ("flash", "standard"), lambda: f"path must be 'flash' or 'standard', got {spec.path!r}")
     d.path = _flashcl.PATH_STANDARD if spec.path == "standard" else _flashcl.PATH_FLASH
+    d.allow_tf32 = 1 if spec.allow_tf32 else 0
     return d
 
 

@@ -14,12 +14,14 @@ from . import _arrays, _core, _flashcl, flash_attn_interface
 
 
 def _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset, sinks,
-          bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, path):
+          bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, path,
+          allow_tf32=False):
     return _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, dropout_p=dropout_p, dropout_seed=dropout_seed,
                       dropout_offset=dropout_offset, sinks=sinks, bias=_matrix(bias), mask=_matrix(mask),
                       block_mask=_matrix(block_mask), block_size=block_size, cu_seqlens_q=cu_seqlens_q,
-                      cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, path=path)
+                      cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, path=path,
+                      allow_tf32=allow_tf32)
 
 
 def _matrix(x):
@@ -49,7 +51,7 @@ def _using(context):
 def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
               dropout_p=0.0, dropout_seed=None, dropout_offset=0, sinks=None, bias=None, mask=None, block_mask=None,
               block_size=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-              return_lse=False, path="flash", context=None):
+              return_lse=False, path="flash", allow_tf32=False, context=None):
     """flash_attn_func / flash_attn_varlen_func with every FlashCL feature.
 
     sinks: float32 (nheads,) logits added to each row's softmax denominator
@@ -62,12 +64,15 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
     dropout_seed/offset: the Philox key and counter offset (a seed is drawn
       from torch's or numpy's generator when None).
     path: "flash" (default) or "standard", the S = QK^T baseline (plain float32 only).
+    allow_tf32: float32 inputs may run the forward on TF32 tensor cores where the device has
+      them (NVIDIA sm_80+, d <= 128: products of 10-bit mantissas, float32 accumulation), as
+      torch.backends.cuda.matmul.allow_tf32; elsewhere it changes nothing.
     context: a flashcl.Context (default: this thread's).
     Returns out, or (out, softmax_lse) with return_lse.
     """
     spec = _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset,
                  sinks, bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 path)
+                 path, allow_tf32)
     with _using(context):
         return flash_attn_interface.run((q, k, v), spec, "none", return_lse=return_lse)
 
@@ -111,7 +116,8 @@ def plan(q, k, v, *, backward=False, context=None, **features):
     args = {name: None for name in ("softmax_scale", "alibi_slopes", "dropout_seed", "sinks", "bias", "mask",
                                     "block_mask", "block_size", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                                     "max_seqlen_k")}
-    args.update(causal=False, window_size=(-1, -1), softcap=0.0, dropout_p=0.0, dropout_offset=0, path="flash")
+    args.update(causal=False, window_size=(-1, -1), softcap=0.0, dropout_p=0.0, dropout_offset=0, path="flash",
+                allow_tf32=False)
     unknown = set(features) - set(args)
     if unknown:
         raise TypeError(f"plan() got unexpected keyword arguments {sorted(unknown)}")

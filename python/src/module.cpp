@@ -94,6 +94,7 @@ NB_MODULE(_flashcl, m) {
         .def_rw("max_seqlen_q", &flashcl_attention_desc::max_seqlen_q)
         .def_rw("max_seqlen_k", &flashcl_attention_desc::max_seqlen_k)
         .def_rw("num_splits", &flashcl_attention_desc::num_splits)
+        .def_rw("allow_tf32", &flashcl_attention_desc::allow_tf32)
         .def_prop_rw(
             "path", [](const flashcl_attention_desc &d) { return (int)d.path; },
             [](flashcl_attention_desc &d, int v) { d.path = (flashcl_path)v; });

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import flashcl
-from conftest import assert_close, f64, rand
+from conftest import assert_close, f64, max_err, rand
 from reference import numpy_attention
 
 B, SQ, SK, HQ, HKV, D = 2, 37, 53, 4, 2, 32
@@ -101,3 +101,18 @@ def test_varlen_with_mask(rng):
         n = lens[i]
         ref, _ = numpy_attention(q[rows][None], k[rows][None], v[rows][None], mask=mask[i:i + 1, :, :n, :n])
         assert_close(out[rows][None], ref)
+
+
+def test_allow_tf32(rng):
+    """allow_tf32 reaches the descriptor: where the plan is not the TF32 tensor-core kernel the
+    result is bitwise the exact one; either way it stays within TF32's error of the float64 reference."""
+    q, k, v = _qkv(rng)
+    out, lse = flashcl.attention(q, k, v, causal=True, allow_tf32=True, return_lse=True)
+    exact = flashcl.attention(q, k, v, causal=True)
+    ref, ref_lse = numpy_attention(f64(q), f64(k), f64(v), causal=True)
+    kernel = flashcl.plan(q, k, v, causal=True, allow_tf32=True)["kernel"]
+    if kernel != "flash_fwd_mma":
+        np.testing.assert_array_equal(out, exact)
+    # Inputs and P rounded to a 10-bit mantissa (2^-11 relative each), float32 accumulation.
+    assert max_err(out, ref) <= 4e-3, (kernel, max_err(out, ref))
+    assert max_err(lse, ref_lse) <= 4e-3, (kernel, max_err(lse, ref_lse))
