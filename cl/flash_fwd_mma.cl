@@ -49,9 +49,10 @@
  * element rounded to TF32 (cvt.rna) where it is loaded, P rounded the same,
  * O stored as float32. ldmatrix moves 16-bit rows only, so the fragments are
  * plain __local loads (mma_tf32_frag_*).
- * The host guarantees: d and d_v multiples of 8 (<= 256), every view's offset
- * and row stride multiples of 8 elements and the buffers 16-byte aligned
- * (cp.async moves 16 bytes), scale > 0.
+ * The host guarantees: d and d_v multiples of 8 (<= 256; <= 128 with
+ * MMA_TF32), every view's offset and row stride 16-byte multiples (8 elements
+ * of 16 bits, 4 floats) and the buffers 16-byte aligned (cp.async moves 16
+ * bytes), scale > 0.
  */
 
 #ifndef HEAD_DIM

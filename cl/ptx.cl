@@ -24,21 +24,41 @@
 #ifndef FLASHCL_PTX_CL
 #define FLASHCL_PTX_CL
 /* cl/flash_decode.cl sees this file too and uses its shuffles only on NVIDIA (LANE_SHFL=1); built
-   for any other device (LANE_SHFL=0) it gets none of it. */
+   for any other device (LANE_SHFL=0) it gets none of it, and on NVIDIA nothing but the shuffles
+   (which every form has: its build says nothing of MMA_SM75). */
 #if !defined(LANE_SHFL) || LANE_SHFL
-
-#ifndef MMA_F16
-#define MMA_F16 0
+/* x from lane ^ m of the warp. */
+inline float ptx_shfl_xor(float x, int m) {
+    uint r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
+    return as_float(r);
+}
+/* x from lane `src` of my `width`-lane segment of the warp (width a power of two up to 32). */
+inline float ptx_shfl_segment(float x, int src, int width) {
+    uint r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, %3, 0xffffffff;"
+                 : "=r"(r)
+                 : "r"(as_uint(x)), "r"(src), "r"(((32 - width) << 8) | 0x1f));
+    return as_float(r);
+}
 #endif
+
+/* The tensor-core kernels and their probe (which never define LANE_SHFL). */
+#ifndef LANE_SHFL
+
 #ifndef MMA_SM75
 #define MMA_SM75 0
+#endif
+#ifndef MMA_F16
+#define MMA_F16 MMA_SM75 /* the sm_75 form is f16 only */
+#endif
+#if MMA_SM75 && !MMA_F16
+#error "MMA_SM75 has no bf16 mma: build it with MMA_F16=1"
 #endif
 
 /* One 16x8x16 mma: accumulator d[4] (read and written, %0-%3), A fragment a[4] (%4-%7), B fragment b0, b1 (%8, %9). */
 #define PTX_MMA_REGS " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-#define PTX_MMA_BF16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" PTX_MMA_REGS
-#define PTX_CVT_BF16 "cvt.rn.bf16x2.f32 %0, %1, %2;"
-#if MMA_SM75
+#if MMA_SM75 /* no bf16 mma or bf16x2 conversion: PTX_MMA_BF16 and PTX_CVT_BF16 stay undefined */
 /* k = 0-7 are A's registers 0, 1 with b0; k = 8-15 registers 2, 3 with b1 (the m16n8k16
    fragments are the two m16n8k8 ones side by side). */
 #define PTX_MMA_K8_F16 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32"
@@ -48,6 +68,8 @@
 /* %1 = hi, %2 = lo; mov.b32 puts its first half in the low bits. */
 #define PTX_CVT_F16 "{ .reg .b16 l, h; cvt.rn.f16.f32 l, %2; cvt.rn.f16.f32 h, %1; mov.b32 %0, {l, h}; }"
 #else
+#define PTX_MMA_BF16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" PTX_MMA_REGS
+#define PTX_CVT_BF16 "cvt.rn.bf16x2.f32 %0, %1, %2;"
 #define PTX_MMA_F16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" PTX_MMA_REGS
 #define PTX_CVT_F16 "cvt.rn.f16x2.f32 %0, %1, %2;"
 #endif
@@ -129,20 +151,6 @@ inline void ptx_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "mem
 inline void ptx_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 #endif
 
-/* x from lane ^ m of the warp. */
-inline float ptx_shfl_xor(float x, int m) {
-    uint r;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(x)), "r"(m));
-    return as_float(r);
-}
-/* x from lane `src` of my `width`-lane segment of the warp (width a power of two up to 32). */
-inline float ptx_shfl_segment(float x, int src, int width) {
-    uint r;
-    asm volatile("shfl.sync.idx.b32 %0, %1, %2, %3, 0xffffffff;"
-                 : "=r"(r)
-                 : "r"(as_uint(x)), "r"(src), "r"(((32 - width) << 8) | 0x1f));
-    return as_float(r);
-}
 /* Two floats -> one register of two 16-bit values, lo in the low half (round to nearest even). */
 inline uint ptx_pack(float lo, float hi) {
     uint r;
@@ -150,6 +158,7 @@ inline uint ptx_pack(float lo, float hi) {
     return r;
 }
 
+#if !MMA_SM75 /* sm_80: no TF32 in the sm_75 form */
 /* float32 -> TF32 (10-bit mantissa, round to nearest, ties away: cvt.rna), as the tf32 mma's operand. */
 inline uint ptx_tf32(float x) {
     uint r;
@@ -162,6 +171,7 @@ inline uint ptx_tf32(float x) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"     \
         : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                                       \
         : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
+#endif
 
 /* The SFU's exp2 (flush-to-zero; exp2(-inf) = 0). */
 inline float ptx_exp2(float x) {

@@ -174,7 +174,8 @@ void rv_forward(const rv_problem *p, const float *q, const float *k, const float
                     const float *vrow = v + ((rv_seq_row_k(p, b) + j) * p->heads_kv + kvh) * dv;
                     for (size_t c = 0; c < dv; c++) orow[c] += w * (double)vrow[c];
                 }
-                for (size_t c = 0; c < dv; c++) orow[c] = rv_apply_round(p, orow[c]);
+                if (!p->exact_output)
+                    for (size_t c = 0; c < dv; c++) orow[c] = rv_apply_round(p, orow[c]);
             }
         }
     row_free(&r);

@@ -73,6 +73,9 @@ typedef struct rv_problem {
      * float32 accumulation would. NULL: the exact reference.
      */
     rv_round_fn round;
+    /* With round: the forward's O stays unrounded (float32 outputs of a TF32 forward, whose only
+       rounding past the inputs is P's). */
+    int exact_output;
 } rv_problem;
 
 /* Rows of the packed q/o arrays and of the k/v arrays. */

@@ -96,6 +96,24 @@ static int device_has_tensor_cores(flashcl_context *ctx, flashcl_dtype t) {
     return plain_plan(ctx, t, &plan) == FLASHCL_SUCCESS && strcmp(plan.kernel, "flash_fwd_mma") == 0;
 }
 
+/* The compute capability of an NVIDIA device as 10 * major + minor (cl_nv_device_attribute_query),
+   0 on any other device. */
+static int nvidia_compute_capability(cl_device_id dev) {
+    size_t n = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &n) != CL_SUCCESS || n == 0) return 0;
+    char *ext = calloc(n + 1, 1);
+    int has = ext && clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, n, ext, NULL) == CL_SUCCESS &&
+              strstr(ext, "cl_nv_device_attribute_query") != NULL;
+    free(ext);
+    cl_uint major = 0, minor = 0;
+    if (!has ||
+        clGetDeviceInfo(dev, 0x4000 /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV */, sizeof major, &major, NULL) !=
+            CL_SUCCESS ||
+        clGetDeviceInfo(dev, 0x4001 /* _MINOR_NV */, sizeof minor, &minor, NULL) != CL_SUCCESS)
+        return 0;
+    return (int)(major * 10 + minor);
+}
+
 /* --sm75 (FLASHCL_MMA_SM75=1, set before the context exists): where f16 runs on the tensor cores,
    their plan must name the sm_75 form, and bf16, which that form lacks, must not plan them. */
 static int check_sm75_plans(flashcl_context *ctx) {
@@ -355,7 +373,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--sm75") == 0)
             sm75 = 1;
         else if (strcmp(argv[i], "--tf32") == 0)
-            g_tf32 = 1;
+            g_tf32 = 1, g_forward_only = 1; /* TF32 is forward-only: the backward is the exact runs' */
         else {
             fprintf(stderr, "usage: test_variants [--quick] [--case N] [--skip N] [--list] "
                             "[--no-family-check] [--forward-only] [--fresh-context] [--storage f16|bf16] "
@@ -404,13 +422,25 @@ int main(int argc, char **argv) {
                                                                      : storage;
     if (tensor_cores && device_has_tensor_cores(ctx, tc_type)) g_expect_forward = "flash_fwd_mma";
     printf("tensor-core forward expected: %s\n", g_expect_forward ? "yes" : "no (not planned for plain 16-bit)");
-    if ((sm75 || g_tf32) && !g_expect_forward) {
-        /* Without tensor cores FLASHCL_MMA_SM75 and allow_tf32 change nothing: the cases would repeat
-           test_variants_f16 or test_variants. */
-        printf("%s: no tensor-core plan on this device; it is checked where they plan\n", sm75 ? "--sm75" : "--tf32");
+    const char *vendor_path = getenv("FLASHCL_VENDOR_PATH");
+    const int cc = nvidia_compute_capability(flashcl_context_device(ctx));
+    if ((sm75 || g_tf32) && (cc < (sm75 ? 75 : 80) || (vendor_path && strcmp(vendor_path, "off") == 0))) {
+        /* Not an NVIDIA GPU with the instructions (or the vendor path is off): FLASHCL_MMA_SM75 and
+           allow_tf32 change nothing, and the cases would repeat test_variants_f16 or test_variants. */
+        printf("%s: compute capability %d.%d, no tensor-core form to check here\n", sm75 ? "--sm75" : "--tf32", cc / 10,
+               cc % 10);
         flashcl_context_destroy(ctx);
         vc_list_free(&cases);
         return 77; /* CTest's SKIP_RETURN_CODE: reported as skipped, not passed */
+    }
+    if ((sm75 || g_tf32) && !g_expect_forward) {
+        /* An NVIDIA GPU that has them, yet the plan is not the tensor cores': the probe or the build
+           failed. That is what these runs are for. */
+        flashcl_plan plan;
+        plain_plan(ctx, tc_type, &plan);
+        fprintf(stderr, "FAIL %s: compute capability %d.%d but the plain plan is %s: %s\n", sm75 ? "--sm75" : "--tf32",
+                cc / 10, cc % 10, plan.kernel, plan.reason);
+        tu_fail_count();
     }
     if (sm75) CHECK(check_sm75_plans(ctx));
     g_expect_cpu = cpu_only || device_plans_cpu_family(ctx);

@@ -1,6 +1,6 @@
 /*
  * Timing a microbenchmark kernel the tool builds itself (the read kernel of
- * read_bandwidth.c, the FMA kernel of fma_rate.c): build it on the context's
+ * read_bandwidth.c, the FMA kernel of roof.c): build it on the context's
  * device, then enqueue it back to back as bench times attention (wall clock
  * per launch) and keep the best of a few runs.
  */

@@ -84,7 +84,10 @@ STYLE = {"flash": ("C0", "o"), "standard": ("C3", "s")}
 
 
 def style(path, i):
-    return STYLE.get(path, (f"C{2 + i}", "^")) if " " not in path else (f"C{2 + i}", STYLE.get(path.split()[0], (0, "^"))[1])
+    """Colour and marker: flash and standard keep theirs; a typed label ("flash bf16") its path's marker."""
+    if " " not in path:
+        return STYLE.get(path, (f"C{2 + i}", "^"))
+    return f"C{2 + i}", STYLE.get(path.split()[0], (None, "^"))[1]
 
 
 def plot_xy(all_series, field, ylabel, title, out, logy=True):
@@ -117,7 +120,7 @@ def plot_memory(s, title, out):
         ys = [r["bytes_extra"] for _, r in pts]
         ax.plot(ns, ys, marker=m, color=c, label=f"{path} (measured)")
         # The slope a path should have, through its first point: N for flash, N^2 for standard.
-        k = 2 if path == "standard" else 1
+        k = 2 if path.split()[0] == "standard" else 1
         ax.plot(ns, [ys[0] * (n / ns[0]) ** k for n in ns], ls="--", color=c, alpha=0.5, label=f"~N^{k}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

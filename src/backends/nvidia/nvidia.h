@@ -1,10 +1,10 @@
 /*
  * The NVIDIA tensor-core family (cl/flash_fwd_mma.cl, cl/flash_bwd_mma.cl):
  * mma.sync, ldmatrix and cp.async through inline PTX. The forward covers
- * f16/bf16 storage (and float32 with allow_tf32 on the TF32 mma, d <= 128), head dims d and d_v that are multiples of 8 up to 256,
- * every variant (window, softcap, ALiBi, sinks, dropout, bias, masks, block
- * masks, varlen, GQA), scale > 0, views whose offsets and strides are
- * multiples of 8 elements, on a device whose probe passed (probe.c); the
+ * f16/bf16 storage (and float32 with allow_tf32 on the TF32 mma, d <= 128),
+ * head dims d and d_v that are multiples of 8 up to 256, every variant
+ * (window, softcap, ALiBi, sinks, dropout, bias, masks, block masks, varlen,
+ * GQA), scale > 0, views whose offsets and strides are 16-byte multiples, on a device whose probe passed (probe.c); the
  * backward the same with d = d_v <= 128. Every other call goes to the next
  * family.
  */
