@@ -90,6 +90,17 @@ def style(path, i):
     return f"C{2 + i}", STYLE.get(path.split()[0], (None, "^"))[1]
 
 
+def finish(fig, ax, title, out, legend_size=None):
+    """Every picture's title, grid and legend, then the PNG written and the figure closed."""
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print("wrote", out)
+
+
 def plot_xy(all_series, field, ylabel, title, out, logy=True):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (path, pts) in enumerate(all_series.items()):
@@ -100,13 +111,7 @@ def plot_xy(all_series, field, ylabel, title, out, logy=True):
         ax.set_yscale("log")
     ax.set_xlabel("sequence length N")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    print("wrote", out)
+    finish(fig, ax, title, out)
 
 
 def plot_memory(s, title, out):
@@ -126,13 +131,7 @@ def plot_memory(s, title, out):
     ax.set_yscale("log")
     ax.set_xlabel("sequence length N")
     ax.set_ylabel("extra device memory (bytes)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    print("wrote", out)
+    finish(fig, ax, title, out)
 
 
 def hbm_bytes(path, r):
@@ -178,13 +177,7 @@ def plot_roofline(rows, s, title, out, peak_arg):
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per HBM byte, model)")
     ax.set_ylabel("GFLOP/s")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    print("wrote", out)
+    finish(fig, ax, title, out, legend_size=8)
 
 
 def plot_decode(rows, title, out):
@@ -200,13 +193,7 @@ def plot_decode(rows, title, out):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (keys)")
     ax.set_ylabel("GB/s (Q, K, V, O once)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    print("wrote", out)
+    finish(fig, ax, title, out)
 
 
 def main():
