@@ -99,6 +99,11 @@ static void fail_core(ring *r, flashcl_status st, const char *what) {
     failf(r, st, "%s: %s: %s", what, flashcl_status_name(st), flashcl_last_error(r->ctx));
 }
 
+/* A core call of ring step `step` failed. */
+static void fail_core_at_step(ring *r, flashcl_status st, const char *call, int step) {
+    failf(r, st, "%s at ring step %d: %s: %s", call, step, flashcl_status_name(st), flashcl_last_error(r->ctx));
+}
+
 static void mpi_check(ring *r, int e, const char *call) {
     if (e == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING] = "";
@@ -849,9 +854,7 @@ flashcl_status flashcl_ring_forward(flashcl_context *ctx, const flashcl_attentio
                     st = flashcl_forward(ctx, &sd, &qs, &ks, &vs, &os_view, part ? lse_tmp : lst[g], part ? 0 : lbase,
                                          nwait(r), waitl(r), &ev);
                 if (st != FLASHCL_SUCCESS) {
-                    char what[64];
-                    snprintf(what, sizeof what, "flashcl_forward at ring step %d", s);
-                    fail_core(r, st, what);
+                    fail_core_at_step(r, st, "flashcl_forward", s);
                     break;
                 }
                 chain(r, ev);
@@ -1013,9 +1016,7 @@ flashcl_status flashcl_ring_backward(flashcl_context *ctx, const flashcl_attenti
                     st = flashcl_backward(ctx, &sd, &qs, &ks, &vs, &os, &dos, part ? lse_tmp : lse_seg[g], 0, &dqs,
                                           &dks, &dvs, nwait(r), waitl(r), &ev);
                 if (st != FLASHCL_SUCCESS) {
-                    char what[64];
-                    snprintf(what, sizeof what, "flashcl_backward at ring step %d", s);
-                    fail_core(r, st, what);
+                    fail_core_at_step(r, st, "flashcl_backward", s);
                     break;
                 }
                 chain(r, ev);
