@@ -66,8 +66,10 @@ find_program(TIMEOUT timeout)
 if(TIMEOUT)
   file(REMOVE ${FILE})
   # SIGINT a few seconds in: the measurements finished so far stay, in a file the library accepts.
-  # A problem large enough that the run cannot end before the signal.
-  execute_process(COMMAND ${TIMEOUT} --preserve-status -s INT 6 ${TOOL} tune --head-dims 64,128 --seqlen 2048 --heads 4 --output ${FILE}
+  # A problem large enough that the run cannot end before the signal. --foreground: without it
+  # timeout signals the tuner and then its whole process group, so the tuner can get SIGINT twice,
+  # and a second SIGINT ends it at once by design (exit 130; a terminal's Ctrl-C sends one).
+  execute_process(COMMAND ${TIMEOUT} --foreground --preserve-status -s INT 6 ${TOOL} tune --head-dims 64,128 --seqlen 2048 --heads 4 --output ${FILE}
     RESULT_VARIABLE rc
     OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT out MATCHES "stopped: interrupted")
