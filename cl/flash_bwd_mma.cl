@@ -51,12 +51,32 @@
 #ifndef MMA_PLAIN
 #define MMA_PLAIN 0 /* 1: plain or causal attention only (see the dK/dV kernel) */
 #endif
+/*
+ * Head dims above 128 (MB_SLICES = 2, the general kernels only): a warp's 16 rows of K and V
+ * fragments (S and dP reduce over the whole head dim) and of dK and dV accumulators at d = 256
+ * would be 64 + 64 + 128 + 128 registers. So each work-group owns one slice of MB_OUT output
+ * dims, the grid's dimension 0 counting blocks x slices, and the dK/dV kernel is built twice:
+ * MB_PART = 1 accumulates dV only (K fragments + dV slice), MB_PART = 2 dK only (K and V
+ * fragments + dK slice). S and dP are recomputed per slice and part: about 1.9x the
+ * multiply-adds of the unsliced kernels, instead of the portable kernels at a tenth of the rate.
+ */
+#ifndef MB_SLICES
+#define MB_SLICES 1
+#endif
+#ifndef MB_PART
+#define MB_PART 0 /* 0: dK and dV (MB_SLICES = 1); 1: dV only; 2: dK only */
+#endif
+#if MB_SLICES > 1 && (MMA_PLAIN || MB_PART == 0)
+#error "sliced builds are the general kernels with MB_PART 1 or 2"
+#endif
 
 #define MB_THREADS (32 * MMA_WARPS)
 #define MMA_BWD_BC (16 * MMA_WARPS) /* keys per dK/dV work-group, rows per dQ work-group */
 #define MB_LD (HEAD_DIM + 8)
 #define MB_CHUNKS (HEAD_DIM / 8)
 #define MB_DT (HEAD_DIM / 16)
+#define MB_OUT (HEAD_DIM / MB_SLICES) /* output dims per work-group (a multiple of 16) */
+#define MB_ODT (MB_OUT / 16)
 /* Per-element work beyond exp2: score terms, or a bias / mask that must be checked per pair. */
 #define MB_TERMS HAS_SCORE_TERMS
 #define MB_ALWAYS_CHECK (HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK)
@@ -103,10 +123,10 @@ inline void mb_frags_a(__local const ushort *tile, int row, int lane, uint f[MB_
 #define MB_LANE_N(lane) ((uint)((((lane)&7) + (((lane) >> 4) << 3)) * MB_LD + ((((lane) >> 3) & 1) << 3)) * 2)
 #define MB_LANE_K(lane) ((uint)((((lane)&7) + ((((lane) >> 3) & 1) << 3)) * MB_LD + (((lane) >> 4) << 3)) * 2)
 
-/* Stores 16 rows x d of accumulator fragments times `mul`, rows >= limit skipped. */
+/* Stores 16 rows x MB_OUT columns (from col0) of accumulator fragments times `mul`, rows >= limit skipped. */
 inline void mb_store(__global ushort *base, ulong stride_row, long row0, long limit, int lane, float mul,
-                     float acc[HEAD_DIM / 8][4]) {
-    const int col = (lane & 3) * 2;
+                     float acc[MB_OUT / 8][4], int col0) {
+    const int col = col0 + (lane & 3) * 2;
 #pragma unroll
     for (int half_ = 0; half_ < 2; ++half_) {
         const long row = row0 + (lane >> 2) + half_ * 8;
@@ -114,12 +134,12 @@ inline void mb_store(__global ushort *base, ulong stride_row, long row0, long li
 #if MB_D_REAL == HEAD_DIM
             __global uint *dst = (__global uint *)(base + (ulong)row * stride_row + col);
 #pragma unroll
-            for (int n = 0; n < HEAD_DIM / 8; ++n)
+            for (int n = 0; n < MB_OUT / 8; ++n)
                 dst[n * 4] = ptx_pack(acc[n][half_ * 2] * mul, acc[n][half_ * 2 + 1] * mul);
 #else
             __global ushort *dst = base + (ulong)row * stride_row + col;
 #pragma unroll
-            for (int n = 0; n < HEAD_DIM / 8; ++n)
+            for (int n = 0; n < MB_OUT / 8; ++n)
                 if (n * 8 + col < MB_D_REAL) /* d a multiple of 8: both elements or neither */
                     *(__global uint *)(dst + n * 8) = ptx_pack(acc[n][half_ * 2] * mul, acc[n][half_ * 2 + 1] * mul);
 #endif
@@ -294,8 +314,8 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
         }
     }
     const long kr = k0 + warp * 16;
-    mb_store(dK + VIEW_BASE(dk, b, hk), dk_sr, kr, seqlen_k, lane, scale, dk);
-    mb_store(dV + VIEW_BASE(dv, b, hk), dv_sr, kr, seqlen_k, lane, 1.0f, dv);
+    mb_store(dK + VIEW_BASE(dk, b, hk), dk_sr, kr, seqlen_k, lane, scale, dk, 0);
+    mb_store(dV + VIEW_BASE(dv, b, hk), dv_sr, kr, seqlen_k, lane, 1.0f, dv, 0);
 #undef MB_KV_E
 #undef MB_QT_E
 #undef MB_SM_E
@@ -399,7 +419,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
                 PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
             }
     }
-    mb_store(dQ + VIEW_BASE(dq, b, h), dq_sr, q0 + warp * 16, seqlen_q, lane, scale, dq);
+    mb_store(dQ + VIEW_BASE(dq, b, h), dq_sr, q0 + warp * 16, seqlen_q, lane, scale, dq, 0);
 #undef MB_QB_E
 #undef MB_KT_E
 #undef MB_SM_E
@@ -453,24 +473,44 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                    __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dK,
                    VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
                    int group, float scale_log2, float scale, VARIANT_ARGS) {
-    /* K and V of the block first (for the fragments), then Q and dO tiles. */
+    /* K and V of the block first (for the fragments; one after the other when sliced), then Q and dO tiles. */
 #define MB_KV_E (MMA_BWD_BC * MB_LD)
 #define MB_QT_E (MMA_BWD_BR * MB_LD)
-#define MB_SM_E (2 * MB_KV_E > 2 * MB_QT_E ? 2 * MB_KV_E : 2 * MB_QT_E)
+#define MB_KV_STAGE (MB_SLICES > 1 ? MB_KV_E : 2 * MB_KV_E)
+#define MB_SM_E (MB_KV_STAGE > 2 * MB_QT_E ? MB_KV_STAGE : 2 * MB_QT_E)
     __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
     __local float lse_s[MMA_BWD_BR], d_s[MMA_BWD_BR];
     __local ushort *qs = smem, *dos = smem + MB_QT_E;
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
-    const long k0 = (long)get_group_id(0) * MMA_BWD_BC;
+    const int slice = (int)get_group_id(0) % MB_SLICES, out0 = slice * MB_OUT; /* my output dims */
+    const long k0 = (long)(get_group_id(0) / MB_SLICES) * MMA_BWD_BC;
     /* The sequence's geometry is the same for every query head of the group. */
     const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     if (k0 >= hd0.sk) return; /* varlen: past this sequence (the whole group returns) */
     const long k1 = min(k0 + MMA_BWD_BC, hd0.sk) - 1;
     const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
 
-    uint kf[MB_DT][4], vf[MB_DT][4];
+    uint kf[MB_DT][4];
+#if MB_PART != 1
+    uint vf[MB_DT][4];
+#endif
+#if MB_SLICES > 1
+    mb_load_tile(smem, K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr, k_sr, k0, MMA_BWD_BC, hd0.sk, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    mb_frags_a(smem, warp * 16, lane, kf);
+#if MB_PART == 2
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its K fragments: V takes the buffer */
+    mb_load_tile(smem, V + VIEW_BASE(v, b, hk) + hd0.k0 * v_sr, v_sr, k0, MMA_BWD_BC, hd0.sk, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    mb_frags_a(smem, warp * 16, lane, vf);
+#endif
+#else
     mb_load_tile(smem, K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr, k_sr, k0, MMA_BWD_BC, hd0.sk, lid);
     mb_load_tile(smem + MB_KV_E, V + VIEW_BASE(v, b, hk) + hd0.k0 * v_sr, v_sr, k0, MMA_BWD_BC, hd0.sk, lid);
     ptx_cp_commit();
@@ -478,12 +518,22 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
     barrier(CLK_LOCAL_MEM_FENCE);
     mb_frags_a(smem, warp * 16, lane, kf);
     mb_frags_a(smem + MB_KV_E, warp * 16, lane, vf);
+#endif
 
-    float dk[HEAD_DIM / 8][4], dv[HEAD_DIM / 8][4];
+#if MB_PART != 2
+    float dv[MB_OUT / 8][4];
 #pragma unroll
-    for (int n = 0; n < HEAD_DIM / 8; ++n)
+    for (int n = 0; n < MB_OUT / 8; ++n)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) dk[n][c] = dv[n][c] = 0.0f;
+        for (int c = 0; c < 4; ++c) dv[n][c] = 0.0f;
+#endif
+#if MB_PART != 1
+    float dk[MB_OUT / 8][4];
+#pragma unroll
+    for (int n = 0; n < MB_OUT / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) dk[n][c] = 0.0f;
+#endif
 
     /* Query rows that see a key of this block: the band's inverse. */
     const long q_begin = flashcl_q_begin(hd0, k0, MMA_BWD_BR, win_right), q_end = flashcl_q_end(hd0, k1, win_left);
@@ -553,16 +603,19 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                 pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(pz[0], pz[1]);
                 pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(pz[2], pz[3]);
             }
-            /* dV += (P Z)^T dO (k = queries). */
+#if MB_PART != 2
+            /* dV += (P Z)^T dO (k = queries), my output dims. */
 #pragma unroll
             for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
 #pragma unroll
-                for (int dp = 0; dp < MB_DT; ++dp) {
+                for (int dp = 0; dp < MB_ODT; ++dp) {
                     uint b0, b1, b2, b3;
-                    ptx_ldsm_x4_trans(dos_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                    ptx_ldsm_x4_trans(dos_k + (uint)(kk * 16 * MB_LD + out0 + dp * 16) * 2, &b0, &b1, &b2, &b3);
                     PTX_MMA(dv[2 * dp], pf[kk], b0, b1);
                     PTX_MMA(dv[2 * dp + 1], pf[kk], b2, b3);
                 }
+#endif
+#if MB_PART != 1
             /* dP^T = V dO^T. */
             float dp_[MMA_BWD_BR / 8][4];
 #pragma unroll
@@ -593,19 +646,25 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
             for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
 #pragma unroll
-                for (int dp = 0; dp < MB_DT; ++dp) {
+                for (int dp = 0; dp < MB_ODT; ++dp) {
                     uint b0, b1, b2, b3;
-                    ptx_ldsm_x4_trans(qs_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                    ptx_ldsm_x4_trans(qs_k + (uint)(kk * 16 * MB_LD + out0 + dp * 16) * 2, &b0, &b1, &b2, &b3);
                     PTX_MMA(dk[2 * dp], pf[kk], b0, b1);
                     PTX_MMA(dk[2 * dp + 1], pf[kk], b2, b3);
                 }
+#endif
         }
     }
     const long kr = k0 + warp * 16;
-    mb_store(dK + VIEW_BASE(dk, b, hk) + hd0.k0 * dk_sr, dk_sr, kr, hd0.sk, lane, scale, dk);
-    mb_store(dV + VIEW_BASE(dv, b, hk) + hd0.k0 * dv_sr, dv_sr, kr, hd0.sk, lane, 1.0f, dv);
+#if MB_PART != 1
+    mb_store(dK + VIEW_BASE(dk, b, hk) + hd0.k0 * dk_sr, dk_sr, kr, hd0.sk, lane, scale, dk, out0);
+#endif
+#if MB_PART != 2
+    mb_store(dV + VIEW_BASE(dv, b, hk) + hd0.k0 * dv_sr, dv_sr, kr, hd0.sk, lane, 1.0f, dv, out0);
+#endif
 #undef MB_KV_E
 #undef MB_QT_E
+#undef MB_KV_STAGE
 #undef MB_SM_E
 }
 
@@ -617,13 +676,15 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
                  VARIANT_ARGS) {
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
-#define MB_SM_E (2 * MB_QB_E > 2 * MB_KT_E ? 2 * MB_QB_E : 2 * MB_KT_E)
+#define MB_QB_STAGE (MB_SLICES > 1 ? MB_QB_E : 2 * MB_QB_E) /* Q and dO one after the other when sliced */
+#define MB_SM_E (MB_QB_STAGE > 2 * MB_KT_E ? MB_QB_STAGE : 2 * MB_KT_E)
     __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
     __local ushort *ks = smem, *vs = smem + MB_KT_E;
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     /* Heaviest (causal) blocks first. */
-    const int block = (int)get_num_groups(0) - 1 - (int)get_group_id(0);
+    const int block = (int)(get_num_groups(0) / MB_SLICES) - 1 - (int)(get_group_id(0) / MB_SLICES);
+    const int out0 = (int)(get_group_id(0) % MB_SLICES) * MB_OUT; /* my output dims */
     const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long q0 = (long)block * MMA_BWD_BC;
@@ -632,6 +693,19 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
 
     uint qf[MB_DT][4], of[MB_DT][4];
+#if MB_SLICES > 1
+    mb_load_tile(smem, Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0, MMA_BWD_BC, hd.sq, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    mb_frags_a(smem, warp * 16, lane, qf);
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its Q fragments: dO takes the buffer */
+    mb_load_tile(smem, dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr, do_sr, q0, MMA_BWD_BC, hd.sq, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    mb_frags_a(smem, warp * 16, lane, of);
+#else
     mb_load_tile(smem, Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0, MMA_BWD_BC, hd.sq, lid);
     mb_load_tile(smem + MB_QB_E, dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr, do_sr, q0, MMA_BWD_BC, hd.sq, lid);
     ptx_cp_commit();
@@ -639,6 +713,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     barrier(CLK_LOCAL_MEM_FENCE);
     mb_frags_a(smem, warp * 16, lane, qf);
     mb_frags_a(smem + MB_QB_E, warp * 16, lane, of);
+#endif
 
     const long r0 = q0 + warp * 16 + (lane >> 2); /* this thread's rows: r0, r0 + 8 */
     float l2[2], dd[2];
@@ -648,9 +723,9 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         l2[i] = r < hd.sq ? mb_lse2(LSE[lse_off + at]) : INFINITY;
         dd[i] = r < hd.sq ? Dsum[at] : 0.0f;
     }
-    float dq[HEAD_DIM / 8][4];
+    float dq[MB_OUT / 8][4];
 #pragma unroll
-    for (int n = 0; n < HEAD_DIM / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int n = 0; n < MB_OUT / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     const long kv_end = flashcl_kv_end(hd, last_row, win_right);
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
@@ -700,20 +775,21 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
             pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(ds[0], ds[1]);
             pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(ds[2], ds[3]);
         }
-        /* dQ += dS K (k = keys). */
+        /* dQ += dS K (k = keys), my output dims. */
 #pragma unroll
         for (int kk = 0; kk < MMA_BWD_BCQ / 16; ++kk)
 #pragma unroll
-            for (int dp = 0; dp < MB_DT; ++dp) {
+            for (int dp = 0; dp < MB_ODT; ++dp) {
                 uint b0, b1, b2, b3;
-                ptx_ldsm_x4_trans(ks_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4_trans(ks_k + (uint)(kk * 16 * MB_LD + out0 + dp * 16) * 2, &b0, &b1, &b2, &b3);
                 PTX_MMA(dq[2 * dp], pf[kk], b0, b1);
                 PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
             }
     }
-    mb_store(dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr, dq_sr, q0 + warp * 16, hd.sq, lane, scale, dq);
+    mb_store(dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr, dq_sr, q0 + warp * 16, hd.sq, lane, scale, dq, out0);
 #undef MB_QB_E
 #undef MB_KT_E
+#undef MB_QB_STAGE
 #undef MB_SM_E
 }
 #endif

@@ -67,6 +67,19 @@
 #ifndef FP8_DENORM_MUL
 #define FP8_DENORM_MUL 0
 #endif
+#ifndef FP8_CVT
+#define FP8_CVT 0 /* NVIDIA sm_89+: fp8 pairs through cvt.rn.f16x2.e4m3x2 / e5m2x2 (cl/ptx.cl) */
+#endif
+#ifndef KV_STAGES
+#define KV_STAGES 0 /* NVIDIA sm_80+: K/V of the next steps in flight through a cp.async ring in __local */
+#endif
+#ifndef FUSED_MERGE
+#define FUSED_MERGE 0 /* NVIDIA: the last split of a block merges them (no second launch) */
+#endif
+#define MERGE_MAX_SPLITS 128 /* the host's cap on splits (src/backends/decode/plan.c) */
+#if (FP8_CVT || FUSED_MERGE || KV_STAGES) && !LANE_SHFL
+#error "FP8_CVT, FUSED_MERGE and KV_STAGES use cl/ptx.cl: NVIDIA builds only (LANE_SHFL=1)"
+#endif
 
 #if WG_SIZE % LANES != 0 || (LANES & (LANES - 1)) != 0 || LANES > 32
 #error "LANES must be a power of two of at most 32 that divides WG_SIZE"
@@ -129,18 +142,33 @@ inline void lane_load(__global const cache_t *row, int e0, int dim, float *x) {
  * in flight while the previous step is computed. Lanes past the row load its last vector (any
  * valid address: branch-free) and decode to zeros.
  */
-#define FAST                                                                                                           \
-    (ALIGNED && HEAD_DIM % VEC == 0 && HEAD_DIM_V % VEC == 0 && VEC * (CACHE_DTYPE ? 1 : FLASHCL_DTYPE ? 2 : 4) == 16)
+#define RAW_BYTES (VEC * (CACHE_DTYPE ? 1 : FLASHCL_DTYPE ? 2 : 4))
+#define FAST (ALIGNED && HEAD_DIM % VEC == 0 && HEAD_DIM_V % VEC == 0 && (RAW_BYTES == 16 || RAW_BYTES == 8))
 #if FAST
-inline uint4 raw_load(__global const cache_t *row, int e0, int dim) {
-    return *(__global const uint4 *)(row + min(e0, dim - VEC));
+/* A lane's VEC elements as raw words: 16 bytes, or 8 for an fp8 cache (VEC = 8: a lane then holds
+   as many Q and output elements as with 16-bit storage, and twice the keys fit the same registers). */
+#if RAW_BYTES == 16
+typedef uint4 raw_t;
+#define RAW_WORDS(w)                                                                                                   \
+    { (w).x, (w).y, (w).z, (w).w }
+#else
+typedef uint2 raw_t;
+#define RAW_WORDS(w)                                                                                                   \
+    { (w).x, (w).y }
+#endif
+#define RAW_N (RAW_BYTES / 4)
+inline raw_t raw_load(__global const cache_t *row, int e0, int dim) {
+    return *(__global const raw_t *)(row + min(e0, dim - VEC));
 }
 
-inline void raw_decode(uint4 w, int valid, float *x) {
-    const uint u[4] = {w.x, w.y, w.z, w.w};
+inline void raw_decode(raw_t w, int valid, float *x) {
+    const uint u[RAW_N] = RAW_WORDS(w);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-#if CACHE_DTYPE != 0
+    for (int k = 0; k < RAW_N; ++k) {
+#if CACHE_DTYPE != 0 && FP8_CVT
+        const float2 a = ptx_fp8x2(u[k]), b = ptx_fp8x2(u[k] >> 16);
+        x[4 * k] = a.x, x[4 * k + 1] = a.y, x[4 * k + 2] = b.x, x[4 * k + 3] = b.y;
+#elif CACHE_DTYPE != 0
 #pragma unroll
         for (int j = 0; j < 4; ++j) x[4 * k + j] = fp8_bits((u[k] >> (8 * j)) & 0xffu);
 #elif FLASHCL_DTYPE == 0
@@ -205,7 +233,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
     int write_parts, int part_sq, __global const int *table, int max_pages, long page_size,
     __global const int *seqinfo, /* PAGED: per sequence {kv_start, kv_len, append row, first position} */
     __global const float *k_scale, __global const float *v_scale, int scale_per_head, int seqlen_q, int seqlen_k,
-    int heads_q, int group, int splits, int row_blocks, int heads, float scale_log2, VARIANT_ARGS) {
+    int heads_q, int group, int splits, int row_blocks, int heads, float scale_log2, VARIANT_ARGS,
+    __global int *counters /* FUSED_MERGE: one zeroed count per (row block, KV head, sequence) */) {
     const int lid = (int)get_local_id(0), g = lid / LANES, lane = lid % LANES;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
     const int split = (int)get_group_id(0) / row_blocks, rblock = (int)get_group_id(0) % row_blocks;
@@ -310,7 +339,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
 #if FAST
     /* Raw K/V of the next step, fetched a step ahead. Keys are clamped into [kv_lo, kv_hi):
        past the end a lane re-reads a row it is allowed to (masked out below). */
-    uint4 kraw[UNROLL][NCH], vraw[UNROLL][NCHV];
 #if PAGED
     /* The page-table entries of the keys the next FETCH loads, read one step before it, so a
        step's K/V loads never wait on a table load issued in the same step. */
@@ -322,6 +350,45 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
 #else
 #define FETCH_ROW_OFFSETS(first, u) ROW_OFFSETS((int)min((first) + (u)*GROUPS + g, kv_hi - 1))
 #endif
+#if KV_STAGES
+    /*
+     * K/V of the next KV_STAGES - 1 steps in flight through a ring in __local (cp.async), not in
+     * registers: registers bounded the loads in flight (each step's raw K/V held twice, the step
+     * computed and the one loading), and with them the bandwidth. Every work-item copies exactly
+     * the vectors it later decodes, at [stage][u][chunk][lid] (consecutive work-items, consecutive
+     * 16 bytes), and waits for its own copies only: no barrier in the loop. Steps past the split's
+     * keys are not fetched (their groups are committed empty, so the count of groups stays).
+     */
+    __local raw_t ring[KV_STAGES][UNROLL][NCH + NCHV][WG_SIZE] __attribute__((aligned(16)));
+#if RAW_BYTES == 16
+#define CP_ASYNC ptx_cp_async16
+#else
+#define CP_ASYNC ptx_cp_async8
+#endif
+#define FETCH_TO(first, st)                                                                                            \
+    _Pragma("unroll") for (int u = 0; u < UNROLL; ++u) {                                                               \
+        FETCH_ROW_OFFSETS(first, u)                                                                                    \
+        _Pragma("unroll") for (int c = 0; c < NCH; ++c)                                                                \
+            CP_ASYNC(&ring[st][u][c][lid], K + kr + min((c * LANES + lane) * VEC, HEAD_DIM - VEC));                    \
+        _Pragma("unroll") for (int c = 0; c < NCHV; ++c)                                                               \
+            CP_ASYNC(&ring[st][u][NCH + c][lid], V + vr + min((c * LANES + lane) * VEC, HEAD_DIM_V - VEC));            \
+    }
+    int stage = 0;
+#if PAGED
+    if (kv_lo < kv_hi) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) page_next[u] = TABLE_AT(STEP_KEY(kv_lo, u));
+    }
+#endif
+#pragma unroll
+    for (int st = 0; st < KV_STAGES - 1; ++st) {
+        if (kv_lo + st * BLOCK_N < kv_hi) {
+            FETCH_TO(kv_lo + st * BLOCK_N, st)
+        }
+        ptx_cp_async_commit();
+    }
+#else
+    raw_t kraw[UNROLL][NCH], vraw[UNROLL][NCHV];
 #define FETCH(first)                                                                                                   \
     _Pragma("unroll") for (int u = 0; u < UNROLL; ++u) {                                                               \
         FETCH_ROW_OFFSETS(first, u)                                                                                    \
@@ -338,13 +405,33 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
         FETCH(kv_lo)
     }
 #endif
+#endif
 
     for (long key0 = kv_lo; key0 < kv_hi; key0 += BLOCK_N) {
         int key[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) key[u] = (int)key0 + u * GROUPS + g;
 #if FAST
-        uint4 kcur[UNROLL][NCH], vcur[UNROLL][NCHV];
+        raw_t kcur[UNROLL][NCH], vcur[UNROLL][NCHV];
+#if KV_STAGES
+        {
+            const long ahead = key0 + (KV_STAGES - 1) * BLOCK_N;
+            const int ahead_stage = stage == 0 ? KV_STAGES - 1 : stage - 1; /* the stage computed last step */
+            if (ahead < kv_hi) {
+                FETCH_TO(ahead, ahead_stage)
+            }
+            ptx_cp_async_commit();
+            ptx_cp_async_wait_step();
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+            for (int c = 0; c < NCH; ++c) kcur[u][c] = ring[stage][u][c][lid];
+#pragma unroll
+            for (int c = 0; c < NCHV; ++c) vcur[u][c] = ring[stage][u][NCH + c][lid];
+        }
+        stage = stage == KV_STAGES - 1 ? 0 : stage + 1;
+#else
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
@@ -353,6 +440,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
             for (int c = 0; c < NCHV; ++c) vcur[u][c] = vraw[u][c];
         }
         FETCH(key0 + BLOCK_N)
+#endif
 #else
         float kx[UNROLL][NCH * VEC], vx[UNROLL][NCHV * VEC];
 #pragma unroll
@@ -517,4 +605,100 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* before the next row overwrites gm, gl and go */
     }
+#if FUSED_MERGE
+    /*
+     * The merge in the same launch (a second launch costs about as much as a whole decode call
+     * on NVIDIA's OpenCL: ~30 us back to back): each split's group counts itself done after its
+     * partials are visible GPU-wide; the one that counts last merges every split of its rows, as
+     * flash_merge does (same formula, splits in order, so the result does not depend on which
+     * group came last), and puts the count back to 0 for the next call. The counts are context
+     * scratch, zeroed when made, used by one call at a time (calls with scratch wait for its
+     * previous user).
+     */
+    __local int merge_here;
+    __local float mw[ROWS][MERGE_MAX_SPLITS]; /* each split's LSE, then its weight, per row */
+    __local float mtotal[ROWS];
+    if (write_parts) {
+        ptx_fence_gpu();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid == 0) {
+            __global int *count = counters + ((ulong)b * get_num_groups(1) + (ulong)hk) * (ulong)row_blocks + rblock;
+            const int done = atomic_inc(count) + 1;
+            merge_here = done == splits;
+            if (done == splits) atomic_xchg(count, 0);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (merge_here) { /* uniform: the barriers below are reached by the whole group */
+            ptx_fence_gpu();
+            const ulong state_rows = get_num_groups(2) * (ulong)heads_q * (ulong)part_sq;
+            /* The partial row of split 0 for packed row r (0 past `packed`: never read then). */
+#define MERGE_ROW0(r)                                                                                                  \
+    (row0 + (r) < packed ? ((ulong)b * (ulong)heads_q + (ulong)(hk * group + (row0 + (r)) / sqn)) * (ulong)part_sq +   \
+                               (ulong)((row0 + (r)) % sqn)                                                             \
+                         : 0ul)
+            /* Every split's LSE of my rows, loaded side by side. */
+            FLASHCL_SHARED_FOR(int, t, ROWS *splits, lid, WG_SIZE) {
+                const int r = t / splits, sp = t - r * splits;
+                mw[r][sp] =
+                    row0 + r < packed ? ptx_load_l2(Lpart + MERGE_ROW0(r) + (ulong)sp * state_rows) : FLASHCL_NEG_INF;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* Per row (flash_merge's formula): max, weights exp(lse_s - base), their sum, the sink. */
+            if (lid < ROWS && row0 + lid < packed) {
+                const int h = hk * group + (row0 + lid) / sqn;
+                const long i = (row0 + lid) % sqn;
+                float mx = FLASHCL_NEG_INF;
+                for (int sp = 0; sp < splits; ++sp) mx = fmax(mx, mw[lid][sp]);
+#if HAS_SINKS
+                const float sink = sinks[sinks_off + (ulong)h];
+                mx = fmax(mx, sink);
+#endif
+                const float base = flashcl_safe_base(mx);
+                float sum = 0.0f;
+                for (int sp = 0; sp < splits; ++sp) {
+                    const float w = exp(mw[lid][sp] - base);
+                    mw[lid][sp] = w;
+                    sum += w;
+                }
+#if HAS_SINKS
+                const float total = sum + exp(sink - base);
+#else
+                const float total = sum;
+#endif
+                mtotal[lid] = total;
+                if (write_lse)
+                    LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, i)] =
+                        total > 0.0f ? base + log(total) : FLASHCL_NEG_INF;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* O = sum_s w_s O_s / total. The partials were all written by this kernel (an empty
+               split's as zeros), so every weight multiplies a finite row; loads go out eight at a
+               time before their products, not one L2 round trip per split. */
+            FLASHCL_SHARED_FOR(int, t, ROWS *HEAD_DIM_V, lid, WG_SIZE) {
+                const int r = t / HEAD_DIM_V, e = t - r * HEAD_DIM_V;
+                if (row0 + r < packed) {
+                    __global const float *src = Opart + MERGE_ROW0(r) * (ulong)PART_PITCH + (ulong)e;
+                    const ulong step = state_rows * (ulong)PART_PITCH;
+                    float o = 0.0f;
+                    int sp = 0;
+                    for (; sp + 8 <= splits; sp += 8) {
+                        float x[8];
+#pragma unroll
+                        for (int k = 0; k < 8; ++k) x[k] = ptx_load_l2(src + (ulong)(sp + k) * step);
+#pragma unroll
+                        for (int k = 0; k < 8; ++k) o += mw[r][sp + k] * x[k];
+                    }
+                    for (; sp < splits; ++sp) o += mw[r][sp] * ptx_load_l2(src + (ulong)sp * step);
+                    const int h = hk * group + (row0 + r) / sqn;
+                    const long i = (row0 + r) % sqn;
+                    const float inv = mtotal[r] > 0.0f ? 1.0f / mtotal[r] : 0.0f;
+                    FLASHCL_STORE(O + VIEW_BASE(o, b, h) + (hd.q0 + i) * o_sr, e, o * inv);
+                }
+            }
+#undef MERGE_ROW0
+        }
+    }
+#else
+    (void)counters;
+#endif
 }

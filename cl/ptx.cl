@@ -41,6 +41,69 @@ inline float ptx_shfl_segment(float x, int src, int width) {
                  : "r"(as_uint(x)), "r"(src), "r"(((32 - width) << 8) | 0x1f));
     return as_float(r);
 }
+
+/* The decode kernel's split merge (FUSED_MERGE): every prior global store of this work-item is
+   visible GPU-wide before what follows (the count that hands the partials to the merging group),
+   and loads that read L2, not a possibly stale L1 line, for partials other groups wrote. */
+inline void ptx_fence_gpu(void) { asm volatile("membar.gl;" ::: "memory"); }
+inline float ptx_load_l2(__global const float *p) {
+    float r;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(r) : "l"((ulong)(size_t)p) : "memory");
+    return r;
+}
+
+#if defined(KV_STAGES) && KV_STAGES
+/* The decode kernel's K/V ring (sm_80+): 16 or 8 bytes global -> __local without passing
+   through registers, in groups a thread commits and later waits for; a thread reads only what it
+   copied itself, so no barrier is needed, only the wait. */
+inline void ptx_cp_async16(__local const void *dst, __global const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint)(size_t)dst), "l"((ulong)(size_t)src)
+                 : "memory");
+}
+inline void ptx_cp_async8(__local const void *dst, __global const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((uint)(size_t)dst), "l"((ulong)(size_t)src)
+                 : "memory");
+}
+inline void ptx_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Until at most KV_STAGES - 1 groups are pending: the oldest step's copies have landed. */
+inline void ptx_cp_async_wait_step(void) {
+#if KV_STAGES == 2
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+#elif KV_STAGES == 3
+    asm volatile("cp.async.wait_group 2;" ::: "memory");
+#elif KV_STAGES == 4
+    asm volatile("cp.async.wait_group 3;" ::: "memory");
+#elif KV_STAGES == 6
+    asm volatile("cp.async.wait_group 5;" ::: "memory");
+#elif KV_STAGES == 8
+    asm volatile("cp.async.wait_group 7;" ::: "memory");
+#else
+#error "KV_STAGES: 2, 3, 4, 6 or 8"
+#endif
+}
+#endif
+
+#if defined(FP8_CVT) && FP8_CVT
+/* Two fp8 codes (bits 0-7 element 0, bits 8-15 element 1 of x) -> two floats through the
+   hardware conversion (sm_89+: cvt.rn.f16x2.e4m3x2 / .e5m2x2, exact for every code, NaN and
+   subnormals included; every fp8 value is a half), then half -> float: three instructions for
+   two elements where the bit path takes about eight per element. */
+inline float2 ptx_fp8x2(uint x) {
+    float lo, hi;
+#if CACHE_DTYPE == 1
+    asm("{ .reg .b16 p, l, h; .reg .b32 w; cvt.u16.u32 p, %2; cvt.rn.f16x2.e4m3x2 w, p; mov.b32 {l, h}, w;"
+        " cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+        : "=f"(lo), "=f"(hi)
+        : "r"(x));
+#else
+    asm("{ .reg .b16 p, l, h; .reg .b32 w; cvt.u16.u32 p, %2; cvt.rn.f16x2.e5m2x2 w, p; mov.b32 {l, h}, w;"
+        " cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+        : "=f"(lo), "=f"(hi)
+        : "r"(x));
+#endif
+    return (float2)(lo, hi);
+}
+#endif
 #endif
 
 /* The tensor-core kernels and their probe (which never define LANE_SHFL). */

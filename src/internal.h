@@ -33,6 +33,7 @@ enum {
     FLASHCL__SCRATCH_ROWS,
     FLASHCL__SCRATCH_KV_TABLE,
     FLASHCL__SCRATCH_KV_SEQINFO,
+    FLASHCL__SCRATCH_DECODE_COUNTS, /* zeroed when made; the fused decode merge puts its counts back to 0 */
     FLASHCL__SCRATCH_SLOTS
 };
 
@@ -187,6 +188,9 @@ void flashcl__from_storage(flashcl_dtype dtype, const void *src, float *dst, siz
 /* ---- scratch (scratch.c) */
 /* Makes scratch slot `slot` hold at least `bytes`; `what` names the use in messages. */
 flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out);
+/* The same for a slot whose users need it zero when first used (and leave it zero): a buffer it
+   makes starts as zeros (CL_MEM_COPY_HOST_PTR of a zeroed host block, no command to order). */
+flashcl_status flashcl__scratch_zeroed(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out);
 /* The caller's wait list plus the last scratch user: what a call's first command waits for. */
 typedef struct flashcl__waits {
     cl_event events[65];

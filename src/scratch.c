@@ -3,9 +3,11 @@
    out-of-order queue cannot run two calls over the same scratch at once. */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out) {
+static flashcl_status scratch_slot(flashcl_context *ctx, int slot, size_t bytes, int zeroed, const char *what,
+                                   cl_mem *out) {
     if (bytes == 0) bytes = sizeof(float);
     if (ctx->scratch[slot] && ctx->scratch_bytes[slot] >= bytes) {
         *out = ctx->scratch[slot];
@@ -22,7 +24,13 @@ flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, co
         ctx->scratch_bytes[slot] = 0;
     }
     cl_int err = CL_SUCCESS;
-    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    void *zeros = NULL;
+    if (zeroed && !(zeros = calloc(1, bytes)))
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory for %zu zero bytes", what,
+                             bytes);
+    cl_mem buf =
+        clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | (zeroed ? CL_MEM_COPY_HOST_PTR : 0), bytes, zeros, &err);
+    free(zeros);
     if (err != CL_SUCCESS) {
         flashcl_status st =
             err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_INVALID_BUFFER_SIZE
@@ -35,6 +43,14 @@ flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, co
     ctx->scratch_bytes[slot] = bytes;
     *out = buf;
     return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out) {
+    return scratch_slot(ctx, slot, bytes, 0, what, out);
+}
+
+flashcl_status flashcl__scratch_zeroed(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out) {
+    return scratch_slot(ctx, slot, bytes, 1, what, out);
 }
 
 flashcl_status flashcl__scratch_waits(flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list,

@@ -256,6 +256,8 @@ int main(void) {
         {1, 2, 1, 129, 129, 128, 0, 1, 0, 0}, /* f16 */
         {1, 2, 2, 300, 1, 64, 1, 1, 1, 0},    {1, 1, 1, 257, 257, 96, 1, 0, 0, 0},
         {1, 3, 3, 64, 193, 32, 0, 1, 0, 0},
+        {1, 4, 2, 133, 150, 256, 1, 0, 0, 0}, /* d > 128: the backward's two output slices; GQA */
+        {1, 2, 1, 70, 90, 144, 1, 1, 1, 0},   /* f16, d padded to 160 inside the sliced kernels */
     };
     const size_t ncases = vendor ? sizeof cases / sizeof cases[0] : 2; /* fallback: a sample */
     for (size_t i = 0; i < ncases; ++i)

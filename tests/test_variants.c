@@ -33,7 +33,7 @@
  * where a plain 16-bit call plans the tensor-core forward (flash_fwd_mma),
  * every case that forward covers (d and d_v multiples of 8 up to 256, and not
  * a short query the decode family takes) to plan it too, and the backward
- * of every case with d = d_v <= 128 to plan flash_bwd_mma, so a silent
+ * of every case with d = d_v <= 256 to plan flash_bwd_mma, so a silent
  * fallback to another family fails instead of passing. Elsewhere (POCL) the
  * cases run on whatever family takes them, against the same reference.
  */
@@ -154,7 +154,7 @@ static int tensor_core_backward_case(const vc_case *c) {
     const flashcl_attention_desc *d = &c->desc;
     const size_t dv = d->head_dim_v ? d->head_dim_v : d->head_dim;
     const int lowp = d->dtype == FLASHCL_DTYPE_F16 || d->dtype == FLASHCL_DTYPE_BF16;
-    return lowp && d->head_dim % 8 == 0 && d->head_dim <= 128 && dv == d->head_dim;
+    return lowp && d->head_dim % 8 == 0 && d->head_dim <= 256 && dv == d->head_dim;
 }
 
 static int expect_kernel(flashcl_context *ctx, flashcl_status st, const flashcl_plan *plan, const char *pass,

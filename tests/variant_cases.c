@@ -218,6 +218,14 @@ void variant_cases_all(vc_list *l) {
         c->mask_density = 0.85;
         block_mask(c, VC_FULL, 8, 8, 0.8);
     }
+    /* Gemma-2's shape of attention at d = d_v = 256 (the tensor-core backward's two output slices),
+       with a head dim that is not a multiple of 32 beside it (padded to 160 inside the kernels). */
+    c = push(l, "d=256 causal+softcap+window+GQA", F32, 1, 4, 2, 70, 83, 256, 256, 1);
+    c->desc.softcap = 5.0f;
+    window(c, 40, -1);
+    c = push(l, "d=144 sinks+alibi", F32, 1, 2, 1, 37, 52, 144, 144, 0);
+    c->sinks = 1;
+    c->alibi = 1;
 }
 
 void variant_cases_quick(vc_list *l) {

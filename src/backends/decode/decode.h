@@ -43,6 +43,7 @@ typedef struct flashcl__decode_plan {
     size_t local_bytes; /* __local the GPU kernel declares (the plan's figure when the driver reports none) */
     int cpu;            /* the CPU kernel */
     int groups_per_cu;  /* work-groups a compute unit runs at once, as the split count assumes (1 to 4) */
+    int fused_merge;    /* the GPU kernel's FUSED_MERGE: the last split's group merges (no flash_merge launch) */
     char key[640];
     struct flashcl__decode_plan *next;
 } flashcl__decode_plan;
@@ -63,7 +64,9 @@ int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d
 int flashcl__decode_heads(const flashcl_attention_desc *d, const flashcl__decode_plan *plan);
 int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_desc *d,
                            const flashcl__decode_plan *plan, size_t max_seqlen_k);
-/* Scratch of the partials (0 with one split). */
+/* The fused merge's counts: one per (row block, KV-head group, sequence). */
+size_t flashcl__decode_merge_counts(const flashcl_attention_desc *d, const flashcl__decode_plan *plan);
+/* Scratch of the partials and the fused merge's counts (0 with one split). */
 size_t flashcl__decode_scratch_bytes(const flashcl_attention_desc *d, const flashcl__decode_plan *plan, int splits);
 
 /* Enqueues the attention (and the merge when split) on the chain after launch `after`; *last is the final launch. */

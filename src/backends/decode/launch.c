@@ -3,11 +3,12 @@
 
 /* The partials of a split call: [split][batch][heads_q][max_seqlen_q] rows of `pitch` floats, and their LSE. */
 typedef struct partials {
-    cl_mem o, lse;
+    cl_mem o, lse, counts; /* counts: the fused merge's (plan->fused_merge), else NULL */
     size_t pitch, rows_per_state;
 } partials;
 
-static flashcl_status alloc_partials(flashcl_context *ctx, const flashcl_attention_desc *d, int splits, partials *p) {
+static flashcl_status alloc_partials(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                     const flashcl__decode_plan *plan, int splits, partials *p) {
     p->pitch = (d->head_dim_v + 15) / 16 * 16;
     p->rows_per_state = d->batch * d->heads_q * d->max_seqlen_q;
     const size_t rows = (size_t)splits * p->rows_per_state;
@@ -16,6 +17,10 @@ static flashcl_status alloc_partials(flashcl_context *ctx, const flashcl_attenti
     if (st == FLASHCL_SUCCESS)
         st = flashcl__scratch(ctx, FLASHCL__SCRATCH_SCORES2, rows * sizeof(float), "decode: partial LSE of the splits",
                               &p->lse);
+    if (st == FLASHCL_SUCCESS && plan->fused_merge)
+        st = flashcl__scratch_zeroed(ctx, FLASHCL__SCRATCH_DECODE_COUNTS,
+                                     flashcl__decode_merge_counts(d, plan) * sizeof(cl_int),
+                                     "decode: the split counts of the fused merge", &p->counts);
     return st;
 }
 
@@ -48,9 +53,9 @@ flashcl_status flashcl__decode_enqueue(flashcl_context *ctx, flashcl__chain *cha
     const int splits = flashcl__decode_splits(ctx, d, plan, keys->max_seqlen_k);
     const int group = (int)(d->heads_q / d->heads_kv);
     const int packed = group * (int)d->max_seqlen_q, row_blocks = (packed + plan->rows - 1) / plan->rows;
-    partials parts = {NULL, NULL, 0, 0};
+    partials parts = {NULL, NULL, NULL, 0, 0};
     if (splits > 1) {
-        st = alloc_partials(ctx, d, splits, &parts);
+        st = alloc_partials(ctx, d, plan, splits, &parts);
         if (st != FLASHCL_SUCCESS) return st;
     }
     /* Q's buffer stands in for the arguments a build never reads (no pages, no fp8, no partials). */
@@ -84,13 +89,14 @@ flashcl_status flashcl__decode_enqueue(flashcl_context *ctx, flashcl__chain *cha
     flashcl__arg_int(&a, heads);
     flashcl__arg_float(&a, (cl_float)(d->scale * FLASHCL__LOG2E));
     flashcl__arg_variants(&a, d, dummy);
+    if (!plan->cpu) flashcl__arg_mem(&a, parts.counts ? parts.counts : dummy); /* the GPU kernel's last */
     st = flashcl__args_check(ctx, &a);
     if (st != FLASHCL_SUCCESS) return st;
     const size_t wg = plan->wg;
     const size_t global[3] = {(size_t)row_blocks * (size_t)splits * wg, d->heads_kv / (size_t)heads, d->batch},
                  local[3] = {wg, 1, 1};
     *last = flashcl__chain_launch(chain, plan->attend, plan->pub.kernel, 3, global, local, after);
-    if (splits == 1) return chain->status;
+    if (splits == 1 || plan->fused_merge) return chain->status;
 
     /* The partials are views of state s: row (b, h, i) at ((s*B + b)*hq + h)*msq + i. */
     const size_t msq = d->max_seqlen_q, hq = d->heads_q;

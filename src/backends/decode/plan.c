@@ -34,6 +34,9 @@ static int packed_rows(const flashcl_attention_desc *d) { return (int)(d->heads_
 /* The GPU kernel's shape (cl/flash_decode.cl's knobs). */
 typedef struct gpu_shape {
     int rows, lanes, vec, unroll, shfl, block_n;
+    int fp8_cvt;       /* NVIDIA sm_89+: fp8 decoded by cvt.rn.f16x2.e4m3x2 / e5m2x2 */
+    int stages;        /* NVIDIA sm_80+: steps of K/V in the kernel's cp.async ring (KV_STAGES), 0 none */
+    int fused;         /* NVIDIA: the last split's group merges (FUSED_MERGE) */
     int max_registers; /* NVIDIA register cap (-cl-nv-maxrregcount), 0 none */
     size_t local_bytes;
 } gpu_shape;
@@ -46,12 +49,15 @@ static int pow2_at_least(int x) {
 
 /* __local bytes of cl/flash_decode.cl: the epilogue's per-group states and output rows, and,
    without shuffles, every work-item's partial dots. */
-static size_t gpu_local(const gpu_shape *g, int dv) {
+static size_t gpu_local(const gpu_shape *g, int dd, int dv, int elem) {
     const size_t groups = (size_t)(GPU_WG / g->lanes), chunk = (size_t)g->lanes * (size_t)g->vec;
     const size_t dvp = ((size_t)dv + chunk - 1) / chunk * chunk;
     size_t floats = groups * (dvp + 2);
     if (!g->shfl) floats += ((size_t)GPU_WG + groups) * (size_t)g->unroll * (size_t)g->rows;
-    return floats * sizeof(float);
+    if (g->fused) floats += 1; /* the merging group's flag */
+    const size_t chunks = ((size_t)dd + chunk - 1) / chunk + ((size_t)dv + chunk - 1) / chunk;
+    const size_t ring = (size_t)g->stages * (size_t)g->unroll * chunks * GPU_WG * (size_t)(g->vec * elem);
+    return floats * sizeof(float) + ring;
 }
 
 /* Loads of 16 bytes per lane: VEC elements. Lanes per key: enough for the
@@ -59,9 +65,16 @@ static size_t gpu_local(const gpu_shape *g, int dv) {
    while a work-item's Q and output elements stay within 64 + 64 registers. UNROLL: keys per
    group per step (below); less without shuffles when the exchange would not fit __local.
    0 when nothing fits the device. */
-static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, gpu_shape *g) {
+static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, int paged,
+                         int aligned, gpu_shape *g) {
     const int dd = (int)d->head_dim, dv = (int)d->head_dim_v, packed = packed_rows(d);
-    g->vec = cdt != FLASHCL_CACHE_DTYPE_SAME ? 16 : d->dtype == FLASHCL_DTYPE_F32 ? 4 : 8;
+    /* fp8 caches load 8 bytes a lane (8 elements, as 16-bit storage does in 16 bytes): a lane's Q
+       and output elements, the bulk of its registers, stay as many as for 16-bit storage. With
+       16 fp8 elements a lane (one 16-byte load) they doubled: 247 registers against 165 on the
+       H200, two resident groups a compute unit instead of three, and fp8 ran at 0.77x bf16's
+       key rate. */
+    const int elem = cdt != FLASHCL_CACHE_DTYPE_SAME ? 1 : (int)flashcl_dtype_size(d->dtype);
+    g->vec = elem == 4 ? 4 : 8;
     const int longer = dd > dv ? dd : dv;
     g->lanes = pow2_at_least((longer + g->vec - 1) / g->vec);
     if (g->lanes > 32) g->lanes = 32;
@@ -69,11 +82,12 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     g->rows = 1;
     while (g->rows < packed && g->rows < 16 && 2 * g->rows * per_row <= 128) g->rows *= 2;
     /* Raw K/V of two steps (the one computed and the one in flight) take 8 registers per key
-       and chunk: UNROLL keys so that they stay near 32 beside Q and the outputs. Occupancy
-       decides the rate (H200, bf16 d=128, 4 rows: 2 keys 161 registers and 2813 GB/s at b=32,
-       4 keys 223 registers and 1250 GB/s). */
-    const int raw_per_key = 8 * (per_row / g->vec);
-    g->unroll = 32 / raw_per_key >= 4 ? 4 : 32 / raw_per_key >= 2 ? 2 : 1;
+       and chunk: UNROLL keys so that they stay near 32 beside Q and the outputs, and never more
+       than 2 (H200, bf16 d=128, 4 rows: 2 keys 161 registers and 2813 GB/s at b=32, 4 keys 223
+       registers and 1250 GB/s; with the cp.async ring, which holds no raw K/V in registers, 4
+       keys still ran 2.8x slower than 2, bf16 and fp8 alike). */
+    const int raw_per_key = 2 * (g->vec * elem / 4) * (per_row / g->vec);
+    g->unroll = 32 / raw_per_key >= 2 ? 2 : 1;
     g->max_registers = 0;
     /* FLASHCL_TILE=kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
     flashcl__tile_override ov;
@@ -84,10 +98,28 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
         if (ov.max_registers > 0) g->max_registers = ov.max_registers;
     }
     g->shfl = flashcl__mma_supported(ctx, NULL);
+    const flashcl__nvidia_state *nv = flashcl__nvidia_state_of(ctx);
+    g->fp8_cvt = g->shfl && cdt != FLASHCL_CACHE_DTYPE_SAME && nv->cc >= 89;
+    g->fused = g->shfl;
+    /* The ring where cp.async exists (sm_80+, not the sm_75 form) and the rows load as whole
+       vectors: 4 steps, 3 in flight, while they fit 36 KiB. Not for paged caches: there the
+       H200 ran b32 sk8192 pages of 16 at 0.478 ms with it against 0.404 without. */
+    g->stages =
+        g->shfl && !nv->sm75 && nv->cc >= 80 && aligned && !paged && dd % g->vec == 0 && dv % g->vec == 0 ? 4 : 0;
+    const char *stages_env = getenv("FLASHCL_DECODE_STAGES"); /* measurement aid, see README */
+    if (g->stages && stages_env) g->stages = atoi(stages_env);
+    if (g->stages != 0 && g->stages != 2 && g->stages != 3 && g->stages != 4 && g->stages != 6 && g->stages != 8)
+        g->stages = 4;
+    while (g->stages > 2 && gpu_local(g, dd, dv, elem) > 36864)
+        g->stages = g->stages == 6 || g->stages == 8 ? 4 : g->stages - 1;
     for (;;) {
-        g->local_bytes = gpu_local(g, dv);
+        g->local_bytes = gpu_local(g, dd, dv, elem);
         if (g->local_bytes <= ctx->info.local_mem_bytes) break;
-        if (g->unroll > 1)
+        if (g->stages > 2)
+            --g->stages;
+        else if (g->stages)
+            g->stages = 0;
+        else if (g->unroll > 1)
             g->unroll /= 2;
         else if (g->rows > 1)
             g->rows /= 2;
@@ -145,12 +177,17 @@ int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_d
     return 1;
 }
 
+size_t flashcl__decode_merge_counts(const flashcl_attention_desc *d, const flashcl__decode_plan *plan) {
+    return d->batch * (d->heads_kv / (size_t)flashcl__decode_heads(d, plan)) *
+           (size_t)((packed_rows(d) + plan->rows - 1) / plan->rows);
+}
+
 size_t flashcl__decode_scratch_bytes(const flashcl_attention_desc *d, const flashcl__decode_plan *plan, int splits) {
-    (void)plan;
     if (splits <= 1) return 0;
     const size_t rows = (size_t)splits * d->batch * d->heads_q * d->max_seqlen_q;
     const size_t pitch = (d->head_dim_v + 15) / 16 * 16;
-    return rows * (pitch + 1) * sizeof(float);
+    const size_t counts = plan->fused_merge ? flashcl__decode_merge_counts(d, plan) * sizeof(cl_int) : 0;
+    return rows * (pitch + 1) * sizeof(float) + counts;
 }
 
 /* Fails unless the built kernel takes `wg` work-items per group. On a GPU, its limit also says
@@ -208,11 +245,11 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
     snprintf(pub->reason, sizeof pub->reason,
              "decode family (%s): %zu query rows per sequence, the %zu query heads of each KV head packed as the "
              "rows of one work-group (%d per group), K/V read once per KV head %s%s, split-KV over enough "
-             "work-groups to fill the device, partials merged by LSE (flash_merge)",
+             "work-groups to fill the device, partials merged by LSE (%s)",
              p->cpu ? "CPU: work-groups of one, float16 vectors, the cache read in place"
                     : "GPU: key groups of lanes reading K/V rows into registers, several keys in flight",
              d->max_seqlen_q, d->heads_q / d->heads_kv, p->rows, paged ? "through the page table" : "from the views",
-             storage[cdt]);
+             storage[cdt], p->fused_merge ? "by the last split's work-group, in the same launch" : "flash_merge");
     return FLASHCL_SUCCESS;
 }
 
@@ -231,8 +268,8 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
                                         flashcl_cache_dtype cache_dtype, int aligned,
                                         const flashcl__decode_plan **out) {
     const int cpu = use_cpu_kernel(ctx);
-    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0};
-    if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, &g))
+    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0, 0, 0, 0};
+    if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, paged, aligned, &g))
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN,
                              "decode: no shape for d=%zu, d_v=%zu fits %llu bytes of local memory", d->head_dim,
                              d->head_dim_v, (unsigned long long)ctx->info.local_mem_bytes);
@@ -247,10 +284,11 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     else
         snprintf(options, sizeof options,
                  "-D HEAD_DIM=%zu -D ROWS=%d -D LANES=%d -D VEC=%d -D UNROLL=%d -D WG_SIZE=%d -D ALIGNED=%d "
-                 "-D LANE_SHFL=%d -D FP8_DENORM_MUL=%d -D PAGED=%d -D CACHE_DTYPE=%d %s%s",
-                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, GPU_WG, aligned != 0, g.shfl,
-                 cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype, variants,
-                 regs);
+                 "-D LANE_SHFL=%d -D FUSED_MERGE=%d -D KV_STAGES=%d -D FP8_CVT=%d -D FP8_DENORM_MUL=%d -D PAGED=%d "
+                 "-D CACHE_DTYPE=%d %s%s",
+                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, GPU_WG, aligned != 0, g.shfl, g.fused, g.stages,
+                 g.fp8_cvt, cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype,
+                 variants, regs);
     for (flashcl__decode_plan *p = ctx->family[FLASHCL__FAMILY_DECODE]; p; p = p->next)
         if (strcmp(p->key, options) == 0) {
             *out = p;
@@ -264,6 +302,7 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     p->block_n = g.block_n;
     p->wg = cpu ? 1 : GPU_WG;
     p->local_bytes = cpu ? 0 : g.local_bytes;
+    p->fused_merge = !cpu && g.fused;
     flashcl_status st = build(ctx, d, paged, cache_dtype, options, p);
     if (st != FLASHCL_SUCCESS) {
         if (p->attend) clReleaseKernel(p->attend);
@@ -316,7 +355,7 @@ int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d
         return 0;
     }
     gpu_shape g;
-    if (!use_cpu_kernel(ctx) && !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, &g)) {
+    if (!use_cpu_kernel(ctx) && !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, 0, 1, &g)) {
         snprintf(why, cap, "no decode tile for d=%zu fits the device's local memory", d->head_dim);
         return 0;
     }

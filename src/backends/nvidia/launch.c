@@ -1,7 +1,8 @@
 /*
  * The NVIDIA tensor-core backward (cl/flash_bwd_mma.cl): D = rowsum(dO * O),
  * then dK/dV per key block and dQ per query block (and d(sinks) per head), all
- * after D, no atomics.
+ * after D, no atomics. Above d = 128 each block is two work-groups (one per half
+ * of the output dims) and dK/dV two kernels (dV, then dK).
  */
 #include "nvidia.h"
 #include "../../backward_args.h"
@@ -25,8 +26,10 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     flashcl__args dot = flashcl__args_for(plan->k[0], names[0]);
     flashcl__arg_bwd_dot(&dot, call, dsum);
     st = flashcl__args_check(ctx, &dot);
-    for (int m = 1; m < 3 && st == FLASHCL_SUCCESS; ++m) {
-        flashcl__args a = flashcl__args_for(plan->k[m], names[m]);
+    /* k[3], the dK-only part of a sliced build, takes the dK/dV kernel's arguments. */
+    for (int m = 1; m < 4 && st == FLASHCL_SUCCESS; ++m) {
+        if (!plan->k[m]) continue;
+        flashcl__args a = flashcl__args_for(plan->k[m], names[m == 3 ? 1 : m]);
         flashcl__arg_bwd_main(&a, call, dsum, m == 2);
         if (plan->plain)
             flashcl__arg_int(&a, d->causal != 0); /* MMA_PLAIN kernels: causal is their last argument */
@@ -46,17 +49,19 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     const size_t dot_local[3] = {dot_wg, 1, 1}, main_local[3] = {wg, 1, 1}, sink_local[3] = {sw, 1, 1};
     const size_t msq = d->max_seqlen_q, msk = d->max_seqlen_k;
     const size_t g_dot[3] = {(msq + dot_wg - 1) / dot_wg * dot_wg, d->heads_q, d->batch};
-    const size_t g_keys[3] = {(msk + bl - 1) / bl * wg, d->heads_kv, d->batch};
-    const size_t g_rows[3] = {(msq + bl - 1) / bl * wg, d->heads_q, d->batch};
+    const size_t sl = (size_t)plan->slices; /* work-groups per block: one per output slice */
+    const size_t g_keys[3] = {(msk + bl - 1) / bl * wg * sl, d->heads_kv, d->batch};
+    const size_t g_rows[3] = {(msq + bl - 1) / bl * wg * sl, d->heads_q, d->batch};
     const size_t g_sinks[3] = {sw, d->heads_q, 1}; /* one work-group per head */
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
     if (st != FLASHCL_SUCCESS) return st;
     const int e_dot = flashcl__chain_launch(&chain, plan->k[0], names[0], 3, g_dot, dot_local, FLASHCL__AFTER_START);
-    int last[3];
-    last[0] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, g_keys, main_local, e_dot);
-    last[1] = flashcl__chain_launch(&chain, plan->k[2], names[2], 3, g_rows, main_local, e_dot);
+    int last[4], n = 0;
+    last[n++] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, g_keys, main_local, e_dot);
+    if (plan->k[3]) last[n++] = flashcl__chain_launch(&chain, plan->k[3], names[1], 3, g_keys, main_local, e_dot);
+    last[n++] = flashcl__chain_launch(&chain, plan->k[2], names[2], 3, g_rows, main_local, e_dot);
     if (want_dsinks)
-        last[2] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, sink_local, e_dot);
-    return flashcl__chain_end(&chain, want_dsinks ? 3 : 2, last, call->event);
+        last[n++] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, sink_local, e_dot);
+    return flashcl__chain_end(&chain, n, last, call->event);
 }

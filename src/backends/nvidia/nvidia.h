@@ -5,7 +5,7 @@
  * head dims d and d_v that are multiples of 8 up to 256, every variant
  * (window, softcap, ALiBi, sinks, dropout, bias, masks, block masks, varlen,
  * GQA), scale > 0, views whose offsets and strides are 16-byte multiples, on a device whose probe passed (probe.c); the
- * backward the same with d = d_v <= 128. Every other call goes to the next
+ * backward the same with d = d_v (above 128 in two output-dim slices). Every other call goes to the next
  * family.
  */
 #ifndef FLASHCL_BACKENDS_NVIDIA_H
@@ -17,9 +17,12 @@
 
 /* The backward kernels of one build. */
 typedef struct flashcl__mma_bwd {
-    cl_kernel k[3];   /* flash_bwd_mma_dot, _dkdv, _dq */
+    /* flash_bwd_mma_dot, _dkdv, _dq, and with head dims above 128 (slices = 2) k[1] is the
+       dV-only build of _dkdv and k[3] the dK-only one (cl/flash_bwd_mma.cl's MB_PART) */
+    cl_kernel k[4];
     cl_kernel dsinks; /* cl/flash_bwd.cl's flash_bwd_dsinks, with sinks */
     int plain;        /* built with MMA_PLAIN: dK/dV and dQ take causal as their last argument */
+    int slices;       /* output-dim slices per key / row block: 1, or 2 above d = 128 */
     flashcl_plan pub; /* what flashcl_backward_plan_query reports */
 } flashcl__mma_bwd;
 
@@ -37,6 +40,7 @@ typedef struct flashcl__mma_plan {
 typedef struct flashcl__nvidia_state {
     int probe;                /* 0 not yet probed, 1 usable, -1 not */
     int sm75;                 /* the sm_75 form (cl/ptx.cl's MMA_SM75): f16 only, no cp.async */
+    int cc;                   /* compute capability, major * 10 + minor (0 when not queried) */
     char why[160];            /* what the probe found */
     flashcl__mma_plan *plans; /* every variant built so far, newest first */
 } flashcl__nvidia_state;

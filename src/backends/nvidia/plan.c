@@ -3,8 +3,8 @@
  * (table or FLASHCL_MMA_FWD) and build, the backward's build, and the forward's
  * launch. Whatever it does not cover (float32, head dims that are not
  * multiples of 8 or above 256, scale <= 0, views not 16-byte aligned, a
- * device without the probe's blessing, bf16 in the sm_75 form; in the backward head dims above 128
- * or d_v != d) goes to the next family, and the plan query says why.
+ * device without the probe's blessing, bf16 in the sm_75 form; in the backward d_v != d) goes to
+ * the next family, and the plan query says why.
  */
 #include "nvidia.h"
 #include "../../launch.h"
@@ -121,10 +121,9 @@ static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_
                      d->head_dim, d->head_dim_v);
             return 0;
         }
-    } else if (d->head_dim % 8 != 0 || d->head_dim > 128 || d->head_dim_v != d->head_dim) {
-        /* Above 128 the dK/dV accumulators and the K/V fragments no longer fit a warp's registers. */
+    } else if (d->head_dim % 8 != 0 || d->head_dim > 256 || d->head_dim_v != d->head_dim) {
         snprintf(why, cap,
-                 "tensor-core backward covers head dims that are multiples of 8 up to 128 with d_v = d (not %zu/%zu)",
+                 "tensor-core backward covers head dims that are multiples of 8 up to 256 with d_v = d (not %zu/%zu)",
                  d->head_dim, d->head_dim_v);
         return 0;
     }
@@ -229,6 +228,16 @@ int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_
     return desc_applies(ctx, pass, d, why, cap);
 }
 
+/* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only. */
+static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, size_t dk, int step, int plain,
+                        int slices, int mb_part, const char *variants, int sm75) {
+    snprintf(out, cap,
+             "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d "
+             "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d "
+             "-DFLASHCL_TANH=flashcl_tanh_fast %s",
+             dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), sm75, step, step, plain, slices, mb_part, variants);
+}
+
 flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
                                               const flashcl__mma_bwd **out) {
     const flashcl__mma_plan *cp = NULL;
@@ -238,23 +247,28 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
        they were then (MMA_PLAIN; cl/flash_bwd_mma.cl says why). */
     flashcl_attention_desc f32 = *d;
     f32.dtype = FLASHCL_DTYPE_F32;
-    const int plain = flashcl__desc_is_plain(&f32) && d->head_dim % 16 == 0 && d->head_dim >= 32;
+    const int plain = flashcl__desc_is_plain(&f32) && d->head_dim % 16 == 0 && d->head_dim >= 32 && d->head_dim <= 128;
     flashcl__mma_bwd *w = &((flashcl__mma_plan *)cp)->bwd[plain];
     if (!w->k[0]) {
-        /* dK/dV: 32 query rows per step at d > 64 (registers), 64 below; dQ: 32 or 64 keys per step. */
-        const size_t dk = padded_dim(d->head_dim);
-        const int step = dk > 64 ? 32 : 64;
+        /* dK/dV: 32 query rows per step at d > 64 (registers), 64 below; dQ: 32 or 64 keys per step.
+           Above 128: two output slices (the head dim padded to 32 so each is whole 16-dim steps),
+           16 rows / keys per step, and the dK/dV kernel built as a dV part and a dK part. */
+        const int slices = d->head_dim > 128 ? 2 : 1;
+        const size_t dk = slices > 1 ? (d->head_dim + 31) / 32 * 32 : padded_dim(d->head_dim);
+        const int step = slices > 1 ? 16 : dk > 64 ? 32 : 64;
         char variants[256], options[sizeof w->pub.build_options];
         flashcl__variant_options(d, variants, sizeof variants);
-        snprintf(options, sizeof options,
-                 "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d "
-                 "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
-                 dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), flashcl__nvidia_state_of(ctx)->sm75, step, step,
-                 plain, variants);
-        cl_program program = NULL;
+        cl_program program = NULL, program_dk = NULL;
         static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
-        cl_kernel k[3] = {NULL, NULL, NULL}, dsinks = NULL;
-        st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, &program);
+        cl_kernel k[4] = {NULL, NULL, NULL, NULL}, dsinks = NULL;
+        /* Sliced: the dK part's program first; then the dV part's (with dot and dQ), whose options the plan reports. */
+        for (int mb_part = slices > 1 ? 2 : 0; st == FLASHCL_SUCCESS; mb_part = 1) {
+            bwd_options(options, sizeof options, d, dk, step, plain, slices, mb_part, variants,
+                        flashcl__nvidia_state_of(ctx)->sm75);
+            st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, mb_part == 2 ? &program_dk : &program);
+            if (mb_part != 2) break;
+            if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program_dk, names[1], &k[3]);
+        }
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
         if (st == FLASHCL_SUCCESS && d->sinks) {
             /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
@@ -266,7 +280,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, sp, "flash_bwd_dsinks", &dsinks);
         }
         if (st != FLASHCL_SUCCESS) {
-            for (int i = 0; i < 3; ++i)
+            for (int i = 0; i < 4; ++i)
                 if (k[i]) clReleaseKernel(k[i]);
             if (dsinks) clReleaseKernel(dsinks);
             return st;
@@ -274,6 +288,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         memcpy(w->k, k, sizeof k);
         w->dsinks = dsinks;
         w->plain = plain;
+        w->slices = slices;
         /* The plan reports the dK/dV kernel: it does most of the work and needs the most __local/registers. */
         flashcl_plan *bp = &w->pub;
         cl_ulong lm = 0, pm = 0;
@@ -296,6 +311,10 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                  "strides multiples of 8)",
                  flashcl__nvidia_state_of(ctx)->why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step,
                  16 * MMA_WARPS, step, dsinks ? " and flash_bwd_dsinks" : "");
+        if (slices > 1)
+            flashcl__appendf(bp->reason, sizeof bp->reason,
+                             "; d > 128: each work-group owns half of the output dims, dK/dV as a dV and a dK kernel "
+                             "(S and dP recomputed per part and half)");
         if (dk != d->head_dim)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
     }
@@ -333,7 +352,7 @@ void flashcl__mma_release_plans(flashcl__nvidia_state *state) {
         state->plans = p->next;
         if (p->kernel) clReleaseKernel(p->kernel);
         for (int s = 0; s < 2; ++s) {
-            for (int k = 0; k < 3; ++k)
+            for (int k = 0; k < 4; ++k)
                 if (p->bwd[s].k[k]) clReleaseKernel(p->bwd[s].k[k]);
             if (p->bwd[s].dsinks) clReleaseKernel(p->bwd[s].dsinks);
         }

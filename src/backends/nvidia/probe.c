@@ -154,6 +154,7 @@ int flashcl__mma_supported(flashcl_context *ctx, const char **why) {
         } else if (major < 7 || (major == 7 && minor < 5)) {
             snprintf(w, cap, "compute capability %u.%u < 7.5 (no mma.sync m16n8k8 with ldmatrix)", major, minor);
         } else {
+            state->cc = (int)(major * 10 + minor);
             const char *force = getenv("FLASHCL_MMA_SM75");
             const int forced = major >= 8 && force && strcmp(force, "1") == 0;
             state->sm75 = major < 8 || forced;
