@@ -54,7 +54,7 @@ static size_t gpu_local(const gpu_shape *g, int dd, int dv, int elem) {
     const size_t dvp = ((size_t)dv + chunk - 1) / chunk * chunk;
     size_t floats = groups * (dvp + 2);
     if (!g->shfl) floats += ((size_t)GPU_WG + groups) * (size_t)g->unroll * (size_t)g->rows;
-    if (g->fused) floats += 1; /* the merging group's flag */
+    if (g->fused) floats += 1 + (size_t)g->rows * (MAX_SPLITS + 1); /* flag, each split's weight and the totals */
     const size_t chunks = ((size_t)dd + chunk - 1) / chunk + ((size_t)dv + chunk - 1) / chunk;
     const size_t ring = (size_t)g->stages * (size_t)g->unroll * chunks * GPU_WG * (size_t)(g->vec * elem);
     return floats * sizeof(float) + ring;
