@@ -118,6 +118,25 @@ inline void mb_frags_a(__local const ushort *tile, int row, int lane, uint f[MB_
     for (int kk = 0; kk < MB_DT; ++kk) ptx_ldsm_x4(a + kk * 32, &f[kk][0], &f[kk][1], &f[kk][2], &f[kk][3]);
 }
 
+/* Sliced builds: a block's A fragments of one view through the one staging buffer (load, wait,
+   fragments). The caller puts a barrier before it when the buffer had other readers. */
+inline void mb_stage_frags(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0, long limit,
+                           int lid, uint f[MB_DT][4]) {
+    mb_load_tile(tile, base, stride_row, row0, MMA_BWD_BC, limit, lid);
+    ptx_cp_commit();
+    ptx_cp_wait_all();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    mb_frags_a(tile, (lid >> 5) * 16, lid & 31, f);
+}
+
+/* An output slice's accumulators, zeroed. */
+inline void mb_zero(float acc[MB_OUT / 8][4]) {
+#pragma unroll
+    for (int n = 0; n < MB_OUT / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[n][c] = 0.0f;
+}
+
 /* Per-lane byte offsets of ldmatrix inside a padded tile: B operand read
    from rows-as-n (non-transposed) and rows-as-k (transposed). */
 #define MB_LANE_N(lane) ((uint)((((lane)&7) + (((lane) >> 4) << 3)) * MB_LD + ((((lane) >> 3) & 1) << 3)) * 2)
@@ -497,18 +516,10 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
     uint vf[MB_DT][4];
 #endif
 #if MB_SLICES > 1
-    mb_load_tile(smem, K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr, k_sr, k0, MMA_BWD_BC, hd0.sk, lid);
-    ptx_cp_commit();
-    ptx_cp_wait_all();
-    barrier(CLK_LOCAL_MEM_FENCE);
-    mb_frags_a(smem, warp * 16, lane, kf);
+    mb_stage_frags(smem, K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr, k_sr, k0, hd0.sk, lid, kf);
 #if MB_PART == 2
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its K fragments: V takes the buffer */
-    mb_load_tile(smem, V + VIEW_BASE(v, b, hk) + hd0.k0 * v_sr, v_sr, k0, MMA_BWD_BC, hd0.sk, lid);
-    ptx_cp_commit();
-    ptx_cp_wait_all();
-    barrier(CLK_LOCAL_MEM_FENCE);
-    mb_frags_a(smem, warp * 16, lane, vf);
+    mb_stage_frags(smem, V + VIEW_BASE(v, b, hk) + hd0.k0 * v_sr, v_sr, k0, hd0.sk, lid, vf);
 #endif
 #else
     mb_load_tile(smem, K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr, k_sr, k0, MMA_BWD_BC, hd0.sk, lid);
@@ -522,17 +533,11 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 
 #if MB_PART != 2
     float dv[MB_OUT / 8][4];
-#pragma unroll
-    for (int n = 0; n < MB_OUT / 8; ++n)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) dv[n][c] = 0.0f;
+    mb_zero(dv);
 #endif
 #if MB_PART != 1
     float dk[MB_OUT / 8][4];
-#pragma unroll
-    for (int n = 0; n < MB_OUT / 8; ++n)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) dk[n][c] = 0.0f;
+    mb_zero(dk);
 #endif
 
     /* Query rows that see a key of this block: the band's inverse. */
@@ -694,17 +699,9 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 
     uint qf[MB_DT][4], of[MB_DT][4];
 #if MB_SLICES > 1
-    mb_load_tile(smem, Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0, MMA_BWD_BC, hd.sq, lid);
-    ptx_cp_commit();
-    ptx_cp_wait_all();
-    barrier(CLK_LOCAL_MEM_FENCE);
-    mb_frags_a(smem, warp * 16, lane, qf);
+    mb_stage_frags(smem, Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0, hd.sq, lid, qf);
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its Q fragments: dO takes the buffer */
-    mb_load_tile(smem, dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr, do_sr, q0, MMA_BWD_BC, hd.sq, lid);
-    ptx_cp_commit();
-    ptx_cp_wait_all();
-    barrier(CLK_LOCAL_MEM_FENCE);
-    mb_frags_a(smem, warp * 16, lane, of);
+    mb_stage_frags(smem, dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr, do_sr, q0, hd.sq, lid, of);
 #else
     mb_load_tile(smem, Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0, MMA_BWD_BC, hd.sq, lid);
     mb_load_tile(smem + MB_QB_E, dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr, do_sr, q0, MMA_BWD_BC, hd.sq, lid);
@@ -724,8 +721,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         dd[i] = r < hd.sq ? Dsum[at] : 0.0f;
     }
     float dq[MB_OUT / 8][4];
-#pragma unroll
-    for (int n = 0; n < MB_OUT / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    mb_zero(dq);
 
     const long kv_end = flashcl_kv_end(hd, last_row, win_right);
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
