@@ -15,6 +15,10 @@
  * core on a CPU): a grid that fills 80% of the slots runs unsplit; else the
  * smallest split count whose wave efficiency is within 85% of the best, at
  * most 128 and at most one split per key tile. desc->num_splits fixes it.
+ *
+ * The knobs above are the formula's; FLASHCL_TILE or a tuned plan (choice.c) sets them instead:
+ * kernel=decode,br=rows,bc=keys per group and step,lanes=N,wg=N[,regs=N] or
+ * kernel=decode_cpu,br=rows,bc=keys per chunk,heads=N.
  */
 #include "decode.h"
 #include "../../tile_override.h"
@@ -34,6 +38,7 @@ static int packed_rows(const flashcl_attention_desc *d) { return (int)(d->heads_
 /* The GPU kernel's shape (cl/flash_decode.cl's knobs). */
 typedef struct gpu_shape {
     int rows, lanes, vec, unroll, shfl, block_n;
+    int wg;            /* work-items per group (WG_SIZE) */
     int max_registers; /* NVIDIA register cap (-cl-nv-maxrregcount), 0 none */
     size_t local_bytes;
 } gpu_shape;
@@ -47,10 +52,10 @@ static int pow2_at_least(int x) {
 /* __local bytes of cl/flash_decode.cl: the epilogue's per-group states and output rows, and,
    without shuffles, every work-item's partial dots. */
 static size_t gpu_local(const gpu_shape *g, int dv) {
-    const size_t groups = (size_t)(GPU_WG / g->lanes), chunk = (size_t)g->lanes * (size_t)g->vec;
+    const size_t groups = (size_t)(g->wg / g->lanes), chunk = (size_t)g->lanes * (size_t)g->vec;
     const size_t dvp = ((size_t)dv + chunk - 1) / chunk * chunk;
     size_t floats = groups * (dvp + 2);
-    if (!g->shfl) floats += ((size_t)GPU_WG + groups) * (size_t)g->unroll * (size_t)g->rows;
+    if (!g->shfl) floats += ((size_t)g->wg + groups) * (size_t)g->unroll * (size_t)g->rows;
     return floats * sizeof(float);
 }
 
@@ -58,13 +63,17 @@ static size_t gpu_local(const gpu_shape *g, int dv) {
    longer head dim in one pass, at most a warp. Rows: the call's packed rows (a power of two),
    while a work-item's Q and output elements stay within 64 + 64 registers. UNROLL: keys per
    group per step (below); less without shuffles when the exchange would not fit __local.
-   0 when nothing fits the device. */
-static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, gpu_shape *g) {
+   0 when nothing fits the device. ov: the knobs FLASHCL_TILE or a tuned plan set (choice.c). */
+static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt,
+                         const flashcl__tile_override *ov, gpu_shape *g) {
+    const int knobs = ov->present && ov->kernel == FLASHCL__TILE_KERNEL_DECODE;
     const int dd = (int)d->head_dim, dv = (int)d->head_dim_v, packed = packed_rows(d);
     g->vec = cdt != FLASHCL_CACHE_DTYPE_SAME ? 16 : d->dtype == FLASHCL_DTYPE_F32 ? 4 : 8;
     const int longer = dd > dv ? dd : dv;
     g->lanes = pow2_at_least((longer + g->vec - 1) / g->vec);
     if (g->lanes > 32) g->lanes = 32;
+    if (knobs && ov->lanes > 0) g->lanes = ov->lanes;
+    g->wg = knobs && ov->work_group > 0 ? ov->work_group : GPU_WG;
     const int chunk = g->lanes * g->vec, per_row = ((dd + chunk - 1) / chunk + (dv + chunk - 1) / chunk) * g->vec;
     g->rows = 1;
     while (g->rows < packed && g->rows < 16 && 2 * g->rows * per_row <= 128) g->rows *= 2;
@@ -75,13 +84,11 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     const int raw_per_key = 8 * (per_row / g->vec);
     g->unroll = 32 / raw_per_key >= 4 ? 4 : 32 / raw_per_key >= 2 ? 2 : 1;
     g->max_registers = 0;
-    /* FLASHCL_TILE=kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
-    flashcl__tile_override ov;
-    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present &&
-        ov.kernel == FLASHCL__TILE_KERNEL_DECODE) {
-        if (ov.block_rows > 0) g->rows = pow2_at_least(ov.block_rows < 16 ? ov.block_rows : 16);
-        if (ov.block_cols > 0) g->unroll = pow2_at_least(ov.block_cols < 16 ? ov.block_cols : 16);
-        if (ov.max_registers > 0) g->max_registers = ov.max_registers;
+    /* kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
+    if (knobs) {
+        if (ov->block_rows > 0) g->rows = pow2_at_least(ov->block_rows < 16 ? ov->block_rows : 16);
+        if (ov->block_cols > 0) g->unroll = pow2_at_least(ov->block_cols < 16 ? ov->block_cols : 16);
+        if (ov->max_registers > 0) g->max_registers = ov->max_registers;
     }
     g->shfl = flashcl__mma_supported(ctx, NULL);
     for (;;) {
@@ -94,7 +101,7 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
         else
             return 0;
     }
-    g->block_n = (GPU_WG / g->lanes) * g->unroll;
+    g->block_n = (g->wg / g->lanes) * g->unroll;
     return 1;
 }
 
@@ -216,13 +223,12 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
     return FLASHCL_SUCCESS;
 }
 
-/* The CPU kernel on CPU devices; FLASHCL_TILE=kernel=decode or kernel=decode_cpu picks the GPU or
-   the CPU kernel anywhere, so each is tested on every device. */
-static int use_cpu_kernel(const flashcl_context *ctx) {
-    flashcl__tile_override ov;
-    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present) {
-        if (ov.kernel == FLASHCL__TILE_KERNEL_DECODE) return 0;
-        if (ov.kernel == FLASHCL__TILE_KERNEL_DECODE_CPU) return 1;
+/* The CPU kernel on CPU devices; kernel=decode or kernel=decode_cpu (FLASHCL_TILE or a tuned plan) picks the
+   GPU or the CPU kernel anywhere, so each is tested on every device. */
+static int use_cpu_kernel(const flashcl_context *ctx, const flashcl__tile_override *ov) {
+    if (ov->present) {
+        if (ov->kernel == FLASHCL__TILE_KERNEL_DECODE) return 0;
+        if (ov->kernel == FLASHCL__TILE_KERNEL_DECODE_CPU) return 1;
     }
     return ctx->info.is_cpu;
 }
@@ -230,16 +236,24 @@ static int use_cpu_kernel(const flashcl_context *ctx) {
 flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, int paged,
                                         flashcl_cache_dtype cache_dtype, int aligned,
                                         const flashcl__decode_plan **out) {
-    const int cpu = use_cpu_kernel(ctx);
-    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0};
-    if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, &g))
+    flashcl__decode_choice choice;
+    flashcl_status st = flashcl__decode_choice_for(ctx, d, (int)cache_dtype, &choice);
+    if (st != FLASHCL_SUCCESS) return st;
+    const flashcl__tile_override *ov = &choice.ov;
+    const int cpu = use_cpu_kernel(ctx, ov);
+    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 1, 0, 0};
+    /* kernel=decode_cpu,br=R,bc=C,heads=H: rows per work-item, keys per chunk, the most KV heads per work-item. */
+    const int cpu_knobs = cpu && ov->present && ov->kernel == FLASHCL__TILE_KERNEL_DECODE_CPU;
+    if (cpu_knobs && ov->block_rows > 0) g.rows = ov->block_rows;
+    if (cpu_knobs && ov->block_cols > 0) g.block_n = ov->block_cols;
+    if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, ov, &g))
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN,
                              "decode: no shape for d=%zu, d_v=%zu fits %llu bytes of local memory", d->head_dim,
                              d->head_dim_v, (unsigned long long)ctx->info.local_mem_bytes);
     char variants[256], options[sizeof((flashcl__decode_plan *)0)->key], regs[48] = "";
     flashcl__variant_options(d, variants, sizeof variants);
     if (!cpu && g.shfl && g.max_registers > 0) snprintf(regs, sizeof regs, " -cl-nv-maxrregcount=%d", g.max_registers);
-    const int heads = cpu ? cpu_heads_capacity(d, g.rows) : 1;
+    const int heads = !cpu ? 1 : cpu_knobs && ov->heads > 0 ? ov->heads : cpu_heads_capacity(d, g.rows);
     if (cpu)
         snprintf(options, sizeof options,
                  "-w -D HEAD_DIM=%zu -D ROWS=%d -D HEADS=%d -D CHUNK=%d -D PAGED=%d -D CACHE_DTYPE=%d %s", d->head_dim,
@@ -248,11 +262,13 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
         snprintf(options, sizeof options,
                  "-D HEAD_DIM=%zu -D ROWS=%d -D LANES=%d -D VEC=%d -D UNROLL=%d -D WG_SIZE=%d -D ALIGNED=%d "
                  "-D LANE_SHFL=%d -D FP8_DENORM_MUL=%d -D PAGED=%d -D CACHE_DTYPE=%d %s%s",
-                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, GPU_WG, aligned != 0, g.shfl,
+                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, g.wg, aligned != 0, g.shfl,
                  cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype, variants,
                  regs);
+    /* The same build under another origin (a tuned plan equal to the formula's) is another plan: its
+       reason says where it came from. */
     for (flashcl__decode_plan *p = ctx->family[FLASHCL__FAMILY_DECODE]; p; p = p->next)
-        if (strcmp(p->key, options) == 0) {
+        if (strcmp(p->key, options) == 0 && strcmp(p->pub.origin, choice.origin) == 0) {
             *out = p;
             return FLASHCL_SUCCESS;
         }
@@ -262,9 +278,9 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     p->rows = g.rows;
     p->heads = heads;
     p->block_n = g.block_n;
-    p->wg = cpu ? 1 : GPU_WG;
+    p->wg = cpu ? 1 : (size_t)g.wg;
     p->local_bytes = cpu ? 0 : g.local_bytes;
-    flashcl_status st = build(ctx, d, paged, cache_dtype, options, p);
+    st = build(ctx, d, paged, cache_dtype, options, p);
     if (st != FLASHCL_SUCCESS) {
         if (p->attend) clReleaseKernel(p->attend);
         if (p->merge) clReleaseKernel(p->merge);
@@ -275,6 +291,8 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; up to %d KV heads per work-item, rows read as one run",
                          heads);
     flashcl__append_variants(d, p->pub.reason, sizeof p->pub.reason);
+    flashcl__copy_str(p->pub.origin, sizeof p->pub.origin, choice.origin);
+    flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "%s", choice.why);
     flashcl__copy_str(p->key, sizeof p->key, options);
     p->next = ctx->family[FLASHCL__FAMILY_DECODE];
     ctx->family[FLASHCL__FAMILY_DECODE] = p;
@@ -315,8 +333,11 @@ int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d
         snprintf(why, cap, "the decode family has no bias, masks or dropout");
         return 0;
     }
+    /* No override here (above), so the choice is a tuned plan or none, and cannot fail. */
+    flashcl__decode_choice choice;
+    flashcl__decode_choice_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, &choice);
     gpu_shape g;
-    if (!use_cpu_kernel(ctx) && !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, &g)) {
+    if (!use_cpu_kernel(ctx, &choice.ov) && !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, &choice.ov, &g)) {
         snprintf(why, cap, "no decode tile for d=%zu fits the device's local memory", d->head_dim);
         return 0;
     }
