@@ -63,7 +63,7 @@ flashcl_status flashcl__decode_choice_for(flashcl_context *ctx, const flashcl_at
     if (flashcl__read_tile_override(NULL, &out->ov) == FLASHCL_SUCCESS && out->ov.present &&
         decode_kernel(out->ov.kernel)) {
         out->origin = "env";
-        snprintf(out->why, sizeof out->why, "; knobs from FLASHCL_TILE");
+        snprintf(out->why, sizeof out->why, "knobs from FLASHCL_TILE");
         if (!knobs_legal(ctx, &out->ov, why, sizeof why))
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: %s", why);
         return FLASHCL_SUCCESS;
@@ -74,11 +74,11 @@ flashcl_status flashcl__decode_choice_for(flashcl_context *ctx, const flashcl_at
     flashcl__tile_override tuned;
     if (!flashcl__tuned_decode_plan(ctx, d, cache_dtype, &tuned, &origin, entry, sizeof entry)) return FLASHCL_SUCCESS;
     if (!knobs_legal(ctx, &tuned, why, sizeof why)) {
-        flashcl__appendf(out->why, sizeof out->why, "; %s rejected (%s), the formula's plan instead", entry, why);
+        flashcl__appendf(out->why, sizeof out->why, "%s rejected (%s), the formula's plan instead", entry, why);
         return FLASHCL_SUCCESS;
     }
     out->ov = tuned;
     out->origin = origin;
-    flashcl__appendf(out->why, sizeof out->why, "; %s", entry);
+    flashcl__appendf(out->why, sizeof out->why, "%s", entry);
     return FLASHCL_SUCCESS;
 }

@@ -53,7 +53,7 @@ typedef struct flashcl__decode_plan {
 typedef struct flashcl__decode_choice {
     flashcl__tile_override ov; /* kernel FLASHCL__TILE_KERNEL_DECODE or _DECODE_CPU when present */
     const char *origin;        /* the plan's origin: "env", "tuned", or "table" (built-in table or formula) */
-    char why[384];             /* appended to the plan's reason: the source, or why a tuned entry was set aside */
+    char why[384];             /* the front of the plan's reason: the source, or why a tuned entry was set aside */
 } flashcl__decode_choice;
 
 /* Fails (FLASHCL_ERR_INVALID_TILE, naming the field) only for an override whose values its kernel does not

@@ -292,7 +292,12 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
                          heads);
     flashcl__append_variants(d, p->pub.reason, sizeof p->pub.reason);
     flashcl__copy_str(p->pub.origin, sizeof p->pub.origin, choice.origin);
-    flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "%s", choice.why);
+    if (choice.why[0]) { /* first, so that a long reason's truncation never hides where the knobs came from */
+        char rest[sizeof p->pub.reason];
+        flashcl__copy_str(rest, sizeof rest, p->pub.reason);
+        p->pub.reason[0] = '\0';
+        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "%s; %s", choice.why, rest);
+    }
     flashcl__copy_str(p->key, sizeof p->key, options);
     p->next = ctx->family[FLASHCL__FAMILY_DECODE];
     ctx->family[FLASHCL__FAMILY_DECODE] = p;

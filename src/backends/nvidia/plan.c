@@ -138,7 +138,7 @@ static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_
 /* The forward's shape, most specific first: FLASHCL_TILE=kernel=mma (origin "env"), FLASHCL_MMA_FWD
    (origin "vendor", as before it), the tuned plan of a 16-bit call (tuning.h: "tuned" or "table"),
    the built-in choice above ("vendor"). A tuned plan the device rejects falls back to the built-in
-   choice, and `note` says why. Fails only for an override that does not fit. */
+   choice, and `note` says why (it opens the plan's reason). Fails only for an override that does not fit. */
 static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention_desc *d, size_t dk, size_t dv,
                                    size_t esize, int tf32, mma_shape *sh, const char **origin, char *note, size_t cap) {
     char why[256];
@@ -153,13 +153,13 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
         if (!mma_tile_shape(ctx, &ov, *sh, dk, dv, esize, sh, why, sizeof why))
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: %s", why);
         *origin = "env";
-        snprintf(note, cap, "; shape from FLASHCL_TILE");
+        snprintf(note, cap, "shape from FLASHCL_TILE");
         return FLASHCL_SUCCESS;
     }
     const int from_env = mma_env_shape(ctx, dk, dv, esize, sh, why, sizeof why);
     if (from_env < 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "%s", why);
     if (from_env > 0) {
-        snprintf(note, cap, "; shape from FLASHCL_MMA_FWD");
+        snprintf(note, cap, "shape from FLASHCL_MMA_FWD");
         return FLASHCL_SUCCESS;
     }
     /* TF32 calls share float32's tuning key with the portable kernels' plans: they keep the table. */
@@ -169,9 +169,9 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
         ov.kernel == FLASHCL__TILE_KERNEL_MMA) {
         if (mma_tile_shape(ctx, &ov, *sh, dk, dv, esize, sh, why, sizeof why)) {
             *origin = tuned_origin;
-            flashcl__appendf(note, cap, "; %s", entry);
+            flashcl__appendf(note, cap, "%s", entry);
         } else {
-            flashcl__appendf(note, cap, "; %s rejected (%s), the built-in shape instead", entry, why);
+            flashcl__appendf(note, cap, "%s rejected (%s), the built-in shape instead", entry, why);
         }
     }
     return FLASHCL_SUCCESS;
@@ -289,16 +289,18 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     p->pub.local_mem_bytes = (size_t)lm;
     p->pub.private_mem_bytes = (size_t)pm;
     snprintf(p->pub.origin, sizeof p->pub.origin, "%s", origin);
+    /* Where the shape came from goes first, so that a long reason's truncation never hides it. */
     snprintf(p->pub.reason, sizeof p->pub.reason,
-             "NVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
-             "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of %zu)%s",
+             "%s%sNVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
+             "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of %zu)",
+             note, note[0] ? "; " : "",
              state->why,
              tf32   ? "tf32 (allow_tf32: inputs and P rounded to a 10-bit mantissa, float32 accumulation)"
              : slot ? "f16"
                     : "bf16",
              sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
              sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
-             state->sm75 ? "loaded into" : "via cp.async in", 16 / esize, note);
+             state->sm75 ? "loaded into" : "via cp.async in", 16 / esize);
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
                          dv);
