@@ -10,12 +10,12 @@
  *    packed-rows count that is not a power of two up to 16, an unknown cache
  *    storage: the file does not parse and is ignored, all of it;
  *  - a kernel=mma entry parses, and where the tensor cores do not plan (POCL)
- *    changes nothing;
+ *    changes nothing; where they do (NVIDIA), sets their shape (origin tuned) or
+ *    is set aside with a note when the family does not take it;
  *  - FLASHCL_TILE: a knob given to another kernel, and kernel=mma off the
  *    tensor cores, are errors that name them.
- * The decode family runs on any device; the mma part asserts the absence of
- * an effect, which holds on every device whose f16 plan is not the tensor
- * cores' (the test skips that part where it is).
+ * The decode family runs on any device; the mma part takes the branch of the
+ * device it runs on.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -161,6 +161,29 @@ static void decode_entries(const char *identity) {
                    "a GPU knob on the CPU kernel");
 }
 
+/* Where f16 plans the tensor cores: a kernel=mma entry sets the shape (origin tuned), one the family does not
+   take is set aside with a note, and FLASHCL_TILE=kernel=mma refuses ql=1 where Q cannot stay in __local. */
+static void mma_entries_on_tensor_cores(const char *identity, const flashcl_attention_desc *f16) {
+    tt_write_sealed(g_path, identity, "tuned d=64 dtype=f16 causal=0 tile=kernel=mma,warps=8,bc=32,mt=1,ql=0\n");
+    outcome r = plan_now(f16);
+    CHECK_STATUS(r.status, FLASHCL_SUCCESS);
+    CHECK(strcmp(r.plan.kernel, "flash_fwd_mma") == 0 && strcmp(r.plan.origin, "tuned") == 0);
+    CHECK(r.plan.block_rows == 128 && r.plan.block_cols == 32 && r.plan.work_group_size == 256);
+    CHECK(strstr(r.plan.build_options, "-DMMA_WARPS=8 -DMMA_MT=1 -DMMA_BC=32 -DMMA_QLOCAL=0") != NULL);
+    tt_write_sealed(g_path, identity, "tuned d=64 dtype=f16 causal=0 tile=kernel=mma,bc=128\n");
+    r = plan_now(f16);
+    CHECK(strcmp(r.plan.kernel, "flash_fwd_mma") == 0 && strcmp(r.plan.origin, "vendor") == 0);
+    CHECK(strstr(r.plan.reason, "rejected") != NULL);
+    flashcl_attention_desc d96 = *f16;
+    d96.head_dim = 96;
+    setenv("FLASHCL_TILE", "kernel=mma,ql=1", 1);
+    r = plan_now(&d96);
+    unsetenv("FLASHCL_TILE");
+    CHECK_STATUS(r.status, FLASHCL_ERR_INVALID_TILE);
+    CHECK(strstr(r.error, "ql=1") != NULL);
+    printf("test_tuning_families: f16 plans the tensor cores: their entries checked\n");
+}
+
 static void mma_entries(const char *identity) {
     flashcl_attention_desc f16 = flashcl_attention_desc_init();
     f16.dtype = FLASHCL_DTYPE_F16;
@@ -172,7 +195,7 @@ static void mma_entries(const char *identity) {
     outcome before = plan_now(&f16);
     CHECK_STATUS(before.status, FLASHCL_SUCCESS);
     if (strcmp(before.plan.kernel, "flash_fwd_mma") == 0) {
-        printf("test_tuning_families: the f16 plan is the tensor cores': the mma no-effect part skipped\n");
+        mma_entries_on_tensor_cores(identity, &f16);
         return;
     }
     tt_write_sealed(g_path, identity,
