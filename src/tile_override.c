@@ -15,19 +15,33 @@ static int parse_positive(const char *s, size_t n, int *out) {
     return 1;
 }
 
+static void clear(flashcl__tile_override *out, int present) {
+    out->present = present;
+    out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = out->max_registers = -1;
+    out->lanes = out->work_group = out->heads = out->warps = out->row_tiles = out->q_local = -1;
+}
+
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out) {
     const char *env = getenv("FLASHCL_TILE");
     if (!env || !*env) {
-        out->present = 0;
-        out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = out->max_registers = -1;
+        clear(out, 0);
         return FLASHCL_SUCCESS;
     }
     return flashcl__parse_tile_spec(ctx, env, out);
 }
 
+/* The keys whose value is a positive count, and where each goes. */
+static int *count_field(flashcl__tile_override *out, const char *key, size_t klen) {
+    static const char *const names[] = {"br", "bc", "tpr", "regs", "lanes", "wg", "heads", "warps", "mt"};
+    int *const fields[] = {&out->block_rows, &out->block_cols, &out->threads_per_row, &out->max_registers, &out->lanes,
+                           &out->work_group, &out->heads,      &out->warps,           &out->row_tiles};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
+        if (klen == strlen(names[i]) && strncmp(key, names[i], klen) == 0) return fields[i];
+    return NULL;
+}
+
 flashcl_status flashcl__parse_tile_spec(flashcl_context *ctx, const char *spec, flashcl__tile_override *out) {
-    out->present = 1;
-    out->block_rows = out->block_cols = out->threads_per_row = out->staging = out->kernel = out->max_registers = -1;
+    clear(out, 1);
     const char *p = spec;
     while (*p) {
         const char *comma = strchr(p, ',');
@@ -37,16 +51,13 @@ flashcl_status flashcl__parse_tile_spec(flashcl_context *ctx, const char *spec, 
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: \"%.*s\" is not key=value", (int)len, p);
         size_t klen = (size_t)(eq - p), vlen = len - klen - 1;
         const char *val = eq + 1;
-        int ok = 1;
-        if (klen == 2 && strncmp(p, "br", 2) == 0)
-            ok = parse_positive(val, vlen, &out->block_rows);
-        else if (klen == 2 && strncmp(p, "bc", 2) == 0)
-            ok = parse_positive(val, vlen, &out->block_cols);
-        else if (klen == 3 && strncmp(p, "tpr", 3) == 0)
-            ok = parse_positive(val, vlen, &out->threads_per_row);
-        else if (klen == 4 && strncmp(p, "regs", 4) == 0)
-            ok = parse_positive(val, vlen, &out->max_registers);
-        else if (klen == 7 && strncmp(p, "staging", 7) == 0) {
+        int ok = 1, *count = count_field(out, p, klen);
+        if (count)
+            ok = parse_positive(val, vlen, count);
+        else if (klen == 2 && strncmp(p, "ql", 2) == 0) {
+            ok = vlen == 1 && (val[0] == '0' || val[0] == '1');
+            out->q_local = val[0] - '0';
+        } else if (klen == 7 && strncmp(p, "staging", 7) == 0) {
             if (vlen == 5 && strncmp(val, "local", 5) == 0)
                 out->staging = FLASHCL_STAGING_LOCAL;
             else if (vlen == 6 && strncmp(val, "direct", 6) == 0)
@@ -54,18 +65,35 @@ flashcl_status flashcl__parse_tile_spec(flashcl_context *ctx, const char *spec, 
             else
                 ok = 0;
         } else if (klen == 6 && strncmp(p, "kernel", 6) == 0) {
-            static const char *const names[] = {"rows", "split", "tiles", "cpu", "decode", "decode_cpu"};
-            for (int i = 0; i < 6; ++i)
+            static const char *const names[] = {"rows", "split", "tiles", "cpu", "decode", "decode_cpu", "mma"};
+            for (int i = 0; i < 7; ++i)
                 if (vlen == strlen(names[i]) && strncmp(val, names[i], vlen) == 0) out->kernel = i;
             ok = out->kernel >= 0;
         } else
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_TILE: unknown key \"%.*s\" (keys: kernel, br, bc, tpr, staging, regs)",
+                                 "FLASHCL_TILE: unknown key \"%.*s\" (keys: kernel, br, bc, tpr, staging, regs, lanes, "
+                                 "wg, heads, warps, mt, ql)",
                                  (int)klen, p);
         if (!ok)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: bad value in \"%.*s\"", (int)len, p);
         p = comma ? comma + 1 : p + len;
     }
+    /* A knob of one kernel given to another would be silently dropped: name it instead. */
+    const struct {
+        int given, kernel;
+        const char *key, *names;
+    } owned[] = {
+        {out->lanes > 0, FLASHCL__TILE_KERNEL_DECODE, "lanes", "kernel=decode"},
+        {out->work_group > 0, FLASHCL__TILE_KERNEL_DECODE, "wg", "kernel=decode"},
+        {out->heads > 0, FLASHCL__TILE_KERNEL_DECODE_CPU, "heads", "kernel=decode_cpu"},
+        {out->warps > 0, FLASHCL__TILE_KERNEL_MMA, "warps", "kernel=mma"},
+        {out->row_tiles > 0, FLASHCL__TILE_KERNEL_MMA, "mt", "kernel=mma"},
+        {out->q_local >= 0, FLASHCL__TILE_KERNEL_MMA, "ql", "kernel=mma"},
+    };
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; ++i)
+        if (owned[i].given && out->kernel != owned[i].kernel)
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: %s= belongs to %s (\"%s\")",
+                                 owned[i].key, owned[i].names, spec);
     return FLASHCL_SUCCESS;
 }
 

@@ -9,14 +9,21 @@ typedef struct flashcl__tile_override {
     int present;
     int block_rows, block_cols, threads_per_row, staging;
     int max_registers; /* regs=N: NVIDIA's -cl-nv-maxrregcount for the decode kernel (tuning); -1 not given */
-    int kernel;        /* 0 rows, 1 split, 2 tiles, 3 cpu, 4 decode (the GPU kernel), 5 decode_cpu */
+    int kernel;        /* 0 rows, 1 split, 2 tiles, 3 cpu, 4 decode (the GPU kernel), 5 decode_cpu, 6 mma */
+    /* The decode kernels' other knobs: lanes=N work-items per key and wg=N work-items per group
+       (the GPU kernel), heads=N KV heads per work-item at most (the CPU kernel). */
+    int lanes, work_group, heads;
+    /* kernel=mma (NVIDIA tensor cores, FLASHCL_MMA_FWD's W:BC:MT:QL): warps=W, bc=BC, mt=MT
+       16-row tiles per warp, ql=0|1 Q resident in __local. */
+    int warps, row_tiles, q_local;
 } flashcl__tile_override;
 #define FLASHCL__TILE_KERNEL_CPU 3
 #define FLASHCL__TILE_KERNEL_DECODE 4
 #define FLASHCL__TILE_KERNEL_DECODE_CPU 5
+#define FLASHCL__TILE_KERNEL_MMA 6
 
-/* Parses "kernel=rows|split|tiles|cpu|decode|decode_cpu,br=32,bc=64,tpr=4,staging=local|direct,regs=128"
-   (any subset, any order). */
+/* Parses "kernel=rows|split|tiles|cpu|decode|decode_cpu|mma,br=32,bc=64,tpr=4,staging=local|direct,regs=128,
+   lanes=16,wg=128,heads=8,warps=4,mt=2,ql=1" (any subset, any order). */
 flashcl_status flashcl__read_tile_override(flashcl_context *ctx, flashcl__tile_override *out);
 /* The same grammar from any text (a tuned plan's, src/tuning.c); present is set on success. ctx may be NULL. */
 flashcl_status flashcl__parse_tile_spec(flashcl_context *ctx, const char *spec, flashcl__tile_override *out);

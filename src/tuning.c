@@ -28,8 +28,21 @@
 
 static int key_dtype(flashcl_dtype dt) { return dt == FLASHCL_DTYPE_DEFAULT ? FLASHCL_DTYPE_F32 : (int)dt; }
 
+static const char *const cache_names[] = {"same", "fp8_e4m3", "fp8_e5m2"};
+
 void flashcl__tuned_key_text(const flashcl__tuned_key *k, char *out, size_t cap) {
-    snprintf(out, cap, "d=%d dtype=%s causal=%d", k->head_dim, flashcl__dtype_name((flashcl_dtype)k->dtype), k->causal);
+    const char *dt = flashcl__dtype_name((flashcl_dtype)k->dtype);
+    if (k->kind == FLASHCL__TUNED_DECODE)
+        snprintf(out, cap, "decode d=%d dtype=%s cache=%s rows=%d", k->head_dim, dt, cache_names[k->cache], k->rows);
+    else
+        snprintf(out, cap, "d=%d dtype=%s causal=%d", k->head_dim, dt, k->causal);
+}
+
+/* The packed-rows bucket of a decode key: rows per KV head, a power of two, at most 16. */
+static int decode_rows_bucket(size_t packed) {
+    int r = 1;
+    while ((size_t)r < packed && r < FLASHCL__TUNED_DECODE_MAX_ROWS) r *= 2;
+    return r;
 }
 
 /* The header text a file must start with, malloc'd. */
@@ -81,11 +94,26 @@ static char *read_file(const char *path, size_t *len, int *missing) {
     return buf;
 }
 
-/* "d=64 dtype=f32 causal=0 tile=..." -> entry; 0 when anything is off. */
+static int is_decode_kernel(int kernel) {
+    return kernel == FLASHCL__TILE_KERNEL_DECODE || kernel == FLASHCL__TILE_KERNEL_DECODE_CPU;
+}
+
+/* "d=64 dtype=f32 causal=0 tile=..." or "decode d=128 dtype=f32 cache=same rows=4 tile=..." -> entry; 0 when
+   anything is off, a decode key naming another family's kernel or a forward key naming a decode kernel included. */
 static int parse_entry(const char *line, flashcl__tuned_entry *e) {
-    int d = 0, causal = -1, used = 0;
-    char dtype[8] = "", tile[sizeof e->tile + 1] = "";
-    if (sscanf(line, "d=%d dtype=%7s causal=%d tile=%96s%n", &d, dtype, &causal, tile, &used) != 4) return 0;
+    int d = 0, causal = 0, rows = 0, used = 0, cache = -1;
+    char dtype[8] = "", cache_name[12] = "", tile[sizeof e->tile + 1] = "";
+    const int decode = strncmp(line, "decode ", 7) == 0;
+    if (decode) {
+        if (sscanf(line, "decode d=%d dtype=%7s cache=%11s rows=%d tile=%96s%n", &d, dtype, cache_name, &rows, tile,
+                   &used) != 5)
+            return 0;
+        for (int i = 0; i < 3; ++i)
+            if (strcmp(cache_name, cache_names[i]) == 0) cache = i;
+        if (cache < 0 || rows < 1 || rows > FLASHCL__TUNED_DECODE_MAX_ROWS || (rows & (rows - 1)) != 0) return 0;
+    } else if (sscanf(line, "d=%d dtype=%7s causal=%d tile=%96s%n", &d, dtype, &causal, tile, &used) != 4) {
+        return 0;
+    }
     if (line[used] != '\0' || d < 1 || d > 1024 || (causal != 0 && causal != 1) || strlen(tile) >= sizeof e->tile)
         return 0;
     int dt = strcmp(dtype, "f32") == 0    ? FLASHCL_DTYPE_F32
@@ -93,10 +121,15 @@ static int parse_entry(const char *line, flashcl__tuned_entry *e) {
              : strcmp(dtype, "bf16") == 0 ? FLASHCL_DTYPE_BF16
                                           : -1;
     flashcl__tile_override ov;
-    if (dt < 0 || flashcl__parse_tile_spec(NULL, tile, &ov) != FLASHCL_SUCCESS) return 0;
+    if (dt < 0 || flashcl__parse_tile_spec(NULL, tile, &ov) != FLASHCL_SUCCESS || is_decode_kernel(ov.kernel) != decode)
+        return 0;
+    memset(&e->key, 0, sizeof e->key);
     e->key.head_dim = d;
     e->key.dtype = dt;
     e->key.causal = causal;
+    e->key.kind = decode ? FLASHCL__TUNED_DECODE : FLASHCL__TUNED_FORWARD;
+    e->key.cache = decode ? cache : 0;
+    e->key.rows = rows;
     flashcl__copy_str(e->tile, sizeof e->tile, tile);
     return 1;
 }
@@ -223,17 +256,17 @@ static int tunable(const flashcl_attention_desc *desc) {
 }
 
 static int same_key(const flashcl__tuned_key *a, const flashcl__tuned_key *b) {
-    return a->head_dim == b->head_dim && a->dtype == b->dtype && a->causal == b->causal;
+    return a->head_dim == b->head_dim && a->dtype == b->dtype && a->causal == b->causal && a->kind == b->kind &&
+           a->cache == b->cache && a->rows == b->rows;
 }
 
-int flashcl__tuned_plan(const flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl__tile_override *ov,
-                        const char **origin, char *why, size_t cap) {
-    if (!tunable(desc)) return 0;
-    flashcl__tuned_key key = {(int)desc->head_dim, key_dtype(desc->dtype), desc->causal ? 1 : 0};
-    char kt[64];
-    flashcl__tuned_key_text(&key, kt, sizeof kt);
+/* The file's entry for key (the last one: the tuner appends), else the built-in table's for this device. */
+static int lookup(const flashcl_context *ctx, const flashcl__tuned_key *key, flashcl__tile_override *ov,
+                  const char **origin, char *why, size_t cap) {
+    char kt[96];
+    flashcl__tuned_key_text(key, kt, sizeof kt);
     for (size_t i = ctx->tuned_count; i-- > 0;) /* the last entry for a key wins: the tuner appends */
-        if (same_key(&ctx->tuned[i].key, &key) && flashcl__parse_tile_spec(NULL, ctx->tuned[i].tile, ov) == 0) {
+        if (same_key(&ctx->tuned[i].key, key) && flashcl__parse_tile_spec(NULL, ctx->tuned[i].tile, ov) == 0) {
             *origin = "tuned";
             why[0] = '\0';
             flashcl__appendf(why, cap, "tuned: %s -> %s (tuning file %s)", kt, ctx->tuned[i].tile, ctx->tuning_path);
@@ -242,7 +275,7 @@ int flashcl__tuned_plan(const flashcl_context *ctx, const flashcl_attention_desc
     for (size_t i = 0; i < flashcl__builtin_tuned_count; ++i) {
         const flashcl__builtin_tuned *b = &flashcl__builtin_tuned_table[i];
         if (strcmp(b->vendor, ctx->info.vendor) == 0 && strcmp(b->device, ctx->info.name) == 0 &&
-            same_key(&b->entry.key, &key) && flashcl__parse_tile_spec(NULL, b->entry.tile, ov) == 0) {
+            same_key(&b->entry.key, key) && flashcl__parse_tile_spec(NULL, b->entry.tile, ov) == 0) {
             *origin = "table";
             why[0] = '\0';
             flashcl__appendf(why, cap, "table: tuned on this device model (%s) for %s -> %s", b->device, kt,
@@ -251,6 +284,23 @@ int flashcl__tuned_plan(const flashcl_context *ctx, const flashcl_attention_desc
         }
     }
     return 0;
+}
+
+int flashcl__tuned_plan(const flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl__tile_override *ov,
+                        const char **origin, char *why, size_t cap) {
+    if (!tunable(desc)) return 0;
+    flashcl__tuned_key key = {
+        (int)desc->head_dim, key_dtype(desc->dtype), desc->causal ? 1 : 0, FLASHCL__TUNED_FORWARD, 0, 0};
+    return lookup(ctx, &key, ov, origin, why, cap);
+}
+
+int flashcl__tuned_decode_plan(const flashcl_context *ctx, const flashcl_attention_desc *desc, int cache_dtype,
+                               flashcl__tile_override *ov, const char **origin, char *why, size_t cap) {
+    if (!tunable(desc) || desc->heads_kv == 0 || cache_dtype < 0 || cache_dtype > 2) return 0;
+    const size_t packed = desc->heads_q / desc->heads_kv * desc->max_seqlen_q;
+    flashcl__tuned_key key = {(int)desc->head_dim, key_dtype(desc->dtype),    0, FLASHCL__TUNED_DECODE,
+                              cache_dtype,         decode_rows_bucket(packed)};
+    return lookup(ctx, &key, ov, origin, why, cap);
 }
 
 /* ---- public */

@@ -17,12 +17,28 @@
 #include "internal.h"
 #include "tile_override.h"
 
-/* What a tuned plan applies to: the forward of plain attention (causal or not) of one head dim and storage. */
+/*
+ * What a tuned plan applies to, always plain attention (the variants keep their planners' choice)
+ * with d_v = d:
+ *   kind 0, the forward (any family but decode): one head dim, storage and causal;
+ *   kind 1, the decode family (short queries, flashcl_forward and flashcl_forward_kvcache): one
+ *     head dim, storage, KV cache storage, and packed rows: the query rows one KV head serves
+ *     (GQA group x seqlen_q) rounded up to a power of two, at most 16 (a work-group's rows); causal
+ *     is left out, since a decode row sees (nearly) every key either way.
+ * The fields after causal are zero in a forward key, so the generated table's forward entries
+ * initialise only the first three.
+ */
 typedef struct flashcl__tuned_key {
     int head_dim;
     int dtype; /* flashcl_dtype, FLASHCL_DTYPE_DEFAULT folded into F32 */
     int causal;
+    int kind;  /* FLASHCL__TUNED_FORWARD or FLASHCL__TUNED_DECODE */
+    int cache; /* decode: flashcl_cache_dtype */
+    int rows;  /* decode: packed rows, 1, 2, 4, 8 or 16 */
 } flashcl__tuned_key;
+#define FLASHCL__TUNED_FORWARD 0
+#define FLASHCL__TUNED_DECODE 1
+#define FLASHCL__TUNED_DECODE_MAX_ROWS 16
 
 typedef struct flashcl__tuned_entry {
     flashcl__tuned_key key;
@@ -51,7 +67,16 @@ void flashcl__tuning_release(flashcl_context *ctx);
 int flashcl__tuned_plan(const flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl__tile_override *ov,
                         const char **origin, char *why, size_t cap);
 
-/* The key line text ("d=64 dtype=f32 causal=0") a file entry and the tuner share. */
+/*
+ * The decode family's tuned plan for a call with desc and a KV cache of cache_dtype
+ * (FLASHCL_CACHE_DTYPE_SAME for flashcl_forward): as flashcl__tuned_plan, for the key of kind 1.
+ * The entry names kernel=decode or kernel=decode_cpu.
+ */
+int flashcl__tuned_decode_plan(const flashcl_context *ctx, const flashcl_attention_desc *desc, int cache_dtype,
+                               flashcl__tile_override *ov, const char **origin, char *why, size_t cap);
+
+/* The key line text ("d=64 dtype=f32 causal=0", "decode d=128 dtype=bf16 cache=same rows=4") a file entry
+   and the tuner share. */
 void flashcl__tuned_key_text(const flashcl__tuned_key *k, char *out, size_t cap);
 
 #endif

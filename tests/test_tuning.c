@@ -15,25 +15,12 @@
 
 #include "testutil.h"
 #include "tmpdir.h"
+#include "tuning_text.h"
 
 static char g_path[1200]; /* test-only scratch; the library has no such state */
 
-static void write_text(const char *text, size_t n) {
-    FILE *f = fopen(g_path, "wb");
-    REQUIRE(f != NULL);
-    REQUIRE(fwrite(text, 1, n, f) == n);
-    fclose(f);
-}
-
-/* identity + body + the checksum line the library expects. */
-static void write_sealed(const char *identity, const char *body) {
-    char text[8192];
-    int n = snprintf(text, sizeof text, "%s%s", identity, body);
-    REQUIRE(n > 0 && (size_t)n < sizeof text - 32);
-    n += snprintf(text + n, sizeof text - (size_t)n, "checksum=%016llx\n",
-                  (unsigned long long)flashcl_tuning_checksum(text, (size_t)n));
-    write_text(text, (size_t)n);
-}
+static void write_text(const char *text, size_t n) { tt_write_text(g_path, text, n); }
+static void write_sealed(const char *identity, const char *body) { tt_write_sealed(g_path, identity, body); }
 
 /* A fresh context (it reads the file at creation), its tuning info and the d=32 forward plan. */
 static void plan_now(flashcl_tuning_info *info, flashcl_plan *plan, int causal) {

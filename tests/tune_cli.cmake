@@ -2,7 +2,8 @@
 #  1. the untuned plan is the first of each shape's candidates (so tuned is never slower);
 #  2. a tiny budget is kept (wall clock of the whole process), and the file it writes is
 #     what the plan chain then reads (`flashcl info` says origin tuned);
-#  3. a rerun resumes; SIGINT keeps what was measured; a damaged file is ignored with a note.
+#  3. a rerun resumes; SIGINT keeps what was measured; a damaged file is ignored with a note;
+#  4. the same budget and file read for --decode (a decode call's plan says origin tuned).
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
@@ -81,6 +82,34 @@ if(TIMEOUT)
   if(NOT info MATCHES "origin tuned" OR NOT rc EQUAL 1)
     message(FATAL_ERROR "after SIGINT (exit ${rc}) the file is not read:\n${info}")
   endif()
+endif()
+
+# --decode: the decode family's candidates, the budget kept as above, and the plan of a decode call of the
+# tuned key read from the file (bench --json reports the plan's origin).
+set(DFILE ${DIR}/decode.txt)
+set(DECODE --decode --head-dims 64 --heads 8 --kv-heads 2 --seqlen-k 4096)
+execute_process(COMMAND ${TOOL} tune ${DECODE} --list --output ${DFILE} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "decode d=64 dtype=f32 cache=same rows=4 untuned kernel=decode")
+  message(FATAL_ERROR "tune --decode --list (exit ${rc}):\n${out}")
+endif()
+execute_process(COMMAND ${TOOL} tune ${DECODE} --budget 15 --output ${DIR}/decode-warm.txt OUTPUT_QUIET ERROR_QUIET)
+string(TIMESTAMP t0 "%s")
+execute_process(COMMAND ${TOOL} tune ${DECODE} --budget ${BUDGET} --output ${DFILE}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(TIMESTAMP t1 "%s")
+math(EXPR took "${t1} - ${t0}")
+message(STATUS "tune --decode --budget ${BUDGET}: ${took} s\n${out}")
+string(REGEX MATCH "slowest measurement ([0-9]+)\\.([0-9])" _ "${out}")
+math(EXPR limit "${BUDGET} + 1 + ${CMAKE_MATCH_1} + 1")
+if(NOT rc EQUAL 0 OR took GREATER limit OR NOT out MATCHES "decode d=64 dtype=f32 cache=same rows=4")
+  message(FATAL_ERROR "tune --decode took ${took} s for a ${BUDGET} s budget (exit ${rc}):\n${out}\n${err}")
+endif()
+set(ENV{FLASHCL_TUNING} ${DFILE})
+execute_process(COMMAND ${TOOL} bench --seqlen 1 --seqlen-k 512 --heads 8 --kv-heads 2 --head-dim 64 --path flash
+  --iters 1 --read-bw off --json RESULT_VARIABLE rc OUTPUT_VARIABLE bench ERROR_VARIABLE err)
+unset(ENV{FLASHCL_TUNING})
+if(NOT rc EQUAL 0 OR NOT bench MATCHES "\"origin\":\"tuned\"")
+  message(FATAL_ERROR "a decode call does not plan from the tuning file (exit ${rc}):\n${bench}\n${err}")
 endif()
 
 file(APPEND ${FILE} "junk\n")

@@ -6,6 +6,9 @@
  * shapes, so a short budget still gives each shape its untuned plan and
  * its nearest neighbours; the file is rewritten after every measurement
  * (tune_file.h), so Ctrl-C keeps what was measured and a rerun resumes.
+ * Forward shapes are (head dim, storage, causal); with --decode the decode
+ * family's instead, (head dim, storage, KV cache storage, packed rows:
+ * the GQA group times the query rows), as src/tuning.h keys them.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -30,7 +33,7 @@ enum { MAX_DIMS = 8, MAX_KEYS = 48, CONFIRM_ROUNDS = 3 };
 void cmd_tune_help(FILE *out) {
     fputs("usage: flashcl tune [--head-dims 64,128] [--dtypes f32,bf16] [--causal] [--decode]\n"
           "                    [--budget SECONDS] [--device SPEC] [--batch B] [--heads H]\n"
-          "                    [--seqlen N] [--output FILE] [--list]\n"
+          "                    [--kv-heads H] [--seqlen N] [--seqlen-k N] [--output FILE] [--list]\n"
           "\n"
           "Times every plan the kernel families can run for each shape (head dim x\n"
           "storage x causal) on this device, checks each against a double-precision\n"
@@ -38,19 +41,29 @@ void cmd_tune_help(FILE *out) {
           "shape to the device's tuning file (next to the program cache; `flashcl\n"
           "info` plans then say origin \"tuned\"). The first candidate of each shape is\n"
           "the plan the library picks untuned, so a tuned plan is never slower.\n"
+          "On NVIDIA GPUs with tensor cores the f16/bf16 forward's candidates are\n"
+          "the tensor-core shapes (kernel=mma: warps, keys per tile, row tiles, Q\n"
+          "in __local).\n"
           "The file is rewritten after each measurement: Ctrl-C keeps what was\n"
           "measured, and running again resumes.\n"
           "\n"
           "  --head-dims LIST  default 64,128\n"
           "  --dtypes LIST     f32, f16, bf16; default f32\n"
           "  --causal          tune the causal forward as well\n"
-          "  --decode          (the decode family is not tunable yet: noted, skipped)\n"
+          "  --decode          tune the decode family (short queries, split-KV) instead of the\n"
+          "                    forward: its kernel's rows, keys per step, lanes and work-group\n"
+          "                    (GPU kernel) or rows, keys per chunk and KV heads per work-item\n"
+          "                    (CPU kernel), per head dim, storage and packed rows (--causal\n"
+          "                    does not apply)\n"
           "  --budget S        stop starting measurements that would end after S seconds, as\n"
           "                    predicted from the slowest so far (default 600); one that has\n"
           "                    started runs to its end, so a run can end up to one\n"
           "                    measurement late (the summary prints the slowest)\n"
           "  --batch B, --heads H, --seqlen N  the timed problem; default 1 x 8 x 1024\n"
           "                    on a CPU, 4 x 16 x 4096 on a GPU\n"
+          "  with --decode: --batch B, --heads H, --kv-heads H, --seqlen N (query rows, at\n"
+          "                    most 16), --seqlen-k N (keys); default b1 hq32 hkv8 sq1 and\n"
+          "                    sk 8192 on a CPU, 32768 on a GPU\n"
           "  --output FILE     the tuning file to write and resume (as FLASHCL_TUNING=FILE)\n"
           "  --list            print each shape's candidates and exit\n",
           out);
@@ -72,7 +85,7 @@ typedef struct tune_args {
     size_t dtype_count;
     bool causal, decode, list;
     double budget;
-    size_t batch, heads, seqlen;
+    size_t batch, heads, seqlen, heads_kv, seqlen_k;
     const char *device, *output;
 } tune_args;
 
@@ -138,8 +151,12 @@ static int parse_args(int argc, char **argv, tune_args *a) {
             if (!options_size(&c, 1, 1024, &a->batch)) return TOOL_EXIT_USAGE;
         } else if (options_is(&c, "--heads")) {
             if (!options_size(&c, 1, 1024, &a->heads)) return TOOL_EXIT_USAGE;
+        } else if (options_is(&c, "--kv-heads")) {
+            if (!options_size(&c, 1, 1024, &a->heads_kv)) return TOOL_EXIT_USAGE;
         } else if (options_is(&c, "--seqlen")) {
-            if (!options_size(&c, 16, 1u << 20, &a->seqlen)) return TOOL_EXIT_USAGE;
+            if (!options_size(&c, 1, 1u << 20, &a->seqlen)) return TOOL_EXIT_USAGE;
+        } else if (options_is(&c, "--seqlen-k")) {
+            if (!options_size(&c, 1, 1u << 24, &a->seqlen_k)) return TOOL_EXIT_USAGE;
         } else if (options_is(&c, "--device")) {
             if (!options_value(&c, &a->device)) return TOOL_EXIT_USAGE;
         } else if (options_is(&c, "--output")) {
@@ -149,13 +166,22 @@ static int parse_args(int argc, char **argv, tune_args *a) {
         }
         if (rc) return rc;
     }
-    return more < 0 ? TOOL_EXIT_USAGE : 0;
+    if (more < 0) return TOOL_EXIT_USAGE;
+    if (!a->decode && a->seqlen && a->seqlen < 16)
+        return tool_usage_error("--seqlen: at least 16 for the forward (got %zu)", a->seqlen);
+    if (a->decode && a->seqlen > 16)
+        return tool_usage_error("--seqlen: at most 16 query rows with --decode (got %zu)", a->seqlen);
+    if (!a->decode && (a->heads_kv || a->seqlen_k))
+        return tool_usage_error("--kv-heads and --seqlen-k apply with --decode only");
+    if (a->decode && a->heads && a->heads_kv && a->heads % a->heads_kv != 0)
+        return tool_usage_error("--heads %zu: not a multiple of --kv-heads %zu", a->heads, a->heads_kv);
+    return 0;
 }
 
 typedef struct tune_key {
     tune_shape shape;
     char key[64];
-    char size[64];
+    char size[96];
     char untuned[TUNE_TILE_CAP];
     tune_candidates cands;
 } tune_key;
@@ -169,6 +195,13 @@ static void progress(size_t done, size_t total, const char *what, double elapsed
     if (isfinite(eta)) snprintf(eta_text, sizeof eta_text, "%.0fs", eta < 0 ? 0.0 : eta);
     fprintf(stderr, "\r[%s] %zu/%zu %.0fs, ETA %s  %-60.60s", bar, done, total, elapsed, eta_text, what);
     fflush(stderr);
+}
+
+/* The packed rows of a decode key: a power of two, at most 16 (src/tuning.h). */
+static int packed_rows_bucket(size_t packed) {
+    int r = 1;
+    while ((size_t)r < packed && r < 16) r *= 2;
+    return r;
 }
 
 /* Whether the device is a CPU: the default problem size and the candidate families depend on it. */
@@ -194,7 +227,7 @@ static double best_ms(const tune_log *log, const char *key, const char *tile, co
 /* Per shape: the untuned and the tuned plan's times, from the confirmation rounds (timed in turns) where
    they ran, else from the search. */
 static void print_summary(const tune_key *keys, size_t n, const tune_log *log) {
-    printf("%-26s %-40s %10s %-40s %10s %8s %s\n", "shape", "untuned plan", "ms", "tuned plan", "ms", "speedup",
+    printf("%-42s %-44s %10s %-44s %10s %8s %s\n", "shape", "untuned plan", "ms", "tuned plan", "ms", "speedup",
            "timed");
     for (size_t i = 0; i < n; ++i) {
         const tune_key *k = &keys[i];
@@ -204,7 +237,7 @@ static void print_summary(const tune_key *keys, size_t n, const tune_log *log) {
         const bool confirmed = best && strstr(best->size, TUNE_CONFIRM_SUFFIX);
         const char *size = confirmed ? confirm : k->size;
         double bms = best_ms(log, k->key, k->untuned, size), tms = best ? best->ms : NAN;
-        printf("%-26s %-40s %10.3f %-40s %10.3f %7.2fx %s\n", k->key, k->untuned, bms, best ? best->tile : "-", tms,
+        printf("%-42s %-44s %10.4f %-44s %10.4f %7.2fx %s\n", k->key, k->untuned, bms, best ? best->tile : "-", tms,
                bms / tms, confirmed ? "in turns, best of rounds" : "search");
     }
 }
@@ -215,7 +248,9 @@ int cmd_tune(int argc, char **argv) {
     if (rc) return rc;
     const double start = wall_seconds();
     if (a.output) setenv("FLASHCL_TUNING", a.output, 1);
-    if (a.decode) fprintf(stderr, "flashcl: note: --decode: the decode family has no tunable plans yet; skipped\n");
+    if (a.decode && a.causal)
+        fprintf(stderr, "flashcl: note: --causal: decode keys have no causal (a decode row sees every key either "
+                        "way); ignored\n");
 
     flashcl_context *ctx = NULL;
     char err[1024] = "";
@@ -235,6 +270,15 @@ int cmd_tune(int argc, char **argv) {
     else if (tune_log_load(&log, info.path) != 0)
         return tool_failure("tune: cannot read %s", info.path);
 
+    if (a.decode) {
+        if (!a.batch) a.batch = 1;
+        if (!a.heads) a.heads = 32;
+        if (!a.heads_kv) a.heads_kv = a.heads % 8 == 0 ? 8 : a.heads;
+        if (!a.seqlen) a.seqlen = 1;
+        if (!a.seqlen_k) a.seqlen_k = is_cpu ? 8192 : 32768;
+        if (a.heads % a.heads_kv != 0)
+            return tool_usage_error("--heads %zu: not a multiple of --kv-heads %zu", a.heads, a.heads_kv);
+    }
     if (!a.batch) a.batch = is_cpu ? 1 : 4;
     if (!a.heads) a.heads = is_cpu ? 8 : 16;
     if (!a.seqlen) a.seqlen = is_cpu ? 1024 : 4096;
@@ -244,14 +288,30 @@ int cmd_tune(int argc, char **argv) {
     double first_estimate = 0.0;
     for (size_t t = 0; t < a.dtype_count; ++t)
         for (size_t i = 0; i < a.dim_count; ++i)
-            for (int causal = 0; causal <= (a.causal ? 1 : 0) && nkeys < MAX_KEYS; ++causal) {
+            for (int causal = 0; causal <= (a.causal && !a.decode ? 1 : 0) && nkeys < MAX_KEYS; ++causal) {
                 tune_key *k = &keys[nkeys];
-                k->shape = (tune_shape){a.batch, a.heads, a.seqlen, a.dims[i], a.dtypes[t], causal != 0};
+                k->shape = (tune_shape){a.batch,
+                                        a.heads,
+                                        a.seqlen,
+                                        a.dims[i],
+                                        a.dtypes[t],
+                                        causal != 0,
+                                        a.decode,
+                                        a.decode ? a.heads_kv : a.heads,
+                                        a.decode ? a.seqlen_k : a.seqlen};
                 const char *dt = a.dtypes[t] == FLASHCL_DTYPE_BF16  ? "bf16"
                                  : a.dtypes[t] == FLASHCL_DTYPE_F16 ? "f16"
                                                                     : "f32";
-                snprintf(k->key, sizeof k->key, "d=%zu dtype=%s causal=%d", a.dims[i], dt, causal);
-                snprintf(k->size, sizeof k->size, "b%zu_h%zu_n%zu", a.batch, a.heads, a.seqlen);
+                const size_t packed = a.decode ? a.heads / a.heads_kv * a.seqlen : 0;
+                if (a.decode) {
+                    snprintf(k->key, sizeof k->key, "decode d=%zu dtype=%s cache=same rows=%d", a.dims[i], dt,
+                             packed_rows_bucket(packed));
+                    snprintf(k->size, sizeof k->size, "b%zu_hq%zu_hkv%zu_sq%zu_sk%zu", a.batch, a.heads, a.heads_kv,
+                             a.seqlen, a.seqlen_k);
+                } else {
+                    snprintf(k->key, sizeof k->key, "d=%zu dtype=%s causal=%d", a.dims[i], dt, causal);
+                    snprintf(k->size, sizeof k->size, "b%zu_h%zu_n%zu", a.batch, a.heads, a.seqlen);
+                }
                 if (wall_seconds() - start + 1.25 * first_estimate > a.budget) {
                     fprintf(stderr, "flashcl: note: %s: the budget went on planning the shapes before it; skipped\n",
                             k->key);
@@ -266,12 +326,16 @@ int cmd_tune(int argc, char **argv) {
                     fprintf(stderr, "flashcl: note: %s: no plan (%s); skipped\n", k->key, err);
                     continue;
                 }
-                if (!tune_encode_plan(&plan, k->untuned, sizeof k->untuned)) {
+                const bool decode_plan = strncmp(plan.kernel, "flash_decode", 12) == 0;
+                if (decode_plan != a.decode || !tune_encode_plan(&plan, k->untuned, sizeof k->untuned)) {
                     fprintf(stderr, "flashcl: note: %s: runs %s (origin %s), which has no tunable sizes yet; skipped\n",
                             k->key, plan.kernel, plan.origin);
                     continue;
                 }
-                tune_candidates_for(k->untuned, strcmp(plan.kernel, "flash_fwd_cpu") == 0, max_wg, &k->cands);
+                if (a.decode)
+                    tune_decode_candidates(k->untuned, packed, max_wg, &k->cands);
+                else
+                    tune_candidates_for(k->untuned, a.dims[i], a.dtypes[t], max_wg, &k->cands);
                 total += k->cands.count;
                 for (size_t c = 0; c < k->cands.count; ++c)
                     if (tune_log_find(&log, k->key, k->cands.tile[c], k->size)) ++done;

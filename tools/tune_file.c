@@ -23,15 +23,17 @@ int tune_log_add(tune_log *log, const tune_record *r) {
     return 0;
 }
 
-/* "measured d=64 dtype=f32 causal=0 tile=T size=b1_h8_n2048 ms=1.5 verified=1" */
+/* "measured KEY tile=T size=b1_h8_n2048 ms=1.5 verified=1", KEY as the library's tuned lines have it
+   ("d=64 dtype=f32 causal=0", "decode d=128 dtype=f32 cache=same rows=4"). */
 static int parse_measured(const char *line, tune_record *r) {
-    int d = 0, causal = 0, verified = 0, used = 0;
-    char dtype[8], tile[TUNE_TILE_CAP], size[96], ms[32];
-    if (sscanf(line, "measured d=%d dtype=%7s causal=%d tile=%95s size=%95s ms=%31s verified=%d%n", &d, dtype, &causal,
-               tile, size, ms, &verified, &used) != 7)
+    int verified = 0;
+    char tile[TUNE_TILE_CAP], size[96], ms[32];
+    const char *key = line + 9, *tail = strstr(key, " tile=");
+    if (!tail || tail == key || (size_t)(tail - key) >= sizeof r->key ||
+        sscanf(tail, " tile=%95s size=%95s ms=%31s verified=%d", tile, size, ms, &verified) != 4)
         return -1;
     memset(r, 0, sizeof *r);
-    snprintf(r->key, sizeof r->key, "d=%d dtype=%s causal=%d", d, dtype, causal);
+    snprintf(r->key, sizeof r->key, "%.*s", (int)(tail - key), key);
     snprintf(r->tile, sizeof r->tile, "%s", tile);
     snprintf(r->size, sizeof r->size, "%s", size);
     r->ms = strcmp(ms, "-") == 0 ? NAN : strtod(ms, NULL);

@@ -15,7 +15,7 @@
 #include "tune_candidates.h"
 
 typedef struct tune_record {
-    char key[64]; /* "d=64 dtype=f32 causal=0" */
+    char key[64]; /* "d=64 dtype=f32 causal=0", "decode d=128 dtype=f32 cache=same rows=4" */
     char tile[TUNE_TILE_CAP];
     char size[96]; /* the timed problem, "b1 h8 n2048": a rerun at another size measures again */
     double ms;     /* NAN: did not plan or run */

@@ -9,16 +9,32 @@
 #include "storage_codec.h"
 #include "timing.h"
 
-#define MAX_TIMED_ITERS 50
-#define CHECK_SEQLEN 67 /* not a multiple of any tile: the partial tiles run */
-#define CHECK_HEADS 2
+#define MAX_TIMED_ITERS 500   /* a decode call on a GPU takes tens of microseconds */
+#define CHECK_SEQLEN 67       /* not a multiple of any tile: the partial tiles run */
+#define CHECK_HEADS 2         /* KV heads of the check */
+#define CHECK_DECODE_KEYS 517 /* a decode check's keys: odd, several chunks, split on any device */
 
-static flashcl_attention_desc desc_of(const tune_shape *s, size_t seqlen, size_t heads) {
+/* The problem a shape times (check 0) or is checked on (check 1), one sequence per batch entry. */
+typedef struct problem {
+    size_t batch, heads_q, heads_kv, seqlen_q, seqlen_k;
+} problem;
+
+static problem problem_of(const tune_shape *s, bool check) {
+    const size_t hkv = s->decode ? s->heads_kv : s->heads;
+    if (!check) return (problem){s->batch, s->heads, hkv, s->seqlen, s->decode ? s->seqlen_k : s->seqlen};
+    if (!s->decode) return (problem){1, CHECK_HEADS, CHECK_HEADS, CHECK_SEQLEN, CHECK_SEQLEN};
+    /* The shape's GQA group and query rows: the decode plan depends on the packed rows they make. */
+    return (problem){1, CHECK_HEADS * (s->heads / hkv), CHECK_HEADS, s->seqlen, CHECK_DECODE_KEYS};
+}
+
+static flashcl_attention_desc desc_of(const tune_shape *s, const problem *p) {
     flashcl_attention_desc d = flashcl_attention_desc_init();
     d.dtype = s->dtype;
-    d.batch = 1;
-    d.heads_q = heads;
-    d.seqlen_q = seqlen;
+    d.batch = p->batch;
+    d.heads_q = p->heads_q;
+    d.heads_kv = p->heads_kv;
+    d.seqlen_q = p->seqlen_q;
+    d.seqlen_k = p->seqlen_k;
     d.head_dim = s->head_dim;
     d.causal = s->causal;
     return d;
@@ -46,29 +62,33 @@ int tune_untuned_plan(const char *device, const tune_shape *s, flashcl_plan *pla
         unsetenv("FLASHCL_TUNING");
     }
     if (st != FLASHCL_SUCCESS) return st;
-    flashcl_attention_desc d = desc_of(s, s->seqlen, s->heads);
-    d.batch = s->batch;
+    const problem p = problem_of(s, false);
+    flashcl_attention_desc d = desc_of(s, &p);
     st = flashcl_plan_query(ctx, &d, plan);
     if (st != FLASHCL_SUCCESS) snprintf(err, cap, "%s", flashcl_last_error(ctx));
     flashcl_context_destroy(ctx);
     return st;
 }
 
-/* |o - ref| <= atol + rtol |ref| everywhere, in the storage's precision. */
+/* |o - ref| <= atol + rtol |ref| everywhere, in the storage's precision. One sequence: q, o [sq, hq, d],
+   k, v [sk, hkv, d]; query head h reads KV head h / group; causal is bottom-right (row i sees keys up to
+   i + sk - sq), as the library's. */
 static bool check_small(flashcl_context *ctx, const tune_shape *s, char *err, size_t cap) {
-    const size_t n = CHECK_SEQLEN, h = CHECK_HEADS, d = s->head_dim, count = n * h * d;
-    float *q = malloc(count * sizeof *q), *k = malloc(count * sizeof *k), *v = malloc(count * sizeof *v);
-    float *o = malloc(count * sizeof *o);
+    const problem pr = problem_of(s, true);
+    const size_t sq = pr.seqlen_q, sk = pr.seqlen_k, hq = pr.heads_q, hkv = pr.heads_kv, d = s->head_dim;
+    const size_t group = hq / hkv, qcount = sq * hq * d, kcount = sk * hkv * d;
+    float *q = malloc(qcount * sizeof *q), *k = malloc(kcount * sizeof *k), *v = malloc(kcount * sizeof *v);
+    float *o = malloc(qcount * sizeof *o);
     bool ok = false;
     if (!q || !k || !v || !o) {
         snprintf(err, cap, "out of host memory for the check");
         goto done;
     }
     unsigned state = 12345u;
-    fill(q, count, &state);
-    fill(k, count, &state);
-    fill(v, count, &state);
-    flashcl_attention_desc desc = desc_of(s, n, h);
+    fill(q, qcount, &state);
+    fill(k, kcount, &state);
+    fill(v, kcount, &state);
+    flashcl_attention_desc desc = desc_of(s, &pr);
     int st = flashcl_forward_host(ctx, &desc, q, k, v, o, NULL);
     if (st != FLASHCL_SUCCESS) {
         snprintf(err, cap, "check run failed: %s: %s", flashcl_status_name(st), flashcl_last_error(ctx));
@@ -76,29 +96,28 @@ static bool check_small(flashcl_context *ctx, const tune_shape *s, char *err, si
     }
     const double tol = s->dtype == FLASHCL_DTYPE_BF16 ? 1.6e-2 : s->dtype == FLASHCL_DTYPE_F16 ? 2e-3 : 2e-5;
     const double scale = 1.0 / sqrt((double)d);
-    double worst = 0.0;
     ok = true;
-    for (size_t head = 0; head < h && ok; ++head)
-        for (size_t i = 0; i < n && ok; ++i) {
+    for (size_t head = 0; head < hq && ok; ++head)
+        for (size_t i = 0; i < sq && ok; ++i) {
+            const size_t kh = head / group, last = s->causal ? i + sk - sq : sk - 1;
             double m = -INFINITY, sum = 0.0, acc[1024] = {0};
-            for (size_t j = 0; j < (s->causal ? i + 1 : n); ++j) {
+            for (size_t j = 0; j <= last; ++j) {
                 double dot = 0.0;
-                for (size_t e = 0; e < d; ++e) dot += (double)q[(i * h + head) * d + e] * k[(j * h + head) * d + e];
+                for (size_t e = 0; e < d; ++e) dot += (double)q[(i * hq + head) * d + e] * k[(j * hkv + kh) * d + e];
                 dot *= scale;
                 double m2 = dot > m ? dot : m, c = exp(m - m2), p = exp(dot - m2);
                 sum = sum * c + p;
-                for (size_t e = 0; e < d; ++e) acc[e] = acc[e] * c + p * v[(j * h + head) * d + e];
+                for (size_t e = 0; e < d; ++e) acc[e] = acc[e] * c + p * v[(j * hkv + kh) * d + e];
                 m = m2;
             }
             for (size_t e = 0; e < d; ++e) {
-                double ref = acc[e] / sum, got = o[(i * h + head) * d + e], diff = fabs(got - ref);
+                double ref = acc[e] / sum, got = o[(i * hq + head) * d + e], diff = fabs(got - ref);
                 if (!(diff <= tol + tol * fabs(ref))) {
                     snprintf(err, cap, "disagrees with the reference at head %zu row %zu dim %zu: %g vs %g", head, i, e,
                              got, ref);
                     ok = false;
                     break;
                 }
-                if (diff > worst) worst = diff;
             }
         }
 done:
@@ -146,15 +165,18 @@ void tune_measure(const char *device, const char *tile, const tune_shape *s, dou
     void *host = NULL;
     int st = flashcl_context_create(&ctx, device, m->error, sizeof m->error);
     if (st != FLASHCL_SUCCESS) goto done;
-    flashcl_attention_desc d = desc_of(s, s->seqlen, s->heads);
-    d.batch = s->batch;
+    const problem p = problem_of(s, false);
+    flashcl_attention_desc d = desc_of(s, &p);
     st = flashcl_plan_query(ctx, &d, &m->plan);
     if (st != FLASHCL_SUCCESS) {
         snprintf(m->error, sizeof m->error, "%s", flashcl_last_error(ctx));
         goto done;
     }
     m->planned = true;
-    const size_t count = s->batch * s->seqlen * s->heads * s->head_dim, elem = flashcl_dtype_size(s->dtype);
+    /* Q and O [b, sq, hq, d]; K and V [b, sk, hkv, d]: one buffer size fits all four. */
+    const size_t rows =
+        p.seqlen_q * p.heads_q > p.seqlen_k * p.heads_kv ? p.seqlen_q * p.heads_q : p.seqlen_k * p.heads_kv;
+    const size_t count = p.batch * rows * s->head_dim, elem = flashcl_dtype_size(s->dtype);
     float *values = malloc(count * sizeof *values);
     host = malloc(count * elem);
     if (!values || !host) {
@@ -178,7 +200,9 @@ void tune_measure(const char *device, const char *tile, const tune_shape *s, dou
         goto done;
     }
     flashcl_tensor t[4];
-    for (int i = 0; i < 4; ++i) t[i] = flashcl_tensor_bshd(mem[i], s->seqlen, s->heads, s->head_dim);
+    for (int i = 0; i < 4; ++i)
+        t[i] = i == 1 || i == 2 ? flashcl_tensor_bshd(mem[i], p.seqlen_k, p.heads_kv, s->head_dim)
+                                : flashcl_tensor_bshd(mem[i], p.seqlen_q, p.heads_q, s->head_dim);
     double one = 0.0;
     st = time_calls(ctx, &d, t, 1, &one); /* warm-up: builds anything not built yet, first-touch */
     if (st == FLASHCL_SUCCESS) st = time_calls(ctx, &d, t, 1, &one);

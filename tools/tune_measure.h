@@ -4,7 +4,9 @@
  * forward timed with OpenCL profiling events on the shape's realistic size,
  * then the same plan checked on a small problem (odd length, so partial
  * tiles run) against a double-precision reference. A candidate that does not
- * plan, fails, or disagrees is recorded and never wins.
+ * plan, fails, or disagrees is recorded and never wins. A decode shape is
+ * checked with its own GQA group and query rows (so the check runs the same
+ * build: the plan depends on the packed rows) against 517 keys, split.
  */
 #ifndef FLASHCL_TOOLS_TUNE_MEASURE_H
 #define FLASHCL_TOOLS_TUNE_MEASURE_H
@@ -15,9 +17,13 @@
 #include <flashcl.h>
 
 typedef struct tune_shape {
-    size_t batch, heads, seqlen, head_dim;
+    size_t batch, heads, seqlen, head_dim; /* heads: query heads; seqlen: query rows */
     flashcl_dtype dtype;
     bool causal;
+    /* The decode family: KV heads (heads a multiple of them) and keys; a forward shape has
+       heads_kv = heads and seqlen_k = seqlen. */
+    bool decode;
+    size_t heads_kv, seqlen_k;
 } tune_shape;
 
 typedef struct tune_measurement {

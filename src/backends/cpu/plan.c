@@ -71,8 +71,10 @@ int flashcl__cpu_wanted(flashcl_context *ctx, flashcl__pass pass, const flashcl_
     flashcl__tile_override tuned;
     const char *origin = NULL;
     char tuned_why[256];
+    /* A portable kernel (rows, split, tiles: below CPU in the grammar's numbering) measured faster steps this
+       family aside; a kernel=mma entry is the tensor cores', which come before this family where they apply. */
     if (pass == FLASHCL__FORWARD && flashcl__tuned_plan(ctx, d, &tuned, &origin, tuned_why, sizeof tuned_why) &&
-        tuned.kernel >= 0 && tuned.kernel != FLASHCL__TILE_KERNEL_CPU) {
+        tuned.kernel >= 0 && tuned.kernel < FLASHCL__TILE_KERNEL_CPU) {
         snprintf(why, cap, "%s", tuned_why); /* measured faster in another family */
         return 0;
     }

@@ -15,6 +15,7 @@
 
 #include "../../backend.h"
 #include "../../launch.h"
+#include "../../tile_override.h"
 
 #define FLASHCL__DECODE_MAX_SEQLEN_Q 16 /* longest query the family takes from flashcl_forward */
 
@@ -47,6 +48,19 @@ typedef struct flashcl__decode_plan {
     char key[640];
     struct flashcl__decode_plan *next;
 } flashcl__decode_plan;
+
+/* Where a plan's knobs come from (choice.c): FLASHCL_TILE naming a decode kernel, else the tuned plan of the
+   call's decode key, else none (ov.present 0: plan.c's formula). */
+typedef struct flashcl__decode_choice {
+    flashcl__tile_override ov; /* kernel FLASHCL__TILE_KERNEL_DECODE or _DECODE_CPU when present */
+    const char *origin;        /* the plan's origin: "env", "tuned", or "table" (built-in table or formula) */
+    char why[384];             /* the front of the plan's reason: the source, or why a tuned entry was set aside */
+} flashcl__decode_choice;
+
+/* Fails (FLASHCL_ERR_INVALID_TILE, naming the field) only for an override whose values its kernel does not
+   take; a tuned entry with such values is set aside (why says so). cache_dtype: the call's KV cache storage. */
+flashcl_status flashcl__decode_choice_for(flashcl_context *ctx, const flashcl_attention_desc *d, int cache_dtype,
+                                          flashcl__decode_choice *out);
 
 /* The plan of a call: d's head dims, variant switches and rows per (sequence, KV head); `paged`
    and `cache_dtype` select the key addressing and storage; `aligned`: every K/V row starts on

@@ -15,6 +15,10 @@
  * core on a CPU): a grid that fills 80% of the slots runs unsplit; else the
  * smallest split count whose wave efficiency is within 85% of the best, at
  * most 128 and at most one split per key tile. desc->num_splits fixes it.
+ *
+ * The knobs above are the formula's; FLASHCL_TILE or a tuned plan (choice.c) sets them instead:
+ * kernel=decode,br=rows,bc=keys per group and step,lanes=N,wg=N[,regs=N] or
+ * kernel=decode_cpu,br=rows,bc=keys per chunk,heads=N.
  */
 #include "decode.h"
 #include "../../tile_override.h"
@@ -37,6 +41,7 @@ typedef struct gpu_shape {
     int fp8_cvt;       /* NVIDIA sm_89+: fp8 decoded by cvt.rn.f16x2.e4m3x2 / e5m2x2 */
     int stages;        /* NVIDIA sm_80+: steps of K/V in the kernel's cp.async ring (KV_STAGES), 0 none */
     int fused;         /* NVIDIA: the last split's group merges (FUSED_MERGE) */
+    int wg;            /* work-items per group (WG_SIZE) */
     int max_registers; /* NVIDIA register cap (-cl-nv-maxrregcount), 0 none */
     size_t local_bytes;
 } gpu_shape;
@@ -50,13 +55,13 @@ static int pow2_at_least(int x) {
 /* __local bytes of cl/flash_decode.cl: the epilogue's per-group states and output rows, and,
    without shuffles, every work-item's partial dots. */
 static size_t gpu_local(const gpu_shape *g, int dd, int dv, int elem) {
-    const size_t groups = (size_t)(GPU_WG / g->lanes), chunk = (size_t)g->lanes * (size_t)g->vec;
+    const size_t groups = (size_t)(g->wg / g->lanes), chunk = (size_t)g->lanes * (size_t)g->vec;
     const size_t dvp = ((size_t)dv + chunk - 1) / chunk * chunk;
     size_t floats = groups * (dvp + 2);
-    if (!g->shfl) floats += ((size_t)GPU_WG + groups) * (size_t)g->unroll * (size_t)g->rows;
+    if (!g->shfl) floats += ((size_t)g->wg + groups) * (size_t)g->unroll * (size_t)g->rows;
     if (g->fused) floats += 1 + (size_t)g->rows * (MAX_SPLITS + 1); /* flag, each split's weight and the totals */
     const size_t chunks = ((size_t)dd + chunk - 1) / chunk + ((size_t)dv + chunk - 1) / chunk;
-    const size_t ring = (size_t)g->stages * (size_t)g->unroll * chunks * GPU_WG * (size_t)(g->vec * elem);
+    const size_t ring = (size_t)g->stages * (size_t)g->unroll * chunks * (size_t)g->wg * (size_t)(g->vec * elem);
     return floats * sizeof(float) + ring;
 }
 
@@ -64,9 +69,10 @@ static size_t gpu_local(const gpu_shape *g, int dd, int dv, int elem) {
    longer head dim in one pass, at most a warp. Rows: the call's packed rows (a power of two),
    while a work-item's Q and output elements stay within 64 + 64 registers. UNROLL: keys per
    group per step (below); less without shuffles when the exchange would not fit __local.
-   0 when nothing fits the device. */
+   0 when nothing fits the device. ov: the knobs FLASHCL_TILE or a tuned plan set (choice.c). */
 static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, int paged,
-                         int aligned, gpu_shape *g) {
+                         int aligned, const flashcl__tile_override *ov, gpu_shape *g) {
+    const int knobs = ov->present && ov->kernel == FLASHCL__TILE_KERNEL_DECODE;
     const int dd = (int)d->head_dim, dv = (int)d->head_dim_v, packed = packed_rows(d);
     /* fp8 caches load 8 bytes a lane (8 elements, as 16-bit storage does in 16 bytes): a lane's Q
        and output elements, the bulk of its registers, stay as many as for 16-bit storage. With
@@ -78,6 +84,8 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     const int longer = dd > dv ? dd : dv;
     g->lanes = pow2_at_least((longer + g->vec - 1) / g->vec);
     if (g->lanes > 32) g->lanes = 32;
+    if (knobs && ov->lanes > 0) g->lanes = ov->lanes;
+    g->wg = knobs && ov->work_group > 0 ? ov->work_group : GPU_WG;
     const int chunk = g->lanes * g->vec, per_row = ((dd + chunk - 1) / chunk + (dv + chunk - 1) / chunk) * g->vec;
     g->rows = 1;
     while (g->rows < packed && g->rows < 16 && 2 * g->rows * per_row <= 128) g->rows *= 2;
@@ -89,13 +97,11 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     const int raw_per_key = 2 * (g->vec * elem / 4) * (per_row / g->vec);
     g->unroll = 32 / raw_per_key >= 2 ? 2 : 1;
     g->max_registers = 0;
-    /* FLASHCL_TILE=kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
-    flashcl__tile_override ov;
-    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present &&
-        ov.kernel == FLASHCL__TILE_KERNEL_DECODE) {
-        if (ov.block_rows > 0) g->rows = pow2_at_least(ov.block_rows < 16 ? ov.block_rows : 16);
-        if (ov.block_cols > 0) g->unroll = pow2_at_least(ov.block_cols < 16 ? ov.block_cols : 16);
-        if (ov.max_registers > 0) g->max_registers = ov.max_registers;
+    /* kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
+    if (knobs) {
+        if (ov->block_rows > 0) g->rows = pow2_at_least(ov->block_rows < 16 ? ov->block_rows : 16);
+        if (ov->block_cols > 0) g->unroll = pow2_at_least(ov->block_cols < 16 ? ov->block_cols : 16);
+        if (ov->max_registers > 0) g->max_registers = ov->max_registers;
     }
     g->shfl = flashcl__mma_supported(ctx, NULL);
     const flashcl__nvidia_state *nv = flashcl__nvidia_state_of(ctx);
@@ -126,7 +132,7 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
         else
             return 0;
     }
-    g->block_n = (GPU_WG / g->lanes) * g->unroll;
+    g->block_n = (g->wg / g->lanes) * g->unroll;
     return 1;
 }
 
@@ -253,13 +259,12 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
     return FLASHCL_SUCCESS;
 }
 
-/* The CPU kernel on CPU devices; FLASHCL_TILE=kernel=decode or kernel=decode_cpu picks the GPU or
-   the CPU kernel anywhere, so each is tested on every device. */
-static int use_cpu_kernel(const flashcl_context *ctx) {
-    flashcl__tile_override ov;
-    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present) {
-        if (ov.kernel == FLASHCL__TILE_KERNEL_DECODE) return 0;
-        if (ov.kernel == FLASHCL__TILE_KERNEL_DECODE_CPU) return 1;
+/* The CPU kernel on CPU devices; kernel=decode or kernel=decode_cpu (FLASHCL_TILE or a tuned plan) picks the
+   GPU or the CPU kernel anywhere, so each is tested on every device. */
+static int use_cpu_kernel(const flashcl_context *ctx, const flashcl__tile_override *ov) {
+    if (ov->present) {
+        if (ov->kernel == FLASHCL__TILE_KERNEL_DECODE) return 0;
+        if (ov->kernel == FLASHCL__TILE_KERNEL_DECODE_CPU) return 1;
     }
     return ctx->info.is_cpu;
 }
@@ -267,16 +272,24 @@ static int use_cpu_kernel(const flashcl_context *ctx) {
 flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d, int paged,
                                         flashcl_cache_dtype cache_dtype, int aligned,
                                         const flashcl__decode_plan **out) {
-    const int cpu = use_cpu_kernel(ctx);
-    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0, 0, 0, 0};
-    if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, paged, aligned, &g))
+    flashcl__decode_choice choice;
+    flashcl_status st = flashcl__decode_choice_for(ctx, d, (int)cache_dtype, &choice);
+    if (st != FLASHCL_SUCCESS) return st;
+    const flashcl__tile_override *ov = &choice.ov;
+    const int cpu = use_cpu_kernel(ctx, ov);
+    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0, 0, 1, 0, 0};
+    /* kernel=decode_cpu,br=R,bc=C,heads=H: rows per work-item, keys per chunk, the most KV heads per work-item. */
+    const int cpu_knobs = cpu && ov->present && ov->kernel == FLASHCL__TILE_KERNEL_DECODE_CPU;
+    if (cpu_knobs && ov->block_rows > 0) g.rows = ov->block_rows;
+    if (cpu_knobs && ov->block_cols > 0) g.block_n = ov->block_cols;
+    if (!cpu && !gpu_shape_for(ctx, d, cache_dtype, paged, aligned, ov, &g))
         return flashcl__fail(ctx, FLASHCL_ERR_NO_PLAN,
                              "decode: no shape for d=%zu, d_v=%zu fits %llu bytes of local memory", d->head_dim,
                              d->head_dim_v, (unsigned long long)ctx->info.local_mem_bytes);
     char variants[256], options[sizeof((flashcl__decode_plan *)0)->key], regs[48] = "";
     flashcl__variant_options(d, variants, sizeof variants);
     if (!cpu && g.shfl && g.max_registers > 0) snprintf(regs, sizeof regs, " -cl-nv-maxrregcount=%d", g.max_registers);
-    const int heads = cpu ? cpu_heads_capacity(d, g.rows) : 1;
+    const int heads = !cpu ? 1 : cpu_knobs && ov->heads > 0 ? ov->heads : cpu_heads_capacity(d, g.rows);
     if (cpu)
         snprintf(options, sizeof options,
                  "-w -D HEAD_DIM=%zu -D ROWS=%d -D HEADS=%d -D CHUNK=%d -D PAGED=%d -D CACHE_DTYPE=%d %s", d->head_dim,
@@ -286,11 +299,13 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
                  "-D HEAD_DIM=%zu -D ROWS=%d -D LANES=%d -D VEC=%d -D UNROLL=%d -D WG_SIZE=%d -D ALIGNED=%d "
                  "-D LANE_SHFL=%d -D FUSED_MERGE=%d -D KV_STAGES=%d -D FP8_CVT=%d -D FP8_DENORM_MUL=%d -D PAGED=%d "
                  "-D CACHE_DTYPE=%d %s%s",
-                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, GPU_WG, aligned != 0, g.shfl, g.fused, g.stages,
+                 d->head_dim, g.rows, g.lanes, g.vec, g.unroll, g.wg, aligned != 0, g.shfl, g.fused, g.stages,
                  g.fp8_cvt, cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype,
                  variants, regs);
+    /* The same build under another origin (a tuned plan equal to the formula's) is another plan: its
+       reason says where it came from. */
     for (flashcl__decode_plan *p = ctx->family[FLASHCL__FAMILY_DECODE]; p; p = p->next)
-        if (strcmp(p->key, options) == 0) {
+        if (strcmp(p->key, options) == 0 && strcmp(p->pub.origin, choice.origin) == 0) {
             *out = p;
             return FLASHCL_SUCCESS;
         }
@@ -300,10 +315,10 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     p->rows = g.rows;
     p->heads = heads;
     p->block_n = g.block_n;
-    p->wg = cpu ? 1 : GPU_WG;
+    p->wg = cpu ? 1 : (size_t)g.wg;
     p->local_bytes = cpu ? 0 : g.local_bytes;
     p->fused_merge = !cpu && g.fused;
-    flashcl_status st = build(ctx, d, paged, cache_dtype, options, p);
+    st = build(ctx, d, paged, cache_dtype, options, p);
     if (st != FLASHCL_SUCCESS) {
         if (p->attend) clReleaseKernel(p->attend);
         if (p->merge) clReleaseKernel(p->merge);
@@ -314,6 +329,13 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; up to %d KV heads per work-item, rows read as one run",
                          heads);
     flashcl__append_variants(d, p->pub.reason, sizeof p->pub.reason);
+    flashcl__copy_str(p->pub.origin, sizeof p->pub.origin, choice.origin);
+    if (choice.why[0]) { /* first, so that a long reason's truncation never hides where the knobs came from */
+        char rest[sizeof p->pub.reason];
+        flashcl__copy_str(rest, sizeof rest, p->pub.reason);
+        p->pub.reason[0] = '\0';
+        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "%s; %s", choice.why, rest);
+    }
     flashcl__copy_str(p->key, sizeof p->key, options);
     p->next = ctx->family[FLASHCL__FAMILY_DECODE];
     ctx->family[FLASHCL__FAMILY_DECODE] = p;
@@ -354,8 +376,11 @@ int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d
         snprintf(why, cap, "the decode family has no bias, masks or dropout");
         return 0;
     }
+    /* No override here (above), so the choice is a tuned plan or none, and cannot fail. */
+    flashcl__decode_choice choice;
+    flashcl__decode_choice_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, &choice);
     gpu_shape g;
-    if (!use_cpu_kernel(ctx) && !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, 0, 1, &g)) {
+    if (!use_cpu_kernel(ctx, &choice.ov) && !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, 0, 1, &choice.ov, &g)) {
         snprintf(why, cap, "no decode tile for d=%zu fits the device's local memory", d->head_dim);
         return 0;
     }

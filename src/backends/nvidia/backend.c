@@ -7,12 +7,17 @@
 
 /* FLASHCL_TILE (FLASHCL_BWD_KERNEL for the backward) names another family's kernel: a forced run
    must test that kernel on NVIDIA as everywhere else, so the tensor cores step aside. A value that
-   does not parse is the named family's error to report, not ours. */
-static int kernel_forced(flashcl__pass pass, char *why, size_t cap) {
+   does not parse is the named family's error to report, not ours. FLASHCL_TILE=kernel=mma names
+   this family (*ours): it takes the forward even where it does not apply, and refuses it there,
+   naming why (plan.c), as a forced kernel of any family does. */
+static int kernel_forced(flashcl__pass pass, int *ours, char *why, size_t cap) {
     int present = 0;
+    *ours = 0;
     if (pass == FLASHCL__FORWARD) {
         flashcl__tile_override ov;
-        present = flashcl__read_tile_override(NULL, &ov) != FLASHCL_SUCCESS || ov.present;
+        const int parsed = flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS;
+        *ours = parsed && ov.present && ov.kernel == FLASHCL__TILE_KERNEL_MMA;
+        present = !*ours && (!parsed || ov.present);
     } else {
         flashcl__bwd_override ov;
         present = flashcl__read_bwd_override(NULL, &ov) != FLASHCL_SUCCESS || ov.present;
@@ -25,7 +30,9 @@ static int kernel_forced(flashcl__pass pass, char *why, size_t cap) {
 
 static int nvidia_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                          const flashcl_tensor *views, char *why, size_t cap) {
-    if (kernel_forced(pass, why, cap)) return 0;
+    int ours = 0;
+    if (kernel_forced(pass, &ours, why, cap)) return 0;
+    if (ours) return 1;
     if (!flashcl__mma_covers(ctx, pass, d, why, cap)) return 0;
     const int n = pass == FLASHCL__FORWARD ? FLASHCL__FORWARD_VIEWS : FLASHCL__BACKWARD_VIEWS;
     const size_t chunk = flashcl__mma_chunk_elems(d);

@@ -8,6 +8,8 @@
  */
 #include "nvidia.h"
 #include "../../launch.h"
+#include "../../tile_override.h"
+#include "../../tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +95,88 @@ static int mma_env_shape(const flashcl_context *ctx, size_t dk, size_t dv, size_
     return 1;
 }
 
+/* kernel=mma,warps=W,bc=BC,mt=MT,ql=QL (FLASHCL_TILE or a tuned plan): FLASHCL_MMA_FWD's shape in the
+   tile grammar, fields not given from `base`. Unlike FLASHCL_MMA_FWD it must fit exactly: ql=1 where Q
+   cannot stay in __local is refused, not dropped. 1 when valid (*out set), 0 with why when not. */
+static int mma_tile_shape(const flashcl_context *ctx, const flashcl__tile_override *ov, mma_shape base, size_t dk,
+                          size_t dv, size_t esize, mma_shape *out, char *why, size_t cap) {
+    mma_shape s = base;
+    if (ov->warps > 0) s.warps = ov->warps;
+    if (ov->block_cols > 0) s.bc = ov->block_cols;
+    if (ov->row_tiles > 0) s.mt = ov->row_tiles;
+    if (ov->q_local >= 0) s.qlocal = ov->q_local;
+    if (ov->block_rows > 0 || ov->threads_per_row > 0 || ov->staging >= 0 || ov->max_registers > 0) {
+        snprintf(why, cap, "kernel=mma takes warps, bc, mt and ql only (rows per work-group are 16 x mt x warps)");
+        return 0;
+    }
+    if ((s.warps != 1 && s.warps != 2 && s.warps != 4 && s.warps != 8) || (s.bc != 16 && s.bc != 32 && s.bc != 64) ||
+        (s.mt != 1 && s.mt != 2)) {
+        snprintf(why, cap, "kernel=mma needs warps in {1,2,4,8}, bc in {16,32,64}, mt in {1,2} (got %d, %d, %d)",
+                 s.warps, s.bc, s.mt);
+        return 0;
+    }
+    if (s.qlocal && (dk % 64 != 0 || dv % 64 != 0 || esize != 2)) {
+        snprintf(why, cap,
+                 "kernel=mma: ql=1 needs 16-bit storage and padded head dims that are multiples of 64 "
+                 "(the swizzle's rows of 8 chunks), not %zu/%zu",
+                 dk, dv);
+        return 0;
+    }
+    const size_t bytes = shape_local_bytes(s, dk, dv, esize);
+    if (bytes > ctx->info.local_mem_bytes) {
+        snprintf(why, cap, "kernel=mma,warps=%d,bc=%d,mt=%d,ql=%d needs %zu B of __local, the device has %llu", s.warps,
+                 s.bc, s.mt, s.qlocal, bytes, (unsigned long long)ctx->info.local_mem_bytes);
+        return 0;
+    }
+    *out = s;
+    return 1;
+}
+
+static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
+                        size_t cap);
+
+/* The forward's shape, most specific first: FLASHCL_TILE=kernel=mma (origin "env"), FLASHCL_MMA_FWD
+   (origin "vendor", as before it), the tuned plan of a 16-bit call (tuning.h: "tuned" or "table"),
+   the built-in choice above ("vendor"). A tuned plan the device rejects falls back to the built-in
+   choice, and `note` says why (it opens the plan's reason). Fails only for an override that does not fit. */
+static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention_desc *d, size_t dk, size_t dv,
+                                   size_t esize, int tf32, mma_shape *sh, const char **origin, char *note, size_t cap) {
+    char why[256];
+    *sh = mma_table_shape(dk, dv, tf32);
+    *origin = "vendor";
+    note[0] = '\0';
+    flashcl__tile_override ov;
+    if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present &&
+        ov.kernel == FLASHCL__TILE_KERNEL_MMA) {
+        if (!desc_applies(ctx, FLASHCL__FORWARD, d, why, sizeof why))
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE=kernel=mma: %s", why);
+        if (!mma_tile_shape(ctx, &ov, *sh, dk, dv, esize, sh, why, sizeof why))
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_TILE: %s", why);
+        *origin = "env";
+        snprintf(note, cap, "shape from FLASHCL_TILE");
+        return FLASHCL_SUCCESS;
+    }
+    const int from_env = mma_env_shape(ctx, dk, dv, esize, sh, why, sizeof why);
+    if (from_env < 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "%s", why);
+    if (from_env > 0) {
+        snprintf(note, cap, "shape from FLASHCL_MMA_FWD");
+        return FLASHCL_SUCCESS;
+    }
+    /* TF32 calls share float32's tuning key with the portable kernels' plans: they keep the table. */
+    const char *tuned_origin = NULL;
+    char entry[256];
+    if (!tf32 && flashcl__tuned_plan(ctx, d, &ov, &tuned_origin, entry, sizeof entry) &&
+        ov.kernel == FLASHCL__TILE_KERNEL_MMA) {
+        if (mma_tile_shape(ctx, &ov, *sh, dk, dv, esize, sh, why, sizeof why)) {
+            *origin = tuned_origin;
+            flashcl__appendf(note, cap, "%s", entry);
+        } else {
+            flashcl__appendf(note, cap, "%s rejected (%s), the built-in shape instead", entry, why);
+        }
+    }
+    return FLASHCL_SUCCESS;
+}
+
 static int dtype_slot(flashcl_dtype t) { return t == FLASHCL_DTYPE_F16 ? 1 : t == FLASHCL_DTYPE_BF16 ? 0 : -1; }
 
 /* The descriptor-level conditions of a pass (the views' alignment is checked per call). */
@@ -161,10 +245,11 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
     if (!state) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
     const size_t dk = padded_dim(d->head_dim), dv = padded_dim(d->head_dim_v);
-    char env_why[256];
-    mma_shape sh = mma_table_shape(dk, dv, tf32);
-    const int from_env = mma_env_shape(ctx, dk, dv, esize, &sh, env_why, sizeof env_why);
-    if (from_env < 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "%s", env_why);
+    mma_shape sh;
+    const char *origin = NULL;
+    char note[384];
+    flashcl_status st = choose_shape(ctx, d, dk, dv, esize, tf32, &sh, &origin, note, sizeof note);
+    if (st != FLASHCL_SUCCESS) return st;
     if (shape_local_bytes(sh, dk, dv, esize) > ctx->info.local_mem_bytes)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
                              "tensor-core forward at d=%zu, d_v=%zu needs %zu B of __local, the device has %llu",
@@ -177,7 +262,7 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
              "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
              dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, tf32, variants);
     for (flashcl__mma_plan *p = state->plans; p; p = p->next)
-        if (strcmp(p->pub.build_options, options) == 0) {
+        if (strcmp(p->pub.build_options, options) == 0 && strcmp(p->pub.origin, origin) == 0) {
             *out = p;
             return FLASHCL_SUCCESS;
         }
@@ -185,7 +270,7 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
     snprintf(p->pub.build_options, sizeof p->pub.build_options, "%s", options);
     cl_program program = NULL;
-    flashcl_status st = flashcl__get_program(ctx, "flash_fwd_mma.cl", p->pub.build_options, &program);
+    st = flashcl__get_program(ctx, "flash_fwd_mma.cl", p->pub.build_options, &program);
     if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_fwd_mma", &p->kernel);
     if (st != FLASHCL_SUCCESS) {
         free(p);
@@ -202,18 +287,19 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     p->pub.work_group_size = 32 * (size_t)sh.warps;
     p->pub.local_mem_bytes = (size_t)lm;
     p->pub.private_mem_bytes = (size_t)pm;
-    snprintf(p->pub.origin, sizeof p->pub.origin, "vendor");
+    snprintf(p->pub.origin, sizeof p->pub.origin, "%s", origin);
+    /* Where the shape came from goes first, so that a long reason's truncation never hides it. */
     snprintf(p->pub.reason, sizeof p->pub.reason,
-             "NVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
-             "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of %zu)%s",
+             "%s%sNVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
+             "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of %zu)",
+             note, note[0] ? "; " : "",
              state->why,
              tf32   ? "tf32 (allow_tf32: inputs and P rounded to a 10-bit mantissa, float32 accumulation)"
              : slot ? "f16"
                     : "bf16",
              sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
              sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
-             state->sm75 ? "loaded into" : "via cp.async in", 16 / esize,
-             from_env ? "; shape from FLASHCL_MMA_FWD" : "");
+             state->sm75 ? "loaded into" : "via cp.async in", 16 / esize);
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
                          dv);
@@ -327,6 +413,12 @@ flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *c
     const flashcl__mma_plan *plan = NULL;
     flashcl_status st = flashcl__mma_plan_for(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
+    /* Only FLASHCL_TILE=kernel=mma brings views the family does not cover this far (nvidia_covers). */
+    if (!flashcl__mma_views_aligned(call->views, FLASHCL__FORWARD_VIEWS, flashcl__mma_chunk_elems(d)))
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                             "FLASHCL_TILE=kernel=mma: the tensor-core forward needs views 16-byte aligned (offsets "
+                             "and strides multiples of %zu)",
+                             flashcl__mma_chunk_elems(d));
     static const int in_out[] = {FLASHCL__VQ, FLASHCL__VK, FLASHCL__VV, FLASHCL__VO};
     flashcl__args a = flashcl__args_for(plan->kernel, "flash_fwd_mma");
     flashcl__arg_views(&a, call->views, in_out, 4);
