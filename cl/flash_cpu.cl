@@ -245,6 +245,26 @@ inline float16 cpu_tanh(float16 y) {
     return copysign(((float16)(1.0f) - e) / ((float16)(1.0f) + e), y);
 }
 
+/* t[c][r] = t[r][c] for a 16x16 tile in 16 float16: four rounds of the perfect shuffle (out[2k],
+   out[2k+1] = the lane-by-lane interleave of in[k] and in[k+8]), each rotating the 8-bit
+   (row, lane) address left by one bit, so four swap row and lane. 64 two-source shuffles. */
+inline void cpu_transpose16(float16 t[LANES]) {
+#pragma unroll
+    for (int round = 0; round < 4; ++round) {
+        float16 u[LANES];
+#pragma unroll
+        for (int k = 0; k < LANES / 2; ++k) {
+            const float16 a = t[k], b = t[k + LANES / 2];
+            u[2 * k] = (float16)(a.s0, b.s0, a.s1, b.s1, a.s2, b.s2, a.s3, b.s3, a.s4, b.s4, a.s5, b.s5, a.s6, b.s6,
+                                 a.s7, b.s7);
+            u[2 * k + 1] = (float16)(a.s8, b.s8, a.s9, b.s9, a.sa, b.sa, a.sb, b.sb, a.sc, b.sc, a.sd, b.sd, a.se, b.se,
+                                     a.sf, b.sf);
+        }
+#pragma unroll
+        for (int k = 0; k < LANES; ++k) t[k] = u[k];
+    }
+}
+
 /*
  * The score terms of a chunk with rows in lanes (forward, dQ): s[j][r] = s2
  * of row first+r and key j0+j becomes flashcl_score's logit before the window
@@ -268,10 +288,36 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
         vstore16(x, j, s);
     }
 #endif
-#if HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK
+#if HAS_BIAS || HAS_MASK
+    /* Keys 0 .. jv-1 of the chunk in 16x16 tiles where all 16 rows and keys are real: 16 vector
+       loads along the bias (mask) rows, transposed in registers (cpu_transpose16), in place of
+       256 scalar loads into strided lanes. The rest element by element. */
+    int jv = 0;
+    if (first + LANES <= hd.sq && j0 + CHUNK <= hd.sk) {
+        for (; jv + LANES <= CHUNK; jv += LANES) {
+            float16 t[LANES];
+#if HAS_BIAS
+#pragma unroll
+            for (int r = 0; r < LANES; ++r)
+                t[r] = vload16(0, bias + hd.bias_at + (ulong)(first + r) * bias_sr + (ulong)(j0 + jv));
+            cpu_transpose16(t);
+#pragma unroll
+            for (int c = 0; c < LANES; ++c) vstore16(vload16(jv + c, s) + t[c] * FLASHCL_LOG2E_F, jv + c, s);
+#endif
+#if HAS_MASK
+#pragma unroll
+            for (int r = 0; r < LANES; ++r)
+                t[r] = convert_float16(vload16(0, mask + hd.mask_at + (ulong)(first + r) * mask_sr + (ulong)(j0 + jv)));
+            cpu_transpose16(t);
+#pragma unroll
+            for (int c = 0; c < LANES; ++c)
+                vstore16(select(vload16(jv + c, s), (float16)(FLASHCL_NEG_INF), t[c] == (float16)(0.0f)), jv + c, s);
+#endif
+        }
+    }
     for (int r = 0; r < LANES; ++r) {
         const ulong i = (ulong)min((long)(first + r), hd.sq - 1);
-        for (int j = 0; j < CHUNK; ++j) {
+        for (int j = jv; j < CHUNK; ++j) {
             const ulong key = (ulong)min((long)(j0 + j), hd.sk - 1);
             float x = s[j * LANES + r];
 #if HAS_BIAS
@@ -280,10 +326,17 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
 #if HAS_MASK
             if (!mask[hd.mask_at + i * mask_sr + key]) x = FLASHCL_NEG_INF;
 #endif
-#if HAS_BLOCK_MASK
-            if (!bmask[hd.bmask_at + (i / (ulong)bmask_bq) * bmask_sr + key / (ulong)bmask_bk]) x = FLASHCL_NEG_INF;
-#endif
             s[j * LANES + r] = x;
+        }
+    }
+#endif
+#if HAS_BLOCK_MASK
+    for (int r = 0; r < LANES; ++r) {
+        const ulong i = (ulong)min((long)(first + r), hd.sq - 1);
+        for (int j = 0; j < CHUNK; ++j) {
+            const ulong key = (ulong)min((long)(j0 + j), hd.sk - 1);
+            if (!bmask[hd.bmask_at + (i / (ulong)bmask_bq) * bmask_sr + key / (ulong)bmask_bk])
+                s[j * LANES + r] = FLASHCL_NEG_INF;
         }
     }
 #endif
@@ -292,6 +345,47 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
 /* The Philox key of flashcl_dropout_words. */
 #define CPU_DROPOUT_KEY ((uint2)(seed_lo, seed_hi ^ drop_off_hi))
 
+/* flashcl_philox16 of the counters (q, first + lane, bh, off): only y differs between lanes, so the
+   first three rounds are in part scalar (round 1 multiplies x and z, both uniform; round 2 z,
+   round 3 x, as the uniform words move through the state); from round 4 every word differs. The
+   same operations as flashcl_philox16, so the same words. */
+inline void cpu_philox16_rows(uint q, uint first, uint bh, uint off, uint2 k, uint16 w[4]) {
+    const uint2 inc = (uint2)(0x9E3779B9u, 0xBB67AE85u);
+    const ulong8 lane = (ulong8)(0, 1, 2, 3, 4, 5, 6, 7);
+    /* Round 1: y is the only lane-varying input. */
+    const ulong a0 = (ulong)q * 0xD2511F53ul, a1 = (ulong)bh * 0xCD9E8D57ul;
+    ulong8 x1[2];
+    for (int h = 0; h < 2; ++h) x1[h] = (ulong8)((ulong)(((uint)(a1 >> 32)) ^ k.x)) ^ ((ulong8)(first + 8 * h) + lane);
+    const uint y1 = (uint)a1, z1 = (uint)(a0 >> 32) ^ off ^ k.y, w1 = (uint)a0;
+    k += inc;
+    /* Round 2: x varies, z is uniform. */
+    const ulong b1 = (ulong)z1 * 0xCD9E8D57ul;
+    const uint x2 = (uint)(b1 >> 32) ^ y1 ^ k.x, y2 = (uint)b1;
+    ulong8 z2[2], w2[2];
+    for (int h = 0; h < 2; ++h) {
+        const ulong8 p0 = (x1[h] & (ulong8)(0xFFFFFFFFul)) * (ulong8)(0xD2511F53ul);
+        z2[h] = (p0 >> 32) ^ (ulong8)((ulong)(w1 ^ k.y));
+        w2[h] = p0;
+    }
+    k += inc;
+    /* Round 3: x is uniform, z varies. */
+    const ulong c0 = (ulong)x2 * 0xD2511F53ul;
+    ulong8 x[2], y[2], z[2], wv[2];
+    for (int h = 0; h < 2; ++h) {
+        const ulong8 p1 = (z2[h] & (ulong8)(0xFFFFFFFFul)) * (ulong8)(0xCD9E8D57ul);
+        x[h] = (p1 >> 32) ^ (ulong8)((ulong)(y2 ^ k.x));
+        y[h] = p1;
+        z[h] = (ulong8)((ulong)((uint)(c0 >> 32) ^ k.y)) ^ w2[h];
+        wv[h] = (ulong8)((ulong)(uint)c0);
+    }
+    k += inc;
+    flashcl_philox16_rounds(x, y, z, wv, k, 7);
+    w[0] = flashcl_philox16_join(x);
+    w[1] = flashcl_philox16_join(y);
+    w[2] = flashcl_philox16_join(z);
+    w[3] = flashcl_philox16_join(wv);
+}
+
 /* Multiplies x[j][r] (rows in lanes, keys j0 + j) by the dropout factor of (first + r, j0 + j): 0 or
    1/(1-p), from flashcl_dropout_words' counters (keys 4q .. 4q+3 of row i: (q, i, bh, offset)),
    the 16 rows of one q at a time through flashcl_philox16. */
@@ -299,11 +393,7 @@ inline void cpu_dropout_rows(float *x, flashcl_head hd, int first, int j0, VARIA
 #if HAS_DROPOUT
     for (int q4 = j0 >> 2; q4 * 4 < j0 + CHUNK; ++q4) {
         uint16 w[4];
-        w[0] = (uint16)((uint)q4);
-        w[1] = convert_uint16((int16)(first) + CPU_LANE_IDS);
-        w[2] = (uint16)(hd.bh);
-        w[3] = (uint16)(drop_off_lo);
-        flashcl_philox16(&w[0], &w[1], &w[2], &w[3], CPU_DROPOUT_KEY);
+        cpu_philox16_rows((uint)q4, (uint)first, hd.bh, drop_off_lo, CPU_DROPOUT_KEY, w);
         for (int t = 0; t < 4; ++t) {
             const int j = q4 * 4 + t - j0;
             if (j >= 0 && j < CHUNK) {
@@ -325,14 +415,23 @@ inline void cpu_dropout_keys4(flashcl_head hd, long i, int k_first, float16 z[4]
     w[2] = (uint16)(hd.bh);
     w[3] = (uint16)(drop_off_lo);
     flashcl_philox16(&w[0], &w[1], &w[2], &w[3], CPU_DROPOUT_KEY);
-    uint words[4][LANES];
-    for (int t = 0; t < 4; ++t) vstore16(w[t], 0, words[t]);
-    for (int r = 0; r < 4; ++r) {
-        float f[LANES];
-        for (int q = 0; q < 4; ++q)
-            for (int t = 0; t < 4; ++t) f[4 * q + t] = words[t][4 * r + q] >= drop_threshold ? drop_scale : 0.0f;
-        z[r] = vload16(0, f);
-    }
+    /* f[t][4 r + q] is key 4q + t of row i + r: z[r] interleaves lanes 4r .. 4r+3 of f[0..3], two
+       rounds of two-source shuffles (e: f0 and f1 lane by lane, g: f2 and f3) in place of a
+       gather per four factors. */
+    float16 f[4];
+    for (int t = 0; t < 4; ++t) f[t] = select((float16)(0.0f), (float16)(drop_scale), w[t] >= (uint16)(drop_threshold));
+    const float16 e0 = (float16)(f[0].s0, f[1].s0, f[0].s1, f[1].s1, f[0].s2, f[1].s2, f[0].s3, f[1].s3, f[0].s4,
+                                 f[1].s4, f[0].s5, f[1].s5, f[0].s6, f[1].s6, f[0].s7, f[1].s7);
+    const float16 e1 = (float16)(f[0].s8, f[1].s8, f[0].s9, f[1].s9, f[0].sa, f[1].sa, f[0].sb, f[1].sb, f[0].sc,
+                                 f[1].sc, f[0].sd, f[1].sd, f[0].se, f[1].se, f[0].sf, f[1].sf);
+    const float16 g0 = (float16)(f[2].s0, f[3].s0, f[2].s1, f[3].s1, f[2].s2, f[3].s2, f[2].s3, f[3].s3, f[2].s4,
+                                 f[3].s4, f[2].s5, f[3].s5, f[2].s6, f[3].s6, f[2].s7, f[3].s7);
+    const float16 g1 = (float16)(f[2].s8, f[3].s8, f[2].s9, f[3].s9, f[2].sa, f[3].sa, f[2].sb, f[3].sb, f[2].sc,
+                                 f[3].sc, f[2].sd, f[3].sd, f[2].se, f[3].se, f[2].sf, f[3].sf);
+    z[0] = (float16)(e0.s01, g0.s01, e0.s23, g0.s23, e0.s45, g0.s45, e0.s67, g0.s67);
+    z[1] = (float16)(e0.s89, g0.s89, e0.sab, g0.sab, e0.scd, g0.scd, e0.sef, g0.sef);
+    z[2] = (float16)(e1.s01, g1.s01, e1.s23, g1.s23, e1.s45, g1.s45, e1.s67, g1.s67);
+    z[3] = (float16)(e1.s89, g1.s89, e1.sab, g1.sab, e1.scd, g1.scd, e1.sef, g1.sef);
 #else
     for (int r = 0; r < 4; ++r) z[r] = (float16)(1.0f);
 #endif

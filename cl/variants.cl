@@ -434,19 +434,44 @@ inline uint4 flashcl_philox(uint4 c, uint2 k) {
     return c;
 }
 
+/* `rounds` Philox rounds from key k on 16 counters held as two halves of 8 in the low words of
+   64-bit lanes (x[h], y[h], z[h], w[h]): a 32x32->64 product is then one vpmuludq (the masks below
+   are free, the instruction reads the low words only), where mul_hi on uint16 took several 32-bit
+   multiplies and the shifts and adds between them. The high words of y and w carry the other
+   half of the product, which nothing reads (x and z are masked before each product, and the
+   results are truncated). */
+inline void flashcl_philox16_rounds(ulong8 x[2], ulong8 y[2], ulong8 z[2], ulong8 w[2], uint2 k, int rounds) {
+    const ulong8 m32 = (ulong8)(0xFFFFFFFFul);
+    for (int r = 0; r < rounds; ++r) {
+        const ulong8 kx = (ulong8)((ulong)k.x), ky = (ulong8)((ulong)k.y);
+        for (int h = 0; h < 2; ++h) {
+            const ulong8 p0 = (x[h] & m32) * (ulong8)(0xD2511F53ul);
+            const ulong8 p1 = (z[h] & m32) * (ulong8)(0xCD9E8D57ul);
+            x[h] = (p1 >> 32) ^ y[h] ^ kx;
+            y[h] = p1;
+            z[h] = (p0 >> 32) ^ w[h] ^ ky;
+            w[h] = p0;
+        }
+        k += (uint2)(0x9E3779B9u, 0xBB67AE85u);
+    }
+}
+
+/* The low words of two halves as one uint16. */
+inline uint16 flashcl_philox16_join(const ulong8 v[2]) { return (uint16)(convert_uint8(v[0]), convert_uint8(v[1])); }
+
 /* flashcl_philox on 16 counters at once (lane n: counter (cx[n], cy[n], cz[n], cw[n]), one key), for
    kernels with explicit vectors (the CPU family), where a scalar Philox per four keys costs several
    times the scores themselves. The same operations lane by lane, so the same words, bit for bit. */
 inline void flashcl_philox16(uint16 *cx, uint16 *cy, uint16 *cz, uint16 *cw, uint2 k) {
-    for (int r = 0; r < 10; ++r) {
-        const uint16 hi0 = mul_hi((uint16)(0xD2511F53u), *cx), lo0 = (uint16)(0xD2511F53u) * *cx;
-        const uint16 hi1 = mul_hi((uint16)(0xCD9E8D57u), *cz), lo1 = (uint16)(0xCD9E8D57u) * *cz;
-        *cx = hi1 ^ *cy ^ (uint16)(k.x);
-        *cy = lo1;
-        *cz = hi0 ^ *cw ^ (uint16)(k.y);
-        *cw = lo0;
-        k += (uint2)(0x9E3779B9u, 0xBB67AE85u);
-    }
+    ulong8 x[2] = {convert_ulong8(cx->lo), convert_ulong8(cx->hi)};
+    ulong8 y[2] = {convert_ulong8(cy->lo), convert_ulong8(cy->hi)};
+    ulong8 z[2] = {convert_ulong8(cz->lo), convert_ulong8(cz->hi)};
+    ulong8 w[2] = {convert_ulong8(cw->lo), convert_ulong8(cw->hi)};
+    flashcl_philox16_rounds(x, y, z, w, k, 10);
+    *cx = flashcl_philox16_join(x);
+    *cy = flashcl_philox16_join(y);
+    *cz = flashcl_philox16_join(z);
+    *cw = flashcl_philox16_join(w);
 }
 
 /* The four RNG words of keys 4q .. 4q+3 of row i (sequence-local positions). */

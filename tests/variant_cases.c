@@ -218,6 +218,14 @@ void variant_cases_all(vc_list *l) {
         c->mask_density = 0.85;
         block_mask(c, VC_FULL, 8, 8, 0.8);
     }
+    /* Bias and mask in whole 16-row, 16-key tiles (the CPU family's forward and dQ load those along
+       the bias and mask rows and transpose them in registers) next to partial ones (rows 32..39,
+       keys past the last whole chunk), with dropout. Last, so the cases above keep their numbers. */
+    c = push(l, "bias+mask+dropout whole tiles", F32, 1, 2, 2, 40, 110, 32, 32, 0);
+    c->bias = VC_FULL;
+    c->mask = VC_FULL;
+    c->mask_density = 0.7;
+    dropout(c, 0.2f, 21, 2);
 }
 
 void variant_cases_quick(vc_list *l) {
