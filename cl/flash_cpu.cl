@@ -406,18 +406,24 @@ inline void cpu_dropout_rows(float *x, flashcl_head hd, int first, int j0, VARIA
 }
 
 /* The dropout factors of rows i .. i+3 for the 16 keys k_first .. k_first+15 (k_first a multiple
-   of 16): z[4 r + q][t] is key 4q + t of row i + r; one flashcl_philox16 for the 64 factors. */
+   of 16): z[r] lane 4q + t is key k_first + 4q + t of row i + r, word t of the counter
+   (k_first/4 + q, i + r, bh, offset). One flashcl_philox16 for the 64 factors, its lane n = 4r + q
+   the counter of row i + r and key quad q. */
 inline void cpu_dropout_keys4(flashcl_head hd, long i, int k_first, float16 z[4], VARIANT_ARGS) {
 #if HAS_DROPOUT
+    ulong8 cx[2], cy[2], cz[2], cw[2];
+    for (int h = 0; h < 2; ++h) { /* lanes 8h .. 8h+7: rows i + 2h, i + 2h + 1 */
+        cx[h] = (ulong8)((ulong)(uint)(k_first >> 2)) + (ulong8)(0, 1, 2, 3, 0, 1, 2, 3);
+        cy[h] = (ulong8)((ulong)(uint)(i + 2 * h)) + (ulong8)(0, 0, 0, 0, 1, 1, 1, 1);
+        cz[h] = (ulong8)((ulong)hd.bh);
+        cw[h] = (ulong8)((ulong)drop_off_lo);
+    }
     uint16 w[4];
-    w[0] = (uint16)((uint)(k_first >> 2)) + convert_uint16(CPU_LANE_IDS & (int16)(3));
-    w[1] = (uint16)((uint)i) + convert_uint16(CPU_LANE_IDS >> 2);
-    w[2] = (uint16)(hd.bh);
-    w[3] = (uint16)(drop_off_lo);
-    flashcl_philox16(&w[0], &w[1], &w[2], &w[3], CPU_DROPOUT_KEY);
-    /* f[t][4 r + q] is key 4q + t of row i + r: z[r] interleaves lanes 4r .. 4r+3 of f[0..3], two
-       rounds of two-source shuffles (e: f0 and f1 lane by lane, g: f2 and f3) in place of a
-       gather per four factors. */
+    flashcl_philox16(cx, cy, cz, cw, CPU_DROPOUT_KEY, w);
+    /* f[t] lane 4r + q is key 4q + t of row i + r: z[r] interleaves lanes 4r .. 4r+3 of f[0..3], two
+       rounds of two-source shuffles (e: f0 and f1 lane by lane, g: f2 and f3; then pairs of e and
+       g) in place of a gather per four factors. Lane by lane in the source, as
+       flashcl_philox16_join says why; the optimiser makes each one shuffle. */
     float16 f[4];
     for (int t = 0; t < 4; ++t) f[t] = select((float16)(0.0f), (float16)(drop_scale), w[t] >= (uint16)(drop_threshold));
     const float16 e0 = (float16)(f[0].s0, f[1].s0, f[0].s1, f[1].s1, f[0].s2, f[1].s2, f[0].s3, f[1].s3, f[0].s4,
@@ -428,10 +434,14 @@ inline void cpu_dropout_keys4(flashcl_head hd, long i, int k_first, float16 z[4]
                                  f[3].s4, f[2].s5, f[3].s5, f[2].s6, f[3].s6, f[2].s7, f[3].s7);
     const float16 g1 = (float16)(f[2].s8, f[3].s8, f[2].s9, f[3].s9, f[2].sa, f[3].sa, f[2].sb, f[3].sb, f[2].sc,
                                  f[3].sc, f[2].sd, f[3].sd, f[2].se, f[3].se, f[2].sf, f[3].sf);
-    z[0] = (float16)(e0.s01, g0.s01, e0.s23, g0.s23, e0.s45, g0.s45, e0.s67, g0.s67);
-    z[1] = (float16)(e0.s89, g0.s89, e0.sab, g0.sab, e0.scd, g0.scd, e0.sef, g0.sef);
-    z[2] = (float16)(e1.s01, g1.s01, e1.s23, g1.s23, e1.s45, g1.s45, e1.s67, g1.s67);
-    z[3] = (float16)(e1.s89, g1.s89, e1.sab, g1.sab, e1.scd, g1.scd, e1.sef, g1.sef);
+    z[0] = (float16)(e0.s0, e0.s1, g0.s0, g0.s1, e0.s2, e0.s3, g0.s2, g0.s3, e0.s4, e0.s5, g0.s4, g0.s5, e0.s6, e0.s7,
+                     g0.s6, g0.s7);
+    z[1] = (float16)(e0.s8, e0.s9, g0.s8, g0.s9, e0.sa, e0.sb, g0.sa, g0.sb, e0.sc, e0.sd, g0.sc, g0.sd, e0.se, e0.sf,
+                     g0.se, g0.sf);
+    z[2] = (float16)(e1.s0, e1.s1, g1.s0, g1.s1, e1.s2, e1.s3, g1.s2, g1.s3, e1.s4, e1.s5, g1.s4, g1.s5, e1.s6, e1.s7,
+                     g1.s6, g1.s7);
+    z[3] = (float16)(e1.s8, e1.s9, g1.s8, g1.s9, e1.sa, e1.sb, g1.sa, g1.sb, e1.sc, e1.sd, g1.sc, g1.sd, e1.se, e1.sf,
+                     g1.se, g1.sf);
 #else
     for (int r = 0; r < 4; ++r) z[r] = (float16)(1.0f);
 #endif

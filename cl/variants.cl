@@ -456,22 +456,30 @@ inline void flashcl_philox16_rounds(ulong8 x[2], ulong8 y[2], ulong8 z[2], ulong
     }
 }
 
-/* The low words of two halves as one uint16. */
-inline uint16 flashcl_philox16_join(const ulong8 v[2]) { return (uint16)(convert_uint8(v[0]), convert_uint8(v[1])); }
+/* The low words of two halves as one uint16, written lane by lane. LLVM's optimiser makes it the
+   same one shuffle as (uint16)(convert_uint8(v[0]), convert_uint8(v[1])) would be, but unoptimised
+   (Oclgrind's runs) that concatenation and any multi-lane swizzle (.lo, .hi, .s89ab) are
+   shufflevectors, whose undefined mask lanes and index 11 Oclgrind 21.10's uninitialised-value
+   checker misreads (a crash, or a defined lane reported as uninitialised: tests/CMakeLists.txt);
+   single-lane reads and writes are not. So the CPU family builds vectors from parts of others
+   lane by lane. */
+inline uint16 flashcl_philox16_join(const ulong8 v[2]) {
+    return (uint16)((uint)v[0].s0, (uint)v[0].s1, (uint)v[0].s2, (uint)v[0].s3, (uint)v[0].s4, (uint)v[0].s5,
+                    (uint)v[0].s6, (uint)v[0].s7, (uint)v[1].s0, (uint)v[1].s1, (uint)v[1].s2, (uint)v[1].s3,
+                    (uint)v[1].s4, (uint)v[1].s5, (uint)v[1].s6, (uint)v[1].s7);
+}
 
-/* flashcl_philox on 16 counters at once (lane n: counter (cx[n], cy[n], cz[n], cw[n]), one key), for
-   kernels with explicit vectors (the CPU family), where a scalar Philox per four keys costs several
-   times the scores themselves. The same operations lane by lane, so the same words, bit for bit. */
-inline void flashcl_philox16(uint16 *cx, uint16 *cy, uint16 *cz, uint16 *cw, uint2 k) {
-    ulong8 x[2] = {convert_ulong8(cx->lo), convert_ulong8(cx->hi)};
-    ulong8 y[2] = {convert_ulong8(cy->lo), convert_ulong8(cy->hi)};
-    ulong8 z[2] = {convert_ulong8(cz->lo), convert_ulong8(cz->hi)};
-    ulong8 w[2] = {convert_ulong8(cw->lo), convert_ulong8(cw->hi)};
+/* flashcl_philox on 16 counters at once, for kernels with explicit vectors (the CPU family), where
+   a scalar Philox per four keys costs several times the scores themselves: lane 8h + n has the
+   counter (x[h].sn, y[h].sn, z[h].sn, w[h].sn) (low 32 bits; the high ones are ignored) and one
+   key. The same operations lane by lane, so the same words, bit for bit; the four words come out
+   as uint16 (lane 8h + n), word[0..3] = Philox's x, y, z, w. */
+inline void flashcl_philox16(ulong8 x[2], ulong8 y[2], ulong8 z[2], ulong8 w[2], uint2 k, uint16 word[4]) {
     flashcl_philox16_rounds(x, y, z, w, k, 10);
-    *cx = flashcl_philox16_join(x);
-    *cy = flashcl_philox16_join(y);
-    *cz = flashcl_philox16_join(z);
-    *cw = flashcl_philox16_join(w);
+    word[0] = flashcl_philox16_join(x);
+    word[1] = flashcl_philox16_join(y);
+    word[2] = flashcl_philox16_join(z);
+    word[3] = flashcl_philox16_join(w);
 }
 
 /* The four RNG words of keys 4q .. 4q+3 of row i (sequence-local positions). */
