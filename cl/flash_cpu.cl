@@ -355,6 +355,7 @@ inline void cpu_philox16_rows(uint q, uint first, uint bh, uint off, uint2 k, ui
     /* Round 1: y is the only lane-varying input. */
     const ulong a0 = (ulong)q * 0xD2511F53ul, a1 = (ulong)bh * 0xCD9E8D57ul;
     ulong8 x1[2];
+#pragma unroll
     for (int h = 0; h < 2; ++h) x1[h] = (ulong8)((ulong)(((uint)(a1 >> 32)) ^ k.x)) ^ ((ulong8)(first + 8 * h) + lane);
     const uint y1 = (uint)a1, z1 = (uint)(a0 >> 32) ^ off ^ k.y, w1 = (uint)a0;
     k += inc;
@@ -362,6 +363,7 @@ inline void cpu_philox16_rows(uint q, uint first, uint bh, uint off, uint2 k, ui
     const ulong b1 = (ulong)z1 * 0xCD9E8D57ul;
     const uint x2 = (uint)(b1 >> 32) ^ y1 ^ k.x, y2 = (uint)b1;
     ulong8 z2[2], w2[2];
+#pragma unroll
     for (int h = 0; h < 2; ++h) {
         const ulong8 p0 = (x1[h] & (ulong8)(0xFFFFFFFFul)) * (ulong8)(0xD2511F53ul);
         z2[h] = (p0 >> 32) ^ (ulong8)((ulong)(w1 ^ k.y));
@@ -371,6 +373,7 @@ inline void cpu_philox16_rows(uint q, uint first, uint bh, uint off, uint2 k, ui
     /* Round 3: x is uniform, z varies. */
     const ulong c0 = (ulong)x2 * 0xD2511F53ul;
     ulong8 x[2], y[2], z[2], wv[2];
+#pragma unroll
     for (int h = 0; h < 2; ++h) {
         const ulong8 p1 = (z2[h] & (ulong8)(0xFFFFFFFFul)) * (ulong8)(0xCD9E8D57ul);
         x[h] = (p1 >> 32) ^ (ulong8)((ulong)(y2 ^ k.x));
@@ -412,6 +415,7 @@ inline void cpu_dropout_rows(float *x, flashcl_head hd, int first, int j0, VARIA
 inline void cpu_dropout_keys4(flashcl_head hd, long i, int k_first, float16 z[4], VARIANT_ARGS) {
 #if HAS_DROPOUT
     ulong8 cx[2], cy[2], cz[2], cw[2];
+#pragma unroll
     for (int h = 0; h < 2; ++h) { /* lanes 8h .. 8h+7: rows i + 2h, i + 2h + 1 */
         cx[h] = (ulong8)((ulong)(uint)(k_first >> 2)) + (ulong8)(0, 1, 2, 3, 0, 1, 2, 3);
         cy[h] = (ulong8)((ulong)(uint)(i + 2 * h)) + (ulong8)(0, 0, 0, 0, 1, 1, 1, 1);

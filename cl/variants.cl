@@ -439,11 +439,15 @@ inline uint4 flashcl_philox(uint4 c, uint2 k) {
    are free, the instruction reads the low words only), where mul_hi on uint16 took several 32-bit
    multiplies and the shifts and adds between them. The high words of y and w carry the other
    half of the product, which nothing reads (x and z are masked before each product, and the
-   results are truncated). */
+   results are truncated). Both loops unrolled whole (rounds is a constant where it is called):
+   left as loops, POCL kept the eight state vectors on the stack, a store and a load in every
+   round's dependency chain. */
 inline void flashcl_philox16_rounds(ulong8 x[2], ulong8 y[2], ulong8 z[2], ulong8 w[2], uint2 k, int rounds) {
     const ulong8 m32 = (ulong8)(0xFFFFFFFFul);
+#pragma unroll
     for (int r = 0; r < rounds; ++r) {
         const ulong8 kx = (ulong8)((ulong)k.x), ky = (ulong8)((ulong)k.y);
+#pragma unroll
         for (int h = 0; h < 2; ++h) {
             const ulong8 p0 = (x[h] & m32) * (ulong8)(0xD2511F53ul);
             const ulong8 p1 = (z[h] & m32) * (ulong8)(0xCD9E8D57ul);
@@ -471,10 +475,14 @@ inline uint16 flashcl_philox16_join(const ulong8 v[2]) {
 
 /* flashcl_philox on 16 counters at once, for kernels with explicit vectors (the CPU family), where
    a scalar Philox per four keys costs several times the scores themselves: lane 8h + n has the
-   counter (x[h].sn, y[h].sn, z[h].sn, w[h].sn) (low 32 bits; the high ones are ignored) and one
+   counter (cx[h].sn, cy[h].sn, cz[h].sn, cw[h].sn) (low 32 bits; the high ones are ignored) and one
    key. The same operations lane by lane, so the same words, bit for bit; the four words come out
-   as uint16 (lane 8h + n), word[0..3] = Philox's x, y, z, w. */
-inline void flashcl_philox16(ulong8 x[2], ulong8 y[2], ulong8 z[2], ulong8 w[2], uint2 k, uint16 word[4]) {
+   as uint16 (lane 8h + n), word[0..3] = Philox's x, y, z, w. The rounds run on local copies: on
+   the caller's arrays, which may alias for all the compiler knows, every round stored and
+   reloaded the state. */
+inline void flashcl_philox16(const ulong8 cx[2], const ulong8 cy[2], const ulong8 cz[2], const ulong8 cw[2], uint2 k,
+                             uint16 word[4]) {
+    ulong8 x[2] = {cx[0], cx[1]}, y[2] = {cy[0], cy[1]}, z[2] = {cz[0], cz[1]}, w[2] = {cw[0], cw[1]};
     flashcl_philox16_rounds(x, y, z, w, k, 10);
     word[0] = flashcl_philox16_join(x);
     word[1] = flashcl_philox16_join(y);
