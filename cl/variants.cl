@@ -439,12 +439,12 @@ inline uint4 flashcl_philox(uint4 c, uint2 k) {
    are free, the instruction reads the low words only), where mul_hi on uint16 took several 32-bit
    multiplies and the shifts and adds between them. The high words of y and w carry the other
    half of the product, which nothing reads (x and z are masked before each product, and the
-   results are truncated). Both loops unrolled whole (rounds is a constant where it is called):
-   left as loops, POCL kept the eight state vectors on the stack, a store and a load in every
-   round's dependency chain. */
+   results are truncated). The loop over the halves is unrolled, so every index is a constant and
+   the eight state vectors stay in registers: left as a loop, POCL kept them on the stack, a store
+   and a load in every round's dependency chain. The rounds stay a loop: unrolled too, clang 15
+   ran out of registers compiling the family for gfx1100 (test_offline_gfx1100). */
 inline void flashcl_philox16_rounds(ulong8 x[2], ulong8 y[2], ulong8 z[2], ulong8 w[2], uint2 k, int rounds) {
     const ulong8 m32 = (ulong8)(0xFFFFFFFFul);
-#pragma unroll
     for (int r = 0; r < rounds; ++r) {
         const ulong8 kx = (ulong8)((ulong)k.x), ky = (ulong8)((ulong)k.y);
 #pragma unroll
