@@ -226,6 +226,15 @@ inline __global const float *cpu_packed(__global const float *base, int b, int h
 
 #define CPU_LANE_IDS ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
+/* A prefetch of the cache line holding *p where the compiler has one for the target: x86 under
+   POCL (prefetcht0; OpenCL's prefetch() compiles to nothing there, POCL 3.1). Elsewhere (GPUs,
+   Oclgrind) nothing. */
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define CPU_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define CPU_PREFETCH(p) ((void)0)
+#endif
+
 /* First and last key (inclusive) each of the 16 rows first .. first+15 may see (window, causal, length). */
 inline void cpu_key_range(flashcl_head hd, int first, int win_left, int win_right, int16 *lo, int16 *hi) {
     int a[LANES], z[LANES];
@@ -500,6 +509,28 @@ inline float16 cpu_terms_keys(float16 x, float16 *grad, flashcl_head hd, long i,
     return x;
 }
 
+/* Prefetches the bias and mask of row i, keys k_first .. k_first+15 (cpu_terms_keys' loads), where
+   all are real. dK/dV reads them a row at a time, rows a bias row apart: each load missed the
+   caches and the hardware prefetchers did not run ahead (a fifth of dK/dV with a bias stalled on
+   it, in perf), so the loop asks for a row some rows ahead. */
+#define CPU_PREFETCH_ROWS 8
+inline void cpu_prefetch_terms_keys(flashcl_head hd, long i, int k_first, VARIANT_ARGS) {
+#if HAS_BIAS || HAS_MASK
+    if (i < hd.sq && k_first + LANES <= hd.sk) {
+#if HAS_BIAS
+        __global const float *b = bias + hd.bias_at + (ulong)i * bias_sr + (ulong)k_first;
+        CPU_PREFETCH(b);
+        CPU_PREFETCH(b + LANES - 1);
+#endif
+#if HAS_MASK
+        __global const uchar *m = mask + hd.mask_at + (ulong)i * mask_sr + (ulong)k_first;
+        CPU_PREFETCH(m);
+        CPU_PREFETCH(m + LANES - 1);
+#endif
+    }
+#endif
+}
+
 /* Whether a chunk can hold a -inf logit or a key outside some row's band, so that it needs the
    masked softmax: the window/length test of flashcl_tile_plain (always for masks), and always
    with a bias (a -inf bias is a mask the host cannot see). */
@@ -736,6 +767,7 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
                     const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, row);
                     const float l2 = LSE[lse_off + at] * FLASHCL_LOG2E_F;
                     float16 grad = (float16)(1.0f);
+                    cpu_prefetch_terms_keys(hd, row + CPU_PREFETCH_ROWS, k_first, VARIANT_PASS);
                     const float16 f = cpu_terms_keys(vload16(i, s), &grad, hd, row, k_first, VARIANT_PASS);
                     float16 p;
                     if (masked) {
