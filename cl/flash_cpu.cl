@@ -226,6 +226,15 @@ inline __global const float *cpu_packed(__global const float *base, int b, int h
 
 #define CPU_LANE_IDS ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
+/* A prefetch of the cache line holding *p where the compiler has one for the target: x86 under
+   POCL (prefetcht0; OpenCL's prefetch() compiles to nothing there, POCL 3.1). Elsewhere (GPUs,
+   Oclgrind) nothing. */
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#define CPU_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define CPU_PREFETCH(p) ((void)0)
+#endif
+
 /* First and last key (inclusive) each of the 16 rows first .. first+15 may see (window, causal, length). */
 inline void cpu_key_range(flashcl_head hd, int first, int win_left, int win_right, int16 *lo, int16 *hi) {
     int a[LANES], z[LANES];
@@ -243,6 +252,26 @@ inline void cpu_key_range(flashcl_head hd, int first, int win_left, int win_righ
 inline float16 cpu_tanh(float16 y) {
     const float16 e = flashcl_exp2_16((float16)(-2.0f * FLASHCL_LOG2E_F) * fabs(y));
     return copysign(((float16)(1.0f) - e) / ((float16)(1.0f) + e), y);
+}
+
+/* t[c][r] = t[r][c] for a 16x16 tile in 16 float16: four rounds of the perfect shuffle (out[2k],
+   out[2k+1] = the lane-by-lane interleave of in[k] and in[k+8]), each rotating the 8-bit
+   (row, lane) address left by one bit, so four swap row and lane. 64 two-source shuffles. */
+inline void cpu_transpose16(float16 t[LANES]) {
+#pragma unroll
+    for (int round = 0; round < 4; ++round) {
+        float16 u[LANES];
+#pragma unroll
+        for (int k = 0; k < LANES / 2; ++k) {
+            const float16 a = t[k], b = t[k + LANES / 2];
+            u[2 * k] = (float16)(a.s0, b.s0, a.s1, b.s1, a.s2, b.s2, a.s3, b.s3, a.s4, b.s4, a.s5, b.s5, a.s6, b.s6,
+                                 a.s7, b.s7);
+            u[2 * k + 1] = (float16)(a.s8, b.s8, a.s9, b.s9, a.sa, b.sa, a.sb, b.sb, a.sc, b.sc, a.sd, b.sd, a.se, b.se,
+                                     a.sf, b.sf);
+        }
+#pragma unroll
+        for (int k = 0; k < LANES; ++k) t[k] = u[k];
+    }
 }
 
 /*
@@ -268,10 +297,36 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
         vstore16(x, j, s);
     }
 #endif
-#if HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK
+#if HAS_BIAS || HAS_MASK
+    /* Keys 0 .. jv-1 of the chunk in 16x16 tiles where all 16 rows and keys are real: 16 vector
+       loads along the bias (mask) rows, transposed in registers (cpu_transpose16), in place of
+       256 scalar loads into strided lanes. The rest element by element. */
+    int jv = 0;
+    if (first + LANES <= hd.sq && j0 + CHUNK <= hd.sk) {
+        for (; jv + LANES <= CHUNK; jv += LANES) {
+            float16 t[LANES];
+#if HAS_BIAS
+#pragma unroll
+            for (int r = 0; r < LANES; ++r)
+                t[r] = vload16(0, bias + hd.bias_at + (ulong)(first + r) * bias_sr + (ulong)(j0 + jv));
+            cpu_transpose16(t);
+#pragma unroll
+            for (int c = 0; c < LANES; ++c) vstore16(vload16(jv + c, s) + t[c] * FLASHCL_LOG2E_F, jv + c, s);
+#endif
+#if HAS_MASK
+#pragma unroll
+            for (int r = 0; r < LANES; ++r)
+                t[r] = convert_float16(vload16(0, mask + hd.mask_at + (ulong)(first + r) * mask_sr + (ulong)(j0 + jv)));
+            cpu_transpose16(t);
+#pragma unroll
+            for (int c = 0; c < LANES; ++c)
+                vstore16(select(vload16(jv + c, s), (float16)(FLASHCL_NEG_INF), t[c] == (float16)(0.0f)), jv + c, s);
+#endif
+        }
+    }
     for (int r = 0; r < LANES; ++r) {
         const ulong i = (ulong)min((long)(first + r), hd.sq - 1);
-        for (int j = 0; j < CHUNK; ++j) {
+        for (int j = jv; j < CHUNK; ++j) {
             const ulong key = (ulong)min((long)(j0 + j), hd.sk - 1);
             float x = s[j * LANES + r];
 #if HAS_BIAS
@@ -280,10 +335,17 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
 #if HAS_MASK
             if (!mask[hd.mask_at + i * mask_sr + key]) x = FLASHCL_NEG_INF;
 #endif
-#if HAS_BLOCK_MASK
-            if (!bmask[hd.bmask_at + (i / (ulong)bmask_bq) * bmask_sr + key / (ulong)bmask_bk]) x = FLASHCL_NEG_INF;
-#endif
             s[j * LANES + r] = x;
+        }
+    }
+#endif
+#if HAS_BLOCK_MASK
+    for (int r = 0; r < LANES; ++r) {
+        const ulong i = (ulong)min((long)(first + r), hd.sq - 1);
+        for (int j = 0; j < CHUNK; ++j) {
+            const ulong key = (ulong)min((long)(j0 + j), hd.sk - 1);
+            if (!bmask[hd.bmask_at + (i / (ulong)bmask_bq) * bmask_sr + key / (ulong)bmask_bk])
+                s[j * LANES + r] = FLASHCL_NEG_INF;
         }
     }
 #endif
@@ -292,6 +354,50 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
 /* The Philox key of flashcl_dropout_words. */
 #define CPU_DROPOUT_KEY ((uint2)(seed_lo, seed_hi ^ drop_off_hi))
 
+/* flashcl_philox16 of the counters (q, first + lane, bh, off): only y differs between lanes, so the
+   first three rounds are in part scalar (round 1 multiplies x and z, both uniform; round 2 z,
+   round 3 x, as the uniform words move through the state); from round 4 every word differs. The
+   same operations as flashcl_philox16, so the same words. */
+inline void cpu_philox16_rows(uint q, uint first, uint bh, uint off, uint2 k, uint16 w[4]) {
+    const uint2 inc = (uint2)(0x9E3779B9u, 0xBB67AE85u);
+    const ulong8 lane = (ulong8)(0, 1, 2, 3, 4, 5, 6, 7);
+    /* Round 1: y is the only lane-varying input. */
+    const ulong a0 = (ulong)q * 0xD2511F53ul, a1 = (ulong)bh * 0xCD9E8D57ul;
+    ulong8 x1[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) x1[h] = (ulong8)((ulong)(((uint)(a1 >> 32)) ^ k.x)) ^ ((ulong8)(first + 8 * h) + lane);
+    const uint y1 = (uint)a1, z1 = (uint)(a0 >> 32) ^ off ^ k.y, w1 = (uint)a0;
+    k += inc;
+    /* Round 2: x varies, z is uniform. */
+    const ulong b1 = (ulong)z1 * 0xCD9E8D57ul;
+    const uint x2 = (uint)(b1 >> 32) ^ y1 ^ k.x, y2 = (uint)b1;
+    ulong8 z2[2], w2[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const ulong8 p0 = (x1[h] & (ulong8)(0xFFFFFFFFul)) * (ulong8)(0xD2511F53ul);
+        z2[h] = (p0 >> 32) ^ (ulong8)((ulong)(w1 ^ k.y));
+        w2[h] = p0;
+    }
+    k += inc;
+    /* Round 3: x is uniform, z varies. */
+    const ulong c0 = (ulong)x2 * 0xD2511F53ul;
+    ulong8 x[2], y[2], z[2], wv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const ulong8 p1 = (z2[h] & (ulong8)(0xFFFFFFFFul)) * (ulong8)(0xCD9E8D57ul);
+        x[h] = (p1 >> 32) ^ (ulong8)((ulong)(y2 ^ k.x));
+        y[h] = p1;
+        z[h] = (ulong8)((ulong)((uint)(c0 >> 32) ^ k.y)) ^ w2[h];
+        wv[h] = (ulong8)((ulong)(uint)c0);
+    }
+    k += inc;
+    flashcl_philox16_rounds(x, y, z, wv, k, 7);
+    w[0] = flashcl_philox16_join(x);
+    w[1] = flashcl_philox16_join(y);
+    w[2] = flashcl_philox16_join(z);
+    w[3] = flashcl_philox16_join(wv);
+}
+
 /* Multiplies x[j][r] (rows in lanes, keys j0 + j) by the dropout factor of (first + r, j0 + j): 0 or
    1/(1-p), from flashcl_dropout_words' counters (keys 4q .. 4q+3 of row i: (q, i, bh, offset)),
    the 16 rows of one q at a time through flashcl_philox16. */
@@ -299,11 +405,7 @@ inline void cpu_dropout_rows(float *x, flashcl_head hd, int first, int j0, VARIA
 #if HAS_DROPOUT
     for (int q4 = j0 >> 2; q4 * 4 < j0 + CHUNK; ++q4) {
         uint16 w[4];
-        w[0] = (uint16)((uint)q4);
-        w[1] = convert_uint16((int16)(first) + CPU_LANE_IDS);
-        w[2] = (uint16)(hd.bh);
-        w[3] = (uint16)(drop_off_lo);
-        flashcl_philox16(&w[0], &w[1], &w[2], &w[3], CPU_DROPOUT_KEY);
+        cpu_philox16_rows((uint)q4, (uint)first, hd.bh, drop_off_lo, CPU_DROPOUT_KEY, w);
         for (int t = 0; t < 4; ++t) {
             const int j = q4 * 4 + t - j0;
             if (j >= 0 && j < CHUNK) {
@@ -316,23 +418,43 @@ inline void cpu_dropout_rows(float *x, flashcl_head hd, int first, int j0, VARIA
 }
 
 /* The dropout factors of rows i .. i+3 for the 16 keys k_first .. k_first+15 (k_first a multiple
-   of 16): z[4 r + q][t] is key 4q + t of row i + r; one flashcl_philox16 for the 64 factors. */
+   of 16): z[r] lane 4q + t is key k_first + 4q + t of row i + r, word t of the counter
+   (k_first/4 + q, i + r, bh, offset). One flashcl_philox16 for the 64 factors, its lane n = 4r + q
+   the counter of row i + r and key quad q. */
 inline void cpu_dropout_keys4(flashcl_head hd, long i, int k_first, float16 z[4], VARIANT_ARGS) {
 #if HAS_DROPOUT
-    uint16 w[4];
-    w[0] = (uint16)((uint)(k_first >> 2)) + convert_uint16(CPU_LANE_IDS & (int16)(3));
-    w[1] = (uint16)((uint)i) + convert_uint16(CPU_LANE_IDS >> 2);
-    w[2] = (uint16)(hd.bh);
-    w[3] = (uint16)(drop_off_lo);
-    flashcl_philox16(&w[0], &w[1], &w[2], &w[3], CPU_DROPOUT_KEY);
-    uint words[4][LANES];
-    for (int t = 0; t < 4; ++t) vstore16(w[t], 0, words[t]);
-    for (int r = 0; r < 4; ++r) {
-        float f[LANES];
-        for (int q = 0; q < 4; ++q)
-            for (int t = 0; t < 4; ++t) f[4 * q + t] = words[t][4 * r + q] >= drop_threshold ? drop_scale : 0.0f;
-        z[r] = vload16(0, f);
+    ulong8 cx[2], cy[2], cz[2], cw[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) { /* lanes 8h .. 8h+7: rows i + 2h, i + 2h + 1 */
+        cx[h] = (ulong8)((ulong)(uint)(k_first >> 2)) + (ulong8)(0, 1, 2, 3, 0, 1, 2, 3);
+        cy[h] = (ulong8)((ulong)(uint)(i + 2 * h)) + (ulong8)(0, 0, 0, 0, 1, 1, 1, 1);
+        cz[h] = (ulong8)((ulong)hd.bh);
+        cw[h] = (ulong8)((ulong)drop_off_lo);
     }
+    uint16 w[4];
+    flashcl_philox16(cx, cy, cz, cw, CPU_DROPOUT_KEY, w);
+    /* f[t] lane 4r + q is key 4q + t of row i + r: z[r] interleaves lanes 4r .. 4r+3 of f[0..3], two
+       rounds of two-source shuffles (e: f0 and f1 lane by lane, g: f2 and f3; then pairs of e and
+       g) in place of a gather per four factors. Lane by lane in the source, as
+       flashcl_philox16_join says why; the optimiser makes each one shuffle. */
+    float16 f[4];
+    for (int t = 0; t < 4; ++t) f[t] = select((float16)(0.0f), (float16)(drop_scale), w[t] >= (uint16)(drop_threshold));
+    const float16 e0 = (float16)(f[0].s0, f[1].s0, f[0].s1, f[1].s1, f[0].s2, f[1].s2, f[0].s3, f[1].s3, f[0].s4,
+                                 f[1].s4, f[0].s5, f[1].s5, f[0].s6, f[1].s6, f[0].s7, f[1].s7);
+    const float16 e1 = (float16)(f[0].s8, f[1].s8, f[0].s9, f[1].s9, f[0].sa, f[1].sa, f[0].sb, f[1].sb, f[0].sc,
+                                 f[1].sc, f[0].sd, f[1].sd, f[0].se, f[1].se, f[0].sf, f[1].sf);
+    const float16 g0 = (float16)(f[2].s0, f[3].s0, f[2].s1, f[3].s1, f[2].s2, f[3].s2, f[2].s3, f[3].s3, f[2].s4,
+                                 f[3].s4, f[2].s5, f[3].s5, f[2].s6, f[3].s6, f[2].s7, f[3].s7);
+    const float16 g1 = (float16)(f[2].s8, f[3].s8, f[2].s9, f[3].s9, f[2].sa, f[3].sa, f[2].sb, f[3].sb, f[2].sc,
+                                 f[3].sc, f[2].sd, f[3].sd, f[2].se, f[3].se, f[2].sf, f[3].sf);
+    z[0] = (float16)(e0.s0, e0.s1, g0.s0, g0.s1, e0.s2, e0.s3, g0.s2, g0.s3, e0.s4, e0.s5, g0.s4, g0.s5, e0.s6, e0.s7,
+                     g0.s6, g0.s7);
+    z[1] = (float16)(e0.s8, e0.s9, g0.s8, g0.s9, e0.sa, e0.sb, g0.sa, g0.sb, e0.sc, e0.sd, g0.sc, g0.sd, e0.se, e0.sf,
+                     g0.se, g0.sf);
+    z[2] = (float16)(e1.s0, e1.s1, g1.s0, g1.s1, e1.s2, e1.s3, g1.s2, g1.s3, e1.s4, e1.s5, g1.s4, g1.s5, e1.s6, e1.s7,
+                     g1.s6, g1.s7);
+    z[3] = (float16)(e1.s8, e1.s9, g1.s8, g1.s9, e1.sa, e1.sb, g1.sa, g1.sb, e1.sc, e1.sd, g1.sc, g1.sd, e1.se, e1.sf,
+                     g1.se, g1.sf);
 #else
     for (int r = 0; r < 4; ++r) z[r] = (float16)(1.0f);
 #endif
@@ -385,6 +507,28 @@ inline float16 cpu_terms_keys(float16 x, float16 *grad, flashcl_head hd, long i,
     x = vload16(0, v);
 #endif
     return x;
+}
+
+/* Prefetches the bias and mask of row i, keys k_first .. k_first+15 (cpu_terms_keys' loads), where
+   all are real. dK/dV reads them a row at a time, rows a bias row apart: each load missed the
+   caches and the hardware prefetchers did not run ahead (a fifth of dK/dV with a bias stalled on
+   it, in perf), so the loop asks for a row some rows ahead. */
+#define CPU_PREFETCH_ROWS 8
+inline void cpu_prefetch_terms_keys(flashcl_head hd, long i, int k_first, VARIANT_ARGS) {
+#if HAS_BIAS || HAS_MASK
+    if (i < hd.sq && k_first + LANES <= hd.sk) {
+#if HAS_BIAS
+        __global const float *b = bias + hd.bias_at + (ulong)i * bias_sr + (ulong)k_first;
+        CPU_PREFETCH(b);
+        CPU_PREFETCH(b + LANES - 1);
+#endif
+#if HAS_MASK
+        __global const uchar *m = mask + hd.mask_at + (ulong)i * mask_sr + (ulong)k_first;
+        CPU_PREFETCH(m);
+        CPU_PREFETCH(m + LANES - 1);
+#endif
+    }
+#endif
 }
 
 /* Whether a chunk can hold a -inf logit or a key outside some row's band, so that it needs the
@@ -623,6 +767,7 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
                     const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, row);
                     const float l2 = LSE[lse_off + at] * FLASHCL_LOG2E_F;
                     float16 grad = (float16)(1.0f);
+                    cpu_prefetch_terms_keys(hd, row + CPU_PREFETCH_ROWS, k_first, VARIANT_PASS);
                     const float16 f = cpu_terms_keys(vload16(i, s), &grad, hd, row, k_first, VARIANT_PASS);
                     float16 p;
                     if (masked) {

@@ -434,19 +434,60 @@ inline uint4 flashcl_philox(uint4 c, uint2 k) {
     return c;
 }
 
-/* flashcl_philox on 16 counters at once (lane n: counter (cx[n], cy[n], cz[n], cw[n]), one key), for
-   kernels with explicit vectors (the CPU family), where a scalar Philox per four keys costs several
-   times the scores themselves. The same operations lane by lane, so the same words, bit for bit. */
-inline void flashcl_philox16(uint16 *cx, uint16 *cy, uint16 *cz, uint16 *cw, uint2 k) {
-    for (int r = 0; r < 10; ++r) {
-        const uint16 hi0 = mul_hi((uint16)(0xD2511F53u), *cx), lo0 = (uint16)(0xD2511F53u) * *cx;
-        const uint16 hi1 = mul_hi((uint16)(0xCD9E8D57u), *cz), lo1 = (uint16)(0xCD9E8D57u) * *cz;
-        *cx = hi1 ^ *cy ^ (uint16)(k.x);
-        *cy = lo1;
-        *cz = hi0 ^ *cw ^ (uint16)(k.y);
-        *cw = lo0;
+/* `rounds` Philox rounds from key k on 16 counters held as two halves of 8 in the low words of
+   64-bit lanes (x[h], y[h], z[h], w[h]): a 32x32->64 product is then one vpmuludq (the masks below
+   are free, the instruction reads the low words only), where mul_hi on uint16 took several 32-bit
+   multiplies and the shifts and adds between them. The high words of y and w carry the other
+   half of the product, which nothing reads (x and z are masked before each product, and the
+   results are truncated). The loop over the halves is unrolled, so every index is a constant and
+   the eight state vectors stay in registers: left as a loop, POCL kept them on the stack, a store
+   and a load in every round's dependency chain. The rounds stay a loop: unrolled too, clang 15
+   ran out of registers compiling the family for gfx1100 (test_offline_gfx1100). */
+inline void flashcl_philox16_rounds(ulong8 x[2], ulong8 y[2], ulong8 z[2], ulong8 w[2], uint2 k, int rounds) {
+    const ulong8 m32 = (ulong8)(0xFFFFFFFFul);
+    for (int r = 0; r < rounds; ++r) {
+        const ulong8 kx = (ulong8)((ulong)k.x), ky = (ulong8)((ulong)k.y);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const ulong8 p0 = (x[h] & m32) * (ulong8)(0xD2511F53ul);
+            const ulong8 p1 = (z[h] & m32) * (ulong8)(0xCD9E8D57ul);
+            x[h] = (p1 >> 32) ^ y[h] ^ kx;
+            y[h] = p1;
+            z[h] = (p0 >> 32) ^ w[h] ^ ky;
+            w[h] = p0;
+        }
         k += (uint2)(0x9E3779B9u, 0xBB67AE85u);
     }
+}
+
+/* The low words of two halves as one uint16, written lane by lane. LLVM's optimiser makes it the
+   same one shuffle as (uint16)(convert_uint8(v[0]), convert_uint8(v[1])) would be, but unoptimised
+   (Oclgrind's runs) that concatenation and any multi-lane swizzle (.lo, .hi, .s89ab) are
+   shufflevectors, whose undefined mask lanes and index 11 Oclgrind 21.10's uninitialised-value
+   checker misreads (a crash, or a defined lane reported as uninitialised: tests/CMakeLists.txt);
+   single-lane reads and writes are not. So the CPU family builds vectors from parts of others
+   lane by lane. */
+inline uint16 flashcl_philox16_join(const ulong8 v[2]) {
+    return (uint16)((uint)v[0].s0, (uint)v[0].s1, (uint)v[0].s2, (uint)v[0].s3, (uint)v[0].s4, (uint)v[0].s5,
+                    (uint)v[0].s6, (uint)v[0].s7, (uint)v[1].s0, (uint)v[1].s1, (uint)v[1].s2, (uint)v[1].s3,
+                    (uint)v[1].s4, (uint)v[1].s5, (uint)v[1].s6, (uint)v[1].s7);
+}
+
+/* flashcl_philox on 16 counters at once, for kernels with explicit vectors (the CPU family), where
+   a scalar Philox per four keys costs several times the scores themselves: lane 8h + n has the
+   counter (cx[h].sn, cy[h].sn, cz[h].sn, cw[h].sn) (low 32 bits; the high ones are ignored) and one
+   key. The same operations lane by lane, so the same words, bit for bit; the four words come out
+   as uint16 (lane 8h + n), word[0..3] = Philox's x, y, z, w. The rounds run on local copies: on
+   the caller's arrays, which may alias for all the compiler knows, every round stored and
+   reloaded the state. */
+inline void flashcl_philox16(const ulong8 cx[2], const ulong8 cy[2], const ulong8 cz[2], const ulong8 cw[2], uint2 k,
+                             uint16 word[4]) {
+    ulong8 x[2] = {cx[0], cx[1]}, y[2] = {cy[0], cy[1]}, z[2] = {cz[0], cz[1]}, w[2] = {cw[0], cw[1]};
+    flashcl_philox16_rounds(x, y, z, w, k, 10);
+    word[0] = flashcl_philox16_join(x);
+    word[1] = flashcl_philox16_join(y);
+    word[2] = flashcl_philox16_join(z);
+    word[3] = flashcl_philox16_join(w);
 }
 
 /* The four RNG words of keys 4q .. 4q+3 of row i (sequence-local positions). */

@@ -226,6 +226,14 @@ void variant_cases_all(vc_list *l) {
     c = push(l, "d=144 sinks+alibi", F32, 1, 2, 1, 37, 52, 144, 144, 0);
     c->sinks = 1;
     c->alibi = 1;
+    /* Bias and mask in whole 16-row, 16-key tiles (the CPU family's forward and dQ load those along
+       the bias and mask rows and transpose them in registers) next to partial ones (rows 32..39,
+       keys past the last whole chunk), with dropout. Last, so the cases above keep their numbers. */
+    c = push(l, "bias+mask+dropout whole tiles", F32, 1, 2, 2, 40, 110, 32, 32, 0);
+    c->bias = VC_FULL;
+    c->mask = VC_FULL;
+    c->mask_density = 0.7;
+    dropout(c, 0.2f, 21, 2);
 }
 
 void variant_cases_quick(vc_list *l) {
@@ -268,6 +276,15 @@ void variant_cases_quick(vc_list *l) {
     window(c, -1, 2);
     c = push(l, "quick bf16 softcap", FLASHCL_DTYPE_BF16, 1, 2, 1, 5, 12, 16, 16, 1);
     c->desc.softcap = 4.0f;
+    /* The CPU family's whole 16-row, 48-key chunk, whose bias and mask rows the forward and dQ load
+       in 16x16 tiles and transpose in registers, next to partial ones, with dropout: under
+       Oclgrind, so its uninitialised-value check sees those shuffles and the Philox words. Last,
+       so the cases above keep their numbers. */
+    c = push(l, "quick bias+mask+dropout whole tiles", FLASHCL_DTYPE_F32, 1, 1, 1, 20, 53, 8, 8, 0);
+    c->bias = VC_FULL;
+    c->mask = VC_FULL;
+    c->mask_density = 0.8;
+    dropout(c, 0.25f, 5, 1);
 }
 
 void vc_list_free(vc_list *l) {
