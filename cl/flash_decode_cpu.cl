@@ -3,9 +3,12 @@
  * work-group, as in cl/flash_cpu.cl, each owning a block of packed GQA rows
  * (see cl/flash_decode.cl for the packing) and one split of the keys, which it
  * reads in place from the K/V views or the KV cache's pages: no packed copy.
- * The head dim runs along explicit float16 vectors; per chunk of CHUNK keys:
- * the scores of every row (each K row loaded once), the online update (new
- * max, rescale, sum) per row, then P V (each V row loaded once). Splits spread
+ * The head dim runs along explicit float16 vectors; per chunk of CHUNK = 16
+ * keys and KV head: the scores of every row (each K row loaded once, two keys
+ * at a time, their partial dot products folded into one float16 of scores per
+ * row: cpu_fold_keys), the online update (new max, rescale, sum) on those
+ * vectors, then P V (each V row loaded once per block of CB output vectors,
+ * the block's accumulators in registers over the chunk's keys). Splits spread
  * one long sequence over the cores; partials are merged by cl/flash_merge.cl.
  *
  * heads > 1 (run time, at most HEADS, the size of the state arrays, so the
@@ -59,12 +62,16 @@ inline float16 cpu_ld16(__global const cache_t *row, int c16, int dim) {
  * page, where the hardware prefetchers stop, so without this every row costs
  * a full memory latency. Host CPU targets get clang's __builtin_prefetch per
  * 64-byte line (POCL compiles OpenCL's prefetch() to nothing); others keep
- * the portable builtin.
+ * the portable builtin. Locality 2 (x86: prefetcht1, towards L2): the kernel
+ * asks for a chunk ahead (64 KiB of K and of V with 8 heads of 128 floats),
+ * twice an L1 data cache, so into L1 (locality 3) the lines would evict the
+ * rows in use and the state first (2-core Zen 4, POCL, prefetches spread over
+ * the chunk: locality 3 ran 1.6x slower than 2 or 1, and 0 as slow as 3).
  */
 inline void cpu_prefetch_row(__global const cache_t *row, int dim) {
 #if defined(__clang__) && (defined(__x86_64__) || defined(__aarch64__))
     __global const char *p = (__global const char *)row;
-    for (int c = 0; c < dim * (int)sizeof(cache_t); c += 64) __builtin_prefetch(p + c, 0, 3);
+    for (int c = 0; c < dim * (int)sizeof(cache_t); c += 64) __builtin_prefetch(p + c, 0, 2);
 #else
     prefetch(row, (size_t)dim);
 #endif
@@ -80,6 +87,75 @@ inline float cpu_sum16(float16 v) {
     vstore4(vload4(0, t) + vload4(1, t), 0, t);
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
+
+/* The largest lane (fmax: a NaN lane is passed over, as the scalar max of the scores did). */
+inline float cpu_max16(float16 v) {
+    float t[16];
+    vstore16(v, 0, t);
+    vstore8(fmax(vload8(0, t), vload8(1, t)), 0, t);
+    vstore4(fmax(vload4(0, t), vload4(1, t)), 0, t);
+    return fmax(fmax(t[0], t[1]), fmax(t[2], t[3]));
+}
+
+/*
+ * The transposed reduction of the chunk's dot products. A key's dot product
+ * with a row is first 16 partial sums in the lanes of a float16; rather than
+ * summing each across its lanes (four shuffle and add steps per key and row),
+ * pairs of such vectors are folded together: each step halves the lanes per
+ * key and doubles the keys per vector, so the 16 keys' scores of a row end in
+ * one float16, key j in lane j, after 15 folds (two shuffles and an add each)
+ * instead of 16 horizontal sums, and the softmax that follows works on that
+ * vector. cpu_fold8: a and b one key each -> 8 lanes each (a's first);
+ * cpu_fold4/2/1: x and y 2/4/8 keys each in blocks of 8/4/2 lanes -> twice
+ * the keys in blocks of half the lanes, x's keys first.
+ */
+inline float16 cpu_fold8(float16 a, float16 b) {
+    return shuffle2(a, b, (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)) +
+           shuffle2(a, b, (uint16)(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+}
+inline float16 cpu_fold4(float16 x, float16 y) {
+    return shuffle2(x, y, (uint16)(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)) +
+           shuffle2(x, y, (uint16)(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31));
+}
+inline float16 cpu_fold2(float16 x, float16 y) {
+    return shuffle2(x, y, (uint16)(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)) +
+           shuffle2(x, y, (uint16)(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31));
+}
+inline float16 cpu_fold1(float16 x, float16 y) {
+    return shuffle2(x, y, (uint16)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)) +
+           shuffle2(x, y, (uint16)(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31));
+}
+
+/* w[i]: keys 2i and 2i+1 folded by cpu_fold8 -> the 16 keys' sums, key j in lane j. */
+inline float16 cpu_fold_keys(const float16 *w) {
+    const float16 x0 = cpu_fold4(w[0], w[1]), x1 = cpu_fold4(w[2], w[3]);
+    const float16 x2 = cpu_fold4(w[4], w[5]), x3 = cpu_fold4(w[6], w[7]);
+    return cpu_fold1(cpu_fold2(x0, x1), cpu_fold2(x2, x3));
+}
+
+/* Output columns (float16 vectors) per register block of the P V product: with ROWS rows a block
+   holds ROWS * CB accumulators, at most 16 of AVX-512's 32 registers, and CB divides DV16 so
+   every block is whole. */
+#define CB_MAX (16 / ROWS)
+#if DV16 % 16 == 0 && CB_MAX >= 16
+#define CB 16
+#elif DV16 % 8 == 0 && CB_MAX >= 8
+#define CB 8
+#elif DV16 % 4 == 0 && CB_MAX >= 4
+#define CB 4
+#elif DV16 % 3 == 0 && CB_MAX >= 3
+#define CB 3
+#elif DV16 % 2 == 0 && CB_MAX >= 2
+#define CB 2
+#else
+#define CB 1
+#endif
+
+#if CHUNK != 16
+#error "flash_decode_cpu: CHUNK is 16 (a chunk's scores are one float16 per row)"
+#endif
+
+#define CPU_LANE_IDS ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
 /* Grid: (row_blocks * splits, heads_kv / heads, batch), work-groups of one; heads <= HEADS. */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
@@ -101,7 +177,8 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
     const int rows = min(ROWS, packed - row0);
 
     /* Each KV head's rows' Q (scaled by scale*log2(e) and the K scale), ALiBi slopes; the rows'
-       query positions (the same for every head). */
+       query positions (the same for every head). Rows past `rows` repeat the block's first row
+       (computed, never stored). */
     float16 q[HEADS][ROWS][D16], acc[HEADS][ROWS][DV16];
     float m[HEADS][ROWS], l[HEADS][ROWS], slope2[HEADS][ROWS];
     long qi[ROWS];
@@ -139,69 +216,93 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
 
     for (long key0 = kv_lo; key0 < kv_hi; key0 += CHUNK) {
         const int n = (int)min((long)CHUNK, kv_hi - key0);
-        /* The next chunk's rows of every head, while this one is computed. With heads > 1 a key's
-           heads are neighbours in a [.., h_kv, d] cache, so these are whole contiguous runs. */
-        for (long j = key0 + CHUNK; j < min(key0 + 2 * CHUNK, kv_hi); ++j)
-            for (int t = 0; t < heads; ++t) {
-                cpu_prefetch_row(K + flashcl_kv_row(b, j, hk0 + t, table, max_pages, page_size, kv_start, k_off, k_sp,
-                                                    k_sh, k_sr, hd.k0),
-                                 HEAD_DIM);
-                cpu_prefetch_row(V + flashcl_kv_row(b, j, hk0 + t, table, max_pages, page_size, kv_start, v_off, v_sp,
-                                                    v_sh, v_sr, hd.k0),
-                                 HEAD_DIM_V);
-            }
+        /* Every key of the chunk visible to every row and no score terms: the scores need no
+           per-element work beyond cutting the keys past n. */
+        const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, i_lo, i_hi, key0, key0 + n - 1, win_left, win_right);
         for (int t = 0; t < heads; ++t) {
             const int hk = hk0 + t;
-            float s[ROWS][CHUNK];
-            for (int j = 0; j < n; ++j) {
-                __global const cache_t *krow = K + flashcl_kv_row(b, key0 + j, hk, table, max_pages, page_size,
-                                                                  kv_start, k_off, k_sp, k_sh, k_sr, hd.k0);
-                float16 kv[D16];
-                for (int c = 0; c < D16; ++c) kv[c] = cpu_ld16(krow, c, HEAD_DIM);
-                for (int r = 0; r < ROWS; ++r) {
-                    float16 u = q[t][r][0] * kv[0];
-                    for (int c = 1; c < D16; ++c) u = fma(q[t][r][c], kv[c], u);
-                    s[r][j] = cpu_sum16(u);
+            /* Scores, two keys at a time (keys past n repeat key n-1 and are cut below): every row's
+               16-lane partial dots of both keys, folded at once to one vector (cpu_fold8). */
+            float16 w[ROWS][CHUNK / 2];
+            for (int jp = 0; jp < CHUNK / 2; ++jp) {
+                __global const cache_t *ka = K + flashcl_kv_row(b, key0 + min(2 * jp, n - 1), hk, table, max_pages,
+                                                                page_size, kv_start, k_off, k_sp, k_sh, k_sr, hd.k0);
+                __global const cache_t *kb = K + flashcl_kv_row(b, key0 + min(2 * jp + 1, n - 1), hk, table,
+                                                                max_pages, page_size, kv_start, k_off, k_sp, k_sh, k_sr,
+                                                                hd.k0);
+                /* The next chunk's K and V rows of these two keys for this head, spread over the
+                   chunk's work rather than all at its start (2048 lines with 8 heads, on which the
+                   core stalled: the prefetch loop held a third of the kernel's samples, and the
+                   spread form ran 1.3x faster with locality 2). */
+                for (long j = key0 + CHUNK + 2 * jp; j < min(key0 + CHUNK + 2 * jp + 2, kv_hi); ++j) {
+                    cpu_prefetch_row(K + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, k_off, k_sp,
+                                                        k_sh, k_sr, hd.k0),
+                                     HEAD_DIM);
+                    cpu_prefetch_row(V + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, v_off, v_sp,
+                                                        v_sh, v_sr, hd.k0),
+                                     HEAD_DIM_V);
                 }
+                float16 ua[ROWS], ub[ROWS];
+                {
+                    const float16 xa = cpu_ld16(ka, 0, HEAD_DIM), xb = cpu_ld16(kb, 0, HEAD_DIM);
+#pragma unroll
+                    for (int r = 0; r < ROWS; ++r) ua[r] = q[t][r][0] * xa, ub[r] = q[t][r][0] * xb;
+                }
+#pragma unroll
+                for (int c = 1; c < D16; ++c) {
+                    const float16 xa = cpu_ld16(ka, c, HEAD_DIM), xb = cpu_ld16(kb, c, HEAD_DIM);
+#pragma unroll
+                    for (int r = 0; r < ROWS; ++r) ua[r] = fma(q[t][r][c], xa, ua[r]), ub[r] = fma(q[t][r][c], xb, ub[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) w[r][jp] = cpu_fold8(ua[r], ub[r]);
             }
-            /* The online update per row: new max over the chunk, rescale, P in place of the scores, sum. */
+            /* The online update per row: new max over the chunk, rescale, P, sum. */
+            float p[ROWS][CHUNK], alpha[ROWS];
             for (int r = 0; r < ROWS; ++r) {
-                float mx = m[t][r];
-                for (int j = 0; j < n; ++j) {
+                float16 s = cpu_fold_keys(w[r]);
+                if (plain) {
+                    if (n < CHUNK) s = select(s, (float16)(FLASHCL_NEG_INF), CPU_LANE_IDS >= (int16)(n));
+                } else {
+                    float f[CHUNK];
+                    vstore16(s, 0, f);
                     flashcl_head hr = hd;
                     hr.slope2 = slope2[t][r];
-                    const float f =
-                        r < rows ? flashcl_score(s[r][j], hr, qi[r], key0 + j, VARIANT_PASS) : FLASHCL_NEG_INF;
-                    s[r][j] = f;
-                    mx = fmax(mx, f);
+                    for (int j = 0; j < CHUNK; ++j)
+                        f[j] = r < rows && j < n ? flashcl_score(f[j], hr, qi[r], key0 + j, VARIANT_PASS)
+                                                 : FLASHCL_NEG_INF;
+                    s = vload16(0, f);
                 }
+                const float mx = fmax(m[t][r], cpu_max16(s));
                 const float base = flashcl_safe_base(mx);
-                const float alpha = exp2(m[t][r] - base);
-#if CHUNK == 16
-                /* The chunk's 16 probabilities at once (keys past n are -inf: 0). */
-                for (int j = n; j < CHUNK; ++j) s[r][j] = FLASHCL_NEG_INF;
-                const float16 p = flashcl_exp2_16(vload16(0, s[r]) - (float16)(base));
-                vstore16(p, 0, s[r]);
-                const float sum = cpu_sum16(p);
-#else
-                float sum = 0.0f;
-                for (int j = 0; j < n; ++j) {
-                    const float p = exp2(s[r][j] - base);
-                    s[r][j] = p;
-                    sum += p;
-                }
-#endif
-                l[t][r] = l[t][r] * alpha + sum;
+                alpha[r] = exp2(m[t][r] - base);
+                /* The chunk's 16 probabilities at once (-inf scores: 0). */
+                const float16 pr = flashcl_exp2_16(s - (float16)(base));
+                vstore16(pr, 0, p[r]);
+                l[t][r] = l[t][r] * alpha[r] + cpu_sum16(pr);
                 m[t][r] = mx;
-                for (int c = 0; c < DV16; ++c) acc[t][r][c] *= alpha;
             }
-            for (int j = 0; j < n; ++j) {
-                __global const cache_t *vrow = V + flashcl_kv_row(b, key0 + j, hk, table, max_pages, page_size,
-                                                                  kv_start, v_off, v_sp, v_sh, v_sr, hd.k0);
-                for (int c = 0; c < DV16; ++c) {
-                    const float16 vv = cpu_ld16(vrow, c, HEAD_DIM_V);
-                    for (int r = 0; r < ROWS; ++r) acc[t][r][c] = fma((float16)(s[r][j]), vv, acc[t][r][c]);
+            /* P V, CB output vectors of every row at a time, held in registers over the chunk's keys. */
+            for (int c0 = 0; c0 < DV16; c0 += CB) {
+                float16 a[ROWS][CB];
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                    for (int c = 0; c < CB; ++c) a[r][c] = acc[t][r][c0 + c] * alpha[r];
+                for (int j = 0; j < n; ++j) {
+                    __global const cache_t *vrow = V + flashcl_kv_row(b, key0 + j, hk, table, max_pages, page_size,
+                                                                      kv_start, v_off, v_sp, v_sh, v_sr, hd.k0);
+#pragma unroll
+                    for (int c = 0; c < CB; ++c) {
+                        const float16 vv = cpu_ld16(vrow, c0 + c, HEAD_DIM_V);
+#pragma unroll
+                        for (int r = 0; r < ROWS; ++r) a[r][c] = fma((float16)(p[r][j]), vv, a[r][c]);
+                    }
                 }
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                    for (int c = 0; c < CB; ++c) acc[t][r][c0 + c] = a[r][c];
             }
         }
     }
