@@ -179,6 +179,36 @@ inline float16 cpu_fold_keys(const float16 *w) {
 #error "flash_decode_cpu: CHUNK is 16 (a chunk's scores are one float16 per row)"
 #endif
 
+/*
+ * Element offsets, without the head's, of the K and V rows of keys j0 .. j0 + CHUNK - 1 of the
+ * sequence (those past `last` repeat row `last`, so every entry is one of its rows): what
+ * flashcl_kv_row gives, with one division and one page-table read per chunk and page instead
+ * of per row and head. A contiguous KV cache is a paged one of one page per sequence, so
+ * without this every row of every head cost a 64-bit division (at % page_size).
+ */
+inline void cpu_chunk_rows(long j0, long last, int b, __global const int *table, int max_pages, long page_size,
+                           long kv_start, long k0, ulong k_off, ulong k_sp, ulong k_sr, ulong v_off, ulong v_sp,
+                           ulong v_sr, ulong *krow, ulong *vrow) {
+#if PAGED
+    long slot = (kv_start + j0) / page_size, within = kv_start + j0 - slot * page_size;
+    ulong page = (ulong)(long)table[(long)b * max_pages + slot];
+    for (int j = 0; j < CHUNK; ++j) {
+        krow[j] = k_off + page * k_sp + (ulong)within * k_sr;
+        vrow[j] = v_off + page * v_sp + (ulong)within * v_sr;
+        if (j0 + j < last && ++within == page_size) {
+            within = 0;
+            page = (ulong)(long)table[(long)b * max_pages + ++slot];
+        }
+    }
+#else
+    for (int j = 0; j < CHUNK; ++j) {
+        const ulong row = (ulong)(k0 + min(j0 + j, last));
+        krow[j] = k_off + (ulong)b * k_sp + row * k_sr;
+        vrow[j] = v_off + (ulong)b * v_sp + row * v_sr;
+    }
+#endif
+}
+
 #define CPU_LANE_IDS ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
 /* Grid: (row_blocks * splits, heads_kv / heads, batch), work-groups of one; heads <= HEADS. */
@@ -243,28 +273,29 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
         /* Every key of the chunk visible to every row and no score terms: the scores need no
            per-element work beyond cutting the keys past n. */
         const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, i_lo, i_hi, key0, key0 + n - 1, win_left, win_right);
+        /* The rows of this chunk's keys and of the next one's (prefetched below). */
+        ulong krow[CHUNK], vrow[CHUNK], knext[CHUNK], vnext[CHUNK];
+        cpu_chunk_rows(key0, key0 + n - 1, b, table, max_pages, page_size, kv_start, hd.k0, k_off, k_sp, k_sr, v_off,
+                       v_sp, v_sr, krow, vrow);
+        const int n_next = (int)clamp(kv_hi - key0 - CHUNK, 0L, (long)CHUNK);
+        if (n_next > 0)
+            cpu_chunk_rows(key0 + CHUNK, key0 + CHUNK + n_next - 1, b, table, max_pages, page_size, kv_start, hd.k0,
+                           k_off, k_sp, k_sr, v_off, v_sp, v_sr, knext, vnext);
         for (int t = 0; t < heads; ++t) {
             const int hk = hk0 + t;
+            const ulong k_head = (ulong)hk * k_sh, v_head = (ulong)hk * v_sh;
             /* Scores, two keys at a time (keys past n repeat key n-1 and are cut below): every row's
                16-lane partial dots of both keys, folded at once to one vector (cpu_fold8). */
             float16 w[ROWS][CHUNK / 2];
             for (int jp = 0; jp < CHUNK / 2; ++jp) {
-                __global const cache_t *ka = K + flashcl_kv_row(b, key0 + min(2 * jp, n - 1), hk, table, max_pages,
-                                                                page_size, kv_start, k_off, k_sp, k_sh, k_sr, hd.k0);
-                __global const cache_t *kb = K + flashcl_kv_row(b, key0 + min(2 * jp + 1, n - 1), hk, table,
-                                                                max_pages, page_size, kv_start, k_off, k_sp, k_sh, k_sr,
-                                                                hd.k0);
+                __global const cache_t *ka = K + krow[2 * jp] + k_head, *kb = K + krow[2 * jp + 1] + k_head;
                 /* The next chunk's K and V rows of these two keys for this head, spread over the
                    chunk's work rather than all at its start (2048 lines with 8 heads, on which the
                    core stalled: the prefetch loop held a third of the kernel's samples, and the
                    spread form ran 1.3x faster with locality 2). */
-                for (long j = key0 + CHUNK + 2 * jp; j < min(key0 + CHUNK + 2 * jp + 2, kv_hi); ++j) {
-                    cpu_prefetch_row(K + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, k_off, k_sp,
-                                                        k_sh, k_sr, hd.k0),
-                                     HEAD_DIM);
-                    cpu_prefetch_row(V + flashcl_kv_row(b, j, hk, table, max_pages, page_size, kv_start, v_off, v_sp,
-                                                        v_sh, v_sr, hd.k0),
-                                     HEAD_DIM_V);
+                for (int j = 2 * jp; j < min(2 * jp + 2, n_next); ++j) {
+                    cpu_prefetch_row(K + knext[j] + k_head, HEAD_DIM);
+                    cpu_prefetch_row(V + vnext[j] + v_head, HEAD_DIM_V);
                 }
                 float16 ua[ROWS], ub[ROWS];
                 {
@@ -314,11 +345,10 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
 #pragma unroll
                     for (int c = 0; c < CB; ++c) a[r][c] = acc[t][r][c0 + c] * alpha[r];
                 for (int j = 0; j < n; ++j) {
-                    __global const cache_t *vrow = V + flashcl_kv_row(b, key0 + j, hk, table, max_pages, page_size,
-                                                                      kv_start, v_off, v_sp, v_sh, v_sr, hd.k0);
+                    __global const cache_t *vr = V + vrow[j] + v_head;
 #pragma unroll
                     for (int c = 0; c < CB; ++c) {
-                        const float16 vv = cpu_ld16(vrow, c0 + c, HEAD_DIM_V);
+                        const float16 vv = cpu_ld16(vr, c0 + c, HEAD_DIM_V);
 #pragma unroll
                         for (int r = 0; r < ROWS; ++r) a[r][c] = fma((float16)(p[r][j]), vv, a[r][c]);
                     }
