@@ -281,6 +281,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
         if (n_next > 0)
             cpu_chunk_rows(key0 + CHUNK, key0 + CHUNK + n_next - 1, b, table, max_pages, page_size, kv_start, hd.k0,
                            k_off, k_sp, k_sr, v_off, v_sp, v_sr, knext, vnext);
+        int pf_key = 0, pf_head = 0; /* the next row to prefetch: key, head (from hk0) */
         for (int t = 0; t < heads; ++t) {
             const int hk = hk0 + t;
             const ulong k_head = (ulong)hk * k_sh, v_head = (ulong)hk * v_sh;
@@ -289,13 +290,18 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
             float16 w[ROWS][CHUNK / 2];
             for (int jp = 0; jp < CHUNK / 2; ++jp) {
                 __global const cache_t *ka = K + krow[2 * jp] + k_head, *kb = K + krow[2 * jp + 1] + k_head;
-                /* The next chunk's K and V rows of these two keys for this head, spread over the
-                   chunk's work rather than all at its start (2048 lines with 8 heads, on which the
-                   core stalled: the prefetch loop held a third of the kernel's samples, and the
-                   spread form ran 1.3x faster with locality 2). */
-                for (int j = 2 * jp; j < min(2 * jp + 2, n_next); ++j) {
-                    cpu_prefetch_row(K + knext[j] + k_head, HEAD_DIM);
-                    cpu_prefetch_row(V + vnext[j] + v_head, HEAD_DIM_V);
+                /* Two of the next chunk's K rows and V rows, spread over the chunk's work rather
+                   than all at its start (2048 lines with 8 heads, on which the core stalled: the
+                   prefetch loop held a third of the kernel's samples, and the spread form ran 1.3x
+                   faster with locality 2). They go in address order, key by key and each key's
+                   heads (one contiguous run per key in a [.., h_kv, d] cache), not in the order the
+                   heads are computed (16 rows 4 KiB apart, then the next head's): 1.06x (median). */
+                for (int u = 0; u < 2; ++u) {
+                    if (pf_key < n_next) {
+                        cpu_prefetch_row(K + knext[pf_key] + (ulong)(hk0 + pf_head) * k_sh, HEAD_DIM);
+                        cpu_prefetch_row(V + vnext[pf_key] + (ulong)(hk0 + pf_head) * v_sh, HEAD_DIM_V);
+                    }
+                    if (++pf_head == heads) pf_head = 0, ++pf_key;
                 }
                 float16 ua[ROWS], ub[ROWS];
                 {
