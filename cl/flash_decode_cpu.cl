@@ -42,15 +42,29 @@
 #define PART_PITCH (DV16 * 16) /* floats per partial output row (the host uses the same pitch) */
 
 #if CACHE_DTYPE != 0
-/* Sixteen fp8 codes to float at once: flashcl_e4m3_to_float / flashcl_e5m2_to_float (the same
-   values, NaN payloads aside) as lane operations. A normal code's exponent and mantissa bits,
-   moved to a float's, plus the bias difference in the exponent field are the value; subnormal
-   codes are m * 2^(1 - bias - mantissa bits), converted (no float subnormals involved, so the
-   result does not depend on the device flushing them). Per element the scalar decode took a
-   dozen operations and a lane insert, and an fp8 cache ran slower than bf16. */
+#ifndef FP8_DENORM_MUL
+#define FP8_DENORM_MUL 0
+#endif
+/*
+ * Sixteen fp8 codes to float at once: flashcl_e4m3_to_float / flashcl_e5m2_to_float (the same
+ * values, NaN payloads aside) as lane operations; per element the scalar decode took a dozen
+ * operations and a lane insert, and an fp8 cache ran slower than bf16.
+ * FP8_DENORM_MUL (the host sets it where the device reports CL_FP_DENORM, as for
+ * cl/flash_decode.cl's fp8_bits): the code's 7 magnitude bits as the top of a float's exponent
+ * and mantissa, times 2^(127 - bias): exact for normal codes and, float arithmetic keeping
+ * subnormals, for subnormal ones (a host thread running with x86's DAZ would flush those to
+ * 0). Otherwise normal codes get the bias difference added to the exponent field and subnormal
+ * ones m * 2^(1 - bias - mantissa bits) converted and selected: no float subnormals, four
+ * operations more a vector (fp8 kvcache call 1.35x slower on POCL).
+ */
 inline float16 cpu_fp8_16(uchar16 bytes) {
     const uint16 x = convert_uint16(bytes);
-#if CACHE_DTYPE == 1
+#if FP8_DENORM_MUL && CACHE_DTYPE == 1
+    const float16 mag = select(as_float16((x & 0x7fu) << 20) * 0x1p120f, (float16)(NAN), (x & 0x7fu) == (uint16)(0x7fu));
+#elif FP8_DENORM_MUL
+    const float16 mag = select(as_float16((x & 0x7fu) << 21) * 0x1p112f,
+                               as_float16(((x & 3u) << 21) | (uint16)(0x7f800000u)), (x & 0x7cu) == (uint16)(0x7cu));
+#elif CACHE_DTYPE == 1
     const float16 normal = as_float16(((x & 0x7fu) << 20) + (uint16)(120u << 23));
     float16 mag = select(normal, convert_float16(x & 7u) * 0x1p-9f, (x & 0x78u) == (uint16)(0u));
     mag = select(mag, (float16)(NAN), (x & 0x7fu) == (uint16)(0x7fu));
