@@ -18,7 +18,7 @@
  * one head per work-item each row is a head stride (4 KiB for 8 heads of 128
  * floats) from the next, in its own page, where the hardware prefetchers stop.
  *
- * Knobs: HEAD_DIM, HEAD_DIM_V, ROWS, HEADS, CHUNK, PAGED, CACHE_DTYPE and cl/variants.cl's
+ * Knobs: HEAD_DIM, HEAD_DIM_V, ROWS, HEADS, CHUNK, PAGED, CACHE_DTYPE, FP8_DENORM_MUL and cl/variants.cl's
  * switches; write_parts (run time) selects partials or O and LSE.
  */
 #ifndef HEAD_DIM
@@ -60,7 +60,8 @@
 inline float16 cpu_fp8_16(uchar16 bytes) {
     const uint16 x = convert_uint16(bytes);
 #if FP8_DENORM_MUL && CACHE_DTYPE == 1
-    const float16 mag = select(as_float16((x & 0x7fu) << 20) * 0x1p120f, (float16)(NAN), (x & 0x7fu) == (uint16)(0x7fu));
+    const float16 mag =
+        select(as_float16((x & 0x7fu) << 20) * 0x1p120f, (float16)(NAN), (x & 0x7fu) == (uint16)(0x7fu));
 #elif FP8_DENORM_MUL
     const float16 mag = select(as_float16((x & 0x7fu) << 21) * 0x1p112f,
                                as_float16(((x & 3u) << 21) | (uint16)(0x7f800000u)), (x & 0x7cu) == (uint16)(0x7cu));
@@ -286,7 +287,8 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
         const int n = (int)min((long)CHUNK, kv_hi - key0);
         /* Every key of the chunk visible to every row and no score terms: the scores need no
            per-element work beyond cutting the keys past n. */
-        const int plain = !HAS_SCORE_TERMS && flashcl_tile_plain(hd, i_lo, i_hi, key0, key0 + n - 1, win_left, win_right);
+        const int plain =
+            !HAS_SCORE_TERMS && flashcl_tile_plain(hd, i_lo, i_hi, key0, key0 + n - 1, win_left, win_right);
         /* The rows of this chunk's keys and of the next one's (prefetched below). */
         ulong krow[CHUNK], vrow[CHUNK], knext[CHUNK], vnext[CHUNK];
         cpu_chunk_rows(key0, key0 + n - 1, b, table, max_pages, page_size, kv_start, hd.k0, k_off, k_sp, k_sr, v_off,
@@ -327,7 +329,8 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
                 for (int c = 1; c < D16; ++c) {
                     const float16 xa = cpu_ld16(ka, c, HEAD_DIM), xb = cpu_ld16(kb, c, HEAD_DIM);
 #pragma unroll
-                    for (int r = 0; r < ROWS; ++r) ua[r] = fma(q[t][r][c], xa, ua[r]), ub[r] = fma(q[t][r][c], xb, ub[r]);
+                    for (int r = 0; r < ROWS; ++r)
+                        ua[r] = fma(q[t][r][c], xa, ua[r]), ub[r] = fma(q[t][r][c], xb, ub[r]);
                 }
 #pragma unroll
                 for (int r = 0; r < ROWS; ++r) w[r][jp] = cpu_fold8(ua[r], ub[r]);
