@@ -3,10 +3,10 @@
  * work-group, as in cl/flash_cpu.cl, each owning a block of packed GQA rows
  * (see cl/flash_decode.cl for the packing) and one split of the keys, which it
  * reads in place from the K/V views or the KV cache's pages: no packed copy.
- * The head dim runs along explicit float16 vectors; per chunk of CHUNK = 16
- * keys and KV head: the scores of every row (each K row loaded once, two keys
- * at a time, their partial dot products folded into one float16 of scores per
- * row: cpu_fold_keys), the online update (new max, rescale, sum) on those
+ * The head dim runs along explicit float16 vectors; per chunk of CHUNK keys
+ * (16 unless a tuned plan says otherwise) and KV head: the scores of every row
+ * (each K row loaded once, two keys at a time, their partial dot products
+ * folded into one float16 of scores per row and 16 keys: cpu_fold_keys), the online update (new max, rescale, sum) on those
  * vectors, then P V (each V row loaded once per block of CB output vectors,
  * the block's accumulators in registers over the chunk's keys). Splits spread
  * one long sequence over the cores; partials are merged by cl/flash_merge.cl.
@@ -190,12 +190,14 @@ inline float16 cpu_fold_keys(const float16 *w) {
 #define CB 1
 #endif
 
-#if CHUNK != 16
-#error "flash_decode_cpu: CHUNK is 16 (a chunk's scores are one float16 per row)"
-#endif
+/* A chunk's keys as score vectors of 16 (key j in lane j % 16 of vector j / 16, lanes past the
+   chunk masked), the key pairs the score loop takes, and the rows those pairs read. */
+#define NV ((CHUNK + 15) / 16)
+#define PAIRS ((CHUNK + 1) / 2)
+#define PAIR_KEYS (2 * PAIRS)
 
 /*
- * Element offsets, without the head's, of the K and V rows of keys j0 .. j0 + CHUNK - 1 of the
+ * Element offsets, without the head's, of the K and V rows of keys j0 .. j0 + PAIR_KEYS - 1 of the
  * sequence (those past `last` repeat row `last`, so every entry is one of its rows): what
  * flashcl_kv_row gives, with one division and one page-table read per chunk and page instead
  * of per row and head. A contiguous KV cache is a paged one of one page per sequence, so
@@ -207,7 +209,7 @@ inline void cpu_chunk_rows(long j0, long last, int b, __global const int *table,
 #if PAGED
     long slot = (kv_start + j0) / page_size, within = kv_start + j0 - slot * page_size;
     ulong page = (ulong)(long)table[(long)b * max_pages + slot];
-    for (int j = 0; j < CHUNK; ++j) {
+    for (int j = 0; j < PAIR_KEYS; ++j) {
         krow[j] = k_off + page * k_sp + (ulong)within * k_sr;
         vrow[j] = v_off + page * v_sp + (ulong)within * v_sr;
         if (j0 + j < last && ++within == page_size) {
@@ -216,7 +218,7 @@ inline void cpu_chunk_rows(long j0, long last, int b, __global const int *table,
         }
     }
 #else
-    for (int j = 0; j < CHUNK; ++j) {
+    for (int j = 0; j < PAIR_KEYS; ++j) {
         const ulong row = (ulong)(k0 + min(j0 + j, last));
         krow[j] = k_off + (ulong)b * k_sp + row * k_sr;
         vrow[j] = v_off + (ulong)b * v_sp + row * v_sr;
@@ -290,7 +292,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
         const int plain =
             !HAS_SCORE_TERMS && flashcl_tile_plain(hd, i_lo, i_hi, key0, key0 + n - 1, win_left, win_right);
         /* The rows of this chunk's keys and of the next one's (prefetched below). */
-        ulong krow[CHUNK], vrow[CHUNK], knext[CHUNK], vnext[CHUNK];
+        ulong krow[PAIR_KEYS], vrow[PAIR_KEYS], knext[PAIR_KEYS], vnext[PAIR_KEYS];
         cpu_chunk_rows(key0, key0 + n - 1, b, table, max_pages, page_size, kv_start, hd.k0, k_off, k_sp, k_sr, v_off,
                        v_sp, v_sr, krow, vrow);
         const int n_next = (int)clamp(kv_hi - key0 - CHUNK, 0L, (long)CHUNK);
@@ -302,9 +304,12 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
             const int hk = hk0 + t;
             const ulong k_head = (ulong)hk * k_sh, v_head = (ulong)hk * v_sh;
             /* Scores, two keys at a time (keys past n repeat key n-1 and are cut below): every row's
-               16-lane partial dots of both keys, folded at once to one vector (cpu_fold8). */
-            float16 w[ROWS][CHUNK / 2];
-            for (int jp = 0; jp < CHUNK / 2; ++jp) {
+               16-lane partial dots of both keys, folded at once to one vector (cpu_fold8). Pairs
+               past the chunk (CHUNK not a multiple of 16) are zeros, cut with the keys past n. */
+            float16 w[ROWS][NV * 8];
+            for (int jp = PAIRS; jp < NV * 8; ++jp)
+                for (int r = 0; r < ROWS; ++r) w[r][jp] = (float16)(0.0f);
+            for (int jp = 0; jp < PAIRS; ++jp) {
                 __global const cache_t *ka = K + krow[2 * jp] + k_head, *kb = K + krow[2 * jp + 1] + k_head;
                 /* Two of the next chunk's K rows and V rows, spread over the chunk's work rather
                    than all at its start (2048 lines with 8 heads, on which the core stalled: the
@@ -336,28 +341,36 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
                 for (int r = 0; r < ROWS; ++r) w[r][jp] = cpu_fold8(ua[r], ub[r]);
             }
             /* The online update per row: new max over the chunk, rescale, P, sum. */
-            float p[ROWS][CHUNK], alpha[ROWS];
+            float p[ROWS][NV * 16], alpha[ROWS];
             for (int r = 0; r < ROWS; ++r) {
-                float16 s = cpu_fold_keys(w[r]);
+                float16 s[NV];
+                for (int v = 0; v < NV; ++v) s[v] = cpu_fold_keys(&w[r][8 * v]);
                 if (plain) {
-                    if (n < CHUNK) s = select(s, (float16)(FLASHCL_NEG_INF), CPU_LANE_IDS >= (int16)(n));
+                    for (int v = 0; v < NV; ++v)
+                        if (n < 16 * (v + 1))
+                            s[v] = select(s[v], (float16)(FLASHCL_NEG_INF), CPU_LANE_IDS >= (int16)(n - 16 * v));
                 } else {
-                    float f[CHUNK];
-                    vstore16(s, 0, f);
+                    float f[NV * 16];
+                    for (int v = 0; v < NV; ++v) vstore16(s[v], v, f);
                     flashcl_head hr = hd;
                     hr.slope2 = slope2[t][r];
-                    for (int j = 0; j < CHUNK; ++j)
+                    for (int j = 0; j < NV * 16; ++j)
                         f[j] = r < rows && j < n ? flashcl_score(f[j], hr, qi[r], key0 + j, VARIANT_PASS)
                                                  : FLASHCL_NEG_INF;
-                    s = vload16(0, f);
+                    for (int v = 0; v < NV; ++v) s[v] = vload16(v, f);
                 }
-                const float mx = fmax(m[t][r], cpu_max16(s));
+                float mx = m[t][r];
+                for (int v = 0; v < NV; ++v) mx = fmax(mx, cpu_max16(s[v]));
                 const float base = flashcl_safe_base(mx);
                 alpha[r] = exp2(m[t][r] - base);
-                /* The chunk's 16 probabilities at once (-inf scores: 0). */
-                const float16 pr = flashcl_exp2_16(s - (float16)(base));
-                vstore16(pr, 0, p[r]);
-                l[t][r] = l[t][r] * alpha[r] + cpu_sum16(pr);
+                /* The chunk's probabilities 16 at once (-inf scores: 0). */
+                float sum = 0.0f;
+                for (int v = 0; v < NV; ++v) {
+                    const float16 pr = flashcl_exp2_16(s[v] - (float16)(base));
+                    vstore16(pr, v, p[r]);
+                    sum += cpu_sum16(pr);
+                }
+                l[t][r] = l[t][r] * alpha[r] + sum;
                 m[t][r] = mx;
             }
             /* P V, CB output vectors of every row at a time, held in registers over the chunk's keys. */
