@@ -1026,6 +1026,44 @@ static void check_fp8_encoding(flashcl_context *ctx) {
     }
 }
 
+/* The decode kernels' fp8 to float conversion on every code of both formats: one key whose K row
+   is zeros and whose V row holds the 256 codes, so O is V's row decoded exactly (p = 1, l = 1):
+   equal to the host's fp8_value, NaN where the code is NaN. */
+static void check_fp8_decoding(flashcl_context *ctx) {
+    enum { D = 256 };
+    cl_context cl = flashcl_context_cl_context(ctx);
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    float q[D], out[D];
+    unsigned char kcodes[D], vcodes[D];
+    for (size_t i = 0; i < D; ++i) q[i] = 0.0f, kcodes[i] = 0, vcodes[i] = (unsigned char)i;
+    for (int e4m3 = 1; e4m3 >= 0; --e4m3) {
+        cl_mem kb = bytes_buffer(cl, kcodes, D), vb = bytes_buffer(cl, vcodes, D);
+        cl_mem qb = bytes_buffer(cl, q, sizeof q), ob = bytes_buffer(cl, NULL, sizeof out);
+        flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+        d.batch = 1, d.heads_q = 1, d.heads_kv = 1, d.seqlen_q = 1, d.head_dim = D, d.head_dim_v = D;
+        flashcl_kv_cache c = FLASHCL_KV_CACHE_INIT;
+        const int32_t lens[1] = {1};
+        c.k = flashcl_tensor_bshd(kb, 1, 1, D), c.v = flashcl_tensor_bshd(vb, 1, 1, D);
+        c.capacity = 1, c.cache_seqlens = lens;
+        c.dtype = e4m3 ? FLASHCL_CACHE_DTYPE_FP8_E4M3 : FLASHCL_CACHE_DTYPE_FP8_E5M2;
+        flashcl_tensor qv = flashcl_tensor_bshd(qb, 1, 1, D), ov = flashcl_tensor_bshd(ob, 1, 1, D);
+        int ok = CHECK_STATUS(flashcl_forward_kvcache(ctx, &d, &qv, &c, &ov, NULL, 0, 0, NULL, NULL), FLASHCL_SUCCESS);
+        if (!ok) fprintf(stderr, "  fp8 decoding: %s\n", flashcl_last_error(ctx));
+        REQUIRE_CL(clEnqueueReadBuffer(queue, ob, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
+        for (size_t i = 0; ok && i < D; ++i) {
+            const float want = fp8_value((unsigned char)i, e4m3);
+            if (isnan(want) ? !isnan(out[i]) : out[i] != want) {
+                fprintf(stderr, "FAIL fp8 %s decoding of 0x%02zx: %g, expected %g\n", e4m3 ? "e4m3" : "e5m2", i,
+                        (double)out[i], (double)want);
+                tu_fail_count();
+                ok = 0;
+            }
+        }
+        if (ok) printf("ok   fp8 %s decoding of all 256 codes\n", e4m3 ? "e4m3" : "e5m2");
+        clReleaseMemObject(kb), clReleaseMemObject(vb), clReleaseMemObject(qb), clReleaseMemObject(ob);
+    }
+}
+
 /* A fixed split count: a sequence's rows do not depend on the batch around it (bitwise). */
 static void check_batch_invariance(flashcl_context *ctx) {
     cl_context cl = flashcl_context_cl_context(ctx);
@@ -1156,6 +1194,7 @@ int main(int argc, char **argv) {
     if (only < 0) {
         if (!quick) check_batch_invariance(ctx);
         check_fp8_encoding(ctx);
+        check_fp8_decoding(ctx);
         check_merge(ctx);
     }
     printf("%zu/%zu KV-cache cases passed\n", passed, ran);

@@ -221,8 +221,8 @@ static void decode_gpu(const char *base, int max_rows, size_t max_wg, tune_candi
     grid_add_all(&g, decode_gpu_format, NULL, c);
 }
 
-/* The CPU kernel (cl/flash_decode_cpu.cl): rows per work-item, keys per chunk (16 takes the 16-wide exp2),
-   KV heads per work-item. */
+/* The CPU kernel (cl/flash_decode_cpu.cl): rows per work-item, keys per chunk (scored 16 keys to a
+   vector, the last one padded), KV heads per work-item. */
 static void decode_cpu_format(const int *v, void *arg, char *out, size_t cap) {
     (void)arg;
     snprintf(out, cap, "kernel=decode_cpu,br=%d,bc=%d,heads=%d", v[0], v[1], v[2]);
