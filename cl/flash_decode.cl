@@ -173,6 +173,9 @@ inline void raw_decode(raw_t w, int valid, float *x) {
         for (int j = 0; j < 4; ++j) x[4 * k + j] = fp8_bits((u[k] >> (8 * j)) & 0xffu);
 #elif FLASHCL_DTYPE == 0
         x[k] = as_float(u[k]);
+#elif FLASHCL_DTYPE == 1 && LANE_SHFL
+        const float2 h = ptx_half2(u[k]);
+        x[2 * k] = h.x, x[2 * k + 1] = h.y;
 #elif FLASHCL_DTYPE == 1
         x[2 * k] = half_bits(u[k] & 0xffffu), x[2 * k + 1] = half_bits(u[k] >> 16);
 #else

@@ -42,6 +42,15 @@ inline float ptx_shfl_segment(float x, int src, int width) {
     return as_float(r);
 }
 
+/* Two IEEE halves (bits 0-15 element 0, 16-31 element 1) -> two floats by the hardware conversion
+   (every sm: exact, subnormals, infinities and NaN included): two instructions where the bit path
+   (flash_decode.cl's half_bits) takes about ten per element. */
+inline float2 ptx_half2(uint x) {
+    float lo, hi;
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }" : "=f"(lo), "=f"(hi) : "r"(x));
+    return (float2)(lo, hi);
+}
+
 /* The decode kernel's split merge (FUSED_MERGE): every prior global store of this work-item is
    visible GPU-wide before what follows (the count that hands the partials to the merging group),
    and loads that read L2, not a possibly stale L1 line, for partials other groups wrote. */

@@ -2,9 +2,11 @@
  * Plans of the decode family: the kernel (GPU or CPU), its rows per
  * work-group and keys per tile, and the split count.
  *
- * GPU (cl/flash_decode.cl): 128 work-items; keys per tile 32, 16 or 8 and
- * packed rows per work-group 4, 8 or 16, the largest that fit __local (K and
- * V tiles as float, Q rows, scores) with rows no more than the call has.
+ * GPU (cl/flash_decode.cl, gpu_shape_for): key groups of lanes, each lane a
+ * 16-byte vector of a K/V row (8 bytes for fp8), enough lanes for the row in
+ * one pass, 128 work-items a group; on NVIDIA half those lanes (two vectors
+ * each) and 256 work-items. Packed rows per work-group up to 16 while Q and
+ * the outputs stay within 128 registers; 2 keys per group and step.
  * CPU (cl/flash_decode_cpu.cl): work-groups of one, 16-key chunks, up to 8
  * rows (their Q and output rows stay in float16 vectors), up to 8 KV heads
  * per work-item (cpu_heads_capacity, flashcl__decode_heads).
@@ -66,7 +68,7 @@ static size_t gpu_local(const gpu_shape *g, int dd, int dv, int elem) {
 }
 
 /* Loads of 16 bytes per lane: VEC elements. Lanes per key: enough for the
-   longer head dim in one pass, at most a warp. Rows: the call's packed rows (a power of two),
+   longer head dim in one pass, at most a warp (half that on NVIDIA, below). Rows: the call's packed rows (a power of two),
    while a work-item's Q and output elements stay within 64 + 64 registers. UNROLL: keys per
    group per step (below); less without shuffles when the exchange would not fit __local.
    0 when nothing fits the device. ov: the knobs FLASHCL_TILE or a tuned plan set (choice.c). */
@@ -84,8 +86,15 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     const int longer = dd > dv ? dd : dv;
     g->lanes = pow2_at_least((longer + g->vec - 1) / g->vec);
     if (g->lanes > 32) g->lanes = 32;
+    g->shfl = flashcl__mma_supported(ctx, NULL);
+    /* NVIDIA (shuffles): half the lanes, each taking two vectors of a row, in groups of 256. One
+       shuffle level less per key and twice the keys in flight per work-group; on the H200 this ran
+       every decode shape measured 1.02-1.40x faster (d 64/128/256, f32/f16/bf16/fp8, b1 sk32768
+       and b32 sk8192, hq32 hkv8; MHA and a GQA group of 8 too), README "Decode and KV cache". */
+    const int nv_shape = g->shfl && g->lanes > 2;
+    if (nv_shape) g->lanes /= 2;
     if (knobs && ov->lanes > 0) g->lanes = ov->lanes;
-    g->wg = knobs && ov->work_group > 0 ? ov->work_group : GPU_WG;
+    g->wg = knobs && ov->work_group > 0 ? ov->work_group : nv_shape ? 2 * GPU_WG : GPU_WG;
     const int chunk = g->lanes * g->vec, per_row = ((dd + chunk - 1) / chunk + (dv + chunk - 1) / chunk) * g->vec;
     g->rows = 1;
     while (g->rows < packed && g->rows < 16 && 2 * g->rows * per_row <= 128) g->rows *= 2;
@@ -95,7 +104,7 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
        registers and 1250 GB/s; with the cp.async ring, which holds no raw K/V in registers, 4
        keys still ran 2.8x slower than 2, bf16 and fp8 alike). */
     const int raw_per_key = 2 * (g->vec * elem / 4) * (per_row / g->vec);
-    g->unroll = 32 / raw_per_key >= 2 ? 2 : 1;
+    g->unroll = 32 / raw_per_key >= 2 || nv_shape ? 2 : 1;
     g->max_registers = 0;
     /* kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
     if (knobs) {
@@ -103,7 +112,6 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
         if (ov->block_cols > 0) g->unroll = pow2_at_least(ov->block_cols < 16 ? ov->block_cols : 16);
         if (ov->max_registers > 0) g->max_registers = ov->max_registers;
     }
-    g->shfl = flashcl__mma_supported(ctx, NULL);
     const flashcl__nvidia_state *nv = flashcl__nvidia_state_of(ctx);
     g->fp8_cvt = g->shfl && cdt != FLASHCL_CACHE_DTYPE_SAME && nv->cc >= 89;
     g->fused = g->shfl;
