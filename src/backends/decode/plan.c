@@ -104,7 +104,10 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
        registers and 1250 GB/s; with the cp.async ring, which holds no raw K/V in registers, 4
        keys still ran 2.8x slower than 2, bf16 and fp8 alike). */
     const int raw_per_key = 2 * (g->vec * elem / 4) * (per_row / g->vec);
-    g->unroll = 32 / raw_per_key >= 2 || nv_shape ? 2 : 1;
+    /* NVIDIA's halved lanes ran 2 keys at 32 and 64 raw registers a key (bf16 d = 64..256, f32
+       d = 128 and 256, fp8 d = 128: the README's decode figures); beyond that (MLA's 576/512,
+       not measured) 1, as before. */
+    g->unroll = raw_per_key <= (nv_shape ? 64 : 16) ? 2 : 1;
     g->max_registers = 0;
     /* kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
     if (knobs) {
