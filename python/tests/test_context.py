@@ -118,8 +118,9 @@ def test_gil_is_released(rng):
         time.sleep(0.001)
     t.join()
     # With the GIL held through each call this thread could only tick between
-    # calls; released, it ticks all along (>= 50 even at 10 ms a sleep).
-    assert ticks >= 3 * len(calls) + 40, (ticks, len(calls))
+    # calls, about once a call; released, it ticks all along (>= 50 even at 10 ms
+    # a sleep). Twice the calls: on a fast GPU a call takes ~3 ms, 3 ticks' time.
+    assert ticks >= 2 * len(calls) + 20, (ticks, len(calls))
 
 
 def test_plan(rng):
