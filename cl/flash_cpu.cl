@@ -655,10 +655,12 @@ flash_fwd_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const float *Kp,
  * With s2 = (scale log2 e) q.k, f = the logit (score terms, masks),
  * lse2 = lse log2 e and Z the dropout factor: P = exp2(f - lse2),
  * dV += (P Z)^T dO, dP = (dO V^T) Z, dS = P (dP - D) f'(s2),
- * dK += scale dS^T Q, dQ += scale dS K. Two kernels recompute P (one per
- * key block for dK/dV, looping over the query heads of its GQA group, one
- * per query block for dQ), so there are no atomics and results are bitwise
- * reproducible.
+ * dK += scale dS^T Q, dQ += scale dS K. Two forms, both without atomics and
+ * bitwise reproducible: two kernels that each recompute P (one per key block
+ * for dK/dV, looping over the query heads of its GQA group, one per query
+ * block for dQ), or flash_bwd_cpu_fused, one work-item per (sequence, KV
+ * head) that computes P and dS once and also sums dQ into float32 rows it
+ * owns; the host takes the fused one when its fewer work-items fill the cores.
  */
 
 /* D = rowsum(dO * O) over the HEAD_DIM_V columns. cu_q: cu_seqlens_q with varlen (else unread).
@@ -713,19 +715,52 @@ flash_bwd_cpu_dsinks(__global const float *LSE, ulong lse_off, __global const fl
 }
 #endif
 
-/* Grid: (ceil(max_seqlen_k / BLOCK), heads_kv, batch): GROUPS groups of 16 keys in
-   the lanes. Qp, dOp: Q and dO packed by flash_cpu_pack; each chunk of query
-   rows feeds all groups. */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global const store_t *K, VIEW_ARGS(k),
-                   __global const store_t *V, VIEW_ARGS(v), __global const float *LSE, ulong lse_off,
-                   __global const float *Dsum, __global store_t *dK, VIEW_ARGS(dk), __global store_t *dV, VIEW_ARGS(dv),
-                   int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, VARIANT_ARGS) {
-    const int key0 = (int)get_group_id(0) * BLOCK;
-    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+/* A view's four arguments (VIEW_ARGS), passed on to a helper. */
+#define CPU_VIEW(name) name##_off, name##_sb, name##_sh, name##_sr
+
+/* A dQ scratch row's pitch (the fused backward's float32 dQ): HEAD_DIM rounded up to whole float16s. */
+#define DIM_PAD16 ((HEAD_DIM + LANES - 1) / LANES * LANES)
+/* float16s of dQ columns updated per pass of cpu_dq_update: 4 (8 ymm / 4 zmm accumulators) leave
+   registers for the broadcast and the K operand. */
+#define DQ_TILE 4
+
+/* dq[i][c] += sum_{k < 16} ds[i][k] * kr[k][c] for the rows i < rows of a chunk and the DIM_PAD16
+   columns c: the fused backward's dQ += dS K with the 16 keys of a group as the inner dimension.
+   The keys are in the lanes of dS, so here the lanes are dQ's columns instead (kr: the group's K
+   rows, row-major, unscaled) and dS is broadcast; dq is the work-item's own float32 scratch rows. */
+inline void cpu_dq_update(const float *ds, const float *kr, int rows, __global float *dq) {
+    for (int i = 0; i < rows; ++i) {
+        __global float *row = dq + (ulong)i * DIM_PAD16;
+        for (int c0 = 0; c0 < DIM_PAD16 / LANES; c0 += DQ_TILE) {
+            const int n = min(DQ_TILE, DIM_PAD16 / LANES - c0);
+            float16 acc[DQ_TILE];
+#pragma unroll
+            for (int t = 0; t < DQ_TILE; ++t) acc[t] = t < n ? vload16(c0 + t, row) : (float16)(0.0f);
+            for (int k = 0; k < LANES; ++k) {
+                const float16 w = (float16)(ds[i * LANES + k]);
+#pragma unroll
+                for (int t = 0; t < DQ_TILE; ++t)
+                    if (t < n) acc[t] = fma(w, vload16(k * (DIM_PAD16 / LANES) + c0 + t, kr), acc[t]);
+            }
+#pragma unroll
+            for (int t = 0; t < DQ_TILE; ++t)
+                if (t < n) vstore16(acc[t], c0 + t, row);
+        }
+    }
+}
+
+/* dK and dV of the keys key0 .. key0 + BLOCK - 1 of KV head hk of sequence b: GROUPS groups of 16
+   keys in the lanes, passing over the query rows of every head of the GQA group in chunks from the
+   packed Q and dO (Qp, dOp), each chunk feeding all groups. With dqs (the fused kernel; 0 for
+   flash_bwd_cpu_dkdv, where the branches fold away after inlining) each chunk's dS also goes into
+   dQ: dqs + the packed offset of (b, h) holds head h's float32 dQ rows, pitch DIM_PAD16. */
+inline void cpu_dkdv_block(__global const float *Qp, __global const float *dOp, __global const store_t *K, VIEW_ARGS(k),
+                           __global const store_t *V, VIEW_ARGS(v), __global const float *LSE, ulong lse_off,
+                           __global const float *Dsum, __global store_t *dK, VIEW_ARGS(dk), __global store_t *dV,
+                           VIEW_ARGS(dv), __global float *dqs, int key0, int hk, int b, int seqlen_q, int seqlen_k,
+                           int heads_q, int group, float scale_log2, float scale, VARIANT_ARGS) {
     /* The sequence's geometry (the same for every head of the group). */
     const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
-    if (key0 >= hd0.sk) return; /* varlen: past this sequence's keys */
     const int sq = (int)hd0.sq, sk = (int)hd0.sk;
     const int key_last = min(key0 + BLOCK, sk) - 1;
     const int groups = (key_last - key0) / LANES + 1;
@@ -734,11 +769,18 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
 
     float kt[GROUPS][HEAD_DIM * LANES], vt[GROUPS][HEAD_DIM_V * LANES]; /* K^T (pre-scaled), V^T */
     float dkt[GROUPS][DIM_PAD * LANES], dvt[GROUPS][DIM_PAD_V * LANES];
+    float kr[GROUPS][LANES * DIM_PAD16]; /* K rows for dQ (fused only), pad columns 0 */
     for (int g = 0; g < groups; ++g) {
         cpu_load_transposed(kb, k_sr, key0 + g * LANES, sk, scale_log2, kt[g], HEAD_DIM);
         cpu_load_transposed(vb, v_sr, key0 + g * LANES, sk, 1.0f, vt[g], HEAD_DIM_V);
         for (int i = 0; i < DIM_PAD * LANES; ++i) dkt[g][i] = 0.0f;
         for (int i = 0; i < DIM_PAD_V * LANES; ++i) dvt[g][i] = 0.0f;
+        if (dqs)
+            for (int r = 0; r < LANES; ++r) {
+                __global const store_t *row = kb + (ulong)min(key0 + g * LANES + r, sk - 1) * k_sr;
+                for (int c = 0; c < DIM_PAD16; ++c)
+                    kr[g][r * DIM_PAD16 + c] = c < HEAD_DIM ? FLASHCL_LOAD(row, c) : 0.0f;
+            }
     }
     float s[CHUNK * LANES], dp[CHUNK * LANES]; /* one group's S then P, dP then dS: [row][key] */
 
@@ -750,6 +792,7 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
         const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
         __global const float *qb = cpu_packed(Qp, b, heads_q, h, seqlen_q, DIM_PAD, hd.q0);
         __global const float *gb = cpu_packed(dOp, b, heads_q, h, seqlen_q, DIM_PAD_V, hd.q0);
+        __global float *dqb = dqs ? (__global float *)cpu_packed(dqs, b, heads_q, h, seqlen_q, DIM_PAD16, hd.q0) : 0;
         for (int i0 = row_begin; i0 < row_end; i0 += CHUNK) {
             if (flashcl_tile_skipped(hd, i0, i0 + CHUNK - 1, key0, key_last, VARIANT_PASS)) continue;
             __global const float *qc = qb + (ulong)i0 * DIM_PAD, *gc = gb + (ulong)i0 * DIM_PAD_V;
@@ -789,6 +832,7 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
                 }
                 cpu_accumulate_cols(s, gc, rows, (float16)(1.0f), dvt[g], DIM_PAD_V);
                 cpu_accumulate_cols(dp, qc, rows, (float16)(1.0f), dkt[g], DIM_PAD);
+                if (dqs) cpu_dq_update(dp, kr[g], rows, dqb + (ulong)i0 * DIM_PAD16);
             }
         }
     }
@@ -797,6 +841,57 @@ flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global
                              sk, HEAD_DIM);
         cpu_store_transposed(dvt[g], 1.0f, dV + VIEW_BASE(dv, b, hk) + (ulong)hd0.k0 * dv_sr, dv_sr, key0 + g * LANES,
                              sk, HEAD_DIM_V);
+    }
+}
+
+/* Grid: (ceil(max_seqlen_k / BLOCK), heads_kv, batch): one block of keys per work-item. Qp, dOp:
+   Q and dO packed by flash_cpu_pack. */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_bwd_cpu_dkdv(__global const float *Qp, __global const float *dOp, __global const store_t *K, VIEW_ARGS(k),
+                   __global const store_t *V, VIEW_ARGS(v), __global const float *LSE, ulong lse_off,
+                   __global const float *Dsum, __global store_t *dK, VIEW_ARGS(dk), __global store_t *dV, VIEW_ARGS(dv),
+                   int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale, VARIANT_ARGS) {
+    const int key0 = (int)get_group_id(0) * BLOCK;
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+    const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    if (key0 >= hd0.sk) return; /* varlen: past this sequence's keys */
+    cpu_dkdv_block(Qp, dOp, K, CPU_VIEW(k), V, CPU_VIEW(v), LSE, lse_off, Dsum, dK, CPU_VIEW(dk), dV, CPU_VIEW(dv), 0,
+                   key0, hk, b, seqlen_q, seqlen_k, heads_q, group, scale_log2, scale, VARIANT_PASS);
+}
+
+/*
+ * The fused backward: one work-item per (sequence b, KV head hk) runs every key block of the head
+ * (cpu_dkdv_block) and, from the same S, P, dP and dS, accumulates dQ += dS K for the query heads
+ * of the GQA group into dQs, float32 rows that only this work-item touches (no atomics; the key
+ * blocks are visited in a fixed order, so the sums repeat bit for bit). Five products per tile
+ * where flash_bwd_cpu_dkdv + flash_bwd_cpu_dq take seven (S and dP are computed once), at the
+ * price of batch * heads_kv work-items only: the host picks it when those fill the cores.
+ * dQs: [batch][heads_q][cpu_pack_rows][DIM_PAD16] (the packed layout). Grid: (1, heads_kv, batch).
+ */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+flash_bwd_cpu_fused(__global const float *Qp, __global const float *dOp, __global const store_t *K, VIEW_ARGS(k),
+                    __global const store_t *V, VIEW_ARGS(v), __global const float *LSE, ulong lse_off,
+                    __global const float *Dsum, __global store_t *dK, VIEW_ARGS(dk), __global store_t *dV,
+                    VIEW_ARGS(dv), __global float *dQs, __global store_t *dQ, VIEW_ARGS(dq), int seqlen_q, int seqlen_k,
+                    int heads_q, int group, float scale_log2, float scale, VARIANT_ARGS) {
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+    const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    const int sq = (int)hd0.sq;
+    for (int hh = 0; hh < group; ++hh) { /* zero this work-item's dQ rows */
+        __global float *z = (__global float *)cpu_packed(dQs, b, heads_q, hk * group + hh, seqlen_q, DIM_PAD16, hd0.q0);
+        for (long i = 0; i < (long)sq * DIM_PAD16; ++i) z[i] = 0.0f;
+    }
+    for (int key0 = 0; key0 < hd0.sk; key0 += BLOCK)
+        cpu_dkdv_block(Qp, dOp, K, CPU_VIEW(k), V, CPU_VIEW(v), LSE, lse_off, Dsum, dK, CPU_VIEW(dk), dV, CPU_VIEW(dv),
+                       dQs, key0, hk, b, seqlen_q, seqlen_k, heads_q, group, scale_log2, scale, VARIANT_PASS);
+    for (int hh = 0; hh < group; ++hh) { /* dQ = scale * sum dS K, rounded to the storage type once */
+        const int h = hk * group + hh;
+        const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+        __global const float *src = cpu_packed(dQs, b, heads_q, h, seqlen_q, DIM_PAD16, hd.q0);
+        __global store_t *dst = dQ + VIEW_BASE(dq, b, h) + (ulong)hd.q0 * dq_sr;
+        for (int i = 0; i < sq; ++i)
+            for (int c = 0; c < HEAD_DIM; ++c)
+                FLASHCL_STORE(dst + (ulong)i * dq_sr, c, src[(ulong)i * DIM_PAD16 + c] * scale);
     }
 }
 

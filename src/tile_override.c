@@ -100,7 +100,7 @@ flashcl_status flashcl__parse_tile_spec(flashcl_context *ctx, const char *spec, 
 flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_override *out) {
     out->present = 0;
     out->tiles = 0;
-    out->block_rows = out->block_cols = out->slice = -1;
+    out->block_rows = out->block_cols = out->slice = out->fused = -1;
     const char *env = getenv("FLASHCL_BWD_KERNEL");
     if (!env || !*env) return FLASHCL_SUCCESS;
     out->present = 1;
@@ -133,9 +133,16 @@ flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_ove
             field = &out->block_cols;
         else if (klen == 5 && strncmp(p, "slice", 5) == 0)
             field = &out->slice;
-        else
+        else if (klen == 5 && strncmp(p, "fused", 5) == 0) {
+            if (vlen != 1 || (eq[1] != '0' && eq[1] != '1'))
+                return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: fused is 0 or 1 (\"%.*s\")",
+                                     (int)len, p);
+            out->fused = eq[1] - '0';
+            p += len;
+            continue;
+        } else
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_BWD_KERNEL: unknown key \"%.*s\" (keys: br, bc, slice)", (int)klen, p);
+                                 "FLASHCL_BWD_KERNEL: unknown key \"%.*s\" (keys: br, bc, slice, fused)", (int)klen, p);
         if (!parse_positive(eq + 1, vlen, field))
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: bad value in \"%.*s\"", (int)len,
                                  p);
@@ -143,6 +150,8 @@ flashcl_status flashcl__read_bwd_override(flashcl_context *ctx, flashcl__bwd_ove
     }
     if (out->tiles == FLASHCL__BWD_KERNEL_CPU && out->slice > 0)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                             "FLASHCL_BWD_KERNEL: the cpu kernels take br and bc only (\"%s\")", env);
+                             "FLASHCL_BWD_KERNEL: the cpu kernels take br, bc and fused only (\"%s\")", env);
+    if (out->tiles != FLASHCL__BWD_KERNEL_CPU && out->fused >= 0)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "FLASHCL_BWD_KERNEL: fused= belongs to cpu (\"%s\")", env);
     return FLASHCL_SUCCESS;
 }

@@ -38,12 +38,14 @@ flashcl_status flashcl__parse_tile_spec(flashcl_context *ctx, const char *spec, 
  *       phase-B __local slice (1, 2, 4, 8 or 16). Sizes not given are fitted to the device.
  *   "cpu[,br=16][,bc=48]"                    the CPU family (cl/flash_cpu.cl); br rows (dQ) or
  *       keys (dK/dV) per work-item (16, 32, 64 or 128), bc keys or query rows per pass
- *       (a multiple of 6).
+ *       (a multiple of 6); fused=1 runs the fused backward (flash_bwd_cpu_fused: dK, dV and
+ *       dQ in one pass), fused=0 the two kernels dK/dV and dQ; not given, the planner chooses.
  */
 typedef struct flashcl__bwd_override {
     int present;
     int tiles;                         /* 0 rows, 1 tiles, 2 cpu (FLASHCL__BWD_KERNEL_CPU) */
     int block_rows, block_cols, slice; /* -1: not given */
+    int fused;                         /* cpu: 1 fused, 0 two kernels, -1 not given */
 } flashcl__bwd_override;
 
 #define FLASHCL__BWD_KERNEL_CPU 2

@@ -202,7 +202,7 @@ static int device_plans_cpu_family(flashcl_context *ctx) {
 
 /* Where the CPU family plans (g_expect_cpu), every case it covers must plan it: the forward
    flash_fwd_cpu (or the decode family, ahead of it in the chain, for a short query) with no
-   "not cpu:" in the reason, the backward flash_bwd_cpu_dkdv. A silent fallback to the row
+   "not cpu:" in the reason, the backward flash_bwd_cpu_dkdv (flash_bwd_cpu_fused when forced). A silent fallback to the row
    kernels fails instead of passing on them. */
 static int check_cpu_family(flashcl_context *ctx, const vp_problem *p, const char *label) {
     if (!g_expect_cpu || !cpu_family_covers(&p->c)) return 1;
@@ -216,8 +216,13 @@ static int check_cpu_family(flashcl_context *ctx, const vp_problem *p, const cha
         ok = expect_kernel(ctx, st, &plan, "forward", "flash_fwd_cpu", label);
     if (p->c.backward && !g_forward_only) {
         memset(&plan, 0, sizeof plan);
-        ok &= expect_kernel(ctx, flashcl_backward_plan_query(ctx, &p->desc, &plan), &plan, "backward",
-                            "flash_bwd_cpu_dkdv", label);
+        /* Either form unless FLASHCL_BWD_KERNEL forces one (fused=1: test_variants_cpu_fused). */
+        const char *env = getenv("FLASHCL_BWD_KERNEL"), *fused = "flash_bwd_cpu_fused";
+        st = flashcl_backward_plan_query(ctx, &p->desc, &plan);
+        const int forced = env && strstr(env, "fused=") != NULL, as_forced = env && strstr(env, "fused=1") != NULL;
+        const int is_fused = st == FLASHCL_SUCCESS && strcmp(plan.kernel, fused) == 0;
+        ok &= expect_kernel(ctx, st, &plan, "backward", (forced ? as_forced : is_fused) ? fused : "flash_bwd_cpu_dkdv",
+                            label);
     }
     return ok;
 }

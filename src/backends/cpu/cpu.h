@@ -1,8 +1,9 @@
 /*
  * The CPU kernel family (cl/flash_cpu.cl): forward, and the backward's
- * D / dK,dV / dQ kernels, each work-item owning 16 rows in the lanes of a
- * float16 (see the kernel file); the side a kernel streams is packed into
- * dense scratch first. It covers float32, float16 and bfloat16 storage with
+ * D / dK,dV / dQ kernels (or D and the fused dK,dV,dQ kernel, one work-item
+ * per sequence and KV head, when those fill the cores), each work-item owning
+ * 16 rows in the lanes of a float16 (see the kernel file); the side a kernel
+ * streams is packed into dense scratch first. It covers float32, float16 and bfloat16 storage with
  * every variant (causal, window, softcap, ALiBi, sinks and their gradient,
  * dropout, bias, masks, block masks, varlen; GQA, any lengths and strides,
  * d and d_v != d each up to 256) on CPU devices; FLASHCL_TILE=kernel=cpu
@@ -18,10 +19,11 @@
 
 #define FLASHCL__CPU_FWD_KERNEL "flash_fwd_cpu"
 #define FLASHCL__CPU_DKDV_KERNEL "flash_bwd_cpu_dkdv"
+#define FLASHCL__CPU_FUSED_KERNEL "flash_bwd_cpu_fused"
 
 typedef struct flashcl__cpu_plan {
     flashcl_plan pub;  /* block_rows: rows per work-item; block_cols: the chunk */
-    cl_kernel main[4]; /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ, dsinks (sinks builds) */
+    cl_kernel main[5]; /* forward: flash_fwd_cpu; backward: dot, dK/dV, dQ, dsinks (sinks builds), fused */
     cl_kernel pack;    /* flash_cpu_pack */
     int head_dim;
     char variants[256]; /* the variant switches (flashcl__variant_options, HEAD_DIM_V included) it was built with */
@@ -42,8 +44,15 @@ flashcl_status flashcl__cpu_plan_for(flashcl_context *ctx, flashcl__pass pass, c
                                      const flashcl__cpu_plan **out);
 void flashcl__cpu_release_plans(flashcl__cpu_state *state);
 
-/* Device scratch a call needs: the packed copies (K, V; for the backward also Q, dO), D excluded. */
-size_t flashcl__cpu_packed_scratch(const flashcl__cpu_plan *plan, flashcl__pass pass, const flashcl_attention_desc *d);
+/* Device scratch a call needs: the packed copies (K, V; for the backward also Q, dO; the fused
+   backward has its float32 dQ in place of K and V), D excluded. */
+size_t flashcl__cpu_packed_scratch(flashcl_context *ctx, const flashcl__cpu_plan *plan, flashcl__pass pass,
+                                   const flashcl_attention_desc *d);
+
+/* Whether the backward of d runs fused (flash_bwd_cpu_fused) rather than as the dK/dV and dQ
+   kernels; why (may be NULL) says which and why, for the plan's reason. */
+int flashcl__cpu_bwd_fused(flashcl_context *ctx, const flashcl__cpu_plan *plan, const flashcl_attention_desc *d,
+                           char *why, size_t cap);
 
 flashcl_status flashcl__cpu_forward(flashcl_context *ctx, const flashcl__call *call);
 flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *call);

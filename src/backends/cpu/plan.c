@@ -212,12 +212,12 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
     cl_program program = NULL;
     st = flashcl__get_program(ctx, "flash_cpu.cl", options, &program);
     if (st != FLASHCL_SUCCESS) return st;
-    static const char *const names[2][4] = {
-        {FLASHCL__CPU_FWD_KERNEL, NULL, NULL, NULL},
-        {"flash_bwd_cpu_dot", FLASHCL__CPU_DKDV_KERNEL, "flash_bwd_cpu_dq", "flash_bwd_cpu_dsinks"}};
+    static const char *const names[2][5] = {{FLASHCL__CPU_FWD_KERNEL, NULL, NULL, NULL, NULL},
+                                            {"flash_bwd_cpu_dot", FLASHCL__CPU_DKDV_KERNEL, "flash_bwd_cpu_dq",
+                                             "flash_bwd_cpu_dsinks", FLASHCL__CPU_FUSED_KERNEL}};
     cl_ulong priv = 0;
-    for (int i = 0; i < 4 && st == FLASHCL_SUCCESS; ++i)
-        if (names[pass][i] && (i < 3 || desc->sinks)) /* the dsinks kernel exists in sinks builds only */
+    for (int i = 0; i < 5 && st == FLASHCL_SUCCESS; ++i)
+        if (names[pass][i] && (i != 3 || desc->sinks)) /* the dsinks kernel exists in sinks builds only */
             st = make_kernel(ctx, program, names[pass][i], &out->main[i], i == 0 && !forward ? NULL : &priv);
     if (st == FLASHCL_SUCCESS) st = make_kernel(ctx, program, "flash_cpu_pack", &out->pack, NULL);
     if (st != FLASHCL_SUCCESS) return st; /* the caller releases what was made */
@@ -246,7 +246,7 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
 }
 
 static void release_plan(flashcl__cpu_plan *p) {
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 5; ++i)
         if (p->main[i]) clReleaseKernel(p->main[i]);
     if (p->pack) clReleaseKernel(p->pack);
     free(p);
