@@ -26,32 +26,13 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
-from reference import kvcache_attention, torch_attention  # noqa: E402
+from reference import f64, kvcache_attention, max_err, tolerance, torch_attention  # noqa: E402
 
 import flashcl  # noqa: E402
 
 DTYPES = ("float32", "float16", "bfloat16")
 # Head dims as models use them and some they do not (odd, tiny, over 128).
 HEAD_DIMS = (8, 16, 32, 40, 48, 64, 72, 80, 96, 100, 112, 128, 160, 192, 256, 1, 3, 24, 36)
-
-
-def f64(x):
-    return x.detach().cpu().double().numpy() if hasattr(x, "detach") else np.asarray(x, np.float64)
-
-
-def max_err(a, b):
-    a, b = f64(a), f64(b)
-    both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
-    with np.errstate(invalid="ignore"):
-        d = np.where(both_inf, 0.0, np.abs(a - b))
-    return float("inf") if np.isnan(d).any() else (float(d.max()) if d.size else 0.0)
-
-
-def tolerance(ref, dtype, baseline):
-    if dtype == "float32":
-        finite = np.where(np.isfinite(f64(ref)), f64(ref), 0.0)
-        return 2e-5 * max(1.0, float(np.abs(finite).max()) if finite.size else 1.0)
-    return 2 * max_err(baseline, ref) + 1e-5
 
 
 class Case:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+from reference import f64, max_err, tolerance  # noqa: E402,F401  (re-exported for the tests)
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
@@ -36,31 +37,9 @@ def rand(rng, shape, dtype="float32", kind="numpy", scale=1.0):
     return x.astype(np_dtype(dtype))
 
 
-def f64(x):
-    """Any array or tensor as a float64 numpy array."""
-    if hasattr(x, "detach"):
-        return x.detach().cpu().double().numpy()
-    return np.asarray(x).astype(np.float64)
-
-
-def max_err(a, b):
-    a, b = f64(a), f64(b)
-    both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
-    with np.errstate(invalid="ignore"):
-        d = np.where(both_inf, 0.0, np.abs(a - b))
-    if np.isnan(d).any():
-        return float("inf")
-    return float(d.max()) if d.size else 0.0
-
-
 def assert_close(actual, ref, dtype="float32", baseline=None, what="out"):
     """actual vs the float64 ref; baseline: the same in the storage type (needed for float16/bfloat16)."""
-    err = max_err(actual, ref)
-    if dtype == "float32":
-        tol = 2e-5 * max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(f64(ref)), 0, f64(ref))))))
-    else:
-        assert baseline is not None, "float16/bfloat16 need the storage-type baseline"
-        tol = 2 * max_err(baseline, ref) + 1e-5
+    err, tol = max_err(actual, ref), tolerance(ref, dtype, baseline)
     assert err <= tol, f"{what}: max error {err:.3g} > tolerance {tol:.3g} ({dtype})"
 
 

@@ -12,6 +12,34 @@ import math
 import numpy as np
 
 
+def f64(x):
+    """Any array or tensor as a float64 numpy array."""
+    if hasattr(x, "detach"):
+        return x.detach().cpu().double().numpy()
+    return np.asarray(x).astype(np.float64)
+
+
+def max_err(a, b):
+    """The largest |a - b|, infinities of the same sign equal, inf where either holds a NaN."""
+    a, b = f64(a), f64(b)
+    both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
+    with np.errstate(invalid="ignore"):
+        d = np.where(both_inf, 0.0, np.abs(a - b))
+    if np.isnan(d).any():
+        return float("inf")
+    return float(d.max()) if d.size else 0.0
+
+
+def tolerance(ref, dtype="float32", baseline=None):
+    """The largest error allowed against the float64 ref (the criteria in conftest's docstring);
+    baseline: the same computation in the storage type, needed for float16/bfloat16."""
+    if dtype == "float32":
+        r = f64(ref)
+        return 2e-5 * max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(r), 0, r)))) if r.size else 1.0)
+    assert baseline is not None, "float16/bfloat16 need the storage-type baseline"
+    return 2 * max_err(baseline, ref) + 1e-5
+
+
 def visible(sq, sk, causal=False, window=(-1, -1)):
     """Bool (sq, sk): key j visible to query i, FlashAttention-2's bottom-right rule."""
     i = np.arange(sq)[:, None] + (sk - sq)
