@@ -34,7 +34,8 @@
  * vectors are loaded as such), LANE_SHFL, FP8_DENORM_MUL (fp8 decoded by one
  * multiply: the device keeps float subnormals), PAGED, CACHE_DTYPE (0: store_t,
  * 1: fp8 e4m3, 2: fp8 e5m2) and cl/variants.cl's switches; write_parts (run
- * time) selects partials (several splits) or O and LSE (one).
+ * time) selects partials (several splits) or O and LSE (one). DECODE_MMA=1
+ * (with MMA_F16) replaces the key loop by its tensor-core form, below.
  */
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -73,6 +74,9 @@
 #ifndef KV_STAGES
 #define KV_STAGES 0 /* NVIDIA sm_80+: K/V of the next steps in flight through a cp.async ring in __local */
 #endif
+#ifndef DECODE_MMA
+#define DECODE_MMA 0 /* the packed rows as a tensor-core tile (below); off NVIDIA emulated, a test aid */
+#endif
 #ifndef FUSED_MERGE
 #define FUSED_MERGE 0 /* NVIDIA: the last split of a block merges them (no second launch) */
 #endif
@@ -81,15 +85,23 @@
 #error "FP8_CVT, FUSED_MERGE and KV_STAGES use cl/ptx.cl: NVIDIA builds only (LANE_SHFL=1)"
 #endif
 
+#if DECODE_MMA && (LANES != 32 || ROWS != 8 || KV_STAGES)
+#error "DECODE_MMA: a warp per key group (LANES=32), the 8 rows of a tile's N (ROWS=8), no cp.async ring"
+#endif
 #if WG_SIZE % LANES != 0 || (LANES & (LANES - 1)) != 0 || LANES > 32
 #error "LANES must be a power of two of at most 32 that divides WG_SIZE"
 #endif
 #define GROUPS (WG_SIZE / LANES)
-#define BLOCK_N (GROUPS * UNROLL)                             /* keys per step of the work-group */
 #define NCH ((HEAD_DIM + LANES * VEC - 1) / (LANES * VEC))    /* K chunks per lane */
 #define NCHV ((HEAD_DIM_V + LANES * VEC - 1) / (LANES * VEC)) /* V chunks per lane */
-#define DVP (NCHV * LANES * VEC)                              /* output row pitch in __local */
-#define PART_PITCH (((HEAD_DIM_V + 15) / 16) * 16)            /* floats per partial output row (as the host) */
+#if DECODE_MMA
+#define BLOCK_N (GROUPS * UNROLL * 16) /* each warp UNROLL chunks of 16 keys a step */
+#define DVP HEAD_DIM_V
+#else
+#define BLOCK_N (GROUPS * UNROLL) /* keys per step of the work-group */
+#define DVP (NCHV * LANES * VEC)  /* output row pitch in __local */
+#endif
+#define PART_PITCH (((HEAD_DIM_V + 15) / 16) * 16) /* floats per partial output row (as the host) */
 
 /* IEEE half bits (low 16) to float, subnormals, infinities and NaN included. */
 inline float half_bits(uint h) {
@@ -226,6 +238,158 @@ inline void lane_sums(float *v, int lane) {
 }
 #endif
 
+#if DECODE_MMA
+/*
+ * The tensor-core form (DECODE_MMA): a warp is a key group, and the block's 8 packed rows are the
+ * N = 8 columns of mma.sync m16n8k16 products (fp32 accumulate) in two orientations:
+ *   scores  S^T (16 x 8 keys) = Q (16 x 16 dims: rows 8-15 zero) . K^T, per 8 keys and 16 dims;
+ *   output  O^T (16 dims x 8 rows) += V^T (16 dims x 16 keys) . P^T (16 keys x 8 rows).
+ * The accumulator of the first holds, in lane (fg, ft) = (lane / 4, lane % 4), row fg's scores for
+ * keys 2ft, 2ft + 1 of the 8, which is exactly the B operand the second needs for row fg: P never
+ * leaves registers. A dot product does not care in which order it takes its terms, so the
+ * "virtual" dims of each fragment are mapped to physical ones that a lane loads in runs: for K,
+ * lane (fg, ft) holds key fg's dims [ft * QD, (ft + 1) * QD) (QD = d / 4), its pairs 2s and 2s + 1
+ * being k-step s's two B registers, and Q's A registers follow the same map; for V, lane (fg, ft)
+ * holds keys 2ft, 2ft + 1, 2ft + 8, 2ft + 9 of the 16, dims [fg * VD, (fg + 1) * VD) (VD = d_v / 8),
+ * word i of each being output tile i's two rows (virtual fg and fg + 8), paired across keys by
+ * byte moves. K/V thus load in 8- or 16-byte vectors straight from memory, with no __local staging
+ * and no ldmatrix, and each element is used where it lands. Per element of K or V a lane spends a
+ * quarter of an mma (and half a conversion for fp8: cvt.rn.f16x2.e4m3x2 gives an operand as it
+ * is) where the lane kernel above spends ROWS fmas and a decode.
+ *
+ * Operands are bfloat16 (MMA_F16=0: bf16 storage) or float16 (MMA_F16=1: f16 storage, fp8 caches).
+ * Scores and the online softmax stay in float32; P is rounded to the operand type for P V, as in
+ * FlashAttention. With an fp8 cache Q is scaled by a power of two (exact) so that its largest
+ * element is near 2^14, then rounded to float16 (exact for f16 storage and for bf16 within float16's
+ * range, which the scaling provides), and the scores are scaled back.
+ *
+ * Off NVIDIA (LANE_SHFL=0) the mma, shuffles and conversions are emulated through __local (each
+ * call a barrier): slow, but the fragment bookkeeping above runs, and is tested, on every device.
+ */
+#define QD (HEAD_DIM / 4)
+#define VD (HEAD_DIM_V / 8)
+#define MMA_ES (CACHE_DTYPE ? 1 : 2) /* bytes per cache element */
+#define KWORDS (QD * MMA_ES / 4)     /* 32-bit words of a lane's share of a K row */
+#define VWORDS (VD * MMA_ES / 4)     /* and of a V row */
+#define KSTEPS (HEAD_DIM / 16)
+#define VTILES (HEAD_DIM_V / 16)
+#if HEAD_DIM % 16 || HEAD_DIM_V % 16 || (QD * MMA_ES) % 8 || (VD * MMA_ES) % 8 || !ALIGNED
+#error "DECODE_MMA: 16-byte aligned rows; d a multiple of 16 (32 for fp8), d_v of 32 (64 for fp8)"
+#endif
+
+/* n words of a row share at p (8-byte aligned; 16 when n is a multiple of 4), zeros unless ok. */
+#define MMA_LOAD_WORDS(src, count, dst, ok)                                                                            \
+    if ((count) % 4 == 0) {                                                                                            \
+        _Pragma("unroll") for (int x_ = 0; x_ < (count) / 4; ++x_) {                                                   \
+            const uint4 v_ = ((__global const uint4 *)(src))[x_];                                                      \
+            (dst)[4 * x_] = (ok) ? v_.x : 0u, (dst)[4 * x_ + 1] = (ok) ? v_.y : 0u;                                    \
+            (dst)[4 * x_ + 2] = (ok) ? v_.z : 0u, (dst)[4 * x_ + 3] = (ok) ? v_.w : 0u;                                \
+        }                                                                                                              \
+    } else {                                                                                                           \
+        _Pragma("unroll") for (int x_ = 0; x_ < (count) / 2; ++x_) {                                                   \
+            const uint2 v_ = ((__global const uint2 *)(src))[x_];                                                      \
+            (dst)[2 * x_] = (ok) ? v_.x : 0u, (dst)[2 * x_ + 1] = (ok) ? v_.y : 0u;                                    \
+        }                                                                                                              \
+    }
+
+#if LANE_SHFL /* NVIDIA: cl/ptx.cl */
+#define TC_MMA(c, a, b0, b1) PTX_MMA(c, a, b0, b1)
+#define TC_XOR(x, m) ptx_shfl_xor((x), (m))
+#define TC_SHFL(x, src) ptx_shfl_segment((x), (src), 32)
+#define tc_pack ptx_pack
+#else
+/* The emulation: tc_frag holds every work-item's A and B registers of the current mma, tc_val the
+   values of a shuffle; both declared by the kernel (OpenCL 1.2 has no function-scope __local). */
+#define TC_MMA(c, a, b0, b1) tc_emul_mma((c), (a), (b0), (b1), tc_frag, lid)
+#define TC_XOR(x, m) tc_emul_shfl((x), lane ^ (m), tc_val, lid)
+#define TC_SHFL(x, src) tc_emul_shfl((x), (src), tc_val, lid)
+
+inline float tc_emul_shfl(float x, int src, __local float *val, int lid) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    val[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return val[(lid & ~31) + src];
+}
+/* Element `upper` (0 low, 1 high) of a register of two operands, as float. */
+inline float tc_elem(uint w, int upper) {
+    const uint h = (w >> (16 * upper)) & 0xffffu;
+#if MMA_F16
+    return half_bits(h);
+#else
+    return as_float(h << 16);
+#endif
+}
+/* c += A B as mma.sync m16n8k16 .row.col defines it, from each lane's registers: A (16 x 16) lane
+   g*4+t holds rows g, g+8 x columns 2t, 2t+1 (a[0] row g, a[1] row g+8) and 2t+8, 2t+9 (a[2],
+   a[3]); B (16 x 8) rows 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of column g; C rows g, g+8 x columns
+   2t, 2t+1. */
+inline void tc_emul_mma(float *c, const uint *a, uint b0, uint b1, __local uint *frag, int lid) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) frag[lid * 6 + k] = a[k];
+    frag[lid * 6 + 4] = b0;
+    frag[lid * 6 + 5] = b1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int w0 = lid & ~31, gq = (lid & 31) >> 2, tq = lid & 3;
+    for (int i = 0; i < 4; ++i) {
+        const int row = gq + (i >= 2 ? 8 : 0), col = 2 * tq + (i & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) {
+            const uint aw = frag[(w0 + (row & 7) * 4 + (k & 7) / 2) * 6 + (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+            const uint bw = frag[(w0 + col * 4 + (k & 7) / 2) * 6 + 4 + (k >= 8 ? 1 : 0)];
+            sum = fma(tc_elem(aw, k & 1), tc_elem(bw, k & 1), sum);
+        }
+        c[i] += sum;
+    }
+}
+/* x rounded to nearest even in the operand type, as bits. */
+inline uint tc_round(float x) {
+#if MMA_F16
+    ushort h;
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return h;
+#else
+    return flashcl_float_to_bf16(x);
+#endif
+}
+inline uint tc_pack(float lo, float hi) { return tc_round(lo) | (tc_round(hi) << 16); }
+#endif
+
+#if CACHE_DTYPE
+/*
+ * fp8 codes as float16 operands, two to a register: y holds code 0 in bits 0-7 and code 1 in bits
+ * 16-23. With FP8_CVT, NVIDIA's conversion (cvt.rn.f16x2.e4m3x2, exact). Else by moving bits, which
+ * are also exact: an e5m2 code is the top byte of the half of the same value; an e4m3 code's 7
+ * magnitude bits, placed as a half's exponent and mantissa, make the half of its value times 2^-8
+ * for every code, subnormals included (FP8_UNIT puts the 2^8 back through the K and V scales), and
+ * its NaN (S.1111.111, which would land just above the largest value) is made a half NaN. Five or
+ * six integer operations a pair.
+ */
+#if FP8_CVT
+#define FP8_UNIT 1.0f
+inline uint tc_fp8x2(uint y) { return ptx_fp8_f16x2((y & 0xffu) | ((y >> 8) & 0xff00u)); }
+#elif CACHE_DTYPE == 1
+#define FP8_UNIT 256.0f
+inline uint tc_fp8x2(uint y) {
+    uint r = ((y << 7) & 0x3f803f80u) | ((y << 8) & 0x80008000u);
+    return r | (((r & 0x7fff7fffu) + 0x00800080u) & 0x40004000u);
+}
+#else
+#define FP8_UNIT 1.0f
+inline uint tc_fp8x2(uint y) { return (y & 0x00ff00ffu) << 8; }
+#endif
+#endif
+
+/* Pair p (dims 2p, 2p + 1) of a lane's share of a K row as an operand register. */
+#if CACHE_DTYPE
+#define MMA_KPAIR(w, p) tc_fp8x2(tc_spread(((w)[(p) / 2] >> (16 * ((p)&1))) & 0xffffu))
+/* Bytes 0 and 1 of x to bits 0-7 and 16-23. */
+inline uint tc_spread(uint x) { return (x & 0xffu) | ((x & 0xff00u) << 8); }
+#else
+#define MMA_KPAIR(w, p) ((w)[p])
+#endif
+#endif
+
 /* Grid: (row_blocks * splits * WG_SIZE, heads_kv, batch). `heads` (KV heads per work-group) is
    the CPU kernel's; here it is always 1. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
@@ -254,9 +418,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
     const int active = row0 < packed;
 
     /* fp8: the K scale multiplies every score (folded into Q), the V scale every output. */
+#if DECODE_MMA && CACHE_DTYPE
+    const float kscale = flashcl_cache_scale(k_scale, scale_per_head, hk) * FP8_UNIT;
+    const float vscale = flashcl_cache_scale(v_scale, scale_per_head, hk) * FP8_UNIT;
+#else
     const float kscale = flashcl_cache_scale(k_scale, scale_per_head, hk);
     const float vscale = flashcl_cache_scale(v_scale, scale_per_head, hk);
+#endif
 
+#if !DECODE_MMA
     /* My lanes' elements of the block's Q rows, scaled by scale*log2(e) (and the K scale); rows
        past `packed` are zero. Their query positions and ALiBi slopes. */
     float q[ROWS][NCH * VEC], acc[ROWS][NCHV * VEC], m[ROWS], l[ROWS], slope2[ROWS];
@@ -287,6 +457,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
         slope2[r] = 0.0f;
 #endif
     }
+#endif
 
     /* This split's keys: [kv_lo, kv_hi), clipped to what any row of the block can see. */
     const int first_row = row0, last_row = min(row0 + ROWS, packed) - 1;
@@ -306,11 +477,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
     const ulong k_base = k_off + (ulong)b * k_sp + (ulong)hk * k_sh + (ulong)hd.k0 * k_sr;
     const ulong v_base = v_off + (ulong)b * v_sp + (ulong)hk * v_sh + (ulong)hd.k0 * v_sr;
 #endif
-#if !LANE_SHFL
+#if !LANE_SHFL && !DECODE_MMA
     __local float partial[WG_SIZE * UNROLL * ROWS]; /* each work-item's partial dots, for its group to sum */
     __local float sums[UNROLL * ROWS * GROUPS];     /* and the sums */
 #endif
 
+#if !DECODE_MMA
     /* Each row's visible keys within [kv_lo, kv_hi) (none for rows past `packed`) and, for
        ALiBi, its position: the mask and terms of flashcl_score, resolved once per row. */
     int lo[ROWS], hi[ROWS], qpos[ROWS];
@@ -322,6 +494,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
         hi[r] = on ? (int)min(khi, kv_hi - 1) : 0;
         qpos[r] = (int)(qi[r] + hd.off);
     }
+#endif
 
 #if PAGED
     /* 32-bit page arithmetic: the host keeps every cache position below 2^31. Page sizes are
@@ -339,6 +512,149 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
 #define ROW_OFFSETS(key) const ulong kr = k_base + (ulong)(key)*k_sr, vr = v_base + (ulong)(key)*v_sr;
 #endif
 
+#if DECODE_MMA
+#if !LANE_SHFL
+    __local uint tc_frag[WG_SIZE * 6];
+    __local float tc_val[WG_SIZE];
+#endif
+    const int fg = lane >> 2, ft = lane & 3; /* my place in the fragments */
+    /* Row fg of the block (the rows this lane's scores belong to): its query head and row, the
+       keys it sees within [kv_lo, kv_hi) (none past `packed`), its position and ALiBi slope. */
+    const int prf = row0 + fg, onf = prf < packed;
+    const int hf = hk * group + min(prf, max(packed - 1, 0)) / sqn;
+    const long qif = prf % sqn;
+    const int lof = onf ? (int)max(flashcl_key_lo(hd, qif, win_left), kv_lo) : 1;
+    const int hif = onf ? (int)min(flashcl_key_hi(hd, qif, win_right), kv_hi - 1) : 0;
+    const int qposf = (int)(qif + hd.off);
+#if HAS_ALIBI
+    const float slopef = alibi[alibi_off + (ulong)b * alibi_sb + (ulong)hf] * FLASHCL_LOG2E_F;
+#endif
+    /* Q: row fg's dims [ft * QD, (ft + 1) * QD) as A registers (rows 8-15 are zero registers). */
+    float qf[QD];
+#pragma unroll
+    for (int k = 0; k < QD; ++k)
+        qf[k] = onf ? FLASHCL_LOAD(Q + VIEW_BASE(q, b, hf) + (hd.q0 + qif) * q_sr, ft * QD + k) : 0.0f;
+#if CACHE_DTYPE
+    /* float16 operands: Q scaled by a power of two that puts the block's largest |q| near 2^14. */
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < QD; ++k) amax = fmax(amax, fabs(qf[k]));
+#pragma unroll
+    for (int m_ = 1; m_ < 32; m_ *= 2) amax = fmax(amax, TC_XOR(amax, m_));
+    const float qscale = amax > 0.0f && isfinite(amax) ? ldexp(1.0f, clamp(14 - ilogb(amax), -100, 100)) : 1.0f;
+#else
+    const float qscale = 1.0f; /* Q's storage is the operand type: exact */
+#endif
+    const float sscale = scale_log2 * kscale / qscale;
+    uint qa[KSTEPS][2];
+#pragma unroll
+    for (int t = 0; t < KSTEPS; ++t) {
+        qa[t][0] = tc_pack(qf[4 * t] * qscale, qf[4 * t + 1] * qscale);
+        qa[t][1] = tc_pack(qf[4 * t + 2] * qscale, qf[4 * t + 3] * qscale);
+    }
+
+    /* O^T tiles: acc[i] = rows (virtual dims) fg, fg + 8 of tile i x packed rows 2ft, 2ft + 1. Row
+       fg's running max (the same in its four lanes) and this lane's share of its sum. */
+    float acc[VTILES][4];
+#pragma unroll
+    for (int i = 0; i < VTILES; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    float m_run = FLASHCL_NEG_INF, l_part = 0.0f;
+
+    for (long key0 = kv_lo; key0 < kv_hi; key0 += BLOCK_N) {
+        /* K of keys kb + fg and kb + 8 + fg; V of keys kb + 2ft, +1, +8, +9, for each of my warp's
+           UNROLL chunks of 16 keys kb, all loads issued before any is used. Keys past the split
+           load a row they may (kv_lo) and keep zeros. */
+        uint kw[UNROLL][2][KWORDS], vw[UNROLL][4][VWORDS];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int kb = (int)key0 + (g * UNROLL + u) * 16;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int key = kb + 8 * j + fg, ok = key < kv_hi;
+                ROW_OFFSETS(ok ? key : (int)kv_lo)
+                MMA_LOAD_WORDS(K + kr + ft * QD, KWORDS, kw[u][j], ok)
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int key = kb + (j >> 1) * 8 + 2 * ft + (j & 1), ok = key < kv_hi;
+                ROW_OFFSETS(ok ? key : (int)kv_lo)
+                MMA_LOAD_WORDS(V + vr + fg * VD, VWORDS, vw[u][j], ok)
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int kb = (int)key0 + (g * UNROLL + u) * 16; /* my warp's 16 keys */
+            /* Scores of row fg with keys kb + 8j + 2ft + h: c[j][h]. */
+            float c[2][4];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+#pragma unroll
+                for (int t = 0; t < KSTEPS; ++t) {
+                    const uint a[4] = {qa[t][0], 0u, qa[t][1], 0u};
+                    TC_MMA(c[j], a, MMA_KPAIR(kw[u][j], 2 * t), MMA_KPAIR(kw[u][j], 2 * t + 1));
+                }
+            }
+            /* flashcl_score's terms and masks, then row fg's online update over the warp's 16 keys
+               (its four lanes hold 4 each). */
+            float p[4], mx = m_run;
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                const int key = kb + 8 * (x >> 1) + 2 * ft + (x & 1);
+                float f = c[x >> 1][x & 1] * sscale;
+#if HAS_SOFTCAP
+                f = softcap2 * tanh(f / softcap2);
+#endif
+#if HAS_ALIBI
+                f -= slopef * fabs((float)(qposf - key));
+#endif
+                p[x] = key >= lof && key <= hif ? f : FLASHCL_NEG_INF;
+                mx = fmax(mx, p[x]);
+            }
+            mx = fmax(mx, TC_XOR(mx, 1));
+            mx = fmax(mx, TC_XOR(mx, 2));
+            const float base = flashcl_safe_base(mx), alpha = exp2(m_run - base);
+            float sum = 0.0f;
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                p[x] = exp2(p[x] - base);
+                sum += p[x];
+            }
+            l_part = l_part * alpha + sum;
+            m_run = mx;
+            /* My output columns are rows 2ft and 2ft + 1: their factors from lanes 8ft and 8ft + 4. */
+            const float a_lo = TC_SHFL(alpha, 8 * ft), a_hi = TC_SHFL(alpha, 8 * ft + 4);
+            const uint pb0 = tc_pack(p[0], p[1]), pb1 = tc_pack(p[2], p[3]);
+#pragma unroll
+            for (int i = 0; i < VTILES; ++i) {
+                acc[i][0] *= a_lo, acc[i][1] *= a_hi, acc[i][2] *= a_lo, acc[i][3] *= a_hi;
+                /* A = V^T: rows fg (dim 2i of my share), fg + 8 (dim 2i + 1) x keys 2ft, 2ft + 1
+                   (a[0], a[1]) and 2ft + 8, 2ft + 9 (a[2], a[3]): the keys' words paired. */
+                uint a[4];
+#if CACHE_DTYPE
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint x0 = vw[u][2 * h][i / 2] >> (16 * (i & 1)),
+                               x1 = vw[u][2 * h + 1][i / 2] >> (16 * (i & 1));
+                    a[2 * h] = tc_fp8x2((x0 & 0xffu) | ((x1 & 0xffu) << 16));
+                    a[2 * h + 1] = tc_fp8x2(((x0 >> 8) & 0xffu) | ((x1 & 0xff00u) << 8));
+                }
+#else
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint w0 = vw[u][2 * h][i], w1 = vw[u][2 * h + 1][i];
+                    a[2 * h] = (w0 & 0xffffu) | (w1 << 16);
+                    a[2 * h + 1] = (w0 >> 16) | (w1 & 0xffff0000u);
+                }
+#endif
+                TC_MMA(acc[i], a, pb0, pb1);
+            }
+        }
+    }
+    /* Row fg's sum over its four lanes, for the epilogue. */
+    float l_full = l_part + TC_XOR(l_part, 1);
+    l_full += TC_XOR(l_full, 2);
+#else
 #if FAST
     /* Raw K/V of the next step, fetched a step ahead. Keys are clamped into [kv_lo, kv_hi):
        past the end a lane re-reads a row it is allowed to (masked out below). */
@@ -549,6 +865,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
                 for (int e = 0; e < NCHV * VEC; ++e) acc[r][e] = fma(s[u][r], vx_u[e], acc[r][e]);
         }
     }
+#endif
 
     /* Epilogue, row by row: the GROUPS states merged by their maxima through __local, then
        normalised; one split writes O (sinks folded in) and LSE, several write partials. */
@@ -556,16 +873,32 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
     __local float go[GROUPS * DVP];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-        if (lane == 0) gm[g] = m[r], gl[g] = l[r];
+#if DECODE_MMA
+        /* Row r's state is in lanes 4r .. 4r + 3, its outputs in lanes with ft = r / 2. */
+        const float m_r = TC_SHFL(m_run, 4 * r), l_r = TC_SHFL(l_full, 4 * r);
+#else
+        const float m_r = m[r], l_r = l[r];
+#endif
+        if (lane == 0) gm[g] = m_r, gl[g] = l_r;
         barrier(CLK_LOCAL_MEM_FENCE);
         float mx = FLASHCL_NEG_INF;
         for (int k = 0; k < GROUPS; ++k) mx = fmax(mx, gm[k]);
         const float base = flashcl_safe_base(mx);
-        const float mine = exp2(m[r] - base);
+        const float mine = exp2(m_r - base);
+#if DECODE_MMA
+        if (ft == r / 2) {
+#pragma unroll
+            for (int i = 0; i < VTILES; ++i) {
+                go[g * DVP + fg * VD + 2 * i] = acc[i][r & 1] * mine;
+                go[g * DVP + fg * VD + 2 * i + 1] = acc[i][2 + (r & 1)] * mine;
+            }
+        }
+#else
 #pragma unroll
         for (int c = 0; c < NCHV; ++c)
 #pragma unroll
             for (int k = 0; k < VEC; ++k) go[g * DVP + (c * LANES + lane) * VEC + k] = acc[r][c * VEC + k] * mine;
+#endif
         float lr = 0.0f;
         for (int k = 0; k < GROUPS; ++k) lr += gl[k] * exp2(gm[k] - base);
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -573,7 +906,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
         const int pr = row0 + r;
         if (pr < packed) {
             const int h = hk * group + pr / sqn;
-            const long i = qi[r];
+            const long i = pr % sqn;
             float mr = mx;
             if (write_parts) {
                 const ulong prow =

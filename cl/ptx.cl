@@ -93,30 +93,28 @@ inline void ptx_cp_async_wait_step(void) {
 #endif
 
 #if defined(FP8_CVT) && FP8_CVT
-/* Two fp8 codes (bits 0-7 element 0, bits 8-15 element 1 of x) -> two floats through the
-   hardware conversion (sm_89+: cvt.rn.f16x2.e4m3x2 / .e5m2x2, exact for every code, NaN and
-   subnormals included; every fp8 value is a half), then half -> float: three instructions for
-   two elements where the bit path takes about eight per element. */
-inline float2 ptx_fp8x2(uint x) {
-    float lo, hi;
+/* Two fp8 codes (bits 0-7 element 0, bits 8-15 element 1 of x) -> two IEEE halves, element 0 in
+   the low half, by the hardware conversion (sm_89+: cvt.rn.f16x2.e4m3x2 / .e5m2x2, exact for every
+   code, NaN and subnormals included: every fp8 value is a half). The tensor-core decode takes the
+   pair as an mma operand as it is. */
+inline uint ptx_fp8_f16x2(uint x) {
+    uint r;
 #if CACHE_DTYPE == 1
-    asm("{ .reg .b16 p, l, h; .reg .b32 w; cvt.u16.u32 p, %2; cvt.rn.f16x2.e4m3x2 w, p; mov.b32 {l, h}, w;"
-        " cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-        : "=f"(lo), "=f"(hi)
-        : "r"(x));
+    asm("{ .reg .b16 p; cvt.u16.u32 p, %1; cvt.rn.f16x2.e4m3x2 %0, p; }" : "=r"(r) : "r"(x));
 #else
-    asm("{ .reg .b16 p, l, h; .reg .b32 w; cvt.u16.u32 p, %2; cvt.rn.f16x2.e5m2x2 w, p; mov.b32 {l, h}, w;"
-        " cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-        : "=f"(lo), "=f"(hi)
-        : "r"(x));
+    asm("{ .reg .b16 p; cvt.u16.u32 p, %1; cvt.rn.f16x2.e5m2x2 %0, p; }" : "=r"(r) : "r"(x));
 #endif
-    return (float2)(lo, hi);
+    return r;
 }
+/* The same two codes as floats: three instructions for two elements where the bit path takes
+   about eight per element. */
+inline float2 ptx_fp8x2(uint x) { return ptx_half2(ptx_fp8_f16x2(x)); }
 #endif
 #endif
 
-/* The tensor-core kernels and their probe (which never define LANE_SHFL). */
-#ifndef LANE_SHFL
+/* The tensor-core kernels and their probe (which never define LANE_SHFL), and the decode kernel's
+   tensor-core form (cl/flash_decode.cl with DECODE_MMA=1, which names MMA_F16). */
+#if !defined(LANE_SHFL) || (LANE_SHFL && defined(DECODE_MMA) && DECODE_MMA)
 
 #ifndef MMA_SM75
 #define MMA_SM75 0

@@ -14,7 +14,9 @@
  * rounded as the library stores it. Each sequence's keys (leftpad .. end) go
  * to rv_forward as one sequence of a varlen batch (its causal mask, windows
  * and ALiBi are bottom-right per sequence, as the KV-cache call's).
- *   test_kvcache [--quick] [--case N] [--list]   (--quick: the Oclgrind subset)
+ *   test_kvcache [--quick] [--case N] [--list] [--storage bf16|f16]
+ *   (--quick: the Oclgrind subset; --storage: every case in that 16-bit type, as
+ *   test_kvcache_mma runs them through the tensor-core decode)
  */
 #include <math.h>
 #include <stdio.h>
@@ -1034,33 +1036,45 @@ static void check_fp8_decoding(flashcl_context *ctx) {
     cl_context cl = flashcl_context_cl_context(ctx);
     cl_command_queue queue = flashcl_context_queue(ctx);
     float q[D], out[D];
-    unsigned char kcodes[D], vcodes[D];
+    unsigned char kcodes[D], vcodes[D], raw[D * 4];
     for (size_t i = 0; i < D; ++i) q[i] = 0.0f, kcodes[i] = 0, vcodes[i] = (unsigned char)i;
-    for (int e4m3 = 1; e4m3 >= 0; --e4m3) {
-        cl_mem kb = bytes_buffer(cl, kcodes, D), vb = bytes_buffer(cl, vcodes, D);
-        cl_mem qb = bytes_buffer(cl, q, sizeof q), ob = bytes_buffer(cl, NULL, sizeof out);
-        flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
-        d.batch = 1, d.heads_q = 1, d.heads_kv = 1, d.seqlen_q = 1, d.head_dim = D, d.head_dim_v = D;
-        flashcl_kv_cache c = FLASHCL_KV_CACHE_INIT;
-        const int32_t lens[1] = {1};
-        c.k = flashcl_tensor_bshd(kb, 1, 1, D), c.v = flashcl_tensor_bshd(vb, 1, 1, D);
-        c.capacity = 1, c.cache_seqlens = lens;
-        c.dtype = e4m3 ? FLASHCL_CACHE_DTYPE_FP8_E4M3 : FLASHCL_CACHE_DTYPE_FP8_E5M2;
-        flashcl_tensor qv = flashcl_tensor_bshd(qb, 1, 1, D), ov = flashcl_tensor_bshd(ob, 1, 1, D);
-        int ok = CHECK_STATUS(flashcl_forward_kvcache(ctx, &d, &qv, &c, &ov, NULL, 0, 0, NULL, NULL), FLASHCL_SUCCESS);
-        if (!ok) fprintf(stderr, "  fp8 decoding: %s\n", flashcl_last_error(ctx));
-        REQUIRE_CL(clEnqueueReadBuffer(queue, ob, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
-        for (size_t i = 0; ok && i < D; ++i) {
-            const float want = fp8_value((unsigned char)i, e4m3);
-            if (isnan(want) ? !isnan(out[i]) : out[i] != want) {
-                fprintf(stderr, "FAIL fp8 %s decoding of 0x%02zx: %g, expected %g\n", e4m3 ? "e4m3" : "e5m2", i,
-                        (double)out[i], (double)want);
-                tu_fail_count();
-                ok = 0;
+    /* float32 Q and O (the lane kernels), then bfloat16 (the tensor-core form where it runs, whose
+       fp8 operands are halves: every fp8 value is also a bfloat16, so the output is still exact). */
+    for (int t = 0; t < 2; ++t) {
+        const flashcl_dtype dt = t ? FLASHCL_DTYPE_BF16 : FLASHCL_DTYPE_F32;
+        const size_t es = flashcl_dtype_size(dt);
+        st_pack(dt, q, D, raw);
+        for (int e4m3 = 1; e4m3 >= 0; --e4m3) {
+            cl_mem kb = bytes_buffer(cl, kcodes, D), vb = bytes_buffer(cl, vcodes, D);
+            cl_mem qb = bytes_buffer(cl, raw, D * es), ob = bytes_buffer(cl, NULL, D * es);
+            flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+            d.batch = 1, d.heads_q = 1, d.heads_kv = 1, d.seqlen_q = 1, d.head_dim = D, d.head_dim_v = D;
+            d.dtype = dt;
+            flashcl_kv_cache c = FLASHCL_KV_CACHE_INIT;
+            const int32_t lens[1] = {1};
+            c.k = flashcl_tensor_bshd(kb, 1, 1, D), c.v = flashcl_tensor_bshd(vb, 1, 1, D);
+            c.capacity = 1, c.cache_seqlens = lens;
+            c.dtype = e4m3 ? FLASHCL_CACHE_DTYPE_FP8_E4M3 : FLASHCL_CACHE_DTYPE_FP8_E5M2;
+            flashcl_tensor qv = flashcl_tensor_bshd(qb, 1, 1, D), ov = flashcl_tensor_bshd(ob, 1, 1, D);
+            int ok =
+                CHECK_STATUS(flashcl_forward_kvcache(ctx, &d, &qv, &c, &ov, NULL, 0, 0, NULL, NULL), FLASHCL_SUCCESS);
+            if (!ok) fprintf(stderr, "  fp8 decoding: %s\n", flashcl_last_error(ctx));
+            unsigned char got[D * 4];
+            REQUIRE_CL(clEnqueueReadBuffer(queue, ob, CL_TRUE, 0, D * es, got, 0, NULL, NULL));
+            st_unpack(dt, got, D, out);
+            for (size_t i = 0; ok && i < D; ++i) {
+                const float want = fp8_value((unsigned char)i, e4m3);
+                if (isnan(want) ? !isnan(out[i]) : out[i] != want) {
+                    fprintf(stderr, "FAIL fp8 %s decoding of 0x%02zx (%s Q/O): %g, expected %g\n",
+                            e4m3 ? "e4m3" : "e5m2", i, t ? "bf16" : "f32", (double)out[i], (double)want);
+                    tu_fail_count();
+                    ok = 0;
+                }
             }
+            if (ok)
+                printf("ok   fp8 %s decoding of all 256 codes (%s Q/O)\n", e4m3 ? "e4m3" : "e5m2", t ? "bf16" : "f32");
+            clReleaseMemObject(kb), clReleaseMemObject(vb), clReleaseMemObject(qb), clReleaseMemObject(ob);
         }
-        if (ok) printf("ok   fp8 %s decoding of all 256 codes\n", e4m3 ? "e4m3" : "e5m2");
-        clReleaseMemObject(kb), clReleaseMemObject(vb), clReleaseMemObject(qb), clReleaseMemObject(ob);
     }
 }
 
@@ -1164,17 +1178,21 @@ static int is_quick_case(size_t i) {
 
 int main(int argc, char **argv) {
     long only = -1;
-    int quick = 0;
+    int quick = 0, storage = -1; /* --storage: every case's Q, O (and same-typed cache) in that type */
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
             only = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc && strcmp(argv[i + 1], "bf16") == 0)
+            storage = FLASHCL_DTYPE_BF16, ++i;
+        else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc && strcmp(argv[i + 1], "f16") == 0)
+            storage = FLASHCL_DTYPE_F16, ++i;
         else if (strcmp(argv[i], "--list") == 0) {
             for (size_t c = 0; c < CASE_COUNT; ++c) printf("%4zu %s\n", c, k_cases[c].name);
             return 0;
         } else {
-            fprintf(stderr, "usage: test_kvcache [--quick] [--case N] [--list]\n");
+            fprintf(stderr, "usage: test_kvcache [--quick] [--case N] [--list] [--storage bf16|f16]\n");
             return 2;
         }
     }
@@ -1184,9 +1202,14 @@ int main(int argc, char **argv) {
         if (only >= 0 && (size_t)only != i) continue;
         if (quick && !is_quick_case(i)) continue;
         char label[160];
-        snprintf(label, sizeof label, "case %zu %s", i, k_cases[i].name);
+        kv_case c = k_cases[i];
+        if (storage >= 0) c.dtype = (flashcl_dtype)storage;
+        snprintf(label, sizeof label, "case %zu %s%s", i, c.name,
+                 storage < 0                     ? ""
+                 : storage == FLASHCL_DTYPE_BF16 ? " (bf16)"
+                                                 : " (f16)");
         ++ran;
-        if (run_case(ctx, &k_cases[i], label)) {
+        if (run_case(ctx, &c, label)) {
             ++passed;
             printf("ok   %s\n", label);
         }

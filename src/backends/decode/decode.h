@@ -45,6 +45,7 @@ typedef struct flashcl__decode_plan {
     int cpu;            /* the CPU kernel */
     int groups_per_cu;  /* work-groups a compute unit runs at once, as the split count assumes (1 to 4) */
     int fused_merge;    /* the GPU kernel's FUSED_MERGE: the last split's group merges (no flash_merge launch) */
+    int mma;            /* the GPU kernel's tensor-core form (DECODE_MMA) */
     char key[640];
     struct flashcl__decode_plan *next;
 } flashcl__decode_plan;

@@ -7,6 +7,8 @@
  * one pass, 128 work-items a group; on NVIDIA half those lanes (two vectors
  * each) and 256 work-items. Packed rows per work-group up to 16 while Q and
  * the outputs stay within 128 registers; 2 keys per group and step.
+ * Its tensor-core form (DECODE_MMA, mma_shape_for): a warp per key group, 8 packed rows, 4 warps;
+ * on NVIDIA sm_89+ for fp8 caches with d >= 128 (mma_wanted says why), FLASHCL_DECODE_MMA otherwise.
  * CPU (cl/flash_decode_cpu.cl): work-groups of one, 16-key chunks, up to 8
  * rows (their Q and output rows stay in float16 vectors), up to 8 KV heads
  * per work-item (cpu_heads_capacity, flashcl__decode_heads).
@@ -46,7 +48,88 @@ typedef struct gpu_shape {
     int wg;            /* work-items per group (WG_SIZE) */
     int max_registers; /* NVIDIA register cap (-cl-nv-maxrregcount), 0 none */
     size_t local_bytes;
+    int mma;     /* DECODE_MMA: the packed rows as a tensor-core tile (rows 8, a warp per key group) */
+    int mma_f16; /* its operands: float16 (f16 storage, fp8 caches) or bfloat16 */
 } gpu_shape;
+
+#define MMA_WG 128 /* the tensor-core form's work-items per group: 4 warps */
+
+/* FLASHCL_DECODE_MMA: "0" keeps the lane kernel; "1" takes the tensor-core form wherever its shape
+   is legal, on any device (emulated off NVIDIA: how the tests run it on POCL); ",wg=N" and
+   ",unroll=N" after either set its work-group and 16-key chunks per warp and step (measurement
+   aids, as FLASHCL_DECODE_STAGES). Unset: the tensor-core form on NVIDIA sm_80+. */
+/* FLASHCL_DECODE_FP8_CVT=0: fp8 decoded by moving bits even where NVIDIA's conversion exists
+   (a measurement aid, as FLASHCL_DECODE_STAGES). */
+static int fp8_cvt_allowed(void) {
+    const char *env = getenv("FLASHCL_DECODE_FP8_CVT");
+    return !(env && env[0] == '0');
+}
+
+typedef struct mma_request {
+    int mode; /* -1 unset, 0 off, 1 on */
+    int wg, unroll;
+} mma_request;
+
+static mma_request mma_request_from_env(void) {
+    mma_request r = {-1, 0, 0};
+    const char *env = getenv("FLASHCL_DECODE_MMA");
+    if (!env || !*env) return r;
+    r.mode = env[0] == '0' ? 0 : 1;
+    const char *wg = strstr(env, "wg="), *unroll = strstr(env, "unroll=");
+    if (wg) r.wg = atoi(wg + 3);
+    if (unroll) r.unroll = atoi(unroll + 7);
+    if (r.wg != 32 && r.wg != 64 && r.wg != 128 && r.wg != 256) r.wg = 0;
+    if (r.unroll != 1 && r.unroll != 2 && r.unroll != 4) r.unroll = 0;
+    return r;
+}
+
+/* Whether the call's shape fits the tensor-core form (cl/flash_decode.cl, DECODE_MMA): 16-bit Q
+   (float32 Q keeps the lane kernel's float32 dots), rows on 16 bytes, and head dims that give
+   each lane whole 8-byte runs of K and V rows. */
+static int mma_shape_legal(const flashcl_attention_desc *d, flashcl_cache_dtype cdt, int aligned) {
+    const size_t dd = d->head_dim, dv = d->head_dim_v;
+    if (!aligned || d->dtype == FLASHCL_DTYPE_F32 || dd > 256 || dv > 256) return 0;
+    return cdt == FLASHCL_CACHE_DTYPE_SAME ? dd % 16 == 0 && dv % 32 == 0 : dd % 32 == 0 && dv % 64 == 0;
+}
+
+/* Whether the tensor-core form runs this call: not under decode knobs (FLASHCL_TILE or a tuned entry
+   for the lane kernel), a legal shape, NVIDIA sm_80+ (sm_89+ for fp8, whose conversion it uses), and
+   an fp8 cache with d >= 128, unless FLASHCL_DECODE_MMA says otherwise; off NVIDIA only when it says 1.
+   Measured on the H200 (hq32 hkv8, b32 sk8192, README "Decode and KV cache"), form against lane
+   kernel: fp8 e4m3 d = 256 1.50x (0.379 against 0.567 ms), d = 128 1.06x, e5m2 d = 128 1.10x, b1
+   level; but fp8 d = 64 0.70x, and 16-bit storage 0.94-0.96x at d = 128 and slower at 64 and 256,
+   where the lane kernel already reads at 85% of the bandwidth. */
+static int mma_wanted(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, int aligned,
+                      int knobs, const mma_request *req) {
+    if (knobs || req->mode == 0 || !mma_shape_legal(d, cdt, aligned)) return 0;
+    if (!flashcl__mma_supported(ctx, NULL)) return req->mode == 1 && strstr(ctx->info.vendor, "NVIDIA") == NULL;
+    const flashcl__nvidia_state *nv = flashcl__nvidia_state_of(ctx);
+    if (!nv || nv->sm75 || nv->cc < 80 || (cdt != FLASHCL_CACHE_DTYPE_SAME && nv->cc < 89)) return 0;
+    return req->mode == 1 || (cdt != FLASHCL_CACHE_DTYPE_SAME && d->head_dim >= 128);
+}
+
+/* The tensor-core form's shape; 0 when its __local does not fit (the lane kernel plans then). */
+static int mma_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt,
+                         const mma_request *req, gpu_shape *g) {
+    memset(g, 0, sizeof *g);
+    g->mma = 1;
+    g->mma_f16 = cdt != FLASHCL_CACHE_DTYPE_SAME || d->dtype == FLASHCL_DTYPE_F16;
+    g->rows = 8;
+    g->lanes = 32;
+    g->vec = 8; /* unused by the form */
+    g->shfl = flashcl__mma_supported(ctx, NULL);
+    g->fp8_cvt = g->shfl && cdt != FLASHCL_CACHE_DTYPE_SAME && fp8_cvt_allowed();
+    g->fused = g->shfl;
+    g->wg = req->wg > 0 && (size_t)req->wg <= ctx->info.max_work_group_size ? req->wg : MMA_WG;
+    g->unroll = req->unroll > 0 ? req->unroll : 1;
+    g->block_n = g->wg / 32 * g->unroll * 16;
+    /* The epilogue's states and output rows, the fused merge's weights, the emulation's exchange. */
+    size_t floats = (size_t)(g->wg / 32) * (d->head_dim_v + 2);
+    if (g->fused) floats += 1 + (size_t)g->rows * (MAX_SPLITS + 1);
+    if (!g->shfl) floats += (size_t)g->wg * 7;
+    g->local_bytes = floats * sizeof(float);
+    return g->local_bytes <= ctx->info.local_mem_bytes;
+}
 
 static int pow2_at_least(int x) {
     int p = 1;
@@ -75,6 +158,9 @@ static size_t gpu_local(const gpu_shape *g, int dd, int dv, int elem) {
 static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, int paged,
                          int aligned, const flashcl__tile_override *ov, gpu_shape *g) {
     const int knobs = ov->present && ov->kernel == FLASHCL__TILE_KERNEL_DECODE;
+    const mma_request req = mma_request_from_env();
+    if (mma_wanted(ctx, d, cdt, aligned, knobs, &req) && mma_shape_for(ctx, d, cdt, &req, g)) return 1;
+    memset(g, 0, sizeof *g);
     const int dd = (int)d->head_dim, dv = (int)d->head_dim_v, packed = packed_rows(d);
     /* fp8 caches load 8 bytes a lane (8 elements, as 16-bit storage does in 16 bytes): a lane's Q
        and output elements, the bulk of its registers, stay as many as for 16-bit storage. With
@@ -116,7 +202,7 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
         if (ov->max_registers > 0) g->max_registers = ov->max_registers;
     }
     const flashcl__nvidia_state *nv = flashcl__nvidia_state_of(ctx);
-    g->fp8_cvt = g->shfl && cdt != FLASHCL_CACHE_DTYPE_SAME && nv->cc >= 89;
+    g->fp8_cvt = g->shfl && cdt != FLASHCL_CACHE_DTYPE_SAME && nv->cc >= 89 && fp8_cvt_allowed();
     g->fused = g->shfl;
     /* The ring where cp.async exists (sm_80+, not the sm_75 form) and the rows load as whole
        vectors: 4 steps, 3 in flight, while they fit 36 KiB. Not for paged caches: there the
@@ -263,8 +349,10 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
              "decode family (%s): %zu query rows per sequence, the %zu query heads of each KV head packed as the "
              "rows of one work-group (%d per group), K/V read once per KV head %s%s, split-KV over enough "
              "work-groups to fill the device, partials merged by LSE (%s)",
-             p->cpu ? "CPU: work-groups of one, float16 vectors, the cache read in place"
-                    : "GPU: key groups of lanes reading K/V rows into registers, several keys in flight",
+             p->cpu   ? "CPU: work-groups of one, float16 vectors, the cache read in place"
+             : p->mma ? "GPU, tensor cores: mma.sync m16n8k16 with float32 accumulators, the packed rows as the "
+                        "columns of S^T = Q K^T and of O^T += V^T P^T, K/V rows read straight into fragments"
+                      : "GPU: key groups of lanes reading K/V rows into registers, several keys in flight",
              d->max_seqlen_q, d->heads_q / d->heads_kv, p->rows, paged ? "through the page table" : "from the views",
              storage[cdt], p->fused_merge ? "by the last split's work-group, in the same launch" : "flash_merge");
     return FLASHCL_SUCCESS;
@@ -272,11 +360,15 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
 
 /* The CPU kernel on CPU devices; kernel=decode or kernel=decode_cpu (FLASHCL_TILE or a tuned plan) picks the
    GPU or the CPU kernel anywhere, so each is tested on every device. */
-static int use_cpu_kernel(const flashcl_context *ctx, const flashcl__tile_override *ov) {
+static int use_cpu_kernel(flashcl_context *ctx, const flashcl__tile_override *ov, const flashcl_attention_desc *d,
+                          flashcl_cache_dtype cdt, int aligned) {
     if (ov->present) {
         if (ov->kernel == FLASHCL__TILE_KERNEL_DECODE) return 0;
         if (ov->kernel == FLASHCL__TILE_KERNEL_DECODE_CPU) return 1;
     }
+    /* FLASHCL_DECODE_MMA=1 on a CPU device: the GPU kernel's tensor-core form, emulated (tests). */
+    const mma_request req = mma_request_from_env();
+    if (ctx->info.is_cpu && mma_wanted(ctx, d, cdt, aligned, 0, &req)) return 0;
     return ctx->info.is_cpu;
 }
 
@@ -287,8 +379,8 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     flashcl_status st = flashcl__decode_choice_for(ctx, d, (int)cache_dtype, &choice);
     if (st != FLASHCL_SUCCESS) return st;
     const flashcl__tile_override *ov = &choice.ov;
-    const int cpu = use_cpu_kernel(ctx, ov);
-    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0, 0, 1, 0, 0};
+    const int cpu = use_cpu_kernel(ctx, ov, d, cache_dtype, aligned);
+    gpu_shape g = {cpu_rows(d), 1, 16, 1, 0, CPU_CHUNK, 0, 0, 0, 1, 0, 0, 0, 0};
     /* kernel=decode_cpu,br=R,bc=C,heads=H: rows per work-item, keys per chunk, the most KV heads per work-item. */
     const int cpu_knobs = cpu && ov->present && ov->kernel == FLASHCL__TILE_KERNEL_DECODE_CPU;
     if (cpu_knobs && ov->block_rows > 0) g.rows = ov->block_rows;
@@ -311,10 +403,11 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
         snprintf(options, sizeof options,
                  "-D HEAD_DIM=%zu -D ROWS=%d -D LANES=%d -D VEC=%d -D UNROLL=%d -D WG_SIZE=%d -D ALIGNED=%d "
                  "-D LANE_SHFL=%d -D FUSED_MERGE=%d -D KV_STAGES=%d -D FP8_CVT=%d -D FP8_DENORM_MUL=%d -D PAGED=%d "
-                 "-D CACHE_DTYPE=%d %s%s",
+                 "-D CACHE_DTYPE=%d %s%s%s",
                  d->head_dim, g.rows, g.lanes, g.vec, g.unroll, g.wg, aligned != 0, g.shfl, g.fused, g.stages,
                  g.fp8_cvt, cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype,
-                 variants, regs);
+                 variants, regs,
+                 g.mma ? (g.mma_f16 ? " -D DECODE_MMA=1 -D MMA_F16=1" : " -D DECODE_MMA=1 -D MMA_F16=0") : "");
     /* The same build under another origin (a tuned plan equal to the formula's) is another plan: its
        reason says where it came from. */
     for (flashcl__decode_plan *p = ctx->family[FLASHCL__FAMILY_DECODE]; p; p = p->next)
@@ -331,6 +424,7 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     p->wg = cpu ? 1 : (size_t)g.wg;
     p->local_bytes = cpu ? 0 : g.local_bytes;
     p->fused_merge = !cpu && g.fused;
+    p->mma = !cpu && g.mma;
     st = build(ctx, d, paged, cache_dtype, options, p);
     if (st != FLASHCL_SUCCESS) {
         if (p->attend) clReleaseKernel(p->attend);
@@ -393,7 +487,8 @@ int flashcl__decode_covers(flashcl_context *ctx, const flashcl_attention_desc *d
     flashcl__decode_choice choice;
     flashcl__decode_choice_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, &choice);
     gpu_shape g;
-    if (!use_cpu_kernel(ctx, &choice.ov) && !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, 0, 1, &choice.ov, &g)) {
+    if (!use_cpu_kernel(ctx, &choice.ov, d, FLASHCL_CACHE_DTYPE_SAME, 1) &&
+        !gpu_shape_for(ctx, d, FLASHCL_CACHE_DTYPE_SAME, 0, 1, &choice.ov, &g)) {
         snprintf(why, cap, "no decode tile for d=%zu fits the device's local memory", d->head_dim);
         return 0;
     }
