@@ -61,6 +61,9 @@ struct flashcl_context {
        demand, freed on destroy. Calls that use it wait for its last user. */
     cl_mem scratch[FLASHCL__SCRATCH_SLOTS];
     size_t scratch_bytes[FLASHCL__SCRATCH_SLOTS];
+    /* Bumped whenever a slot's buffer is made or freed: what a slot's user remembers of its
+       content (the KV tables, kvcache_state.c) holds only while the generation does. */
+    unsigned long scratch_generation[FLASHCL__SCRATCH_SLOTS];
     cl_event scratch_last_use;
     /* Each kernel family's plans (and the NVIDIA probe's verdict), owned and released by
        the family (src/backends/<family>/); NULL until the family first plans. */

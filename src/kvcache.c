@@ -319,7 +319,9 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
                                            c->scale_per_head != 0};
         st = flashcl__decode_enqueue(ctx, &chain, last, &dd, &qview, &keys, &p->views[1], lse, lse_offset, &last);
     }
-    return st == FLASHCL_SUCCESS ? flashcl__chain_end(&chain, 1, &last, event) : flashcl__chain_abort(&chain, st);
+    st = st == FLASHCL_SUCCESS ? flashcl__chain_end(&chain, 1, &last, event) : flashcl__chain_abort(&chain, st);
+    if (st != FLASHCL_SUCCESS) flashcl__kv_forget_tables(ctx); /* an aborted chain's writes are no one's last use */
+    return st;
 }
 
 /* q and o alone, before the tables: o (an output, its rows never overlap) bounds the batch, so

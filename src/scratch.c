@@ -22,6 +22,7 @@ static flashcl_status scratch_slot(flashcl_context *ctx, int slot, size_t bytes,
         clReleaseMemObject(ctx->scratch[slot]);
         ctx->scratch[slot] = NULL;
         ctx->scratch_bytes[slot] = 0;
+        ++ctx->scratch_generation[slot];
     }
     cl_int err = CL_SUCCESS;
     void *zeros = NULL;
@@ -41,6 +42,7 @@ static flashcl_status scratch_slot(flashcl_context *ctx, int slot, size_t bytes,
     }
     ctx->scratch[slot] = buf;
     ctx->scratch_bytes[slot] = bytes;
+    ++ctx->scratch_generation[slot];
     *out = buf;
     return FLASHCL_SUCCESS;
 }
@@ -77,6 +79,7 @@ void flashcl__release_scratch(flashcl_context *ctx) {
         if (ctx->scratch[i]) clReleaseMemObject(ctx->scratch[i]);
         ctx->scratch[i] = NULL;
         ctx->scratch_bytes[i] = 0;
+        ++ctx->scratch_generation[i];
     }
 }
 

@@ -1119,6 +1119,39 @@ static void check_batch_invariance(flashcl_context *ctx) {
     kv_free(&a), kv_free(&b);
 }
 
+/* The device copies of the block table and lengths are written only when they change
+   (src/kvcache_state.c): calls in one context with the same, then new, then earlier tables and
+   lengths, each checked against the reference, so a skipped write never leaves stale values. */
+static void check_table_reuse(flashcl_context *ctx) {
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    kv_case c = {
+        "reuse", FLASHCL_DTYPE_F32, 0, 2, 4, 2, 1, 64, 64, 16, 96, {70, 45}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0};
+    kv_run r;
+    kv_init(&r, flashcl_context_cl_context(ctx), &c, 7);
+    int32_t first[MAXB * 8];
+    const size_t entries = c.b * r.max_pages;
+    memcpy(first, r.table, entries * sizeof *first);
+    flashcl_tensor qv = flashcl_tensor_bshd(r.qb, c.sq, c.hq, c.d), ov = flashcl_tensor_bshd(r.ob, c.sq, c.hq, c.dv);
+    static const char *const steps[] = {"first tables", "the same again", "new lengths", "new table",
+                                        "first tables again"};
+    for (size_t step = 0; step < sizeof steps / sizeof steps[0]; ++step) {
+        if (step == 2) r.seqlens[1] = 44;
+        if (step == 3) /* sequence 0's pages in reverse order */
+            for (size_t j = 0; j < r.max_pages; ++j) r.table[j] = first[r.max_pages - 1 - j];
+        if (step == 4) memcpy(r.table, first, entries * sizeof *first), r.seqlens[1] = 45;
+        char label[96];
+        snprintf(label, sizeof label, "table reuse: %s", steps[step]);
+        /* The output is cleared first, so a call that wrote nothing cannot pass on the last one's rows. */
+        const float zero = 0.0f;
+        REQUIRE_CL(clEnqueueFillBuffer(queue, r.ob, &zero, sizeof zero, 0, c.b * c.sq * c.hq * c.dv * sizeof(float), 0,
+                                       NULL, NULL));
+        flashcl_status st = flashcl_forward_kvcache(ctx, &r.d, &qv, &r.cache, &ov, r.lseb, 0, 0, NULL, NULL);
+        if (CHECK_STATUS(st, FLASHCL_SUCCESS) && check_output(&r, queue, label)) printf("ok   %s\n", label);
+    }
+    kv_free(&r);
+}
+
 /* Merges random partial states (some rows with every LSE -inf) on the device and the host. */
 static void check_merge(flashcl_context *ctx) {
     cl_context cl = flashcl_context_cl_context(ctx);
@@ -1218,6 +1251,7 @@ int main(int argc, char **argv) {
         if (!quick) check_batch_invariance(ctx);
         check_fp8_encoding(ctx);
         check_fp8_decoding(ctx);
+        check_table_reuse(ctx);
         check_merge(ctx);
     }
     printf("%zu/%zu KV-cache cases passed\n", passed, ran);
