@@ -241,8 +241,8 @@ inline void lane_sums(float *v, int lane) {
 #if DECODE_MMA
 /*
  * The tensor-core form (DECODE_MMA): a warp is a key group, and the block's 8 packed rows are the
- * N = 8 columns of mma.sync m16n8k16 products (fp32 accumulate) in two orientations:
- *   scores  S^T (16 x 8 keys) = Q (16 x 16 dims: rows 8-15 zero) . K^T, per 8 keys and 16 dims;
+ * N = 8 columns of the output product, the M rows of the score product (fp32 accumulate):
+ *   scores  S (16 x 8 keys) = Q (16 x 16 dims: rows 8-15 zero) . K^T, per 8 keys and 16 dims;
  *   output  O^T (16 dims x 8 rows) += V^T (16 dims x 16 keys) . P^T (16 keys x 8 rows).
  * The accumulator of the first holds, in lane (fg, ft) = (lane / 4, lane % 4), row fg's scores for
  * keys 2ft, 2ft + 1 of the 8, which is exactly the B operand the second needs for row fg: P never
@@ -259,9 +259,11 @@ inline void lane_sums(float *v, int lane) {
  *
  * Operands are bfloat16 (MMA_F16=0: bf16 storage) or float16 (MMA_F16=1: f16 storage, fp8 caches).
  * Scores and the online softmax stay in float32; P is rounded to the operand type for P V, as in
- * FlashAttention. With an fp8 cache Q is scaled by a power of two (exact) so that its largest
- * element is near 2^14, then rounded to float16 (exact for f16 storage and for bf16 within float16's
- * range, which the scaling provides), and the scores are scaled back.
+ * FlashAttention. With an fp8 cache Q is float16: f16 storage as it is; bf16 storage with each
+ * row scaled by a power of two (exact) so that its largest element is near 2^14, then rounded to
+ * float16 (exact for a row within float16's range, which the scaling provides), its scores scaled
+ * back. Half of each score mma multiplies the zero rows: the price of its accumulator being the
+ * output product's operand.
  *
  * Off NVIDIA (LANE_SHFL=0) the mma, shuffles and conversions are emulated through __local (each
  * call a barrier): slow, but the fragment bookkeeping above runs, and is tested, on every device.
@@ -534,16 +536,18 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
 #pragma unroll
     for (int k = 0; k < QD; ++k)
         qf[k] = onf ? FLASHCL_LOAD(Q + VIEW_BASE(q, b, hf) + (hd.q0 + qif) * q_sr, ft * QD + k) : 0.0f;
-#if CACHE_DTYPE
-    /* float16 operands: Q scaled by a power of two that puts the block's largest |q| near 2^14. */
+#if CACHE_DTYPE && FLASHCL_DTYPE != 1
+    /* float16 operands from bfloat16 Q: each row scaled by a power of two that puts its largest |q|
+       near 2^14 (its four lanes agree; a row's scores carry their own scale, sscale), exact unless
+       the row spans more than float16's range. Clamped so that the scaled row stays finite. */
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < QD; ++k) amax = fmax(amax, fabs(qf[k]));
-#pragma unroll
-    for (int m_ = 1; m_ < 32; m_ *= 2) amax = fmax(amax, TC_XOR(amax, m_));
-    const float qscale = amax > 0.0f && isfinite(amax) ? ldexp(1.0f, clamp(14 - ilogb(amax), -100, 100)) : 1.0f;
+    amax = fmax(amax, TC_XOR(amax, 1));
+    amax = fmax(amax, TC_XOR(amax, 2));
+    const float qscale = amax > 0.0f && isfinite(amax) ? ldexp(1.0f, clamp(14 - ilogb(amax), -126, 127)) : 1.0f;
 #else
-    const float qscale = 1.0f; /* Q's storage is the operand type: exact */
+    const float qscale = 1.0f; /* Q's storage is the operand type (float16 with an fp8 cache): exact */
 #endif
     const float sscale = scale_log2 * kscale / qscale;
     uint qa[KSTEPS][2];

@@ -566,6 +566,12 @@ static const kv_case k_cases[] = {
      0,
      1,
      0},
+    /* Head dims the tensor-core form takes (d % 16, d_v % 32; fp8 d % 32, d_v % 64) with d_v != d. */
+    {"d 64, d_v 96, splits 3",
+     FLASHCL_DTYPE_F32, 0, 2, 8, 2, 1, 64, 96, 0, 300, {200, 77}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3},
+    {"fp8 e5m2 d 64, d_v 128, paged p16",
+     FLASHCL_DTYPE_F32, FLASHCL_CACHE_DTYPE_FP8_E5M2, 2, 4, 2, 1, 64, 128, 16, 160, {150, 33}, {0}, 0, 0, 0, 0, 0, 0, 0,
+     0, 0, 0, 0, 0, 0, 0},
 };
 #define CASE_COUNT (sizeof k_cases / sizeof k_cases[0])
 
@@ -958,6 +964,31 @@ static int check_output(kv_run *r, cl_command_queue queue, const char *label) {
     return ok;
 }
 
+/* --expect-mma (test_kvcache_mma, FLASHCL_DECODE_MMA=1): the decode plan of every case whose shape
+   the tensor-core form takes (16-bit Q, d % 16 == 0, d_v % 32 == 0, both <= 256) must be that form,
+   so that a change to its legality or to the variable's parsing cannot quietly test the lane kernel.
+   The plan query describes the 16-bit cache; fp8 caches (d % 32, d_v % 64) are not checked here. */
+static int expect_mma = 0;
+
+static int check_mma_plan(flashcl_context *ctx, const kv_run *r, const char *label) {
+    const kv_case *c = &r->c;
+    if (!expect_mma || c->cdtype != FLASHCL_CACHE_DTYPE_SAME || c->dtype == FLASHCL_DTYPE_F32 || c->d % 16 ||
+        c->dv % 32 || c->d > 256 || c->dv > 256)
+        return 1;
+    flashcl_attention_desc d = r->d;
+    d.seqlen_k = c->capacity;
+    flashcl_plan plan;
+    flashcl_status st = flashcl_plan_query(ctx, &d, &plan);
+    if (st != FLASHCL_SUCCESS || strstr(plan.build_options, "DECODE_MMA=1") == NULL) {
+        fprintf(stderr, "FAIL %s: expected the tensor-core decode form, the plan is %s (%s)\n", label,
+                st == FLASHCL_SUCCESS ? plan.kernel : flashcl_status_name(st),
+                st == FLASHCL_SUCCESS ? plan.build_options : flashcl_last_error(ctx));
+        tu_fail_count();
+        return 0;
+    }
+    return 1;
+}
+
 static int run_case(flashcl_context *ctx, const kv_case *c, const char *label) {
     cl_context cl = flashcl_context_cl_context(ctx);
     cl_command_queue queue = flashcl_context_queue(ctx);
@@ -975,6 +1006,7 @@ static int run_case(flashcl_context *ctx, const kv_case *c, const char *label) {
         host_append(&r);
         if (c->seqlen_new) ok &= check_cache(&r, queue, label);
         ok &= check_output(&r, queue, label);
+        ok &= check_mma_plan(ctx, &r, label);
     }
     kv_free(&r);
     return ok;
@@ -1217,6 +1249,8 @@ int main(int argc, char **argv) {
             only = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--expect-mma") == 0)
+            expect_mma = 1;
         else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc && strcmp(argv[i + 1], "bf16") == 0)
             storage = FLASHCL_DTYPE_BF16, ++i;
         else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc && strcmp(argv[i + 1], "f16") == 0)
@@ -1225,7 +1259,7 @@ int main(int argc, char **argv) {
             for (size_t c = 0; c < CASE_COUNT; ++c) printf("%4zu %s\n", c, k_cases[c].name);
             return 0;
         } else {
-            fprintf(stderr, "usage: test_kvcache [--quick] [--case N] [--list] [--storage bf16|f16]\n");
+            fprintf(stderr, "usage: test_kvcache [--quick] [--case N] [--list] [--storage bf16|f16] [--expect-mma]\n");
             return 2;
         }
     }

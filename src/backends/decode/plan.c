@@ -55,14 +55,15 @@ typedef struct gpu_shape {
 #define MMA_WG 128 /* the tensor-core form's work-items per group: 4 warps */
 
 /* FLASHCL_DECODE_MMA: "0" keeps the lane kernel; "1" takes the tensor-core form wherever its shape
-   is legal, on any device (emulated off NVIDIA: how the tests run it on POCL); ",wg=N" and
-   ",unroll=N" after either set its work-group and 16-key chunks per warp and step (measurement
-   aids, as FLASHCL_DECODE_STAGES). Unset: the tensor-core form on NVIDIA sm_80+. */
+   is legal: off NVIDIA emulated (how the tests run it on POCL), on NVIDIA sm_80+ (sm_89+ with an
+   fp8 cache, whose conversion it uses; never the sm_75 form); ",wg=N" and ",unroll=N" after either
+   set its work-group and 16-key chunks per warp and step (measurement aids, as
+   FLASHCL_DECODE_STAGES). Any other value is ignored, as if unset. Unset: mma_wanted's choice. */
 /* FLASHCL_DECODE_FP8_CVT=0: fp8 decoded by moving bits even where NVIDIA's conversion exists
    (a measurement aid, as FLASHCL_DECODE_STAGES). */
 static int fp8_cvt_allowed(void) {
     const char *env = getenv("FLASHCL_DECODE_FP8_CVT");
-    return !(env && env[0] == '0');
+    return !(env && env[0] == '0' && env[1] == '\0');
 }
 
 typedef struct mma_request {
@@ -73,14 +74,25 @@ typedef struct mma_request {
 static mma_request mma_request_from_env(void) {
     mma_request r = {-1, 0, 0};
     const char *env = getenv("FLASHCL_DECODE_MMA");
-    if (!env || !*env) return r;
-    r.mode = env[0] == '0' ? 0 : 1;
+    /* Exactly "0" or "1", alone or before the knobs: "off" or " 1" must not turn the form on. */
+    if (!env || (env[0] != '0' && env[0] != '1') || (env[1] != '\0' && env[1] != ',')) return r;
+    r.mode = env[0] - '0';
     const char *wg = strstr(env, "wg="), *unroll = strstr(env, "unroll=");
     if (wg) r.wg = atoi(wg + 3);
     if (unroll) r.unroll = atoi(unroll + 7);
     if (r.wg != 32 && r.wg != 64 && r.wg != 128 && r.wg != 256) r.wg = 0;
     if (r.unroll != 1 && r.unroll != 2 && r.unroll != 4) r.unroll = 0;
     return r;
+}
+
+/* Whether a call's grid, before the split, leaves compute units idle (b = 1 decode: the split then
+   fills the device in about one wave of work-groups, one per compute unit), with an automatic
+   split count: a fixed num_splits keeps one plan whatever the batch, so that a sequence's rows
+   stay bitwise the same in any batch. Such calls are bound by the K/V loads each work-group keeps
+   in flight, not by the device's bandwidth. */
+static int small_grid(const flashcl_context *ctx, const flashcl_attention_desc *d, int rows) {
+    const size_t row_blocks = ((size_t)packed_rows(d) + (size_t)rows - 1) / (size_t)rows;
+    return d->num_splits == 0 && d->batch * d->heads_kv * row_blocks < (size_t)ctx->info.compute_units;
 }
 
 /* Whether the call's shape fits the tensor-core form (cl/flash_decode.cl, DECODE_MMA): 16-bit Q
@@ -96,16 +108,18 @@ static int mma_shape_legal(const flashcl_attention_desc *d, flashcl_cache_dtype 
    for the lane kernel), a legal shape, NVIDIA sm_80+ (sm_89+ for fp8, whose conversion it uses), and
    an fp8 cache with d >= 128, unless FLASHCL_DECODE_MMA says otherwise; off NVIDIA only when it says 1.
    Measured on the H200 (hq32 hkv8, b32 sk8192, README "Decode and KV cache"), form against lane
-   kernel: fp8 e4m3 d = 256 1.50x (0.379 against 0.567 ms), d = 128 1.06x, e5m2 d = 128 1.10x, b1
-   level; but fp8 d = 64 0.70x, and 16-bit storage 0.94-0.96x at d = 128 and slower at 64 and 256,
-   where the lane kernel already reads at 85% of the bandwidth. */
+   kernel: fp8 e4m3 d = 256 1.50x (0.379 against 0.567 ms), d = 128 1.06x, e5m2 d = 128 1.10x; but
+   fp8 d = 64 0.70x, d = 128 at b1 sk32768 (a small grid) 0.95x (0.0584 against 0.0556 ms), and
+   16-bit storage 0.94-0.96x at d = 128 and slower at 64 and 256, where the lane kernel already
+   reads at 85% of the bandwidth. */
 static int mma_wanted(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, int aligned,
                       int knobs, const mma_request *req) {
     if (knobs || req->mode == 0 || !mma_shape_legal(d, cdt, aligned)) return 0;
     if (!flashcl__mma_supported(ctx, NULL)) return req->mode == 1 && strstr(ctx->info.vendor, "NVIDIA") == NULL;
     const flashcl__nvidia_state *nv = flashcl__nvidia_state_of(ctx);
     if (!nv || nv->sm75 || nv->cc < 80 || (cdt != FLASHCL_CACHE_DTYPE_SAME && nv->cc < 89)) return 0;
-    return req->mode == 1 || (cdt != FLASHCL_CACHE_DTYPE_SAME && d->head_dim >= 128);
+    if (req->mode == 1) return 1;
+    return cdt != FLASHCL_CACHE_DTYPE_SAME && d->head_dim >= 128 && (d->head_dim >= 256 || !small_grid(ctx, d, 8));
 }
 
 /* The tensor-core form's shape; 0 when its __local does not fit (the lane kernel plans then). */
@@ -121,6 +135,7 @@ static int mma_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
     g->fp8_cvt = g->shfl && cdt != FLASHCL_CACHE_DTYPE_SAME && fp8_cvt_allowed();
     g->fused = g->shfl;
     g->wg = req->wg > 0 && (size_t)req->wg <= ctx->info.max_work_group_size ? req->wg : MMA_WG;
+    if ((size_t)g->wg > ctx->info.max_work_group_size) return 0; /* a device without 4-warp groups */
     g->unroll = req->unroll > 0 ? req->unroll : 1;
     g->block_n = g->wg / 32 * g->unroll * 16;
     /* The epilogue's states and output rows, the fused merge's weights, the emulation's exchange. */
@@ -194,6 +209,16 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
        d = 128 and 256, fp8 d = 128: the README's decode figures); beyond that (MLA's 576/512,
        not measured) 1, as before. */
     g->unroll = raw_per_key <= (nv_shape ? 64 : 16) ? 2 : 1;
+    /* A small grid (b = 1) on NVIDIA, 16-bit storage, d and d_v <= 128: 2 rows and 4 keys per
+       group and step, twice the loads in flight per work-item and twice the work-groups per KV
+       head. H200, hq32 hkv8, b1 sk32768, rows x keys: bf16 d = 128 0.0514 ms against 0.0553
+       (formula 4 x 2), 0.0627 (2 x 2), 0.0741 (1 x 4), 0.101 (4 x 4); d = 64 0.0394 against 0.0399;
+       at b4 sk8192 level (0.0515 against 0.0517). Not at d = 256 (2 x 4 ran 0.247 against 0.090:
+       its registers) nor for fp8 caches (0.0570 against 0.0556). */
+    if (nv_shape && elem == 2 && longer <= 128 && g->rows >= 4 && g->unroll == 2 && small_grid(ctx, d, g->rows)) {
+        g->rows = 2;
+        g->unroll = 4;
+    }
     g->max_registers = 0;
     /* kernel=decode,br=R,bc=U[,regs=N] sets rows, keys per group and the register cap (tuning, tests). */
     if (knobs) {
@@ -351,7 +376,8 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
              "work-groups to fill the device, partials merged by LSE (%s)",
              p->cpu   ? "CPU: work-groups of one, float16 vectors, the cache read in place"
              : p->mma ? "GPU, tensor cores: mma.sync m16n8k16 with float32 accumulators, the packed rows as the "
-                        "columns of S^T = Q K^T and of O^T += V^T P^T, K/V rows read straight into fragments"
+                        "rows of S = Q K^T (padded to 16) and the columns of O^T += V^T P^T, K/V rows read "
+                        "straight into fragments"
                       : "GPU: key groups of lanes reading K/V rows into registers, several keys in flight",
              d->max_seqlen_q, d->heads_q / d->heads_kv, p->rows, paged ? "through the page table" : "from the views",
              storage[cdt], p->fused_merge ? "by the last split's work-group, in the same launch" : "flash_merge");
@@ -368,7 +394,9 @@ static int use_cpu_kernel(flashcl_context *ctx, const flashcl__tile_override *ov
     }
     /* FLASHCL_DECODE_MMA=1 on a CPU device: the GPU kernel's tensor-core form, emulated (tests). */
     const mma_request req = mma_request_from_env();
-    if (ctx->info.is_cpu && mma_wanted(ctx, d, cdt, aligned, 0, &req)) return 0;
+    gpu_shape g;
+    if (ctx->info.is_cpu && mma_wanted(ctx, d, cdt, aligned, 0, &req) && mma_shape_for(ctx, d, cdt, &req, &g))
+        return 0;
     return ctx->info.is_cpu;
 }
 
