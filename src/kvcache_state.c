@@ -96,14 +96,15 @@ flashcl_status flashcl__kv_upload_tables(flashcl_context *ctx, flashcl__chain *c
     const int32_t *values[2] = {table, seqinfo};
     const size_t counts[2] = {table_count, seqinfo_count};
     const cl_mem buffers[2] = {*table_buf, *seqinfo_buf};
-    int write[2], total = 0;
+    int write[2];
+    size_t total = 0;
     for (int i = 0; i < 2; ++i) {
         write[i] = !already_there(ctx, s, i, slots[i], values[i], counts[i]);
-        if (write[i]) total += (int)counts[i];
+        if (write[i]) total += counts[i];
     }
     *last = after;
     if (total == 0) return FLASHCL_SUCCESS;
-    int32_t *copy = malloc((size_t)total * sizeof *copy);
+    int32_t *copy = malloc(total * sizeof *copy);
     if (!copy) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the block table");
     int32_t *at = copy;
     int link = after;
