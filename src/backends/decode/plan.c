@@ -85,14 +85,14 @@ static mma_request mma_request_from_env(void) {
     return r;
 }
 
-/* Whether a call's grid, before the split, leaves compute units idle (b = 1 decode: the split then
-   fills the device in about one wave of work-groups, one per compute unit), with an automatic
-   split count: a fixed num_splits keeps one plan whatever the batch, so that a sequence's rows
-   stay bitwise the same in any batch. Such calls are bound by the K/V loads each work-group keeps
-   in flight, not by the device's bandwidth. */
+/* Whether a call's grid, before the split, is at most a quarter of the compute units (b = 1 to 4
+   with 8 KV heads on the H200's 132, what was measured: the split then fills the device in about
+   one wave of work-groups), with an automatic split count: a fixed num_splits keeps one plan
+   whatever the batch, so that a sequence's rows stay bitwise the same in any batch. Such calls
+   are bound by the K/V loads each work-group keeps in flight, not by the device's bandwidth. */
 static int small_grid(const flashcl_context *ctx, const flashcl_attention_desc *d, int rows) {
     const size_t row_blocks = ((size_t)packed_rows(d) + (size_t)rows - 1) / (size_t)rows;
-    return d->num_splits == 0 && d->batch * d->heads_kv * row_blocks < (size_t)ctx->info.compute_units;
+    return d->num_splits == 0 && 4 * d->batch * d->heads_kv * row_blocks <= (size_t)ctx->info.compute_units;
 }
 
 /* Whether the call's shape fits the tensor-core form (cl/flash_decode.cl, DECODE_MMA): 16-bit Q
