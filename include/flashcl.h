@@ -468,7 +468,9 @@ typedef enum flashcl_cache_dtype {
  *     as: block_table[b][j] = indices[indptr[b] + j] for j < indptr[b+1] - indptr[b], and
  *     cache_seqlens[b] = (indptr[b+1] - indptr[b] - 1) * page_size + last_page_len[b].
  * The int32 tables are host arrays: FlashCL checks every page index and length against
- * the pools before anything is enqueued, and copies them to the device with the call.
+ * the pools before anything is enqueued, and copies them to the device with the call when
+ * they differ from what the context last copied (calls of one token over a model's layers,
+ * which share them, write them once; the arrays are free again when the call returns).
  * cache_seqlens[b] rows are in the cache before the call (NULL: every sequence is full:
  * capacity, or max_pages * page_size); the keys of sequence b are rows
  * [cache_leftpad[b], cache_seqlens[b] + seqlen_new), positions counted from cache_leftpad[b].
