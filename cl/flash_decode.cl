@@ -539,7 +539,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
 #if CACHE_DTYPE && FLASHCL_DTYPE != 1
     /* float16 operands from bfloat16 Q: each row scaled by a power of two that puts its largest |q|
        near 2^14 (its four lanes agree; a row's scores carry their own scale, sscale), exact unless
-       the row spans more than float16's range. Clamped so that the scaled row stays finite. */
+       the row spans more than float16's range. Clamped so that the scaled row stays finite (a row
+       whose largest |q| is below ~2^-112 then has a subnormal or zero sscale: its scores are ~0). */
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < QD; ++k) amax = fmax(amax, fabs(qf[k]));

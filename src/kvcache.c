@@ -263,6 +263,7 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
     st = flashcl__kv_upload_tables(ctx, &chain, p->table, d->batch * (size_t)p->max_pages, p->seqinfo, d->batch * 4,
                                    FLASHCL__AFTER_START, &table, &seqinfo, &last);
     if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
+    const int uploaded = last; /* the last table write, or FLASHCL__AFTER_START when none was needed */
     const cl_mem dummy = p->views[0].buffer;
     cl_mem kscale = c->k_scale ? c->k_scale : (one ? one : dummy),
            vscale = c->v_scale ? c->v_scale : (one ? one : dummy);
@@ -319,9 +320,13 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
                                            c->scale_per_head != 0};
         st = flashcl__decode_enqueue(ctx, &chain, last, &dd, &qview, &keys, &p->views[1], lse, lse_offset, &last);
     }
-    st = st == FLASHCL_SUCCESS ? flashcl__chain_end(&chain, 1, &last, event) : flashcl__chain_abort(&chain, st);
-    if (st != FLASHCL_SUCCESS) flashcl__kv_forget_tables(ctx); /* an aborted chain's writes are no one's last use */
-    return st;
+    if (st == FLASHCL_SUCCESS) st = flashcl__chain_end(&chain, 1, &last, event);
+    if (st == FLASHCL_SUCCESS) return st;
+    /* Writes already enqueued still run: the next call waits for them (on an out-of-order queue they
+       could otherwise land after its own writes) and, the content forgotten, writes the tables again. */
+    if (uploaded >= 0 && chain.count > 0) flashcl__scratch_used_by(ctx, flashcl__chain_event(&chain, uploaded));
+    flashcl__kv_forget_tables(ctx);
+    return flashcl__chain_abort(&chain, st);
 }
 
 /* q and o alone, before the tables: o (an output, its rows never overlap) bounds the batch, so

@@ -56,6 +56,15 @@ static void CL_CALLBACK free_host_copy(cl_event event, cl_int status, void *copy
     free(copy);
 }
 
+/* Frees `copy` once link `link` of the chain (the last write reading it) has completed. */
+static void free_copy_after(flashcl__chain *chain, int link, int32_t *copy) {
+    const cl_event done = flashcl__chain_event(chain, link);
+    if (clSetEventCallback(done, CL_COMPLETE, free_host_copy, copy) != CL_SUCCESS) {
+        clWaitForEvents(1, &done);
+        free(copy);
+    }
+}
+
 /* Whether slot `which` of the state already holds values[0..count) on the device. */
 static int already_there(const flashcl_context *ctx, const kv_state *s, int which, int slot, const int32_t *values,
                          size_t count) {
@@ -114,20 +123,22 @@ flashcl_status flashcl__kv_upload_tables(flashcl_context *ctx, flashcl__chain *c
         /* A write waits for the one before it: the last one's completion frees the whole copy. */
         const int done = flashcl__chain_write(chain, buffers[i], counts[i] * sizeof *at, at, link);
         if (done < 0) {
-            if (link != after) clWaitForEvents(1, (cl_event[]){flashcl__chain_event(chain, link)}); /* it reads the copy */
-            free(copy);
             flashcl__kv_forget_tables(ctx);
+            if (link == after) {
+                free(copy);
+            } else {
+                /* The first write still runs: the next call waits for it (on an out-of-order queue it
+                   could otherwise land after that call's own write), and it frees the copy it reads. */
+                flashcl__scratch_used_by(ctx, flashcl__chain_event(chain, link));
+                free_copy_after(chain, link, copy);
+            }
             return chain->status;
         }
         remember(ctx, s, i, slots[i], values[i], counts[i]);
         link = done;
         at += counts[i];
     }
-    cl_int err = clSetEventCallback(flashcl__chain_event(chain, link), CL_COMPLETE, free_host_copy, copy);
-    if (err != CL_SUCCESS) {
-        clWaitForEvents(1, (cl_event[]){flashcl__chain_event(chain, link)});
-        free(copy);
-    }
+    free_copy_after(chain, link, copy);
     *last = link;
     return FLASHCL_SUCCESS;
 }

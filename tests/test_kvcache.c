@@ -1153,7 +1153,8 @@ static void check_batch_invariance(flashcl_context *ctx) {
 
 /* The device copies of the block table and lengths are written only when they change
    (src/kvcache_state.c): calls in one context with the same, then new, then earlier tables and
-   lengths, each checked against the reference, so a skipped write never leaves stale values. */
+   lengths, and after the scratch was released, each checked against the reference, so a skipped
+   write never leaves stale values. */
 static void check_table_reuse(flashcl_context *ctx) {
     cl_command_queue queue = flashcl_context_queue(ctx);
     kv_case c = {
@@ -1166,12 +1167,16 @@ static void check_table_reuse(flashcl_context *ctx) {
     memcpy(first, r.table, entries * sizeof *first);
     flashcl_tensor qv = flashcl_tensor_bshd(r.qb, c.sq, c.hq, c.d), ov = flashcl_tensor_bshd(r.ob, c.sq, c.hq, c.dv);
     static const char *const steps[] = {"first tables", "the same again", "new lengths", "new table",
-                                        "first tables again"};
+                                        "first tables again", "the same after the scratch was released"};
     for (size_t step = 0; step < sizeof steps / sizeof steps[0]; ++step) {
         if (step == 2) r.seqlens[1] = 44;
         if (step == 3) /* sequence 0's pages in reverse order */
             for (size_t j = 0; j < r.max_pages; ++j) r.table[j] = first[r.max_pages - 1 - j];
         if (step == 4) memcpy(r.table, first, entries * sizeof *first), r.seqlens[1] = 45;
+        if (step == 5) { /* new (uninitialised) slots: what the context remembered no longer holds */
+            REQUIRE_CL(clFinish(queue));
+            flashcl_context_release_scratch(ctx);
+        }
         char label[96];
         snprintf(label, sizeof label, "table reuse: %s", steps[step]);
         /* The output is cleared first, so a call that wrote nothing cannot pass on the last one's rows. */

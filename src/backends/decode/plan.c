@@ -215,7 +215,8 @@ static int gpu_shape_for(flashcl_context *ctx, const flashcl_attention_desc *d, 
        (formula 4 x 2), 0.0627 (2 x 2), 0.0741 (1 x 4), 0.101 (4 x 4); d = 64 0.0394 against 0.0399;
        at b4 sk8192 level (0.0515 against 0.0517). Not at d = 256 (2 x 4 ran 0.247 against 0.090:
        its registers) nor for fp8 caches (0.0570 against 0.0556). */
-    if (nv_shape && elem == 2 && longer <= 128 && g->rows >= 4 && g->unroll == 2 && small_grid(ctx, d, g->rows)) {
+    if (!knobs && nv_shape && elem == 2 && longer <= 128 && g->rows >= 4 && g->unroll == 2 &&
+        small_grid(ctx, d, g->rows)) {
         g->rows = 2;
         g->unroll = 4;
     }
