@@ -92,6 +92,34 @@ static flashcl_status run_variant_calls(flashcl_context *ctx, tu_problem *p, con
     return st;
 }
 
+/*
+ * flashcl_forward_kvcache over the problem's K/V as a full contiguous cache (the plain forward's
+ * answer, checked against the same reference), twice: the second call finds its block table and
+ * lengths already on the device and writes nothing (src/kvcache_state.c). After a fault in the
+ * first, the recovery runs both again: what the context remembers must still be true.
+ */
+static flashcl_status run_kvcache_calls(flashcl_context *ctx, tu_problem *p, const cl_shim_api *shim, int *ok) {
+    cl_command_queue queue = flashcl_context_queue(ctx);
+    flashcl_attention_desc d = p->shape.desc;
+    flashcl_kv_cache cache = FLASHCL_KV_CACHE_INIT;
+    cache.k = p->k.view;
+    cache.v = p->v.view;
+    cache.capacity = p->ref.seqlen_k;
+    *ok = 1;
+    for (int call = 0; call < 2; ++call) {
+        pause_shim(shim, 1);
+        tu_problem_reset_outputs(p, queue);
+        pause_shim(shim, 0);
+        flashcl_status st = flashcl_forward_kvcache(ctx, &d, &p->q.view, &cache, &p->o.view, p->lse,
+                                                    p->shape.lse_offset, 0, NULL, NULL);
+        if (st != FLASHCL_SUCCESS) return st;
+        pause_shim(shim, 1);
+        *ok &= tu_problem_verify(p, queue, NULL, call ? "scenario kvcache, tables reused" : "scenario kvcache");
+        pause_shim(shim, 0);
+    }
+    return FLASHCL_SUCCESS;
+}
+
 void scenario_run(const cl_shim_api *shim, scenario_result *out) {
     memset(out, 0, sizeof *out);
     out->status = FLASHCL_SUCCESS;
@@ -141,7 +169,9 @@ void scenario_run(const cl_shim_api *shim, scenario_result *out) {
     int variant_ok = 0;
     if (failed(ctx, run_variant_calls(ctx, &p.fwd, shim, &variant_ok), "variant forward/flashcl_dropout_mask", out))
         goto recover;
-    out->results_ok = ok && host_ok && variant_ok;
+    int kv_ok = 0;
+    if (failed(ctx, run_kvcache_calls(ctx, &p.fwd, shim, &kv_ok), "flashcl_forward_kvcache", out)) goto recover;
+    out->results_ok = ok && host_ok && variant_ok && kv_ok;
     goto done;
 
 recover:
@@ -154,6 +184,8 @@ recover:
     pause_shim(shim, 1);
     out->context_reusable = st == FLASHCL_SUCCESS && tu_problem_verify(&p.fwd, queue, NULL, "forward after a fault");
     pause_shim(shim, 0);
+    int kv_after = 0;
+    out->context_reusable &= run_kvcache_calls(ctx, &p.fwd, shim, &kv_after) == FLASHCL_SUCCESS && kv_after;
 done:
     pause_shim(shim, 1);
     clFinish(queue);

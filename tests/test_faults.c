@@ -1,7 +1,7 @@
 /*
  * Error paths by fault injection (cl_shim.c, LD_PRELOAD). For every OpenCL
  * entry point the library calls, and every occurrence of it in one round of
- * scenario_run (create, forward, backward, standard, host calls, destroy),
+ * scenario_run (create, forward, backward, standard, host calls, KV-cache calls, destroy),
  * the call is made to fail with CL_OUT_OF_RESOURCES. Then:
  *   - nothing crashes, and no OpenCL object outlives the round;
  *   - the round either reports the failure — the injected error itself or
@@ -50,6 +50,7 @@ static const char *const k_entry_points[] = {
     "clCreateBuffer",
     "clEnqueueNDRangeKernel",
     "clEnqueueReadBuffer",
+    "clEnqueueWriteBuffer",
     "clEnqueueMarkerWithWaitList",
 };
 #define ENTRY_COUNT (sizeof k_entry_points / sizeof k_entry_points[0])
