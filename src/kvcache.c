@@ -262,12 +262,11 @@ static flashcl_status enqueue(flashcl_context *ctx, const flashcl_attention_desc
     int last = FLASHCL__AFTER_START;
     st = flashcl__kv_upload_tables(ctx, &chain, p->table, d->batch * (size_t)p->max_pages, p->seqinfo, d->batch * 4,
                                    FLASHCL__AFTER_START, &table, &seqinfo, &last);
-    if (st != FLASHCL_SUCCESS) return flashcl__chain_abort(&chain, st);
-    const int uploaded = last; /* the last table write, or FLASHCL__AFTER_START when none was needed */
+    const int uploaded = last; /* the last table write enqueued (also when a later one failed), or none */
     const cl_mem dummy = p->views[0].buffer;
     cl_mem kscale = c->k_scale ? c->k_scale : (one ? one : dummy),
            vscale = c->v_scale ? c->v_scale : (one ? one : dummy);
-    if (append) {
+    if (st == FLASHCL_SUCCESS && append) {
         flashcl__args a = flashcl__args_for(k_append, "kv_append");
         flashcl__arg_view(&a, &p->views[4]);
         flashcl__arg_view(&a, &p->views[5]);

@@ -123,15 +123,11 @@ flashcl_status flashcl__kv_upload_tables(flashcl_context *ctx, flashcl__chain *c
         /* A write waits for the one before it: the last one's completion frees the whole copy. */
         const int done = flashcl__chain_write(chain, buffers[i], counts[i] * sizeof *at, at, link);
         if (done < 0) {
-            flashcl__kv_forget_tables(ctx);
-            if (link == after) {
+            if (link == after)
                 free(copy);
-            } else {
-                /* The first write still runs: the next call waits for it (on an out-of-order queue it
-                   could otherwise land after that call's own write), and it frees the copy it reads. */
-                flashcl__scratch_used_by(ctx, flashcl__chain_event(chain, link));
-                free_copy_after(chain, link, copy);
-            }
+            else
+                free_copy_after(chain, link, copy); /* the first write still runs, and reads it */
+            *last = link;
             return chain->status;
         }
         remember(ctx, s, i, slots[i], values[i], counts[i]);

@@ -13,7 +13,9 @@
 /* Links of `chain` that write table[0..table_count) and seqinfo[0..seqinfo_count) to the device
    (after `after`); *table / *seqinfo are the buffers, *last the link to wait for. The host arrays
    are copied first: the caller may change them as soon as this returns. A slot that already
-   holds the same values is not written (*last is then `after` when neither is). */
+   holds the same values is not written (*last is then `after` when neither is). On failure
+   *last is the write already enqueued, if any (the caller forgets the tables and makes that
+   write the scratch's last use). */
 flashcl_status flashcl__kv_upload_tables(flashcl_context *ctx, flashcl__chain *chain, const int32_t *table,
                                          size_t table_count, const int32_t *seqinfo, size_t seqinfo_count, int after,
                                          cl_mem *table_buf, cl_mem *seqinfo_buf, int *last);
