@@ -396,8 +396,7 @@ static int use_cpu_kernel(flashcl_context *ctx, const flashcl__tile_override *ov
     /* FLASHCL_DECODE_MMA=1 on a CPU device: the GPU kernel's tensor-core form, emulated (tests). */
     const mma_request req = mma_request_from_env();
     gpu_shape g;
-    if (ctx->info.is_cpu && mma_wanted(ctx, d, cdt, aligned, 0, &req) && mma_shape_for(ctx, d, cdt, &req, &g))
-        return 0;
+    if (ctx->info.is_cpu && mma_wanted(ctx, d, cdt, aligned, 0, &req) && mma_shape_for(ctx, d, cdt, &req, &g)) return 0;
     return ctx->info.is_cpu;
 }
 
