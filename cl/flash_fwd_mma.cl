@@ -79,6 +79,47 @@
 #ifndef MMA_TF32
 #define MMA_TF32 0 /* 1: float32 storage on the TF32 mma */
 #endif
+#ifndef MMA_WG
+#define MMA_WG 0 /* 1: Hopper's wgmma for both products (sm_90a; the host patches the PTX, cl/ptx.cl) */
+#endif
+#if MMA_WG
+#if MMA_MT != 1 || MMA_TF32 || MMA_SM75 || !MMA_QLOCAL || (HEAD_DIM != 64 && HEAD_DIM != 128) ||                     \
+    (MMA_DV != 64 && MMA_DV != 128) || (MMA_WARPS != 4 && MMA_WARPS != 8) ||                                           \
+    (MMA_BC != 32 && MMA_BC != 64 && MMA_BC != 128)
+#error "MMA_WG: 16-bit, Q in __local, 16 rows per warp, 1 or 2 warpgroups, d and d_v 64 or 128, Bc 32, 64 or 128"
+#endif
+/* The literal numbers cl/ptx.cl's WG_QK and WG_PV take: accumulator registers per thread
+   (N / 2) and k steps of 16. */
+#if MMA_BC == 32
+#define WG_S_R 16
+#define WG_V_STEPS 2
+#elif MMA_BC == 64
+#define WG_S_R 32
+#define WG_V_STEPS 4
+#else
+#define WG_S_R 64
+#define WG_V_STEPS 8
+#endif
+#if HEAD_DIM == 64 /* 64-element column blocks of Q and K */
+#define WG_D_BLOCKS 1
+#else
+#define WG_D_BLOCKS 2
+#endif
+#if MMA_DV == 64
+#define WG_O_R 32
+#else
+#define WG_O_R 64
+#endif
+#define WG_PV_N WG_STR(MMA_DV)
+/* The loads of the wgmma form: K(j+1) is fetched as soon as every warp's S(j) is done, V(j+1) as
+   soon as P V(j) is, so each has a softmax and a product to land behind (1; 0 is the mma.sync
+   form's order, kept for measurement). */
+#ifndef WG_PIPE
+#define WG_PIPE 1
+#endif
+#else
+#define WG_PIPE 0
+#endif
 #if MMA_TF32
 typedef float mma_t; /* the storage type */
 #define MMA_CE 4     /* elements per 16-byte chunk (one cp.async) */
@@ -96,12 +137,12 @@ typedef ushort mma_t;
    fit 48 KiB unpadded) unpadded with chunk c of row r stored at c ^ (r & 7).
    Either way the 8 row addresses of an ldmatrix hit 8 distinct 16-byte bank
    groups. The XOR form needs rows of a multiple of 8 chunks (d = 64, 128, ...). */
-#define MMA_SWZ MMA_QLOCAL
+#define MMA_SWZ (MMA_QLOCAL && !MMA_WG)
 #if MMA_SWZ && (HEAD_DIM % 64 != 0 || MMA_DV % 64 != 0)
 #error "MMA_QLOCAL needs padded head dims that are multiples of 64"
 #endif
-#define MMA_LDK (MMA_SWZ ? HEAD_DIM : HEAD_DIM + MMA_CE) /* __local row of Q and K, in elements */
-#define MMA_LDV (MMA_SWZ ? MMA_DV : MMA_DV + MMA_CE)     /* of V */
+#define MMA_LDK (MMA_QLOCAL ? HEAD_DIM : HEAD_DIM + MMA_CE) /* __local row of Q and K, in elements */
+#define MMA_LDV (MMA_QLOCAL ? MMA_DV : MMA_DV + MMA_CE)     /* of V */
 #define MMA_K_ELEMS (MMA_BC * MMA_LDK)
 #define MMA_V_ELEMS (MMA_BC * MMA_LDV)
 #define MMA_Q_ELEMS (MMA_BR * MMA_LDK)
@@ -126,6 +167,18 @@ typedef ushort mma_t;
    or past `real` (the head dim's padding) become zeros. */
 inline void mma_load_tile(__local mma_t *tile, __global const mma_t *base, ulong stride_row, long row0, int rows,
                           long limit, int lid, int ld, int chunks, int real) {
+#if MMA_WG
+    /* wgmma's swizzled layout (cl/ptx.cl's wg_offset): 8 consecutive work-items copy the 128
+       bytes of one row of a 64-element column block, a warp 4 such rows. */
+    (void)ld;
+    for (int c = lid; c < rows * chunks; c += MMA_THREADS) {
+        const int rest = c >> 3, r = rest % rows, ch = (rest / rows) * 8 + (c & 7);
+        const long gr = row0 + r;
+        const int ok = gr < limit && (real == chunks || ch < real);
+        __global const mma_t *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * MMA_CE;
+        ptx_cp16(ptx_smem_addr(tile + wg_offset(r, ch, rows)), src, ok ? 16u : 0u);
+    }
+#else
     for (int c = lid; c < rows * chunks; c += MMA_THREADS) {
         const int r = c / chunks, ch = c - r * chunks;
         const long gr = row0 + r;
@@ -135,6 +188,7 @@ inline void mma_load_tile(__local mma_t *tile, __global const mma_t *base, ulong
         ptx_cp16(ptx_smem_addr((__local const ushort *)(tile + r * ld + pch * MMA_CE)), (__global const ushort *)src,
                  ok ? 16u : 0u);
     }
+#endif
     ptx_cp_commit();
 }
 #define MMA_LOAD_QK(tile, base, sr, row0, rows, limit)                                                                 \
@@ -190,7 +244,11 @@ inline long mma_next_tile(flashcl_head hd, long kv0, long kv_end, long r0, long 
 __kernel __attribute__((reqd_work_group_size(MMA_THREADS, 1, 1))) void
 flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VIEW_ARGS(k), __global const mma_t *V,
               VIEW_ARGS(v), __global mma_t *O, VIEW_ARGS(o), FWD_ARGS) {
+#if MMA_WG
+    __local mma_t smem[MMA_SMEM_ELEMS] __attribute__((aligned(1024))); /* the swizzle's atoms: cl/ptx.cl */
+#else
     __local mma_t smem[MMA_SMEM_ELEMS] __attribute__((aligned(16)));
+#endif
 #if MMA_QLOCAL
     __local mma_t *ks = smem + MMA_Q_ELEMS;
 #else
@@ -230,6 +288,9 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
     /* Q stays in __local: its fragments are read again for every key tile, which
        frees 32 registers per 16-row tile for the accumulators (no spills at d = 128). */
     if (kv0 < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, kv0, MMA_BC, sk);
+#if WG_PIPE
+    if (kv0 < kv_end) MMA_LOAD_V(vs, Vb, v_sr, kv0, sk);
+#endif
 #else
     uint qf[MMA_MT][HEAD_DIM / 16][MMA_TF32 ? 8 : 4];
     ptx_cp_wait_all();
@@ -273,14 +334,39 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
     const uint vs_addr = ptx_smem_addr(vs) + (uint)(((lane & 7) + (((lane >> 3) & 1) << 3)) * MMA_LDV * 2);
     const uint k_y = (uint)((lane >> 3) & 1) ^ sw, v_y = (uint)(lane >> 4) ^ sw;
 #endif
+#if MMA_WG
+    /* Swizzled tiles (cl/ptx.cl): Q (this warpgroup's 64 rows of the block's MMA_BR) and K K-major,
+       8-row atoms 1024 B apart, column blocks MMA_BR * 128 and MMA_BC * 128 B apart; V MN-major,
+       column blocks MMA_BC * 128 B apart along d_v, 8 keys 1024 B apart. */
+    const ulong q_desc = wg_desc(ptx_smem_addr(smem) + (uint)((warp >> 2) * 64 * 128), 1, 64);
+    const ulong k_desc = wg_desc(ptx_smem_addr(ks), 1, 64);
+    const ulong v_desc = wg_desc(ptx_smem_addr(vs), MMA_BC * 8, 64);
+#endif
 
     while (kv0 < kv_end) {
+#if WG_PIPE
+        ptx_cp_wait_one(); /* Q and K(kv0) are in; V(kv0), the newest group, may still be in flight */
+        WG_PROXY_FENCE();
+        barrier(CLK_LOCAL_MEM_FENCE);
+#else
         ptx_cp_wait_all();
+#if MMA_WG
+        WG_PROXY_FENCE();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE); /* K(kv0) is in; every warp is done with the previous V */
         MMA_LOAD_V(vs, Vb, v_sr, kv0, sk);
+#endif
 
         /* S = Q K^T: one ldmatrix of K feeds 2 key tiles x MMA_MT row tiles. */
         float s[MMA_MT][MMA_BC / 8][4];
+#if MMA_WG
+        WG_QK(MMA_BC, WG_S_R, WG_D_BLOCKS, s[0], q_desc, k_desc, (ulong)(MMA_BR * 8), (ulong)(MMA_BC * 8));
+#if WG_PIPE
+        const long next = mma_next_tile(hd, kv0 + MMA_BC, kv_end, q0, last_row, VARIANT_PASS);
+        barrier(CLK_LOCAL_MEM_FENCE); /* every warp's S is done: K(kv0)'s buffer is free */
+        if (next < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, next, MMA_BC, sk);
+#endif
+#else
 #pragma unroll
         for (int mt = 0; mt < MMA_MT; ++mt)
 #pragma unroll
@@ -320,6 +406,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
 #undef MMA_QF
 #endif
         }
+#endif /* MMA_WG */
 
         /* Scores: a tile inside the band of all this warp's rows (and no mask) needs
            no per-element check. Softcap and ALiBi are applied to every score in
@@ -440,11 +527,37 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
             l[mt][1] = l1;
         }
 
+#if MMA_WG
+        /* The softmax's results are needed only by the next asm statement: without these empty
+           statements the compiler sinks the whole softmax past the wait and barrier below, and the
+           load's latency is no longer hidden behind it. */
+        WG_KEEP(WG_O_R, acc[0]);
+        WG_KEEP_P(WG_V_STEPS, pf[0]);
+#endif
+#if WG_PIPE
+        if (next < kv_end) /* V(kv0) is in; K(next), the newest group, may still be in flight */
+            ptx_cp_wait_one();
+        else
+            ptx_cp_wait_all();
+        WG_PROXY_FENCE();
+        barrier(CLK_LOCAL_MEM_FENCE);
+#else
         const long next = mma_next_tile(hd, kv0 + MMA_BC, kv_end, q0, last_row, VARIANT_PASS);
         ptx_cp_wait_all();
+#if MMA_WG
+        WG_PROXY_FENCE();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE); /* V(kv0) is in; every warp is done with K(kv0) */
         if (next < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, next, MMA_BC, sk);
+#endif
 
+#if MMA_WG
+        WG_PV(WG_O_R, WG_V_STEPS, acc[0], pf[0], v_desc, (ulong)128);
+#if WG_PIPE
+        barrier(CLK_LOCAL_MEM_FENCE); /* every warp's P V is done: V(kv0)'s buffer is free */
+        if (next < kv_end) MMA_LOAD_V(vs, Vb, v_sr, next, sk);
+#endif
+#else
             /* O += P V: one transposing ldmatrix of V feeds 2 dim tiles x MMA_MT row tiles. */
 #pragma unroll
         for (int kk = 0; kk < MMA_BC / 16; ++kk) {
@@ -469,6 +582,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
             }
 #endif
         }
+#endif /* MMA_WG */
         kv0 = next;
     }
 

@@ -216,9 +216,12 @@ inline void ptx_cp16_all(uint dst, __global const ushort *src) {
 #if MMA_SM75
 inline void ptx_cp_commit(void) {}
 inline void ptx_cp_wait_all(void) {}
+inline void ptx_cp_wait_one(void) {}
 #else
 inline void ptx_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 inline void ptx_cp_wait_all(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+/* Until at most one group (the newest) is still in flight. */
+inline void ptx_cp_wait_one(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 #endif
 
 /* Two floats -> one register of two 16-bit values, lo in the low half (round to nearest even). */
@@ -249,6 +252,130 @@ inline float ptx_exp2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
+
+#if defined(MMA_WG) && MMA_WG
+/*
+ * Hopper's warpgroup MMA (wgmma.mma_async, sm_90a), for cl/flash_fwd_mma.cl's MMA_WG form and its
+ * probe (cl/probe_wgmma_mma.cl). NVIDIA's OpenCL C compiler emits PTX for `.target sm_90`, where
+ * wgmma does not exist, so every instruction of this section is written behind the marker WG, a
+ * PTX comment: the driver builds the program with these lines as comments (a kernel that computes
+ * nothing), and the host (src/backends/nvidia/wgmma_ptx.c) takes the PTX the driver generated,
+ * removes the marker, sets `.target sm_90a` and builds that with clCreateProgramWithBinary. The
+ * operands are still the compiler's: the registers named in a marked line are the ones the asm
+ * statement binds, so the kernel around it is ordinary OpenCL C.
+ *
+ * Each asm statement is whole: fence, every k step, commit, wait. Nothing the compiler emits can
+ * touch an accumulator while a wgmma is in flight, at the price of no overlap inside a warpgroup
+ * (other work-groups on the SM fill that gap).
+ *
+ * Operands in __local are described by 64-bit matrix descriptors (wg_desc: start address, leading
+ * byte offset LBO, stride byte offset SBO, in units of 16 bytes, and the swizzle mode) over PTX's
+ * 128-byte swizzled layout, the one the tensor cores read without bank conflicts (the layout
+ * without swizzle measured 1.7x slower: a single work-group per SM already saturated the SM). A
+ * tile of rows of d elements is stored as d/64 column blocks of [rows][64] elements; each row of a
+ * block is 128 bytes and its 16-byte chunk c sits at c ^ (row & 7) (wg_offset). Q and K are K-major
+ * operands (rows x d): 8 rows make a 1024-byte atom (SBO), a k step of 16 moves the start by 32
+ * bytes inside a block, and the next block starts rows * 128 bytes on. V is stored the same way
+ * and read MN-major (transposed: keys are k, d_v is n): LBO is the step between its column blocks
+ * along d_v, SBO the 1024 bytes of 8 keys, and a k step of 16 keys moves the start 2048 bytes. The
+ * XOR works on address bits, so every tile starts 1024-byte aligned.
+ */
+#define WG "//WG "
+#if MMA_F16
+#define WG_T "f16"
+#else
+#define WG_T "bf16"
+#endif
+#define WG_STR(x) WG_STR_(x)
+#define WG_STR_(x) #x
+
+/* The descriptor of a 128-byte-swizzled operand at __local address addr (bytes); lbo and sbo in
+   16-byte units. */
+inline ulong wg_desc(uint addr, uint lbo, uint sbo) {
+    return (ulong)((addr & 0x3ffffu) >> 4) | ((ulong)lbo << 16) | ((ulong)sbo << 32) | (1ul << 62);
+}
+/* Element offset of 16-byte chunk ch of row r in a swizzled tile of `rows` rows. */
+inline int wg_offset(int r, int ch, int rows) { return (((ch >> 3) * rows + r) << 6) + (((ch & 7) ^ (r & 7)) << 3); }
+
+/* Written by dev/gen_wgmma_lists.py (run it again rather than edit these by hand): register lists
+   of R accumulators (%0 .. %R-1), the descriptors that follow them, P's registers per k step, and
+   the operand lists that bind them. */
+#define WG_ACC_16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
+#define WG_ACC_32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define WG_ACC_64 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define WG_OPS_16 "mov.b64 wa, %16;\n" WG "mov.b64 wb, %17;\n"
+#define WG_NEXT_16 "add.s64 wa, %16, %18;\n" WG "add.s64 wb, %17, %19;\n"
+#define WG_OPS_32 "mov.b64 wa, %32;\n" WG "mov.b64 wb, %33;\n"
+#define WG_NEXT_32 "add.s64 wa, %32, %34;\n" WG "add.s64 wb, %33, %35;\n"
+#define WG_OPS_64 "mov.b64 wa, %64;\n" WG "mov.b64 wb, %65;\n"
+#define WG_NEXT_64 "add.s64 wa, %64, %66;\n" WG "add.s64 wb, %65, %67;\n"
+#define WG_OPSV_32 "mov.b64 wb, %32;\n" WG "mov.b64 ws, %33;\n"
+#define WG_OPSV_64 "mov.b64 wb, %64;\n" WG "mov.b64 ws, %65;\n"
+#define WG_PV_STEPS_32_1 WG_PV_LINE(WG_ACC_32, "{%34,%35,%36,%37}")
+#define WG_PV_STEPS_32_2 WG_PV_LINE(WG_ACC_32, "{%34,%35,%36,%37}") WG_PV_LINE(WG_ACC_32, "{%38,%39,%40,%41}")
+#define WG_PV_STEPS_32_4 WG_PV_LINE(WG_ACC_32, "{%34,%35,%36,%37}") WG_PV_LINE(WG_ACC_32, "{%38,%39,%40,%41}") WG_PV_LINE(WG_ACC_32, "{%42,%43,%44,%45}") WG_PV_LINE(WG_ACC_32, "{%46,%47,%48,%49}")
+#define WG_PV_STEPS_32_8 WG_PV_LINE(WG_ACC_32, "{%34,%35,%36,%37}") WG_PV_LINE(WG_ACC_32, "{%38,%39,%40,%41}") WG_PV_LINE(WG_ACC_32, "{%42,%43,%44,%45}") WG_PV_LINE(WG_ACC_32, "{%46,%47,%48,%49}") WG_PV_LINE(WG_ACC_32, "{%50,%51,%52,%53}") WG_PV_LINE(WG_ACC_32, "{%54,%55,%56,%57}") WG_PV_LINE(WG_ACC_32, "{%58,%59,%60,%61}") WG_PV_LINE(WG_ACC_32, "{%62,%63,%64,%65}")
+#define WG_PV_STEPS_64_1 WG_PV_LINE(WG_ACC_64, "{%66,%67,%68,%69}")
+#define WG_PV_STEPS_64_2 WG_PV_LINE(WG_ACC_64, "{%66,%67,%68,%69}") WG_PV_LINE(WG_ACC_64, "{%70,%71,%72,%73}")
+#define WG_PV_STEPS_64_4 WG_PV_LINE(WG_ACC_64, "{%66,%67,%68,%69}") WG_PV_LINE(WG_ACC_64, "{%70,%71,%72,%73}") WG_PV_LINE(WG_ACC_64, "{%74,%75,%76,%77}") WG_PV_LINE(WG_ACC_64, "{%78,%79,%80,%81}")
+#define WG_PV_STEPS_64_8 WG_PV_LINE(WG_ACC_64, "{%66,%67,%68,%69}") WG_PV_LINE(WG_ACC_64, "{%70,%71,%72,%73}") WG_PV_LINE(WG_ACC_64, "{%74,%75,%76,%77}") WG_PV_LINE(WG_ACC_64, "{%78,%79,%80,%81}") WG_PV_LINE(WG_ACC_64, "{%82,%83,%84,%85}") WG_PV_LINE(WG_ACC_64, "{%86,%87,%88,%89}") WG_PV_LINE(WG_ACC_64, "{%90,%91,%92,%93}") WG_PV_LINE(WG_ACC_64, "{%94,%95,%96,%97}")
+#define WG_REGS_16(c, a) c(a[0][0]), c(a[0][1]), c(a[0][2]), c(a[0][3]), c(a[1][0]), c(a[1][1]), c(a[1][2]), c(a[1][3]), c(a[2][0]), c(a[2][1]), c(a[2][2]), c(a[2][3]), c(a[3][0]), c(a[3][1]), c(a[3][2]), c(a[3][3])
+#define WG_REGS_32(c, a) c(a[0][0]), c(a[0][1]), c(a[0][2]), c(a[0][3]), c(a[1][0]), c(a[1][1]), c(a[1][2]), c(a[1][3]), c(a[2][0]), c(a[2][1]), c(a[2][2]), c(a[2][3]), c(a[3][0]), c(a[3][1]), c(a[3][2]), c(a[3][3]), c(a[4][0]), c(a[4][1]), c(a[4][2]), c(a[4][3]), c(a[5][0]), c(a[5][1]), c(a[5][2]), c(a[5][3]), c(a[6][0]), c(a[6][1]), c(a[6][2]), c(a[6][3]), c(a[7][0]), c(a[7][1]), c(a[7][2]), c(a[7][3])
+#define WG_REGS_64(c, a) c(a[0][0]), c(a[0][1]), c(a[0][2]), c(a[0][3]), c(a[1][0]), c(a[1][1]), c(a[1][2]), c(a[1][3]), c(a[2][0]), c(a[2][1]), c(a[2][2]), c(a[2][3]), c(a[3][0]), c(a[3][1]), c(a[3][2]), c(a[3][3]), c(a[4][0]), c(a[4][1]), c(a[4][2]), c(a[4][3]), c(a[5][0]), c(a[5][1]), c(a[5][2]), c(a[5][3]), c(a[6][0]), c(a[6][1]), c(a[6][2]), c(a[6][3]), c(a[7][0]), c(a[7][1]), c(a[7][2]), c(a[7][3]), c(a[8][0]), c(a[8][1]), c(a[8][2]), c(a[8][3]), c(a[9][0]), c(a[9][1]), c(a[9][2]), c(a[9][3]), c(a[10][0]), c(a[10][1]), c(a[10][2]), c(a[10][3]), c(a[11][0]), c(a[11][1]), c(a[11][2]), c(a[11][3]), c(a[12][0]), c(a[12][1]), c(a[12][2]), c(a[12][3]), c(a[13][0]), c(a[13][1]), c(a[13][2]), c(a[13][3]), c(a[14][0]), c(a[14][1]), c(a[14][2]), c(a[14][3]), c(a[15][0]), c(a[15][1]), c(a[15][2]), c(a[15][3])
+#define WG_PIN_1(p) "r"(p[0][0]), "r"(p[0][1]), "r"(p[0][2]), "r"(p[0][3])
+#define WG_PIN_2(p) "r"(p[0][0]), "r"(p[0][1]), "r"(p[0][2]), "r"(p[0][3]), "r"(p[1][0]), "r"(p[1][1]), "r"(p[1][2]), "r"(p[1][3])
+#define WG_PIN_4(p) "r"(p[0][0]), "r"(p[0][1]), "r"(p[0][2]), "r"(p[0][3]), "r"(p[1][0]), "r"(p[1][1]), "r"(p[1][2]), "r"(p[1][3]), "r"(p[2][0]), "r"(p[2][1]), "r"(p[2][2]), "r"(p[2][3]), "r"(p[3][0]), "r"(p[3][1]), "r"(p[3][2]), "r"(p[3][3])
+#define WG_PIN_8(p) "r"(p[0][0]), "r"(p[0][1]), "r"(p[0][2]), "r"(p[0][3]), "r"(p[1][0]), "r"(p[1][1]), "r"(p[1][2]), "r"(p[1][3]), "r"(p[2][0]), "r"(p[2][1]), "r"(p[2][2]), "r"(p[2][3]), "r"(p[3][0]), "r"(p[3][1]), "r"(p[3][2]), "r"(p[3][3]), "r"(p[4][0]), "r"(p[4][1]), "r"(p[4][2]), "r"(p[4][3]), "r"(p[5][0]), "r"(p[5][1]), "r"(p[5][2]), "r"(p[5][3]), "r"(p[6][0]), "r"(p[6][1]), "r"(p[6][2]), "r"(p[6][3]), "r"(p[7][0]), "r"(p[7][1]), "r"(p[7][2]), "r"(p[7][3])
+
+/* Scratch registers of one statement: descriptors wa (A) and wb (B), the B step ws, the predicate
+   wp (scale-d: false = D = A B, true = D += A B). */
+#define WG_BEGIN                                                                                                       \
+    WG "{\n" WG ".reg .b64 wa, wb, ws;\n" WG ".reg .u32 wz;\n" WG ".reg .pred wp;\n" WG "mov.u32 wz, 0;\n" WG           \
+       "wgmma.fence.sync.aligned;\n"
+#define WG_END WG "wgmma.commit_group.sync.aligned;\n" WG "wgmma.wait_group.sync.aligned 0;\n" WG "}\n"
+
+/* S = A B^T over k = 64 * BLOCKS: A (64 rows) and B (N rows) K-major in __local; the first step
+   writes S, the others add to it. Four k steps per column block, each 32 bytes on; the second
+   block starts at desc + block stride (operands 3 and 4 after the accumulators). */
+#define WG_QK_LINE(N, ACC)                                                                                             \
+    WG "wgmma.mma_async.sync.aligned.m64n" N "k16.f32." WG_T "." WG_T " " ACC ", wa, wb, wp, 1, 1, 0, 0;\n" WG          \
+       "setp.eq.u32 wp, wz, 0;\n"
+#define WG_K32 WG "add.s64 wa, wa, 2;\n" WG "add.s64 wb, wb, 2;\n"
+#define WG_QK_BLOCK(N, ACC)                                                                                            \
+    WG_QK_LINE(N, ACC) WG_K32 WG_QK_LINE(N, ACC) WG_K32 WG_QK_LINE(N, ACC) WG_K32 WG_QK_LINE(N, ACC)
+#define WG_QK_BLOCKS_1(N, R) WG WG_CAT(WG_OPS_, R) WG_QK_BLOCK(N, WG_CAT(WG_ACC_, R))
+#define WG_QK_BLOCKS_2(N, R) WG_QK_BLOCKS_1(N, R) WG WG_CAT(WG_NEXT_, R) WG_QK_BLOCK(N, WG_CAT(WG_ACC_, R))
+#define WG_CAT(a, b) WG_CAT_(a, b)
+#define WG_CAT_(a, b) a##b
+/* s: float[R/4][4] written (R = N / 2 registers), BLOCKS = d / 64; literal numbers. */
+#define WG_QK(N, R, BLOCKS, s, desc_a, desc_b, block_a, block_b)                                                       \
+    asm volatile(WG_BEGIN WG "setp.ne.u32 wp, wz, 0;\n" WG_CAT(WG_QK_BLOCKS_, BLOCKS)(WG_STR(N), R) WG_END           \
+                 : WG_CAT(WG_REGS_, R)("=f", s)                                                                        \
+                 : "l"(desc_a), "l"(desc_b), "l"(block_a), "l"(block_b)                                                \
+                 : "memory")
+
+/* O += P V over STEPS k steps of 16 keys: P in registers (the A fragments of the S accumulator,
+   packed), V MN-major in __local (transposed read, imm-trans-b = 1), the descriptor moved by
+   `step` (16-byte units) per step. WG_PV_N is the user's N as a string. */
+#define WG_PV_LINE(ACC, P)                                                                                             \
+    WG "wgmma.mma_async.sync.aligned.m64n" WG_PV_N "k16.f32." WG_T "." WG_T " " ACC ", " P ", wb, wp, 1, 1, 1;\n" WG    \
+       "add.s64 wb, wb, ws;\n"
+#define WG_PV(R, STEPS, acc, p, desc_b, step)                                                                          \
+    asm volatile(WG_BEGIN WG "setp.eq.u32 wp, wz, 0;\n" WG WG_CAT(WG_OPSV_, R)                                         \
+                     WG_CAT(WG_CAT(WG_PV_STEPS_, R), WG_CAT(_, STEPS)) WG_END                                          \
+                 : WG_CAT(WG_REGS_, R)("+f", acc)                                                                      \
+                 : "l"(desc_b), "l"(step), WG_CAT(WG_PIN_, STEPS)(p)                                                   \
+                 : "memory")
+
+/* Empty statements that need the accumulators (R of them) or P's registers (STEPS k steps) where
+   they stand: what computes them stays before the statements that follow. */
+#define WG_KEEP(R, acc) asm volatile("" : WG_CAT(WG_REGS_, R)("+f", acc)::"memory")
+#define WG_KEEP_P(STEPS, p) asm volatile("" ::WG_CAT(WG_PIN_, STEPS)(p) : "memory")
+
+/* cp.async's writes (the generic proxy) made visible to wgmma's reads (the async proxy): each
+   thread after its own copies have landed, before the barrier that publishes them. */
+#define WG_PROXY_FENCE() asm volatile(WG "fence.proxy.async.shared::cta;\n" ::: "memory")
+#endif
 
 #endif
 #endif

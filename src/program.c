@@ -46,6 +46,30 @@ static flashcl_status build_from_source(flashcl_context *ctx, const char *name, 
     return FLASHCL_SUCCESS;
 }
 
+/* Keeps a built program in the context's list under (name, options); releases it when out of memory. */
+static flashcl_status remember_program(flashcl_context *ctx, const char *name, const char *options, cl_program program,
+                                       cl_program *out) {
+    flashcl__program *entry = calloc(1, sizeof *entry);
+    if (entry) {
+        entry->source_name = dup_str(name);
+        entry->options = dup_str(options);
+    }
+    if (!entry || !entry->source_name || !entry->options) {
+        if (entry) {
+            free(entry->source_name);
+            free(entry->options);
+        }
+        free(entry);
+        clReleaseProgram(program);
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory caching a program");
+    }
+    entry->program = program;
+    entry->next = ctx->programs;
+    ctx->programs = entry;
+    *out = program;
+    return FLASHCL_SUCCESS;
+}
+
 flashcl_status flashcl__get_program(flashcl_context *ctx, const char *source_name, const char *options,
                                     cl_program *out) {
     *out = NULL;
@@ -67,25 +91,67 @@ flashcl_status flashcl__get_program(flashcl_context *ctx, const char *source_nam
     free(source);
     if (st != FLASHCL_SUCCESS) return st;
 
-    flashcl__program *entry = calloc(1, sizeof *entry);
-    if (entry) {
-        entry->source_name = dup_str(source_name);
-        entry->options = dup_str(options);
+    return remember_program(ctx, source_name, options, program, out);
+}
+
+/* The device's binary of a built program (one device): what NVIDIA's driver returns is the PTX
+   text it generated. */
+static flashcl_status program_binary(flashcl_context *ctx, cl_program program, unsigned char **out, size_t *size) {
+    size_t n = 0;
+    cl_int err = clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof n, &n, NULL);
+    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clGetProgramInfo(CL_PROGRAM_BINARY_SIZES)");
+    unsigned char *bin = n ? malloc(n + 1) : NULL;
+    if (!bin) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory reading a program binary");
+    err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL);
+    if (err != CL_SUCCESS) {
+        free(bin);
+        return flashcl__fail_cl(ctx, err, "clGetProgramInfo(CL_PROGRAM_BINARIES)");
     }
-    if (!entry || !entry->source_name || !entry->options) {
-        if (entry) {
-            free(entry->source_name);
-            free(entry->options);
-        }
-        free(entry);
-        clReleaseProgram(program);
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory caching a program");
-    }
-    entry->program = program;
-    entry->next = ctx->programs;
-    ctx->programs = entry;
-    *out = program;
+    bin[n] = '\0';
+    *out = bin;
+    *size = n;
     return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__get_patched_program(flashcl_context *ctx, const char *source_name, const char *options,
+                                            const char *tag, flashcl__binary_patch patch, cl_program *out) {
+    *out = NULL;
+    char key[256];
+    snprintf(key, sizeof key, "%s#%s", source_name, tag);
+    for (flashcl__program *p = ctx->programs; p; p = p->next)
+        if (strcmp(p->source_name, key) == 0 && strcmp(p->options, options) == 0) {
+            *out = p->program;
+            return FLASHCL_SUCCESS;
+        }
+    cl_program base = NULL;
+    flashcl_status st = flashcl__get_program(ctx, source_name, options, &base);
+    unsigned char *bin = NULL, *patched = NULL;
+    size_t size = 0, patched_size = 0;
+    if (st == FLASHCL_SUCCESS) st = program_binary(ctx, base, &bin, &size);
+    if (st == FLASHCL_SUCCESS) {
+        char why[256];
+        if (!patch(bin, size, &patched, &patched_size, why, sizeof why))
+            st =
+                flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED, "%s with \"%s\" (%s): %s", source_name, options, tag, why);
+    }
+    free(bin);
+    if (st != FLASHCL_SUCCESS) return st;
+    cl_int err = CL_SUCCESS, bin_status = CL_SUCCESS;
+    const unsigned char *bins[] = {patched};
+    cl_program program =
+        clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &patched_size, bins, &bin_status, &err);
+    free(patched);
+    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clCreateProgramWithBinary");
+    err = clBuildProgram(program, 1, &ctx->device, "", NULL, NULL);
+    if (err != CL_SUCCESS) {
+        flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED,
+                      "building %s with \"%s\" (%s) from its patched binary failed: clBuildProgram returned %s (%d)",
+                      source_name, options, tag, flashcl__cl_error_name(err), (int)err);
+        append_build_log(ctx, program);
+        clReleaseProgram(program);
+        return FLASHCL_ERR_BUILD_FAILED;
+    }
+    return remember_program(ctx, key, options, program, out);
 }
 
 void flashcl__release_programs(flashcl_context *ctx) {

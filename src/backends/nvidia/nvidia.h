@@ -42,6 +42,8 @@ typedef struct flashcl__nvidia_state {
     int sm75;                 /* the sm_75 form (cl/ptx.cl's MMA_SM75): f16 only, no cp.async */
     int cc;                   /* compute capability, major * 10 + minor (0 when not queried) */
     char why[160];            /* what the probe found */
+    int wg_probe;             /* the wgmma form (wgmma.c): 0 not yet probed, 1 usable, -1 not */
+    char wg_why[160];         /* what its probe found */
     flashcl__mma_plan *plans; /* every variant built so far, newest first */
 } flashcl__nvidia_state;
 
@@ -49,6 +51,10 @@ typedef struct flashcl__nvidia_state {
 flashcl__nvidia_state *flashcl__nvidia_state_of(flashcl_context *ctx);
 /* 1 when the probe passed on this context's device; *why says what was found. */
 int flashcl__mma_supported(flashcl_context *ctx, const char **why);
+/* 1 when the wgmma form (sm_90a, cl/flash_fwd_mma.cl's MMA_WG) passed its probe; *why says what was found. */
+int flashcl__wgmma_supported(flashcl_context *ctx, const char **why);
+/* The driver's PTX of an MMA_WG build -> sm_90a PTX (a flashcl__binary_patch). */
+int flashcl__wgmma_patch(const unsigned char *in, size_t n, unsigned char **out, size_t *out_n, char *why, size_t cap);
 /* The descriptor-level test of a pass (storage, head dims, variants, probe); why when not. */
 int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
                         size_t cap);

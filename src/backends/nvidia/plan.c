@@ -18,9 +18,10 @@
 #define MMA_WARPS 4 /* the backward's warps per work-group */
 
 /* Forward shape: warps per work-group, keys per tile, 16-row tiles per warp,
-   Q resident in __local (1) or in registers (0). */
+   Q resident in __local (1) or in registers (0), and the instruction: mma.sync (wg 0) or
+   Hopper's wgmma (wg 1: one 64-row warpgroup per 4 warps, Q and K/V in __local). */
 typedef struct mma_shape {
-    int warps, bc, mt, qlocal;
+    int warps, bc, mt, qlocal, wg;
 } mma_shape;
 
 /* The user's head dim rounded up to the mma's k step (16); the padding lives in __local and registers only. */
@@ -49,7 +50,7 @@ static size_t element_bytes(const flashcl_attention_desc *d) { return is_tf32(d)
    Above 128 the accumulators alone are 4 registers per 8 dims: 16 rows per warp. */
 static mma_shape mma_table_shape(size_t dk, size_t dv, int tf32) {
     const size_t d = dk > dv ? dk : dv;
-    mma_shape s = {4, 64, 2, 0};
+    mma_shape s = {4, 64, 2, 0, 0};
     if (tf32) {
         /* TF32: a 16 x 16 Q slice is 8 registers (twice 16-bit's) and the float tiles twice the
            bytes, so 16 rows per warp, Q in registers, and 32 keys per tile above d = 64 (48 KiB). */
@@ -65,6 +66,23 @@ static mma_shape mma_table_shape(size_t dk, size_t dv, int tf32) {
     return s;
 }
 
+/* The shapes the wgmma form takes (cl/flash_fwd_mma.cl's MMA_WG): 16-bit storage, padded head dims
+   64 or 128, 16 rows per warp in one or two warpgroups, Q resident in __local, Bc 32, 64 or 128. */
+static int wg_shape_ok(mma_shape s, size_t dk, size_t dv, size_t esize) {
+    return esize == 2 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128) && s.mt == 1 && s.qlocal &&
+           (s.warps == 4 || s.warps == 8) && (s.bc == 32 || s.bc == 64 || s.bc == 128);
+}
+
+/* The built-in wgmma shape, measured on the H200 (bf16, flashcl bench --no-plain, b4 h16 N4096 d128 and
+   b16 h16 N1024 d64, TF/s non-causal / causal): at d = 128 two warpgroups (128 rows) sharing K/V tiles of
+   32 keys (Q 32 KiB + K/V 16 KiB) 326 / 279, one warpgroup with Bc = 64 300 / 273 (mma.sync 261 / 226);
+   at d = 64 one warpgroup with Bc = 128 251, two with 64 or 128 keys 184-201 (mma.sync 223). */
+static mma_shape wg_table_shape(size_t dk, size_t dv) {
+    const int d128 = dk > 64 || dv > 64;
+    mma_shape s = {d128 ? 8 : 4, d128 ? 32 : 128, 1, 1, 1};
+    return s;
+}
+
 /* FLASHCL_MMA_FWD=W:BC:MT:QL overrides the table for every head dim (kernel
    tuning on NVIDIA hardware); QL = 1 applies where both padded dims are
    multiples of 64 (the swizzle needs rows of 8 chunks), other dims keep Q in
@@ -73,18 +91,22 @@ static int mma_env_shape(const flashcl_context *ctx, size_t dk, size_t dv, size_
                          size_t cap) {
     const char *e = getenv("FLASHCL_MMA_FWD");
     if (!e || !*e) return 0;
-    mma_shape s;
+    mma_shape s = {0, 0, 0, 0, 0};
     char tail;
-    if (sscanf(e, "%d:%d:%d:%d%c", &s.warps, &s.bc, &s.mt, &s.qlocal, &tail) != 4 ||
-        (s.warps != 1 && s.warps != 2 && s.warps != 4 && s.warps != 8) || (s.bc != 16 && s.bc != 32 && s.bc != 64) ||
-        (s.mt != 1 && s.mt != 2) || (s.qlocal != 0 && s.qlocal != 1)) {
+    const int fields = sscanf(e, "%d:%d:%d:%d:%d%c", &s.warps, &s.bc, &s.mt, &s.qlocal, &s.wg, &tail);
+    if ((fields != 4 && fields != 5) || (s.warps != 1 && s.warps != 2 && s.warps != 4 && s.warps != 8) ||
+        (s.bc != 16 && s.bc != 32 && s.bc != 64 && !(s.bc == 128 && s.wg)) || (s.mt != 1 && s.mt != 2) ||
+        (s.qlocal != 0 && s.qlocal != 1) || (s.wg != 0 && s.wg != 1)) {
         snprintf(why, cap,
-                 "FLASHCL_MMA_FWD: expected W:BC:MT:QL with W in {1,2,4,8}, BC in {16,32,64}, MT in {1,2}, "
-                 "QL in {0,1}, got '%s'",
+                 "FLASHCL_MMA_FWD: expected W:BC:MT:QL[:WG] with W in {1,2,4,8}, BC in {16,32,64} (128 with WG), "
+                 "MT in {1,2}, QL in {0,1}, WG in {0,1}, got '%s'",
                  e);
         return -1;
     }
-    if (dk % 64 != 0 || dv % 64 != 0 || esize != 2) s.qlocal = 0; /* TF32 keeps Q in registers */
+    if (s.wg && !(wg_shape_ok(s, dk, dv, esize) && flashcl__wgmma_supported((flashcl_context *)ctx, NULL)))
+        s.wg = 0; /* as QL below: the shape where it applies, mma.sync elsewhere */
+    if (s.bc == 128 && !s.wg) s.bc = 64;
+    if (!s.wg && (dk % 64 != 0 || dv % 64 != 0 || esize != 2)) s.qlocal = 0; /* TF32 keeps Q in registers */
     const size_t bytes = shape_local_bytes(s, dk, dv, esize);
     if (bytes > ctx->info.local_mem_bytes) {
         snprintf(why, cap, "FLASHCL_MMA_FWD=%s needs %zu B of __local, the device has %llu", e, bytes,
@@ -135,9 +157,9 @@ static int mma_tile_shape(const flashcl_context *ctx, const flashcl__tile_overri
 static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d, char *why,
                         size_t cap);
 
-/* The forward's shape, most specific first: FLASHCL_TILE=kernel=mma (origin "env"), FLASHCL_MMA_FWD
-   (origin "vendor", as before it), the tuned plan of a 16-bit call (tuning.h: "tuned" or "table"),
-   the built-in choice above ("vendor"). A tuned plan the device rejects falls back to the built-in
+/* The forward's shape, most specific first: FLASHCL_TILE=kernel=mma (origin "env", always mma.sync),
+   FLASHCL_MMA_FWD (origin "vendor", as before it), the wgmma form where it applies ("vendor"), the
+   tuned plan of a 16-bit call (tuning.h: "tuned" or "table"), the built-in choice above ("vendor"). A tuned plan the device rejects falls back to the built-in
    choice, and `note` says why (it opens the plan's reason). Fails only for an override that does not fit. */
 static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention_desc *d, size_t dk, size_t dv,
                                    size_t esize, int tf32, mma_shape *sh, const char **origin, char *note, size_t cap) {
@@ -145,6 +167,7 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
     *sh = mma_table_shape(dk, dv, tf32);
     *origin = "vendor";
     note[0] = '\0';
+    const mma_shape wg = wg_table_shape(dk, dv);
     flashcl__tile_override ov;
     if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present &&
         ov.kernel == FLASHCL__TILE_KERNEL_MMA) {
@@ -162,6 +185,14 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
         snprintf(note, cap, "shape from FLASHCL_MMA_FWD");
         return FLASHCL_SUCCESS;
     }
+    /* The wgmma form where it applies, before any tuned plan: `flashcl tune` measures mma.sync shapes,
+       which the form beats on every plain/causal/window case measured (1.2-1.25x on the H200). Not with a
+       softcap: there it measured 0.92x of mma.sync (b2 hq16 hkv8 N8192 d128 causal softcap 30, 3.35 vs
+       3.09 ms), so those calls keep mma.sync. */
+    if (wg_shape_ok(wg, dk, dv, esize) && !(d->softcap > 0.0f) && flashcl__wgmma_supported(ctx, NULL)) {
+        *sh = wg;
+        return FLASHCL_SUCCESS;
+    }
     /* TF32 calls share float32's tuning key with the portable kernels' plans: they keep the table. */
     const char *tuned_origin = NULL;
     char entry[256];
@@ -170,9 +201,9 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
         if (mma_tile_shape(ctx, &ov, *sh, dk, dv, esize, sh, why, sizeof why)) {
             *origin = tuned_origin;
             flashcl__appendf(note, cap, "%s", entry);
-        } else {
-            flashcl__appendf(note, cap, "%s rejected (%s), the built-in shape instead", entry, why);
+            return FLASHCL_SUCCESS;
         }
+        flashcl__appendf(note, cap, "%s rejected (%s), the built-in shape instead", entry, why);
     }
     return FLASHCL_SUCCESS;
 }
@@ -259,8 +290,8 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     flashcl__variant_options(d, variants, sizeof variants);
     snprintf(options, sizeof options,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_DK_REAL=%zu -DMMA_DV=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d "
-             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
-             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, tf32, variants);
+             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DMMA_WG=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
+             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, tf32, sh.wg, variants);
     for (flashcl__mma_plan *p = state->plans; p; p = p->next)
         if (strcmp(p->pub.build_options, options) == 0 && strcmp(p->pub.origin, origin) == 0) {
             *out = p;
@@ -270,7 +301,11 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     if (!p) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
     snprintf(p->pub.build_options, sizeof p->pub.build_options, "%s", options);
     cl_program program = NULL;
-    st = flashcl__get_program(ctx, "flash_fwd_mma.cl", p->pub.build_options, &program);
+    if (sh.wg)
+        st = flashcl__get_patched_program(ctx, "flash_fwd_mma.cl", p->pub.build_options, "sm_90a", flashcl__wgmma_patch,
+                                          &program);
+    else
+        st = flashcl__get_program(ctx, "flash_fwd_mma.cl", p->pub.build_options, &program);
     if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_fwd_mma", &p->kernel);
     if (st != FLASHCL_SUCCESS) {
         free(p);
@@ -290,15 +325,16 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     snprintf(p->pub.origin, sizeof p->pub.origin, "%s", origin);
     /* Where the shape came from goes first, so that a long reason's truncation never hides it. */
     snprintf(p->pub.reason, sizeof p->pub.reason,
-             "%s%sNVIDIA tensor cores (%s): mma.sync %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
+             "%s%sNVIDIA tensor cores (%s): %s %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
              "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of %zu)",
-             note, note[0] ? "; " : "",
-             state->why,
+             note, note[0] ? "; " : "", sh.wg ? state->wg_why : state->why, sh.wg ? "wgmma (sm_90a PTX)" : "mma.sync",
              tf32   ? "tf32 (allow_tf32: inputs and P rounded to a 10-bit mantissa, float32 accumulation)"
              : slot ? "f16"
                     : "bf16",
              sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
-             sh.qlocal ? "in swizzled __local, reloaded per key tile" : "in registers",
+             sh.wg       ? "in __local (128-byte swizzle, wgmma reads it there)"
+             : sh.qlocal ? "in swizzled __local, reloaded per key tile"
+                         : "in registers",
              state->sm75 ? "loaded into" : "via cp.async in", 16 / esize);
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
