@@ -5,6 +5,9 @@
  * non-NVIDIA or pre-sm_80 GPU) it checks that the vendor path is NOT chosen,
  * that the plan says why, and that the fallback computes the same thing.
  * FLASHCL_VENDOR_PATH=off must force the portable plan on any device.
+ * On compute capability 9.0 (Hopper) the d = 64/128 forward must take the
+ * wgmma form (sm_90a, src/backends/nvidia/wgmma.c) unless FLASHCL_WGMMA=0, and
+ * every case runs twice: in that form, then with FLASHCL_WGMMA=0 in mma.sync.
  *
  * Tolerance: inputs are rounded to the storage type first, so the reference
  * sees exactly what the kernel sees; what remains is P rounded to 16 bits
@@ -247,25 +250,51 @@ int main(void) {
     clGetDeviceInfo(flashcl_context_device(ctx), CL_DEVICE_TYPE, sizeof type, &type, NULL);
     if (type & CL_DEVICE_TYPE_CPU) CHECK(!vendor); /* never on POCL */
     if (!vendor) CHECK(strstr(plan.reason, "tensor-core path") != NULL);
+    /* Compute capability 9.0 (Hopper): d = 128 bf16 must take the wgmma form (its probe must pass)
+       unless FLASHCL_WGMMA=0; the cases then run once in each form. */
+    cl_uint cc_major = 0, cc_minor = 0;
+    if (vendor) {
+        clGetDeviceInfo(flashcl_context_device(ctx), 0x4000 /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV */,
+                        sizeof cc_major, &cc_major, NULL);
+        clGetDeviceInfo(flashcl_context_device(ctx), 0x4001 /* CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV */,
+                        sizeof cc_minor, &cc_minor, NULL);
+    }
+    const char *wg_env = getenv("FLASHCL_WGMMA");
+    const int wgmma = strstr(plan.reason, "wgmma (sm_90a PTX)") != NULL;
+    if (vendor && cc_major == 9 && cc_minor == 0 && !(wg_env && strcmp(wg_env, "0") == 0)) CHECK(wgmma);
+    if (!vendor || cc_major != 9 || cc_minor != 0) CHECK(!wgmma);
 
     const mma_case cases[] = {
-        {1, 2, 2, 200, 200, 128, 0, 0, 0, 0}, {1, 2, 2, 200, 200, 64, 1, 0, 0, 0},
+        {1, 2, 2, 200, 200, 128, 0, 0, 0, 0},
+        {1, 2, 2, 200, 200, 64, 1, 0, 0, 0},
         {2, 4, 2, 77, 130, 64, 1, 0, 0, 8},  /* sq < sk, GQA, offset */
         {1, 4, 1, 130, 77, 128, 1, 0, 1, 0}, /* sq > sk: fully masked rows; MQA; bhsd */
-        {1, 2, 2, 1, 1, 32, 0, 0, 0, 0},      {1, 2, 2, 1, 300, 96, 1, 0, 0, 0},
+        {1, 2, 2, 1, 1, 32, 0, 0, 0, 0},
+        {1, 2, 2, 1, 300, 96, 1, 0, 0, 0},
         {1, 2, 1, 129, 129, 128, 0, 1, 0, 0}, /* f16 */
-        {1, 2, 2, 300, 1, 64, 1, 1, 1, 0},    {1, 1, 1, 257, 257, 96, 1, 0, 0, 0},
+        {1, 2, 2, 300, 1, 64, 1, 1, 1, 0},
+        {1, 1, 1, 257, 257, 96, 1, 0, 0, 0},
         {1, 3, 3, 64, 193, 32, 0, 1, 0, 0},
         {1, 4, 2, 133, 150, 256, 1, 0, 0, 0}, /* d > 128: the backward's two output slices; GQA */
         {1, 2, 1, 70, 90, 144, 1, 1, 1, 0},   /* f16, d padded to 160 inside the sliced kernels */
     };
     const size_t ncases = vendor ? sizeof cases / sizeof cases[0] : 2; /* fallback: a sample */
-    for (size_t i = 0; i < ncases; ++i)
-        if (!run_case(ctx, &cases[i], &rng, vendor ? expected_forward(&cases[i]) : NULL)) tu_fail_count();
-    if (vendor) {
-        /* A 4-element offset breaks 16-byte alignment: the call must fall back, still correct. */
-        const mma_case unaligned = {1, 2, 2, 100, 100, 64, 1, 0, 0, 4};
-        if (!run_case(ctx, &unaligned, &rng, NULL)) tu_fail_count();
+    for (int form = 0; form < (wgmma ? 2 : 1); ++form) {
+        if (form == 1) { /* the same cases in the mma.sync form */
+            flashcl_context_destroy(ctx);
+            setenv("FLASHCL_WGMMA", "0", 1);
+            ctx = tu_context_create();
+            CHECK_STATUS(flashcl_plan_query(ctx, &probe, &plan), FLASHCL_SUCCESS);
+            CHECK(strstr(plan.reason, "mma.sync bf16") != NULL);
+            printf("FLASHCL_WGMMA=0: %s\n", plan.reason);
+        }
+        for (size_t i = 0; i < ncases; ++i)
+            if (!run_case(ctx, &cases[i], &rng, vendor ? expected_forward(&cases[i]) : NULL)) tu_fail_count();
+        if (vendor) {
+            /* A 4-element offset breaks 16-byte alignment: the call must fall back, still correct. */
+            const mma_case unaligned = {1, 2, 2, 100, 100, 64, 1, 0, 0, 4};
+            if (!run_case(ctx, &unaligned, &rng, NULL)) tu_fail_count();
+        }
     }
     flashcl_context_destroy(ctx);
 
