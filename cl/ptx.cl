@@ -259,7 +259,7 @@ inline float ptx_exp2(float x) {
  * probe (cl/probe_wgmma_mma.cl). NVIDIA's OpenCL C compiler emits PTX for `.target sm_90`, where
  * wgmma does not exist, so every instruction of this section is written behind the marker WG, a
  * PTX comment: the driver builds the program with these lines as comments (a kernel that computes
- * nothing), and the host (src/backends/nvidia/wgmma_ptx.c) takes the PTX the driver generated,
+ * nothing), and the host (src/backends/nvidia/wgmma_patch.c) takes the PTX the driver generated,
  * removes the marker, sets `.target sm_90a` and builds that with clCreateProgramWithBinary. The
  * operands are still the compiler's: the registers named in a marked line are the ones the asm
  * statement binds, so the kernel around it is ordinary OpenCL C.

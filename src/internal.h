@@ -117,15 +117,15 @@ flashcl_status flashcl__create_kernel(flashcl_context *ctx, cl_program program, 
 
 /* ---- disk cache (disk_cache.c) */
 void flashcl__cache_dir_init(flashcl_context *ctx);
-/* Returns a program built from a cached binary, or NULL (any problem means: rebuild). */
 /* A program built from source (flashcl__get_program), its device binary passed through `patch`,
    and the result built with clCreateProgramWithBinary; kept per context under (source#tag, options).
    patch returns 1 with a malloc'd *out, or 0 with why (NVIDIA's sm_90a wgmma PTX: the driver's PTX
-   with its marked lines uncommented, src/backends/nvidia/wgmma.c). */
+   with its marked lines uncommented, src/backends/nvidia/wgmma_patch.c). */
 typedef int (*flashcl__binary_patch)(const unsigned char *in, size_t n, unsigned char **out, size_t *out_n, char *why,
                                      size_t cap);
 flashcl_status flashcl__get_patched_program(flashcl_context *ctx, const char *source_name, const char *options,
                                             const char *tag, flashcl__binary_patch patch, cl_program *out);
+/* Returns a program built from a cached binary, or NULL (any problem means: rebuild). */
 cl_program flashcl__cache_load(flashcl_context *ctx, const char *source, const char *options);
 void flashcl__cache_store(flashcl_context *ctx, const char *source, const char *options, cl_program program);
 

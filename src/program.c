@@ -94,23 +94,47 @@ flashcl_status flashcl__get_program(flashcl_context *ctx, const char *source_nam
     return remember_program(ctx, source_name, options, program, out);
 }
 
-/* The device's binary of a built program (one device): what NVIDIA's driver returns is the PTX
-   text it generated. */
+/* The context device's binary of a built program: what NVIDIA's driver returns is the PTX text it
+   generated. A program made in the application's cl_context belongs to each of its devices, so
+   the binaries come as one entry per device, in CL_PROGRAM_DEVICES order. */
 static flashcl_status program_binary(flashcl_context *ctx, cl_program program, unsigned char **out, size_t *size) {
-    size_t n = 0;
-    cl_int err = clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof n, &n, NULL);
-    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clGetProgramInfo(CL_PROGRAM_BINARY_SIZES)");
-    unsigned char *bin = n ? malloc(n + 1) : NULL;
-    if (!bin) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory reading a program binary");
-    err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL);
-    if (err != CL_SUCCESS) {
-        free(bin);
-        return flashcl__fail_cl(ctx, err, "clGetProgramInfo(CL_PROGRAM_BINARIES)");
+    cl_uint count = 0;
+    cl_int err = clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof count, &count, NULL);
+    if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clGetProgramInfo(CL_PROGRAM_NUM_DEVICES)");
+    cl_device_id *devices = count ? calloc(count, sizeof *devices) : NULL;
+    size_t *sizes = count ? calloc(count, sizeof *sizes) : NULL;
+    unsigned char **bins = count ? calloc(count, sizeof *bins) : NULL;
+    flashcl_status st = FLASHCL_SUCCESS;
+    if (!devices || !sizes || !bins)
+        st = flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory reading a program binary");
+    if (st == FLASHCL_SUCCESS) {
+        err = clGetProgramInfo(program, CL_PROGRAM_DEVICES, count * sizeof *devices, devices, NULL);
+        if (err == CL_SUCCESS)
+            err = clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, count * sizeof *sizes, sizes, NULL);
+        if (err != CL_SUCCESS) st = flashcl__fail_cl(ctx, err, "clGetProgramInfo(CL_PROGRAM_DEVICES/BINARY_SIZES)");
     }
-    bin[n] = '\0';
-    *out = bin;
-    *size = n;
-    return FLASHCL_SUCCESS;
+    cl_uint mine = count;
+    for (cl_uint i = 0; st == FLASHCL_SUCCESS && i < count; ++i)
+        if (devices[i] == ctx->device) mine = i;
+    if (st == FLASHCL_SUCCESS && (mine == count || sizes[mine] == 0))
+        st = flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED, "the built program has no binary for this context's device");
+    if (st == FLASHCL_SUCCESS && !(bins[mine] = malloc(sizes[mine] + 1)))
+        st = flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory reading a program binary");
+    if (st == FLASHCL_SUCCESS) { /* entries left NULL are skipped by the driver */
+        err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, count * sizeof *bins, bins, NULL);
+        if (err != CL_SUCCESS) st = flashcl__fail_cl(ctx, err, "clGetProgramInfo(CL_PROGRAM_BINARIES)");
+    }
+    if (st == FLASHCL_SUCCESS) {
+        bins[mine][sizes[mine]] = '\0';
+        *out = bins[mine];
+        *size = sizes[mine];
+    } else if (bins && mine < count) {
+        free(bins[mine]);
+    }
+    free(devices);
+    free(sizes);
+    free(bins);
+    return st;
 }
 
 flashcl_status flashcl__get_patched_program(flashcl_context *ctx, const char *source_name, const char *options,

@@ -62,6 +62,25 @@ int main(void) {
     expect(got == NULL && strstr(why, ".target") != NULL, "PTX without a .target line is refused");
     free(got);
 
+    /* CRLF lines keep their endings; an input already for sm_90a stays so. */
+    got = patch(".version 8.0\r\n.target sm_90a\r\n\t//WG wgmma.fence.sync.aligned;\r\n", why, sizeof why);
+    expect(got && strcmp(got, ".version 8.0\r\n.target sm_90a\r\n\twgmma.fence.sync.aligned;\r\n") == 0,
+           "CRLF endings and an sm_90a target");
+    free(got);
+
+    /* Every line growing at once (old .version and sm_90 .target lines) stays inside the output,
+       and a .version at the very end of the input (no terminator) is read within it. */
+    char many[4096] = "";
+    for (int i = 0; i < 60; ++i) strcat(many, i % 2 ? ".target sm_90\n" : ".version 7\n");
+    strcat(many, "//WG wgmma.fence.sync.aligned;\n.version 7");
+    unsigned char *out = NULL;
+    size_t n = 0;
+    expect(flashcl__wgmma_patch((const unsigned char *)many, strlen(many), &out, &n, why, sizeof why),
+           "60 growing lines patch");
+    expect(out && strstr((char *)out, ".version 7") == NULL && strstr((char *)out, ".target sm_90\n") == NULL,
+           "every .version and .target line rewritten");
+    free(out);
+
     if (failures) return 1;
     printf("test_wgmma_patch: all checks passed\n");
     return 0;

@@ -87,14 +87,17 @@ static mma_shape wg_table_shape(size_t dk, size_t dv) {
    tuning on NVIDIA hardware); QL = 1 applies where both padded dims are
    multiples of 64 (the swizzle needs rows of 8 chunks), other dims keep Q in
    registers. 0 when unset, 1 when valid, -1 (with why) when not. */
-static int mma_env_shape(const flashcl_context *ctx, size_t dk, size_t dv, size_t esize, mma_shape *out, char *why,
+static int mma_env_shape(flashcl_context *ctx, size_t dk, size_t dv, size_t esize, mma_shape *out, char *why,
                          size_t cap) {
     const char *e = getenv("FLASHCL_MMA_FWD");
     if (!e || !*e) return 0;
     mma_shape s = {0, 0, 0, 0, 0};
-    char tail;
-    const int fields = sscanf(e, "%d:%d:%d:%d:%d%c", &s.warps, &s.bc, &s.mt, &s.qlocal, &s.wg, &tail);
-    if ((fields != 4 && fields != 5) || (s.warps != 1 && s.warps != 2 && s.warps != 4 && s.warps != 8) ||
+    int used = 0, used_wg = 0, whole = sscanf(e, "%d:%d:%d:%d%n", &s.warps, &s.bc, &s.mt, &s.qlocal, &used) == 4;
+    if (whole && e[used] == ':') /* the optional WG field, then nothing */
+        whole = sscanf(e + used + 1, "%d%n", &s.wg, &used_wg) == 1 && e[used + 1 + used_wg] == '\0';
+    else if (whole)
+        whole = e[used] == '\0';
+    if (!whole || (s.warps != 1 && s.warps != 2 && s.warps != 4 && s.warps != 8) ||
         (s.bc != 16 && s.bc != 32 && s.bc != 64 && !(s.bc == 128 && s.wg)) || (s.mt != 1 && s.mt != 2) ||
         (s.qlocal != 0 && s.qlocal != 1) || (s.wg != 0 && s.wg != 1)) {
         snprintf(why, cap,
@@ -103,7 +106,7 @@ static int mma_env_shape(const flashcl_context *ctx, size_t dk, size_t dv, size_
                  e);
         return -1;
     }
-    if (s.wg && !(wg_shape_ok(s, dk, dv, esize) && flashcl__wgmma_supported((flashcl_context *)ctx, NULL)))
+    if (s.wg && !(wg_shape_ok(s, dk, dv, esize) && flashcl__wgmma_supported(ctx, NULL)))
         s.wg = 0; /* as QL below: the shape where it applies, mma.sync elsewhere */
     if (s.bc == 128 && !s.wg) s.bc = 64;
     if (!s.wg && (dk % 64 != 0 || dv % 64 != 0 || esize != 2)) s.qlocal = 0; /* TF32 keeps Q in registers */
@@ -309,7 +312,13 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_fwd_mma", &p->kernel);
     if (st != FLASHCL_SUCCESS) {
         free(p);
-        return st;
+        if (!sh.wg) return st;
+        /* The probe passed but this build did not: the context keeps mma.sync from now on, and its
+           plans say why (below). */
+        snprintf(state->wg_why, sizeof state->wg_why, "a wgmma build failed (%.110s)", flashcl_last_error(ctx));
+        state->wg_probe = -1;
+        flashcl__clear_error(ctx);
+        return flashcl__mma_plan_for(ctx, d, out);
     }
     cl_ulong lm = 0, pm = 0;
     clGetKernelWorkGroupInfo(p->kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
@@ -339,6 +348,8 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
                          dv);
+    if (!sh.wg && state->wg_probe < 0 && state->cc == 90) /* Hopper without the wgmma form: why */
+        flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; not wgmma: %s", state->wg_why);
     p->next = state->plans;
     state->plans = p;
     *out = p;

@@ -45,12 +45,12 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
         snprintf(why, cap, "the wgmma probe kernel could not be created");
         return 0;
     }
-    static int a[64][64], b[64][64], v[16][64];
+    int(*a)[64] = malloc(64 * sizeof *a), (*b)[64] = malloc(64 * sizeof *b), (*v)[64] = malloc(16 * sizeof *v);
     uint16_t *in = malloc(WG_PROBE_IN * sizeof *in);
     float *out = malloc(WG_PROBE_OUT * sizeof *out);
     int ok = 0;
-    cl_int err = in && out ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
-    for (int i = 0; i < 64 && in; ++i)
+    cl_int err = in && out && a && b && v ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    for (int i = 0; i < 64 && err == CL_SUCCESS; ++i)
         for (int k = 0; k < 64; ++k) {
             a[i][k] = (i * 3 + k * 5) % 7 - 3;
             b[i][k] = (i * 5 + k * 3) % 9 - 4;
@@ -96,6 +96,9 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
     clReleaseKernel(kernel);
     free(in);
     free(out);
+    free(a);
+    free(b);
+    free(v);
     return ok;
 }
 

@@ -19,10 +19,21 @@ static int starts_with(const char *s, const char *end, const char *prefix) {
     return (size_t)(end - s) >= n && memcmp(s, prefix, n) == 0;
 }
 
+/* The PTX ISA version at [s, end) ("8.5" -> 8), or 0 when it does not start with a digit. */
+static int version_major(const char *s, const char *end) {
+    int v = 0;
+    while (s < end && *s == ' ') ++s;
+    for (; s < end && *s >= '0' && *s <= '9' && v < 1000; ++s) v = v * 10 + (*s - '0');
+    return v;
+}
+
 int flashcl__wgmma_patch(const unsigned char *in, size_t n, unsigned char **out, size_t *out_n, char *why, size_t cap) {
     const char *text = (const char *)in, *end = text + n;
     while (end > text && end[-1] == '\0') --end; /* the driver's binary may carry its terminator */
-    char *buf = malloc((size_t)(end - text) + 64);
+    /* A line grows by at most 13 bytes (".version 8.0\n" for ".version 7"): room for every line. */
+    size_t lines = 1;
+    for (const char *p = text; p < end; ++p) lines += *p == '\n';
+    char *buf = malloc((size_t)(end - text) + 14 * lines + 1);
     if (!buf) {
         snprintf(why, cap, "out of host memory patching PTX");
         return 0;
@@ -54,7 +65,7 @@ int flashcl__wgmma_patch(const unsigned char *in, size_t n, unsigned char **out,
             memcpy(buf + at, stop, (size_t)(next - stop));
             at += (size_t)(next - stop);
             target = 1;
-        } else if (starts_with(line, lend, ".version ") && atoi(line + 9) < 8) {
+        } else if (starts_with(line, lend, ".version ") && version_major(line + 9, lend) < 8) {
             at += (size_t)sprintf(buf + at, ".version 8.0\n"); /* wgmma came with PTX ISA 8.0 */
         } else {
             memcpy(buf + at, line, (size_t)(next - line));
