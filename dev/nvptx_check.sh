@@ -4,7 +4,8 @@
 # ptxas for sm_90 with -v: registers, spills, shared memory, and any error in
 # the inline PTX. clang's register counts run about 20% above NVIDIA's own
 # compiler's (the decode kernel: 196 here, 165 there); compare builds with each
-# other, not with the driver. The source must be the joined program the
+# other, not with the driver. With -DMMA_WG=1 the wgmma form is patched as the
+# library patches it and compiled for sm_90a. The source must be the joined program the
 # library builds (common.cl variants.cl ptx.cl <kernel>.cl, as
 # src/kernel_sources.c joins them).
 #   dev/nvptx_check.sh joined.cl "-D HEAD_DIM=128 -D ..."
@@ -15,5 +16,9 @@ clang-15 -x cl -cl-std=CL1.2 -target nvptx64--nvidiacl -O3 -Xclang -finclude-def
     -Xclang -mlink-builtin-bitcode -Xclang /usr/lib/clc/nvptx64--nvidiacl.bc -Wno-everything -Dasm=__asm__ \
     $opts -S -o "$ptx" "$src" || exit 1
 sed -i 's/^\.target sm_[0-9]*/.target sm_90/; s/^\.version [0-9.]*/.version 8.0/' "$ptx"
-"${PTXAS:-/usr/local/cuda/bin/ptxas}" -arch=sm_90 -v "$ptx" -o /dev/null 2>&1 | grep -E "rror|Used|spill|Compiling"
+arch=sm_90
+case "$opts" in *MMA_WG=1*) # the wgmma form: what src/backends/nvidia/wgmma_patch.c does to the driver's PTX
+    sed -i -e 's/^\([ \t]*\)\/\/WG /\1/' -e 's/^\.target sm_90/.target sm_90a/' "$ptx"; arch=sm_90a ;;
+esac
+"${PTXAS:-/usr/local/cuda/bin/ptxas}" -arch=$arch -v "$ptx" -o /dev/null 2>&1 | grep -E "rror|Used|spill|Compiling"
 rm -f "$ptx"
