@@ -51,6 +51,11 @@ typedef struct flashcl__nvidia_state {
 flashcl__nvidia_state *flashcl__nvidia_state_of(flashcl_context *ctx);
 /* 1 when the probe passed on this context's device; *why says what was found. */
 int flashcl__mma_supported(flashcl_context *ctx, const char **why);
+/* Runs a probe kernel (arguments: its input buffer, its output buffer) as one work-group of
+   `work_items` on a private queue, so the application's queue is never drained, and reads the
+   output back: CL_SUCCESS or the first failure. */
+cl_int flashcl__run_probe_kernel(flashcl_context *ctx, cl_kernel kernel, const void *in, size_t in_bytes, void *out,
+                                 size_t out_bytes, size_t work_items);
 /* 1 when the wgmma form (sm_90a, cl/flash_fwd_mma.cl's MMA_WG) passed its probe; *why says what was found. */
 int flashcl__wgmma_supported(flashcl_context *ctx, const char **why);
 /* The driver's PTX of an MMA_WG build -> sm_90a PTX (a flashcl__binary_patch). */

@@ -57,8 +57,25 @@ static int has_extension(cl_device_id dev, const char *name) {
     return found;
 }
 
-/* Runs the probe kernel on a private queue (the application's queue is never
-   drained); returns 1 when every result matches. */
+cl_int flashcl__run_probe_kernel(flashcl_context *ctx, cl_kernel kernel, const void *in, size_t in_bytes, void *out,
+                                 size_t out_bytes, size_t work_items) {
+    cl_int err = CL_SUCCESS;
+    cl_command_queue q = clCreateCommandQueue(ctx->cl_ctx, ctx->device, 0, &err);
+    cl_mem bin = NULL, bout = NULL;
+    if (err == CL_SUCCESS)
+        bin = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, in_bytes, (void *)in, &err);
+    if (err == CL_SUCCESS) bout = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, out_bytes, NULL, &err);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, 0, sizeof bin, &bin);
+    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, 1, sizeof bout, &bout);
+    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(q, kernel, 1, NULL, &work_items, &work_items, 0, NULL, NULL);
+    if (err == CL_SUCCESS) err = clEnqueueReadBuffer(q, bout, CL_TRUE, 0, out_bytes, out, 0, NULL, NULL);
+    if (bin) clReleaseMemObject(bin);
+    if (bout) clReleaseMemObject(bout);
+    if (q) clReleaseCommandQueue(q);
+    return err;
+}
+
+/* Runs the probe kernel on a private queue; returns 1 when every result matches. */
 static int run_probe(flashcl_context *ctx, int sm75, char *why, size_t cap) {
     cl_program program = NULL;
     flashcl_status st = flashcl__get_program(ctx, "probe_mma.cl", sm75 ? "-DMMA_SM75=1" : "", &program);
@@ -87,19 +104,9 @@ static int run_probe(flashcl_context *ctx, int sm75, char *why, size_t cap) {
             in[768 + n * 16 + k] = to_f16((int)bm[k][n]);
             in[384 + k * 8 + n] = to_bf16(bm[k][n]);
         }
-    cl_int err = CL_SUCCESS;
-    cl_command_queue q = clCreateCommandQueue(ctx->cl_ctx, ctx->device, 0, &err);
-    cl_mem bin = NULL, bout = NULL;
     float out[PROBE_OUT];
     int ok = 0;
-    if (err == CL_SUCCESS)
-        bin = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof in, in, &err);
-    if (err == CL_SUCCESS) bout = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, sizeof out, NULL, &err);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, 0, sizeof bin, &bin);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, 1, sizeof bout, &bout);
-    size_t one_warp = 32;
-    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(q, kernel, 1, NULL, &one_warp, &one_warp, 0, NULL, NULL);
-    if (err == CL_SUCCESS) err = clEnqueueReadBuffer(q, bout, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL);
+    const cl_int err = flashcl__run_probe_kernel(ctx, kernel, in, sizeof in, out, sizeof out, 32); /* one warp */
     if (err != CL_SUCCESS) {
         snprintf(why, cap, "the mma.sync probe failed to run: %s (%d)", flashcl__cl_error_name(err), (int)err);
     } else {
@@ -117,9 +124,6 @@ static int run_probe(flashcl_context *ctx, int sm75, char *why, size_t cap) {
         ok = bad == 0;
         if (!ok) snprintf(why, cap, "the mma.sync probe ran but gave %d wrong results", bad);
     }
-    if (bin) clReleaseMemObject(bin);
-    if (bout) clReleaseMemObject(bout);
-    if (q) clReleaseCommandQueue(q);
     clReleaseKernel(kernel);
     return ok;
 }

@@ -61,19 +61,9 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
                 in[8192 + k * 64 + i] = probe_bf16(v[k][i]);
             }
         }
-    cl_command_queue q = NULL;
-    cl_mem bin = NULL, bout = NULL;
-    if (err == CL_SUCCESS) q = clCreateCommandQueue(ctx->cl_ctx, ctx->device, 0, &err);
-    if (err == CL_SUCCESS)
-        bin = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, WG_PROBE_IN * sizeof *in, in, &err);
-    if (err == CL_SUCCESS)
-        bout = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, WG_PROBE_OUT * sizeof *out, NULL, &err);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, 0, sizeof bin, &bin);
-    if (err == CL_SUCCESS) err = clSetKernelArg(kernel, 1, sizeof bout, &bout);
-    const size_t group = 128;
-    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(q, kernel, 1, NULL, &group, &group, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, bout, CL_TRUE, 0, WG_PROBE_OUT * sizeof *out, out, 0, NULL, NULL);
+    if (err == CL_SUCCESS) /* one warpgroup */
+        err =
+            flashcl__run_probe_kernel(ctx, kernel, in, WG_PROBE_IN * sizeof *in, out, WG_PROBE_OUT * sizeof *out, 128);
     if (err != CL_SUCCESS) {
         snprintf(why, cap, "the wgmma probe failed to run: %s (%d)", flashcl__cl_error_name(err), (int)err);
     } else {
@@ -90,9 +80,6 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
         if (!ok)
             snprintf(why, cap, "the wgmma probe ran but gave %d wrong of 4096 in Q K^T and %d in P V", bad_s, bad_o);
     }
-    if (bin) clReleaseMemObject(bin);
-    if (bout) clReleaseMemObject(bout);
-    if (q) clReleaseCommandQueue(q);
     clReleaseKernel(kernel);
     free(in);
     free(out);
