@@ -28,22 +28,29 @@ static void append_build_log(flashcl_context *ctx, cl_program program) {
     free(log);
 }
 
+/* Builds `program` for the context's device; on failure the error names `what` and carries the build
+   log, and the program is released. */
+static flashcl_status build_program(flashcl_context *ctx, cl_program program, const char *options, const char *what) {
+    const cl_int err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+    if (err == CL_SUCCESS) return FLASHCL_SUCCESS;
+    flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED, "building %s failed: clBuildProgram returned %s (%d)", what,
+                  flashcl__cl_error_name(err), (int)err);
+    append_build_log(ctx, program);
+    clReleaseProgram(program);
+    return FLASHCL_ERR_BUILD_FAILED;
+}
+
 static flashcl_status build_from_source(flashcl_context *ctx, const char *name, const char *source, const char *options,
                                         cl_program *out) {
     cl_int err = CL_SUCCESS;
     const char *strings[] = {source};
     cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, strings, NULL, &err);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clCreateProgramWithSource");
-    err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED, "building %s with \"%s\" failed: clBuildProgram returned %s (%d)",
-                      name, options, flashcl__cl_error_name(err), (int)err);
-        append_build_log(ctx, program);
-        clReleaseProgram(program);
-        return FLASHCL_ERR_BUILD_FAILED;
-    }
-    *out = program;
-    return FLASHCL_SUCCESS;
+    char what[1024];
+    snprintf(what, sizeof what, "%s with \"%s\"", name, options);
+    const flashcl_status st = build_program(ctx, program, options, what);
+    if (st == FLASHCL_SUCCESS) *out = program;
+    return st;
 }
 
 /* Keeps a built program in the context's list under (name, options); releases it when out of memory. */
@@ -166,16 +173,10 @@ flashcl_status flashcl__get_patched_program(flashcl_context *ctx, const char *so
         clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &patched_size, bins, &bin_status, &err);
     free(patched);
     if (err != CL_SUCCESS) return flashcl__fail_cl(ctx, err, "clCreateProgramWithBinary");
-    err = clBuildProgram(program, 1, &ctx->device, "", NULL, NULL);
-    if (err != CL_SUCCESS) {
-        flashcl__fail(ctx, FLASHCL_ERR_BUILD_FAILED,
-                      "building %s with \"%s\" (%s) from its patched binary failed: clBuildProgram returned %s (%d)",
-                      source_name, options, tag, flashcl__cl_error_name(err), (int)err);
-        append_build_log(ctx, program);
-        clReleaseProgram(program);
-        return FLASHCL_ERR_BUILD_FAILED;
-    }
-    return remember_program(ctx, key, options, program, out);
+    char what[1024];
+    snprintf(what, sizeof what, "%s with \"%s\" (%s) from its patched binary", source_name, options, tag);
+    const flashcl_status built = build_program(ctx, program, "", what);
+    return built == FLASHCL_SUCCESS ? remember_program(ctx, key, options, program, out) : built;
 }
 
 void flashcl__release_programs(flashcl_context *ctx) {
