@@ -83,16 +83,29 @@
 #define MMA_WG 0 /* 1: Hopper's wgmma for both products (sm_90a; the host patches the PTX, cl/ptx.cl) */
 #endif
 #if MMA_WG
-#if MMA_MT != 1 || MMA_TF32 || MMA_SM75 || !MMA_QLOCAL || (HEAD_DIM != 64 && HEAD_DIM != 128) ||                     \
-    (MMA_DV != 64 && MMA_DV != 128) || (MMA_WARPS != 4 && MMA_WARPS != 8) ||                                           \
-    (MMA_BC != 32 && MMA_BC != 64 && MMA_BC != 128)
-#error "MMA_WG: 16-bit, Q in __local, 16 rows per warp, 1 or 2 warpgroups, d and d_v 64 or 128, Bc 32, 64 or 128"
+/* Two forms: Q in __local (MMA_QLOCAL, both products read their B from __local and S's A too: d
+   and d_v 64 or 128), or Q in registers (S = Q K^T takes Q's fragments as A, the form for head
+   dims whose Q would not fit __local beside K and V: d any multiple of 64 up to 256, d_v 64, 128
+   or 256, where 256 runs P V as two products of 128 columns, wgmma's accumulator limit being
+   what one asm statement should bind). */
+#if MMA_MT != 1 || MMA_TF32 || MMA_SM75 || (MMA_WARPS != 4 && MMA_WARPS != 8) ||                                      \
+    (MMA_BC != 32 && MMA_BC != 48 && MMA_BC != 64 && MMA_BC != 128)
+#error "MMA_WG: 16-bit, 16 rows per warp, 1 or 2 warpgroups, Bc 32, 48, 64 or 128"
+#endif
+#if MMA_QLOCAL && ((HEAD_DIM != 64 && HEAD_DIM != 128) || (MMA_DV != 64 && MMA_DV != 128))
+#error "MMA_WG with Q in __local: d and d_v 64 or 128"
+#endif
+#if !MMA_QLOCAL && (HEAD_DIM % 64 != 0 || HEAD_DIM > 256 || (MMA_DV != 64 && MMA_DV != 128 && MMA_DV != 256))
+#error "MMA_WG with Q in registers: d a multiple of 64 up to 256, d_v 64, 128 or 256"
 #endif
 /* The literal numbers cl/ptx.cl's WG_QK and WG_PV take: accumulator registers per thread
    (N / 2) and k steps of 16. */
 #if MMA_BC == 32
 #define WG_S_R 16
 #define WG_V_STEPS 2
+#elif MMA_BC == 48
+#define WG_S_R 24
+#define WG_V_STEPS 3
 #elif MMA_BC == 64
 #define WG_S_R 32
 #define WG_V_STEPS 4
@@ -100,17 +113,30 @@
 #define WG_S_R 64
 #define WG_V_STEPS 8
 #endif
-#if HEAD_DIM == 64 /* 64-element column blocks of Q and K */
+/* 64-element column blocks of Q and K, and k steps of 16 over d (literal numbers) */
+#if HEAD_DIM == 64
 #define WG_D_BLOCKS 1
-#else
+#define WG_Q_STEPS 4
+#elif HEAD_DIM == 128
 #define WG_D_BLOCKS 2
+#define WG_Q_STEPS 8
+#elif HEAD_DIM == 192
+#define WG_D_BLOCKS 3
+#define WG_Q_STEPS 12
+#else
+#define WG_D_BLOCKS 4
+#define WG_Q_STEPS 16
 #endif
+/* P V's accumulators per product (WG_O_R registers, N = 2 WG_O_R columns) and products per tile */
 #if MMA_DV == 64
 #define WG_O_R 32
+#define WG_PV_N "64"
+#define WG_PV_HALVES 1
 #else
 #define WG_O_R 64
+#define WG_PV_N "128"
+#define WG_PV_HALVES (MMA_DV / 128)
 #endif
-#define WG_PV_N WG_STR(MMA_DV)
 #endif
 #if MMA_TF32
 typedef float mma_t; /* the storage type */
@@ -133,13 +159,16 @@ typedef ushort mma_t;
 #if MMA_SWZ && (HEAD_DIM % 64 != 0 || MMA_DV % 64 != 0)
 #error "MMA_QLOCAL needs padded head dims that are multiples of 64"
 #endif
-#define MMA_LDK (MMA_QLOCAL ? HEAD_DIM : HEAD_DIM + MMA_CE) /* __local row of Q and K, in elements */
-#define MMA_LDV (MMA_QLOCAL ? MMA_DV : MMA_DV + MMA_CE)     /* of V */
+/* __local row of Q and K, in elements (unpadded in the swizzled layouts) */
+#define MMA_LDK ((MMA_QLOCAL || MMA_WG) ? HEAD_DIM : HEAD_DIM + MMA_CE)
+#define MMA_LDV ((MMA_QLOCAL || MMA_WG) ? MMA_DV : MMA_DV + MMA_CE) /* of V */
 #define MMA_K_ELEMS (MMA_BC * MMA_LDK)
 #define MMA_V_ELEMS (MMA_BC * MMA_LDV)
 #define MMA_Q_ELEMS (MMA_BR * MMA_LDK)
 #if MMA_QLOCAL
 #define MMA_SMEM_ELEMS (MMA_Q_ELEMS + MMA_K_ELEMS + MMA_V_ELEMS)
+#elif MMA_WG
+#define MMA_SMEM_ELEMS (MMA_K_ELEMS + MMA_V_ELEMS) /* Q goes from global memory to registers */
 #else
 #define MMA_SMEM_ELEMS (MMA_Q_ELEMS > MMA_K_ELEMS + MMA_V_ELEMS ? MMA_Q_ELEMS : MMA_K_ELEMS + MMA_V_ELEMS)
 #endif
@@ -274,9 +303,32 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
     const uint q_row = ptx_smem_addr(smem) + (uint)((warp * MMA_MT * 16 + (lane & 15)) * MMA_LDK * 2);
     const uint q_y = (uint)(lane >> 4) ^ sw;
 #endif
+#if MMA_WG && !MMA_QLOCAL
+    /* Q's A fragments straight from global memory into registers, once per block (a thread's four
+       registers of a 16-dim slice: rows g, g + 8 of its warp's 16 x dims 2c, 2c + 1 and those + 8),
+       zeros past the sequence and past the real head dim; then K(kv0) and V(kv0), two copy groups. */
+    uint qf[1][HEAD_DIM / 16][4];
+    {
+        const long qr = q0 + warp * 16 + (lane >> 2);
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const long row = qr + (i & 1) * 8;
+                const int col = kk * 16 + (lane & 3) * 2 + (i >> 1) * 8;
+                qf[0][kk][i] = row < sq && (MMA_DK_REAL == HEAD_DIM || col < MMA_DK_REAL)
+                                   ? *(__global const uint *)(Qb + (ulong)row * q_sr + col)
+                                   : 0u;
+            }
+    }
+    if (kv0 < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, kv0, MMA_BC, sk);
+    if (kv0 < kv_end) MMA_LOAD_V(vs, Vb, v_sr, kv0, sk);
+#else
     /* Q: global -> __local (A fragments, one per 16 dims). */
     MMA_LOAD_QK(smem, Qb, q_sr, q0, MMA_BR, sq);
-#if MMA_QLOCAL
+#endif
+#if MMA_WG && !MMA_QLOCAL
+#elif MMA_QLOCAL
     /* Q stays in __local: its fragments are read again for every key tile, which
        frees 32 registers per 16-row tile for the accumulators (no spills at d = 128). */
     if (kv0 < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, kv0, MMA_BC, sk);
@@ -352,7 +404,11 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
         /* S = Q K^T: one ldmatrix of K feeds 2 key tiles x MMA_MT row tiles. */
         float s[MMA_MT][MMA_BC / 8][4];
 #if MMA_WG
+#if MMA_QLOCAL
         WG_QK(MMA_BC, WG_S_R, WG_D_BLOCKS, s[0], q_desc, k_desc, (ulong)(MMA_BR * 8), (ulong)(MMA_BC * 8));
+#else
+        WG_QKR(MMA_BC, WG_S_R, WG_D_BLOCKS, WG_Q_STEPS, s[0], qf[0], k_desc, (ulong)(MMA_BC * 8));
+#endif
         const long next = mma_next_tile(hd, kv0 + MMA_BC, kv_end, q0, last_row, VARIANT_PASS);
         barrier(CLK_LOCAL_MEM_FENCE); /* every warp's S is done: K(kv0)'s buffer is free */
         if (next < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, next, MMA_BC, sk);
@@ -521,7 +577,8 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
         /* The softmax's results are needed only by the next asm statement: without these empty
            statements the compiler sinks the whole softmax past the wait and barrier below, and the
            load's latency is no longer hidden behind it. */
-        WG_KEEP(WG_O_R, acc[0]);
+#pragma unroll
+        for (int hv = 0; hv < WG_PV_HALVES; ++hv) WG_KEEP(WG_O_R, (acc[0] + hv * (WG_O_R / 4)));
         WG_KEEP_P(WG_V_STEPS, pf[0]);
         if (next < kv_end) /* V(kv0) is in; K(next), the newest group, may still be in flight */
             ptx_cp_wait_one();
@@ -537,7 +594,11 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
 #endif
 
 #if MMA_WG
-        WG_PV(WG_O_R, WG_V_STEPS, acc[0], pf[0], v_desc, (ulong)128);
+        /* d_v = 256: two products of 128 columns, the second from V's third column block on */
+#pragma unroll
+        for (int hv = 0; hv < WG_PV_HALVES; ++hv)
+            WG_PV(WG_O_R, WG_V_STEPS, (acc[0] + hv * (WG_O_R / 4)), pf[0], v_desc + (ulong)(hv * 2 * MMA_BC * 8),
+                  (ulong)128);
         barrier(CLK_LOCAL_MEM_FENCE); /* every warp's P V is done: V(kv0)'s buffer is free */
         if (next < kv_end) MMA_LOAD_V(vs, Vb, v_sr, next, sk);
 #else

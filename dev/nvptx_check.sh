@@ -20,5 +20,5 @@ arch=sm_90
 case "$opts" in *MMA_WG=1*) # the wgmma form: what src/backends/nvidia/wgmma_patch.c does to the driver's PTX
     sed -i -e 's/^\([ \t]*\)\/\/WG /\1/' -e 's/^\.target sm_90/.target sm_90a/' "$ptx"; arch=sm_90a ;;
 esac
-"${PTXAS:-/usr/local/cuda/bin/ptxas}" -arch=$arch -v "$ptx" -o /dev/null 2>&1 | grep -E "rror|Used|spill|Compiling"
+"${PTXAS:-/usr/local/cuda/bin/ptxas}" -arch=$arch -v "$ptx" -o /dev/null 2>&1 | grep -E "rror|Used|spill|Compiling|arning"
 rm -f "$ptx"

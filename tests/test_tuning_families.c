@@ -162,10 +162,19 @@ static void decode_entries(const char *identity) {
 }
 
 /* Where f16 plans the tensor cores: a kernel=mma entry sets the shape (origin tuned), one the family does not
-   take is set aside with a note, and FLASHCL_TILE=kernel=mma refuses ql=1 where Q cannot stay in __local. */
-static void mma_entries_on_tensor_cores(const char *identity, const flashcl_attention_desc *f16) {
+   take is set aside with a note, and FLASHCL_TILE=kernel=mma refuses ql=1 where Q cannot stay in __local.
+   On Hopper the wgmma form comes before tuned entries (they are mma.sync shapes, which it outruns): there
+   the entry must leave the wgmma plan in place, and the checks run with FLASHCL_WGMMA=0. */
+static void mma_entries_on_tensor_cores(const char *identity, const flashcl_attention_desc *f16, int wgmma) {
     tt_write_sealed(g_path, identity, "tuned d=64 dtype=f16 causal=0 tile=kernel=mma,warps=8,bc=32,mt=1,ql=0\n");
-    outcome r = plan_now(f16);
+    outcome r;
+    if (wgmma) {
+        r = plan_now(f16);
+        CHECK_STATUS(r.status, FLASHCL_SUCCESS);
+        CHECK(strcmp(r.plan.origin, "vendor") == 0 && strstr(r.plan.reason, "wgmma (sm_90a PTX)") != NULL);
+        setenv("FLASHCL_WGMMA", "0", 1);
+    }
+    r = plan_now(f16);
     CHECK_STATUS(r.status, FLASHCL_SUCCESS);
     CHECK(strcmp(r.plan.kernel, "flash_fwd_mma") == 0 && strcmp(r.plan.origin, "tuned") == 0);
     CHECK(r.plan.block_rows == 128 && r.plan.block_cols == 32 && r.plan.work_group_size == 256);
@@ -181,7 +190,9 @@ static void mma_entries_on_tensor_cores(const char *identity, const flashcl_atte
     unsetenv("FLASHCL_TILE");
     CHECK_STATUS(r.status, FLASHCL_ERR_INVALID_TILE);
     CHECK(strstr(r.error, "ql=1") != NULL);
-    printf("test_tuning_families: f16 plans the tensor cores: their entries checked\n");
+    if (wgmma) unsetenv("FLASHCL_WGMMA");
+    printf("test_tuning_families: f16 plans the tensor cores%s: their entries checked\n",
+           wgmma ? " (wgmma first; entries checked on mma.sync)" : "");
 }
 
 static void mma_entries(const char *identity) {
@@ -195,7 +206,7 @@ static void mma_entries(const char *identity) {
     outcome before = plan_now(&f16);
     CHECK_STATUS(before.status, FLASHCL_SUCCESS);
     if (strcmp(before.plan.kernel, "flash_fwd_mma") == 0) {
-        mma_entries_on_tensor_cores(identity, &f16);
+        mma_entries_on_tensor_cores(identity, &f16, strstr(before.plan.reason, "wgmma (sm_90a PTX)") != NULL);
         return;
     }
     tt_write_sealed(g_path, identity,

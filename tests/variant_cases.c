@@ -234,6 +234,19 @@ void variant_cases_all(vc_list *l) {
     c->mask = VC_FULL;
     c->mask_density = 0.7;
     dropout(c, 0.2f, 21, 2);
+    /* The Hopper wgmma forms (cl/flash_fwd_mma.cl's MMA_WG, chosen on compute capability 9.0 in 16-bit
+       storage): d = 128 with Q in __local and d = d_v = 256 with Q in registers, under the score terms
+       their softmax shares with mma.sync (ALiBi, sinks, dropout, a window) and GQA, rows and keys that
+       end inside a tile. Elsewhere they run the other families like any case. */
+    c = push(l, "bf16 d=128 alibi+sinks+dropout+window+GQA", BF16, 1, 4, 2, 150, 170, 128, 128, 1);
+    window(c, 60, -1);
+    c->alibi = 1;
+    c->sinks = 1;
+    dropout(c, 0.1f, 7, 3);
+    c = push(l, "bf16 d=256 alibi+sinks+dropout", BF16, 1, 2, 1, 90, 110, 256, 256, 0);
+    c->alibi = 1;
+    c->sinks = 1;
+    dropout(c, 0.1f, 9, 0);
 }
 
 void variant_cases_quick(vc_list *l) {

@@ -40,6 +40,7 @@ SHAPES = [  # (label, b, h, n, d, causal)
     ("b4 h16 N4096 d128 causal", 4, 16, 4096, 128, True),
     ("b1 h16 N16384 d128 causal", 1, 16, 16384, 128, True),
     ("b16 h16 N1024 d64", 16, 16, 1024, 64, False),
+    ("b4 h16 N4096 d256", 4, 16, 4096, 256, False),
 ]
 
 

@@ -19,7 +19,8 @@
 
 /* Forward shape: warps per work-group, keys per tile, 16-row tiles per warp,
    Q resident in __local (1) or in registers (0), and the instruction: mma.sync (wg 0) or
-   Hopper's wgmma (wg 1: one 64-row warpgroup per 4 warps, Q and K/V in __local). */
+   Hopper's wgmma (wg 1: one 64-row warpgroup per 4 warps, K/V in __local, Q in __local or, above
+   d = 128, in registers). */
 typedef struct mma_shape {
     int warps, bc, mt, qlocal, wg;
 } mma_shape;
@@ -30,6 +31,7 @@ static size_t padded_dim(size_t d) { return (d + 15) / 16 * 16; }
 /* __local bytes of a forward shape with `esize`-byte elements, as the kernel lays them out
    (16-byte row padding unless QL). */
 static size_t shape_local_bytes(mma_shape s, size_t dk, size_t dv, size_t esize) {
+    if (s.wg && !s.qlocal) return esize * (size_t)s.bc * (dk + dv); /* Q straight into registers */
     const size_t pad = 16 / esize, ldk = s.qlocal ? dk : dk + pad, ldv = s.qlocal ? dv : dv + pad;
     const size_t q = (size_t)16 * s.mt * s.warps * ldk, kv = (size_t)s.bc * (ldk + ldv);
     return esize * (s.qlocal ? q + kv : (q > kv ? q : kv));
@@ -66,18 +68,38 @@ static mma_shape mma_table_shape(size_t dk, size_t dv, int tf32) {
     return s;
 }
 
-/* The shapes the wgmma form takes (cl/flash_fwd_mma.cl's MMA_WG): 16-bit storage, padded head dims
-   64 or 128, 16 rows per warp in one or two warpgroups, Q resident in __local, Bc 32, 64 or 128. */
+/* The shapes the wgmma form takes (cl/flash_fwd_mma.cl's MMA_WG): 16-bit storage, 16 rows per warp in
+   one or two warpgroups, Bc 32, 64 or 128; with Q resident in __local padded head dims 64 or 128, with Q
+   in registers d a multiple of 64 up to 256 and d_v 64, 128 or 256. */
 static int wg_shape_ok(mma_shape s, size_t dk, size_t dv, size_t esize) {
-    return esize == 2 && (dk == 64 || dk == 128) && (dv == 64 || dv == 128) && s.mt == 1 && s.qlocal &&
-           (s.warps == 4 || s.warps == 8) && (s.bc == 32 || s.bc == 64 || s.bc == 128);
+    if (esize != 2 || s.mt != 1 || (s.warps != 4 && s.warps != 8) ||
+        (s.bc != 32 && s.bc != 48 && s.bc != 64 && s.bc != 128))
+        return 0;
+    if (s.qlocal) return (dk == 64 || dk == 128) && (dv == 64 || dv == 128);
+    return dk % 64 == 0 && dk <= 256 && (dv == 64 || dv == 128 || dv == 256);
 }
 
-/* The built-in wgmma shape, measured on the H200 (bf16, flashcl bench --no-plain, b4 h16 N4096 d128 and
-   b16 h16 N1024 d64, TF/s non-causal / causal): at d = 128 two warpgroups (128 rows) sharing K/V tiles of
-   32 keys (Q 32 KiB + K/V 16 KiB) 326 / 279, one warpgroup with Bc = 64 300 / 273 (mma.sync 261 / 226);
-   at d = 64 one warpgroup with Bc = 128 251, two with 64 or 128 keys 184-201 (mma.sync 223). */
-static mma_shape wg_table_shape(size_t dk, size_t dv) {
+/* The built-in wgmma shape, measured on the H200 (bf16, flashcl bench --no-plain, b4 h16 N4096, TF/s
+   non-causal / causal). Q in __local up to d = d_v = 128: at d = 128 two warpgroups (128 rows) sharing K/V
+   tiles of 32 keys (Q 32 KiB + K/V 16 KiB) 326 / 279, one warpgroup with Bc = 64 300 / 273 (mma.sync
+   261 / 226); at d = 64 (b16 h16 N1024) one warpgroup with Bc = 128 251, two with 64 or 128 keys 184-201
+   (mma.sync 223). There Q in registers measured slower (d = 128: 265-281 with Bc 48/64, 219 with 32;
+   d = 64: 204-212): wgmma's A from registers costs where N is small. Above 128 Q cannot share 48 KiB
+   with K and V, so it stays in registers, two warpgroups, and the key tile is the largest of 64, 48, 32
+   whose K and V fit `local_bytes`: d = 256 303 / 273 with Bc 48, 292 / 264 with 32, one warpgroup 260
+   (mma.sync 230 / 216); d = 192, d_v = 128 310 with Bc 64, 294 with 48 (mma.sync 218); d = 256,
+   d_v = 128 317 with 48, 269 with 32 (mma.sync 226). */
+static mma_shape wg_table_shape(size_t dk, size_t dv, size_t local_bytes) {
+    if (dk > 128 || dv > 128) {
+        mma_shape big = {8, 32, 1, 0, 1};
+        static const int key_tiles[] = {64, 48};
+        for (size_t i = 0; i < sizeof key_tiles / sizeof key_tiles[0]; ++i)
+            if (2 * (size_t)key_tiles[i] * (dk + dv) <= local_bytes) {
+                big.bc = key_tiles[i];
+                break;
+            }
+        return big;
+    }
     const int d128 = dk > 64 || dv > 64;
     mma_shape s = {d128 ? 8 : 4, d128 ? 32 : 128, 1, 1, 1};
     return s;
@@ -98,10 +120,10 @@ static int mma_env_shape(flashcl_context *ctx, size_t dk, size_t dv, size_t esiz
     else if (whole)
         whole = e[used] == '\0';
     if (!whole || (s.warps != 1 && s.warps != 2 && s.warps != 4 && s.warps != 8) ||
-        (s.bc != 16 && s.bc != 32 && s.bc != 64 && !(s.bc == 128 && s.wg)) || (s.mt != 1 && s.mt != 2) ||
-        (s.qlocal != 0 && s.qlocal != 1) || (s.wg != 0 && s.wg != 1)) {
+        (s.bc != 16 && s.bc != 32 && s.bc != 64 && !((s.bc == 48 || s.bc == 128) && s.wg)) ||
+        (s.mt != 1 && s.mt != 2) || (s.qlocal != 0 && s.qlocal != 1) || (s.wg != 0 && s.wg != 1)) {
         snprintf(why, cap,
-                 "FLASHCL_MMA_FWD: expected W:BC:MT:QL[:WG] with W in {1,2,4,8}, BC in {16,32,64} (128 with WG), "
+                 "FLASHCL_MMA_FWD: expected W:BC:MT:QL[:WG] with W in {1,2,4,8}, BC in {16,32,64} (48, 128 with WG), "
                  "MT in {1,2}, QL in {0,1}, WG in {0,1}, got '%s'",
                  e);
         return -1;
@@ -109,6 +131,7 @@ static int mma_env_shape(flashcl_context *ctx, size_t dk, size_t dv, size_t esiz
     if (s.wg && !(wg_shape_ok(s, dk, dv, esize) && flashcl__wgmma_supported(ctx, NULL)))
         s.wg = 0; /* as QL below: the shape where it applies, mma.sync elsewhere */
     if (s.bc == 128 && !s.wg) s.bc = 64;
+    if (s.bc == 48 && !s.wg) s.bc = 32;
     if (!s.wg && (dk % 64 != 0 || dv % 64 != 0 || esize != 2)) s.qlocal = 0; /* TF32 keeps Q in registers */
     const size_t bytes = shape_local_bytes(s, dk, dv, esize);
     if (bytes > ctx->info.local_mem_bytes) {
@@ -170,7 +193,7 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
     *sh = mma_table_shape(dk, dv, tf32);
     *origin = "vendor";
     note[0] = '\0';
-    const mma_shape wg = wg_table_shape(dk, dv);
+    const mma_shape wg = wg_table_shape(dk, dv, (size_t)ctx->info.local_mem_bytes);
     flashcl__tile_override ov;
     if (flashcl__read_tile_override(NULL, &ov) == FLASHCL_SUCCESS && ov.present &&
         ov.kernel == FLASHCL__TILE_KERNEL_MMA) {
@@ -190,9 +213,11 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
     }
     /* The wgmma form where it applies, before any tuned plan: `flashcl tune` measures mma.sync shapes,
        which the form beats on every plain/causal/window case measured (1.2-1.25x on the H200). Not with a
-       softcap: there it measured 0.92x of mma.sync (b2 hq16 hkv8 N8192 d128 causal softcap 30, 3.35 vs
-       3.09 ms), so those calls keep mma.sync. */
-    if (wg_shape_ok(wg, dk, dv, esize) && !(d->softcap > 0.0f) && flashcl__wgmma_supported(ctx, NULL)) {
+       softcap and Q in __local: there it measured 0.92x of mma.sync (b2 hq16 hkv8 N8192 d128 causal
+       softcap 30, 3.35 vs 3.09 ms), so those calls keep mma.sync; with Q in registers (d = 256, Gemma-2's
+       softcap 50 and window 4095) it measured 1.31x (314 against 240 TF/s). */
+    if (wg_shape_ok(wg, dk, dv, esize) && !(d->softcap > 0.0f && wg.qlocal) &&
+        shape_local_bytes(wg, dk, dv, esize) <= ctx->info.local_mem_bytes && flashcl__wgmma_supported(ctx, NULL)) {
         *sh = wg;
         return FLASHCL_SUCCESS;
     }
@@ -341,9 +366,10 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
              : slot ? "f16"
                     : "bf16",
              sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
-             sh.wg       ? "in __local (128-byte swizzle, wgmma reads it there)"
-             : sh.qlocal ? "in swizzled __local, reloaded per key tile"
-                         : "in registers",
+             sh.wg && !sh.qlocal ? "in registers (wgmma's A operand)"
+             : sh.wg             ? "in __local (128-byte swizzle, wgmma reads it there)"
+             : sh.qlocal         ? "in swizzled __local, reloaded per key tile"
+                                 : "in registers",
              state->sm75 ? "loaded into" : "via cp.async in", 16 / esize);
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
