@@ -28,10 +28,19 @@ typedef struct mma_shape {
 /* The user's head dim rounded up to the mma's k step (16); the padding lives in __local and registers only. */
 static size_t padded_dim(size_t d) { return (d + 15) / 16 * 16; }
 
+/* The wgmma form's head dims (cl/flash_fwd_mma.cl's MMA_WG): d padded to 64 or 128, above that to a
+   multiple of 64; d_v to 64, 128 or 256. Zeros fill the padding in __local and registers only. */
+static size_t wg_dim_k(size_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : (d + 63) / 64 * 64; }
+static size_t wg_dim_v(size_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+
 /* __local bytes of a forward shape with `esize`-byte elements, as the kernel lays them out
    (16-byte row padding unless QL). */
 static size_t shape_local_bytes(mma_shape s, size_t dk, size_t dv, size_t esize) {
-    if (s.wg && !s.qlocal) return esize * (size_t)s.bc * (dk + dv); /* Q straight into registers */
+    if (s.wg) {
+        dk = wg_dim_k(dk);
+        dv = wg_dim_v(dv);
+        if (!s.qlocal) return esize * (size_t)s.bc * (dk + dv); /* Q straight into registers */
+    }
     const size_t pad = 16 / esize, ldk = s.qlocal ? dk : dk + pad, ldv = s.qlocal ? dv : dv + pad;
     const size_t q = (size_t)16 * s.mt * s.warps * ldk, kv = (size_t)s.bc * (ldk + ldv);
     return esize * (s.qlocal ? q + kv : (q > kv ? q : kv));
@@ -69,9 +78,17 @@ static mma_shape mma_table_shape(size_t dk, size_t dv, int tf32) {
 }
 
 /* The shapes the wgmma form takes (cl/flash_fwd_mma.cl's MMA_WG): 16-bit storage, 16 rows per warp in
-   one or two warpgroups, Bc 32, 64 or 128; with Q resident in __local padded head dims 64 or 128, with Q
-   in registers d a multiple of 64 up to 256 and d_v 64, 128 or 256. */
+   one or two warpgroups, Bc 32, 48, 64 or 128; with Q resident in __local head dims 64 or 128, with Q
+   in registers d a multiple of 64 up to 256 and d_v 64, 128 or 256, after wg_dim_k/wg_dim_v's padding. */
 static int wg_shape_ok(mma_shape s, size_t dk, size_t dv, size_t esize) {
+    /* Up to 128 the padding may add at most 1/7 (d = 112, 64, 128): on the H200 (b4 h16 N4096, TF/s,
+       mma.sync -> wgmma) d = 112 went 221 -> 269, d = 96 245 -> 231 and d = 80 258 -> 194, so those keep
+       mma.sync. Above 128 it paid at every dim measured: 144 187 -> 209, 160 189 -> 228, 192 206 -> 276,
+       224 228 -> 273. */
+    if (dk < 64 || dv < 64 || (dk <= 128 && wg_dim_k(dk) * 7 > dk * 8) || (dv <= 128 && wg_dim_v(dv) * 7 > dv * 8))
+        return 0;
+    dk = wg_dim_k(dk);
+    dv = wg_dim_v(dv);
     if (esize != 2 || s.mt != 1 || (s.warps != 4 && s.warps != 8) ||
         (s.bc != 32 && s.bc != 48 && s.bc != 64 && s.bc != 128))
         return 0;
@@ -90,6 +107,8 @@ static int wg_shape_ok(mma_shape s, size_t dk, size_t dv, size_t esize) {
    (mma.sync 230 / 216); d = 192, d_v = 128 310 with Bc 64, 294 with 48 (mma.sync 218); d = 256,
    d_v = 128 317 with 48, 269 with 32 (mma.sync 226). */
 static mma_shape wg_table_shape(size_t dk, size_t dv, size_t local_bytes) {
+    dk = wg_dim_k(dk);
+    dv = wg_dim_v(dv);
     if (dk > 128 || dv > 128) {
         mma_shape big = {8, 32, 1, 0, 1};
         static const int key_tiles[] = {64, 48};
@@ -303,12 +322,16 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     const size_t esize = element_bytes(d);
     flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
     if (!state) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory (mma plan)");
-    const size_t dk = padded_dim(d->head_dim), dv = padded_dim(d->head_dim_v);
+    size_t dk = padded_dim(d->head_dim), dv = padded_dim(d->head_dim_v);
     mma_shape sh;
     const char *origin = NULL;
     char note[384];
     flashcl_status st = choose_shape(ctx, d, dk, dv, esize, tf32, &sh, &origin, note, sizeof note);
     if (st != FLASHCL_SUCCESS) return st;
+    if (sh.wg) { /* the wgmma form's own padding (shape_local_bytes applies it as well) */
+        dk = wg_dim_k(dk);
+        dv = wg_dim_v(dv);
+    }
     if (shape_local_bytes(sh, dk, dv, esize) > ctx->info.local_mem_bytes)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
                              "tensor-core forward at d=%zu, d_v=%zu needs %zu B of __local, the device has %llu",

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #define WG_PROBE_IN (2 * 4096 + 1024) /* ushorts: A [64][64] | B [64][64] | V [16][64] */
-#define WG_PROBE_OUT (2 * 4096)       /* floats: S [64][64] | O [64][64] */
+#define WG_PROBE_OUT (3 * 4096)       /* floats: S [64][64] | O [64][64] | S, A from registers [64][64] */
 
 static uint16_t probe_bf16(int v) { /* small integers: exact */
     float f = (float)v;
@@ -67,7 +67,7 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
     if (err != CL_SUCCESS) {
         snprintf(why, cap, "the wgmma probe failed to run: %s (%d)", flashcl__cl_error_name(err), (int)err);
     } else {
-        int bad_s = 0, bad_o = 0;
+        int bad_s = 0, bad_o = 0, bad_r = 0;
         for (int i = 0; i < 64; ++i)
             for (int j = 0; j < 64; ++j) {
                 int s = 0, o = 0;
@@ -75,10 +75,14 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
                 for (int k = 0; k < 16; ++k) o += a[i][k] * v[k][j];
                 bad_s += out[i * 64 + j] != (float)s;
                 bad_o += out[4096 + i * 64 + j] != (float)o;
+                bad_r += out[8192 + i * 64 + j] != (float)s;
             }
-        ok = bad_s == 0 && bad_o == 0;
+        ok = bad_s == 0 && bad_o == 0 && bad_r == 0;
         if (!ok)
-            snprintf(why, cap, "the wgmma probe ran but gave %d wrong of 4096 in Q K^T and %d in P V", bad_s, bad_o);
+            snprintf(why, cap,
+                     "the wgmma probe ran but gave %d wrong of 4096 in Q K^T, %d in P V and %d in Q K^T with Q in "
+                     "registers",
+                     bad_s, bad_o, bad_r);
     }
     clReleaseKernel(kernel);
     free(in);
