@@ -11,8 +11,10 @@
  *                    A-fragment layout the softmax's P has, V (16 x 64, rows
  *                    of keys) swizzled in __local and read MN-major
  *                    (transposed), as a V tile is
- *   out[8192..12287] S = A B^T again with A from registers (four k steps of
- *                    fragments), as Q K^T runs above d = 128
+ *   out[8192..12287] S = A A^T with A from registers (four k steps of
+ *                    fragments) and B = A's tile in __local, as Q K^T runs
+ *                    above d = 128 (another product than the first, so that
+ *                    registers left over from it cannot pass for this one)
  * Inputs (ushort): A [64][64] | B [64][64] | V [16][64], row-major.
  * The host compares with its own arithmetic; a build, launch or value failure
  * keeps the mma.sync form.
@@ -64,7 +66,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void probe_wgmma(__glo
     WG_PV(32, 1, o, p, dv, (ulong)128);
     probe_wg_store(out + 4096, o, warp, lane);
 
-    /* Q K^T with Q in registers: A's fragments of all four k steps, B as above. */
+    /* Q K^T with Q in registers: A's fragments of all four k steps, B A's tile in __local. */
     uint q[4][4];
     for (int kk = 0; kk < 4; ++kk) {
         q[kk][0] = *(__global const uint *)(in + g * 64 + kk * 16 + k);
@@ -72,6 +74,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void probe_wgmma(__glo
         q[kk][2] = *(__global const uint *)(in + g * 64 + kk * 16 + k + 8);
         q[kk][3] = *(__global const uint *)(in + (g + 8) * 64 + kk * 16 + k + 8);
     }
-    WG_QKR(64, 32, 1, 4, s, q, db, (ulong)0);
-    probe_wg_store(out + 8192, s, warp, lane);
+    float r[8][4];
+    WG_QKR(64, 32, 1, 4, r, q, da, (ulong)0);
+    probe_wg_store(out + 8192, r, warp, lane);
 }

@@ -5,8 +5,9 @@
  * non-NVIDIA or pre-sm_80 GPU) it checks that the vendor path is NOT chosen,
  * that the plan says why, and that the fallback computes the same thing.
  * FLASHCL_VENDOR_PATH=off must force the portable plan on any device.
- * On compute capability 9.0 (Hopper) the d = 64/128 forward must take the
- * wgmma form (sm_90a, src/backends/nvidia/wgmma.c) unless FLASHCL_WGMMA=0, and
+ * On compute capability 9.0 (Hopper) the d = 128 forward must take the
+ * wgmma form (sm_90a, src/backends/nvidia/wgmma.c) unless FLASHCL_WGMMA=0, as
+ * must d = 256 (Q in registers) and d = 144 (padded), not d = 96, and
  * every case runs twice: in that form, then with FLASHCL_WGMMA=0 in mma.sync.
  *
  * Tolerance: inputs are rounded to the storage type first, so the reference
@@ -263,6 +264,25 @@ int main(void) {
     const int wgmma = strstr(plan.reason, "wgmma (sm_90a PTX)") != NULL;
     if (vendor && cc_major == 9 && cc_minor == 0 && !(wg_env && strcmp(wg_env, "0") == 0)) CHECK(wgmma);
     if (!vendor || cc_major != 9 || cc_minor != 0) CHECK(!wgmma);
+    if (wgmma) {
+        /* Above d = 128 the form keeps Q in registers, and padded head dims take it where the padding
+           pays (144 -> 192/256) but not at d = 96 (-> 128 would add a third): the plans the cases
+           below then run (d = 144 and 256 on wgmma, d = 96 on mma.sync). */
+        static const struct {
+            size_t d;
+            const char *want, *refuse;
+        } dims[] = {{256, "Q in registers", NULL}, {144, "padded to 192/256", NULL}, {96, NULL, "wgmma (sm_90a PTX)"}};
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
+            flashcl_attention_desc other = probe;
+            other.head_dim = dims[i].d;
+            flashcl_plan p;
+            CHECK_STATUS(flashcl_plan_query(ctx, &other, &p), FLASHCL_SUCCESS);
+            printf("d = %zu: %s\n", dims[i].d, p.reason);
+            CHECK(strcmp(p.kernel, "flash_fwd_mma") == 0);
+            if (dims[i].want) CHECK(strstr(p.reason, "wgmma (sm_90a PTX)") && strstr(p.reason, dims[i].want));
+            if (dims[i].refuse) CHECK(strstr(p.reason, dims[i].refuse) == NULL);
+        }
+    }
 
     const mma_case cases[] = {
         {1, 2, 2, 200, 200, 128, 0, 0, 0, 0},

@@ -168,10 +168,13 @@ static void decode_entries(const char *identity) {
 static void mma_entries_on_tensor_cores(const char *identity, const flashcl_attention_desc *f16, int wgmma) {
     tt_write_sealed(g_path, identity, "tuned d=64 dtype=f16 causal=0 tile=kernel=mma,warps=8,bc=32,mt=1,ql=0\n");
     outcome r;
+    char saved[64] = "";
+    const int had = getenv("FLASHCL_WGMMA") != NULL;
     if (wgmma) {
         r = plan_now(f16);
         CHECK_STATUS(r.status, FLASHCL_SUCCESS);
         CHECK(strcmp(r.plan.origin, "vendor") == 0 && strstr(r.plan.reason, "wgmma (sm_90a PTX)") != NULL);
+        if (had) snprintf(saved, sizeof saved, "%s", getenv("FLASHCL_WGMMA"));
         setenv("FLASHCL_WGMMA", "0", 1);
     }
     r = plan_now(f16);
@@ -190,7 +193,10 @@ static void mma_entries_on_tensor_cores(const char *identity, const flashcl_atte
     unsetenv("FLASHCL_TILE");
     CHECK_STATUS(r.status, FLASHCL_ERR_INVALID_TILE);
     CHECK(strstr(r.error, "ql=1") != NULL);
-    if (wgmma) unsetenv("FLASHCL_WGMMA");
+    if (wgmma && had)
+        setenv("FLASHCL_WGMMA", saved, 1);
+    else if (wgmma)
+        unsetenv("FLASHCL_WGMMA");
     printf("test_tuning_families: f16 plans the tensor cores%s: their entries checked\n",
            wgmma ? " (wgmma first; entries checked on mma.sync)" : "");
 }

@@ -79,7 +79,8 @@ static mma_shape mma_table_shape(size_t dk, size_t dv, int tf32) {
 
 /* The shapes the wgmma form takes (cl/flash_fwd_mma.cl's MMA_WG): 16-bit storage, 16 rows per warp in
    one or two warpgroups, Bc 32, 48, 64 or 128; with Q resident in __local head dims 64 or 128, with Q
-   in registers d a multiple of 64 up to 256 and d_v 64, 128 or 256, after wg_dim_k/wg_dim_v's padding. */
+   in registers d a multiple of 64 up to 256 and d_v 64, 128 or 256, after wg_dim_k/wg_dim_v's padding.
+   dk and dv are the caller's head dims (the padding rule weighs what it adds to them). */
 static int wg_shape_ok(mma_shape s, size_t dk, size_t dv, size_t esize) {
     /* Up to 128 the padding may add at most 1/7 (d = 112, 64, 128): on the H200 (b4 h16 N4096, TF/s,
        mma.sync -> wgmma) d = 112 went 221 -> 269, d = 96 245 -> 231 and d = 80 258 -> 194, so those keep
@@ -102,8 +103,9 @@ static int wg_shape_ok(mma_shape s, size_t dk, size_t dv, size_t esize) {
    261 / 226); at d = 64 (b16 h16 N1024) one warpgroup with Bc = 128 251, two with 64 or 128 keys 184-201
    (mma.sync 223). There Q in registers measured slower (d = 128: 265-281 with Bc 48/64, 219 with 32;
    d = 64: 204-212): wgmma's A from registers costs where N is small. Above 128 Q cannot share 48 KiB
-   with K and V, so it stays in registers, two warpgroups, and the key tile is the largest of 64, 48, 32
-   whose K and V fit `local_bytes`: d = 256 303 / 273 with Bc 48, 292 / 264 with 32, one warpgroup 260
+   with K and V, so it stays in registers, two warpgroups, and the key tile 64 where d + d_v <= 320, else
+   48, else 32, whichever first fits `local_bytes` (the larger tiles won wherever they were measured; 64 at
+   d + d_v > 320 was not): d = 256 303 / 273 with Bc 48, 292 / 264 with 32, one warpgroup 260
    (mma.sync 230 / 216); d = 192, d_v = 128 310 with Bc 64, 294 with 48 (mma.sync 218); d = 256,
    d_v = 128 317 with 48, 269 with 32 (mma.sync 226). */
 static mma_shape wg_table_shape(size_t dk, size_t dv, size_t local_bytes) {
@@ -113,7 +115,7 @@ static mma_shape wg_table_shape(size_t dk, size_t dv, size_t local_bytes) {
         mma_shape big = {8, 32, 1, 0, 1};
         static const int key_tiles[] = {64, 48};
         for (size_t i = 0; i < sizeof key_tiles / sizeof key_tiles[0]; ++i)
-            if (2 * (size_t)key_tiles[i] * (dk + dv) <= local_bytes) {
+            if ((key_tiles[i] < 64 || dk + dv <= 320) && 2 * (size_t)key_tiles[i] * (dk + dv) <= local_bytes) {
                 big.bc = key_tiles[i];
                 break;
             }
@@ -128,8 +130,8 @@ static mma_shape wg_table_shape(size_t dk, size_t dv, size_t local_bytes) {
    tuning on NVIDIA hardware); QL = 1 applies where both padded dims are
    multiples of 64 (the swizzle needs rows of 8 chunks), other dims keep Q in
    registers. 0 when unset, 1 when valid, -1 (with why) when not. */
-static int mma_env_shape(flashcl_context *ctx, size_t dk, size_t dv, size_t esize, mma_shape *out, char *why,
-                         size_t cap) {
+static int mma_env_shape(flashcl_context *ctx, const flashcl_attention_desc *d, size_t dk, size_t dv, size_t esize,
+                         mma_shape *out, char *why, size_t cap) {
     const char *e = getenv("FLASHCL_MMA_FWD");
     if (!e || !*e) return 0;
     mma_shape s = {0, 0, 0, 0, 0};
@@ -147,7 +149,7 @@ static int mma_env_shape(flashcl_context *ctx, size_t dk, size_t dv, size_t esiz
                  e);
         return -1;
     }
-    if (s.wg && !(wg_shape_ok(s, dk, dv, esize) && flashcl__wgmma_supported(ctx, NULL)))
+    if (s.wg && !(wg_shape_ok(s, d->head_dim, d->head_dim_v, esize) && flashcl__wgmma_supported(ctx, NULL)))
         s.wg = 0; /* as QL below: the shape where it applies, mma.sync elsewhere */
     if (s.bc == 128 && !s.wg) s.bc = 64;
     if (s.bc == 48 && !s.wg) s.bc = 32;
@@ -224,7 +226,7 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
         snprintf(note, cap, "shape from FLASHCL_TILE");
         return FLASHCL_SUCCESS;
     }
-    const int from_env = mma_env_shape(ctx, dk, dv, esize, sh, why, sizeof why);
+    const int from_env = mma_env_shape(ctx, d, dk, dv, esize, sh, why, sizeof why);
     if (from_env < 0) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "%s", why);
     if (from_env > 0) {
         snprintf(note, cap, "shape from FLASHCL_MMA_FWD");
@@ -235,7 +237,7 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
        softcap and Q in __local: there it measured 0.92x of mma.sync (b2 hq16 hkv8 N8192 d128 causal
        softcap 30, 3.35 vs 3.09 ms), so those calls keep mma.sync; with Q in registers (d = 256, Gemma-2's
        softcap 50 and window 4095) it measured 1.31x (314 against 240 TF/s). */
-    if (wg_shape_ok(wg, dk, dv, esize) && !(d->softcap > 0.0f && wg.qlocal) &&
+    if (wg_shape_ok(wg, d->head_dim, d->head_dim_v, esize) && !(d->softcap > 0.0f && wg.qlocal) &&
         shape_local_bytes(wg, dk, dv, esize) <= ctx->info.local_mem_bytes && flashcl__wgmma_supported(ctx, NULL)) {
         *sh = wg;
         return FLASHCL_SUCCESS;

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #define WG_PROBE_IN (2 * 4096 + 1024) /* ushorts: A [64][64] | B [64][64] | V [16][64] */
-#define WG_PROBE_OUT (3 * 4096)       /* floats: S [64][64] | O [64][64] | S, A from registers [64][64] */
+#define WG_PROBE_OUT (3 * 4096)       /* floats: S [64][64] | O [64][64] | A A^T, A from registers [64][64] */
 
 static uint16_t probe_bf16(int v) { /* small integers: exact */
     float f = (float)v;
@@ -70,12 +70,13 @@ static int run_probe(flashcl_context *ctx, char *why, size_t cap) {
         int bad_s = 0, bad_o = 0, bad_r = 0;
         for (int i = 0; i < 64; ++i)
             for (int j = 0; j < 64; ++j) {
-                int s = 0, o = 0;
+                int s = 0, o = 0, r = 0;
                 for (int k = 0; k < 64; ++k) s += a[i][k] * b[j][k];
+                for (int k = 0; k < 64; ++k) r += a[i][k] * a[j][k];
                 for (int k = 0; k < 16; ++k) o += a[i][k] * v[k][j];
                 bad_s += out[i * 64 + j] != (float)s;
                 bad_o += out[4096 + i * 64 + j] != (float)o;
-                bad_r += out[8192 + i * 64 + j] != (float)s;
+                bad_r += out[8192 + i * 64 + j] != (float)r;
             }
         ok = bad_s == 0 && bad_o == 0 && bad_r == 0;
         if (!ok)
