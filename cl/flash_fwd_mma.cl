@@ -327,8 +327,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
     /* Q: global -> __local (A fragments, one per 16 dims). */
     MMA_LOAD_QK(smem, Qb, q_sr, q0, MMA_BR, sq);
 #endif
-#if MMA_WG && !MMA_QLOCAL
-#elif MMA_QLOCAL
+#if MMA_QLOCAL
     /* Q stays in __local: its fragments are read again for every key tile, which
        frees 32 registers per 16-row tile for the accumulators (no spills at d = 128). */
     if (kv0 < kv_end) MMA_LOAD_QK(ks, Kb, k_sr, kv0, MMA_BC, sk);
@@ -338,7 +337,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
        at d = 128, README). Here V(kv0), the third copy group after Q and K(kv0). */
     if (kv0 < kv_end) MMA_LOAD_V(vs, Vb, v_sr, kv0, sk);
 #endif
-#else
+#elif !MMA_WG /* Q in registers through __local and ldmatrix (the wgmma form loaded it above) */
     uint qf[MMA_MT][HEAD_DIM / 16][MMA_TF32 ? 8 : 4];
     ptx_cp_wait_all();
     barrier(CLK_LOCAL_MEM_FENCE);
