@@ -70,6 +70,48 @@
 #error "sliced builds are the general kernels with MB_PART 1 or 2"
 #endif
 
+/*
+ * Hopper (MB_WG = 1: sm_90a through cl/ptx.cl's wgmma section, so built with MMA_WG = 1 too; the
+ * general dQ kernel, d of 64 or 128 after padding). Each of the dQ kernel's three products is one
+ * warpgroup-wide wgmma over the 64 rows of the four warps, whose accumulators per warp have the
+ * layout of the mma.sync fragments, so the element-wise code is the same: Q and dO stay in
+ * registers as A fragments (loaded from global memory), S = Q K^T and dP = dO V^T read K and V
+ * K-major from __local, dQ += dS K reads the same K tile transposed, and the K/V tiles are
+ * double-buffered, the next tile's copies landing behind this tile's products. The dK/dV kernel
+ * stays on mma.sync: on wgmma (K and V in __local with 32-row Q/dO tiles, which fills 48 KiB at
+ * d = 128; or K in registers with double-buffered Q/dO tiles) it measured 0.99x and 0.88x the
+ * general mma.sync kernel at d = 128 and slower at d = 64 (README).
+ */
+#ifndef MB_WG
+#define MB_WG 0
+#endif
+#if MB_WG
+#if MMA_PLAIN || MB_SLICES != 1 || MMA_WARPS != 4 || (HEAD_DIM != 64 && HEAD_DIM != 128) ||                            \
+    (MMA_BWD_BCQ != 32 && MMA_BWD_BCQ != 64)
+#error "MB_WG: the general dQ kernel, 4 warps, d 64 or 128, key steps of 32 or 64"
+#endif
+#define WG_PV_N WG_STR(HEAD_DIM) /* N of the dV, dK and dQ products: the head dim */
+/* Literal numbers for cl/ptx.cl's operand lists: accumulators of the (64 x key step) products S
+   and dP, k steps of 16 over the key step, column blocks of 64 over d, k steps of 16 over d,
+   accumulators of the (64 x d) dQ. */
+#if MMA_BWD_BCQ == 32
+#define MB_WG_SR 16
+#define MB_WG_STEPS 2
+#else
+#define MB_WG_SR 32
+#define MB_WG_STEPS 4
+#endif
+#if HEAD_DIM == 64
+#define MB_WG_BLOCKS 1
+#define MB_WG_DSTEPS 4
+#define MB_WG_OR 32
+#else
+#define MB_WG_BLOCKS 2
+#define MB_WG_DSTEPS 8
+#define MB_WG_OR 64
+#endif
+#endif
+
 #define MB_THREADS (32 * MMA_WARPS)
 #define MMA_BWD_BC (16 * MMA_WARPS) /* keys per dK/dV work-group, rows per dQ work-group */
 #define MB_LD (HEAD_DIM + 8)
@@ -207,13 +249,14 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                    __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dK,
                    VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
                    int group, float scale_log2, float scale, int causal) {
-    /* K and V of the block first (for the fragments), then Q and dO tiles. */
+    /* K and V of the block first (for the fragments), then two stages of a Q tile and a dO tile:
+       each tile's copies are issued by the tile before, so they land behind its products. */
 #define MB_KV_E (MMA_BWD_BC * MB_LD)
 #define MB_QT_E (MMA_BWD_BR * MB_LD)
-#define MB_SM_E (2 * MB_KV_E > 2 * MB_QT_E ? 2 * MB_KV_E : 2 * MB_QT_E)
+#define MB_SM_E (2 * MB_KV_E > 4 * MB_QT_E ? 2 * MB_KV_E : 4 * MB_QT_E)
     __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
-    __local float lse_s[MMA_BWD_BR], d_s[MMA_BWD_BR];
-    __local ushort *qs = smem, *dos = smem + MB_QT_E;
+    __local float lse_s[2][MMA_BWD_BR], d_s[2][MMA_BWD_BR];
+    __local ushort *qs = smem, *dos = smem + MB_QT_E; /* stage 0; stage 1 is 2 MB_QT_E on */
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
@@ -228,6 +271,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
     barrier(CLK_LOCAL_MEM_FENCE);
     mb_frags_a(smem, warp * 16, lane, kf);
     mb_frags_a(smem + MB_KV_E, warp * 16, lane, vf);
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its fragments: the stages take the buffer */
 
     float dk[HEAD_DIM / 8][4], dv[HEAD_DIM / 8][4];
 #pragma unroll
@@ -243,23 +287,34 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
     const uint qs_n = ptx_smem_addr(qs) + n_lane, qs_k = ptx_smem_addr(qs) + k_lane;
     const uint dos_n = ptx_smem_addr(dos) + n_lane, dos_k = ptx_smem_addr(dos) + k_lane;
 
+    /* Query head h's tile at row r0 -> stage st: Q and dO by cp.async (one group), LSE and D stored. */
+#define MB_PLAIN_STAGE(st, h, r0)                                                                                      \
+    do {                                                                                                               \
+        mb_load_tile(qs + (st)*2 * MB_QT_E, Q + VIEW_BASE(q, b, (h)), q_sr, (r0), MMA_BWD_BR, seqlen_q, lid);          \
+        mb_load_tile(dos + (st)*2 * MB_QT_E, dO + VIEW_BASE(do, b, (h)), do_sr, (r0), MMA_BWD_BR, seqlen_q, lid);      \
+        ptx_cp_commit();                                                                                               \
+        if (lid < MMA_BWD_BR) {                                                                                        \
+            const long r = (r0) + lid;                                                                                 \
+            const ulong at = ((ulong)b * heads_q + (h)) * seqlen_q + (r < seqlen_q ? r : 0);                           \
+            lse_s[st][lid] = r < seqlen_q ? mb_lse2(LSE[lse_off + at]) : INFINITY;                                     \
+            d_s[st][lid] = r < seqlen_q ? Dsum[at] : 0.0f;                                                             \
+        }                                                                                                              \
+    } while (0)
+    if (q_begin < seqlen_q) MB_PLAIN_STAGE(0, hk * group, q_begin);
+    int st = 0;
     for (int hh = 0; hh < group; ++hh) {
-        const int h = hk * group + hh;
-        __global const ushort *Qb = Q + VIEW_BASE(q, b, h), *dOb = dO + VIEW_BASE(do, b, h);
-        __global const float *Lb = LSE + lse_off + ((ulong)b * heads_q + h) * seqlen_q;
-        __global const float *Db = Dsum + ((ulong)b * heads_q + h) * seqlen_q;
-        for (long q0 = q_begin; q0 < seqlen_q; q0 += MMA_BWD_BR) {
-            barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the previous tiles (or K/V) */
-            mb_load_tile(qs, Qb, q_sr, q0, MMA_BWD_BR, seqlen_q, lid);
-            mb_load_tile(dos, dOb, do_sr, q0, MMA_BWD_BR, seqlen_q, lid);
-            if (lid < MMA_BWD_BR) {
-                const long r = q0 + lid;
-                lse_s[lid] = r < seqlen_q ? mb_lse2(Lb[r]) : INFINITY;
-                d_s[lid] = r < seqlen_q ? Db[r] : 0.0f;
+        for (long q0 = q_begin; q0 < seqlen_q; q0 += MMA_BWD_BR, st ^= 1) {
+            const long nq = q0 + MMA_BWD_BR < seqlen_q ? q0 + MMA_BWD_BR : q_begin; /* the next tile: row, head */
+            const int nh = q0 + MMA_BWD_BR < seqlen_q ? hh : hh + 1;
+            barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the tile before: its stage is free */
+            if (nh < group) {
+                MB_PLAIN_STAGE(st ^ 1, hk * group + nh, nq);
+                ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
+            } else {
+                ptx_cp_wait_all();
             }
-            ptx_cp_commit();
-            ptx_cp_wait_all();
             barrier(CLK_LOCAL_MEM_FENCE);
+            const uint so = (uint)(st * 2 * MB_QT_E * 2); /* this stage's byte offset */
 
             /* S^T = K Q^T: 16 keys x MMA_BWD_BR queries per warp. */
             float s[MMA_BWD_BR / 8][4];
@@ -270,7 +325,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
                 for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
                     uint b0, b1, b2, b3;
-                    ptx_ldsm_x4(qs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                    ptx_ldsm_x4(qs_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
                     PTX_MMA(s[2 * np], kf[kk], b0, b1);
                     PTX_MMA(s[2 * np + 1], kf[kk], b2, b3);
                 }
@@ -283,7 +338,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                 for (int c = 0; c < 4; ++c) {
                     const int qc = n * 8 + (lane & 3) * 2 + (c & 1);
                     const long key = key_lo + (c >> 1) * 8, row = q0 + qc;
-                    float p = ptx_exp2(fma(s[n][c], scale_log2, -lse_s[qc]));
+                    float p = ptx_exp2(fma(s[n][c], scale_log2, -lse_s[st][qc]));
                     if (need_mask && (key >= seqlen_k || (causal && key > row + shift))) p = 0.0f;
                     s[n][c] = p;
                 }
@@ -296,7 +351,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
                 for (int dp = 0; dp < MB_DT; ++dp) {
                     uint b0, b1, b2, b3;
-                    ptx_ldsm_x4_trans(dos_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                    ptx_ldsm_x4_trans(dos_k + so + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
                     PTX_MMA(dv[2 * dp], pf[kk], b0, b1);
                     PTX_MMA(dv[2 * dp + 1], pf[kk], b2, b3);
                 }
@@ -309,7 +364,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
                 for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
                     uint b0, b1, b2, b3;
-                    ptx_ldsm_x4(dos_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                    ptx_ldsm_x4(dos_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
                     PTX_MMA(dp_[2 * np], vf[kk], b0, b1);
                     PTX_MMA(dp_[2 * np + 1], vf[kk], b2, b3);
                 }
@@ -317,7 +372,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
                 const int qc = n * 8 + (lane & 3) * 2;
-                const float d0 = d_s[qc], d1 = d_s[qc + 1];
+                const float d0 = d_s[st][qc], d1 = d_s[st][qc + 1];
                 pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(s[n][0] * (dp_[n][0] - d0), s[n][1] * (dp_[n][1] - d1));
                 pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(s[n][2] * (dp_[n][2] - d0), s[n][3] * (dp_[n][3] - d1));
             }
@@ -326,7 +381,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
                 for (int dp = 0; dp < MB_DT; ++dp) {
                     uint b0, b1, b2, b3;
-                    ptx_ldsm_x4_trans(qs_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                    ptx_ldsm_x4_trans(qs_k + so + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
                     PTX_MMA(dk[2 * dp], pf[kk], b0, b1);
                     PTX_MMA(dk[2 * dp + 1], pf[kk], b2, b3);
                 }
@@ -335,6 +390,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
     const long kr = k0 + warp * 16;
     mb_store(dK + VIEW_BASE(dk, b, hk), dk_sr, kr, seqlen_k, lane, scale, dk, 0);
     mb_store(dV + VIEW_BASE(dv, b, hk), dv_sr, kr, seqlen_k, lane, 1.0f, dv, 0);
+#undef MB_PLAIN_STAGE
 #undef MB_KV_E
 #undef MB_QT_E
 #undef MB_SM_E
@@ -348,9 +404,9 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
                  int causal) {
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
-#define MB_SM_E (2 * MB_QB_E > 2 * MB_KT_E ? 2 * MB_QB_E : 2 * MB_KT_E)
+#define MB_SM_E (2 * MB_QB_E > 4 * MB_KT_E ? 2 * MB_QB_E : 4 * MB_KT_E)
     __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
-    __local ushort *ks = smem, *vs = smem + MB_KT_E;
+    __local ushort *ks = smem, *vs = smem + MB_KT_E; /* stage 0; stage 1 is 2 MB_KT_E on (K/V double-buffered) */
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     /* Heaviest (causal) blocks first. */
@@ -367,6 +423,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     barrier(CLK_LOCAL_MEM_FENCE);
     mb_frags_a(smem, warp * 16, lane, qf);
     mb_frags_a(smem + MB_QB_E, warp * 16, lane, of);
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its fragments: the stages take the buffer */
 
     const long r0 = q0 + warp * 16 + (lane >> 2); /* this thread's rows: r0, r0 + 8 */
     const ulong rbase = ((ulong)b * heads_q + h) * seqlen_q;
@@ -387,13 +444,24 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     const uint ks_n = ptx_smem_addr(ks) + n_lane, ks_k = ptx_smem_addr(ks) + k_lane, vs_n = ptx_smem_addr(vs) + n_lane;
     __global const ushort *Kb = K + VIEW_BASE(k, b, hk), *Vb = V + VIEW_BASE(v, b, hk);
 
-    for (long kv0 = 0; kv0 < kv_end; kv0 += MMA_BWD_BCQ) {
-        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the previous tiles (or Q/dO) */
-        mb_load_tile(ks, Kb, k_sr, kv0, MMA_BWD_BCQ, seqlen_k, lid);
-        mb_load_tile(vs, Vb, v_sr, kv0, MMA_BWD_BCQ, seqlen_k, lid);
-        ptx_cp_commit();
-        ptx_cp_wait_all();
+    /* Key tile kv0 -> stage st (one copy group); each tile's copies are issued by the tile before. */
+#define MB_PLAIN_KV(st, kv0)                                                                                           \
+    do {                                                                                                               \
+        mb_load_tile(ks + (st)*2 * MB_KT_E, Kb, k_sr, (kv0), MMA_BWD_BCQ, seqlen_k, lid);                              \
+        mb_load_tile(vs + (st)*2 * MB_KT_E, Vb, v_sr, (kv0), MMA_BWD_BCQ, seqlen_k, lid);                              \
+        ptx_cp_commit();                                                                                               \
+    } while (0)
+    if (kv_end > 0) MB_PLAIN_KV(0, 0);
+    for (long kv0 = 0, st = 0; kv0 < kv_end; kv0 += MMA_BWD_BCQ, st ^= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the tile before: its stage is free */
+        if (kv0 + MMA_BWD_BCQ < kv_end) {
+            MB_PLAIN_KV(st ^ 1, kv0 + MMA_BWD_BCQ);
+            ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
+        } else {
+            ptx_cp_wait_all();
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
+        const uint so = (uint)(st * 2 * MB_KT_E * 2); /* this stage's byte offset */
 
         float s[MMA_BWD_BCQ / 8][4], dp_[MMA_BWD_BCQ / 8][4];
 #pragma unroll
@@ -405,10 +473,10 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #pragma unroll
             for (int np = 0; np < MMA_BWD_BCQ / 16; ++np) {
                 uint b0, b1, b2, b3;
-                ptx_ldsm_x4(ks_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4(ks_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
                 PTX_MMA(s[2 * np], qf[kk], b0, b1);
                 PTX_MMA(s[2 * np + 1], qf[kk], b2, b3);
-                ptx_ldsm_x4(vs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4(vs_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
                 PTX_MMA(dp_[2 * np], of[kk], b0, b1);
                 PTX_MMA(dp_[2 * np + 1], of[kk], b2, b3);
             }
@@ -433,12 +501,13 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #pragma unroll
             for (int dp = 0; dp < MB_DT; ++dp) {
                 uint b0, b1, b2, b3;
-                ptx_ldsm_x4_trans(ks_k + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4_trans(ks_k + so + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
                 PTX_MMA(dq[2 * dp], pf[kk], b0, b1);
                 PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
             }
     }
     mb_store(dQ + VIEW_BASE(dq, b, h), dq_sr, q0 + warp * 16, seqlen_q, lane, scale, dq, 0);
+#undef MB_PLAIN_KV
 #undef MB_QB_E
 #undef MB_KT_E
 #undef MB_SM_E
@@ -474,6 +543,23 @@ inline float mb_prob(float s, float lse2, flashcl_head hd, long i, long j, int c
     return ptx_exp2(fma(s, scale_log2, -lse2));
 #endif
 }
+
+#if MB_WG
+/* A fragments of 16 rows of a view (this thread's rows `row`, row + 8) straight from global memory:
+   dims 2c, 2c + 1 and those + 8 of each 16-dim step; zeros past `limit` and the real head dim. */
+inline void mb_frags_global(__global const ushort *base, ulong stride_row, long row, long limit, int lane,
+                            uint f[MB_DT][4]) {
+#pragma unroll
+    for (int kk = 0; kk < MB_DT; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const long r = row + (i & 1) * 8;
+            const int col = kk * 16 + (lane & 3) * 2 + (i >> 1) * 8;
+            const int ok = r < limit && (MB_D_REAL == HEAD_DIM || col < MB_D_REAL);
+            f[kk][i] = ok ? *(__global const uint *)(base + (ulong)(ok ? r : 0) * stride_row + (ok ? col : 0)) : 0u;
+        }
+}
+#endif
 
 /* The dropout factor of the pair (0 or 1/(1-p); 1 without dropout), the forward's bits. */
 inline float mb_keep(flashcl_head hd, long i, long j, VARIANT_ARGS) {
@@ -683,8 +769,13 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
 #define MB_QB_STAGE (MB_SLICES > 1 ? MB_QB_E : 2 * MB_QB_E) /* Q and dO one after the other when sliced */
 #define MB_SM_E (MB_QB_STAGE > 2 * MB_KT_E ? MB_QB_STAGE : 2 * MB_KT_E)
+#if MB_WG
+    /* Two buffers of a K tile and a V tile, swizzled (1024-byte atoms: cl/ptx.cl). */
+    __local ushort smem[4 * MMA_BWD_BCQ * HEAD_DIM] __attribute__((aligned(1024)));
+#else
     __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
     __local ushort *ks = smem, *vs = smem + MB_KT_E;
+#endif
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     /* Heaviest (causal) blocks first. */
@@ -698,7 +789,11 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
 
     uint qf[MB_DT][4], of[MB_DT][4];
-#if MB_SLICES > 1
+#if MB_WG
+    /* Q's and dO's A fragments straight from global memory. */
+    mb_frags_global(Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0 + warp * 16 + (lane >> 2), hd.sq, lane, qf);
+    mb_frags_global(dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr, do_sr, q0 + warp * 16 + (lane >> 2), hd.sq, lane, of);
+#elif MB_SLICES > 1
     mb_stage_frags(smem, Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0, hd.sq, lid, qf);
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its Q fragments: dO takes the buffer */
     mb_stage_frags(smem, dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr, do_sr, q0, hd.sq, lid, of);
@@ -724,6 +819,41 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     mb_zero(dq);
 
     const long kv_end = flashcl_kv_end(hd, last_row, win_right);
+#if MB_WG
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr, *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
+    long kv0 = flashcl_kv_begin(hd, q0, MMA_BWD_BCQ, win_left);
+    while (kv0 < kv_end && flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MMA_BWD_BCQ - 1, VARIANT_PASS))
+        kv0 += MMA_BWD_BCQ;
+        /* Tile j in buffer j & 1: K then V, each MMA_BWD_BCQ rows. The next tile's copies are issued
+       before this one's products, so they land behind them. */
+#define MB_TILE_E (MMA_BWD_BCQ * HEAD_DIM)
+    if (kv0 < kv_end) {
+        wg_load_tile(smem, Kb, k_sr, kv0, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);
+        wg_load_tile(smem + MB_TILE_E, Vb, v_sr, kv0, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);
+        ptx_cp_commit();
+    }
+    for (int buf = 0; kv0 < kv_end; buf ^= 1) {
+        long next = kv0 + MMA_BWD_BCQ;
+        while (next < kv_end && flashcl_tile_skipped(hd, q0, last_row, next, next + MMA_BWD_BCQ - 1, VARIANT_PASS))
+            next += MMA_BWD_BCQ;
+        __local ushort *ks = smem + buf * 2 * MB_TILE_E, *nks = smem + (buf ^ 1) * 2 * MB_TILE_E;
+        barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the other buffer (the tile before) */
+        if (next < kv_end) {
+            wg_load_tile(nks, Kb, k_sr, next, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);
+            wg_load_tile(nks + MB_TILE_E, Vb, v_sr, next, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS,
+                         MB_D_REAL / 8);
+            ptx_cp_commit();
+            ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
+        } else {
+            ptx_cp_wait_all();
+        }
+        WG_PROXY_FENCE();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const ulong k_desc = wg_desc(ptx_smem_addr(ks), 1, 64), v_desc = wg_desc(ptx_smem_addr(ks + MB_TILE_E), 1, 64);
+        float s[MMA_BWD_BCQ / 8][4], dp_[MMA_BWD_BCQ / 8][4];
+        WG_QKR(MMA_BWD_BCQ, MB_WG_SR, MB_WG_BLOCKS, MB_WG_DSTEPS, s, qf, k_desc, (ulong)(MMA_BWD_BCQ * 8));
+        WG_QKR(MMA_BWD_BCQ, MB_WG_SR, MB_WG_BLOCKS, MB_WG_DSTEPS, dp_, of, v_desc, (ulong)(MMA_BWD_BCQ * 8));
+#else
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
     const uint ks_n = ptx_smem_addr(ks) + n_lane, ks_k = ptx_smem_addr(ks) + k_lane, vs_n = ptx_smem_addr(vs) + n_lane;
     __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr, *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
@@ -754,6 +884,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
                 PTX_MMA(dp_[2 * np], of[kk], b0, b1);
                 PTX_MMA(dp_[2 * np + 1], of[kk], b2, b3);
             }
+#endif /* MB_WG */
         const int check = MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0 + warp * 16, q0 + warp * 16 + 15, kv0,
                                                                  kv0 + MMA_BWD_BCQ - 1, win_left, win_right);
         uint pf[MMA_BWD_BCQ / 16][4];
@@ -772,6 +903,14 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
             pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(ds[2], ds[3]);
         }
         /* dQ += dS K (k = keys), my output dims. */
+#if MB_WG
+        /* K read transposed (keys are k, d is n): column blocks MMA_BWD_BCQ * 128 B apart, 2048 B per k step. */
+        WG_PV(MB_WG_OR, MB_WG_STEPS, dq, pf, wg_desc(ptx_smem_addr(ks), MMA_BWD_BCQ * 8, 64), (ulong)128);
+        kv0 = next;
+    }
+    ptx_cp_wait_all();
+#undef MB_TILE_E
+#else
 #pragma unroll
         for (int kk = 0; kk < MMA_BWD_BCQ / 16; ++kk)
 #pragma unroll
@@ -782,6 +921,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
                 PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
             }
     }
+#endif /* MB_WG */
     mb_store(dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr, dq_sr, q0 + warp * 16, hd.sq, lane, scale, dq, out0);
 #undef MB_QB_E
 #undef MB_KT_E

@@ -189,16 +189,8 @@ typedef ushort mma_t;
 inline void mma_load_tile(__local mma_t *tile, __global const mma_t *base, ulong stride_row, long row0, int rows,
                           long limit, int lid, int ld, int chunks, int real) {
 #if MMA_WG
-    /* wgmma's swizzled layout (cl/ptx.cl's wg_offset): 8 consecutive work-items copy the 128
-       bytes of one row of a 64-element column block, a warp 4 such rows. */
-    (void)ld;
-    for (int c = lid; c < rows * chunks; c += MMA_THREADS) {
-        const int rest = c >> 3, r = rest % rows, ch = (rest / rows) * 8 + (c & 7);
-        const long gr = row0 + r;
-        const int ok = gr < limit && (real == chunks || ch < real);
-        __global const mma_t *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * MMA_CE;
-        ptx_cp16(ptx_smem_addr(tile + wg_offset(r, ch, rows)), src, ok ? 16u : 0u);
-    }
+    (void)ld; /* wgmma's swizzled layout (cl/ptx.cl) */
+    wg_load_tile(tile, base, stride_row, row0, rows, limit, lid, MMA_THREADS, chunks, real);
 #else
     for (int c = lid; c < rows * chunks; c += MMA_THREADS) {
         const int r = c / chunks, ch = c - r * chunks;

@@ -298,6 +298,20 @@ inline ulong wg_desc(uint addr, uint lbo, uint sbo) {
 }
 /* Element offset of 16-byte chunk ch of row r in a swizzled tile of `rows` rows. */
 inline int wg_offset(int r, int ch, int rows) { return (((ch >> 3) * rows + r) << 6) + (((ch & 7) ^ (r & 7)) << 3); }
+/* Rows [row0, row0 + rows) of a row-major 16-bit view -> a swizzled tile of `chunks` 16-byte
+   chunks per row, by cp.async (the caller commits): 8 consecutive work-items copy the 128 bytes of
+   one row of a 64-element column block, a warp 4 such rows. Rows at or past `limit` and chunks at
+   or past `real` (the head dim's padding) become zeros. */
+inline void wg_load_tile(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0, int rows,
+                         long limit, int lid, int threads, int chunks, int real) {
+    for (int c = lid; c < rows * chunks; c += threads) {
+        const int rest = c >> 3, r = rest % rows, ch = (rest / rows) * 8 + (c & 7);
+        const long gr = row0 + r;
+        const int ok = gr < limit && (real == chunks || ch < real); /* constants: folds unless padded */
+        __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * 8;
+        ptx_cp16(ptx_smem_addr(tile + wg_offset(r, ch, rows)), src, ok ? 16u : 0u);
+    }
+}
 
 /* Written by dev/gen_wgmma_lists.py (run it again rather than edit these by hand): register lists
    of R accumulators (%0 .. %R-1), the descriptors that follow them, P's registers per k step, and

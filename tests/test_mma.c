@@ -8,7 +8,8 @@
  * On compute capability 9.0 (Hopper) the d = 128 forward must take the
  * wgmma form (sm_90a, src/backends/nvidia/wgmma.c) unless FLASHCL_WGMMA=0, as
  * must d = 256 (Q in registers) and d = 144 (padded), not d = 96, and
- * every case runs twice: in that form, then with FLASHCL_WGMMA=0 in mma.sync.
+ * every case runs twice: in that form, then with FLASHCL_WGMMA=0 in mma.sync. There the
+ * backward of a general (windowed) call must run its dQ kernel on wgmma, a plain call's not.
  *
  * Tolerance: inputs are rounded to the storage type first, so the reference
  * sees exactly what the kernel sees; what remains is P rounded to 16 bits
@@ -282,6 +283,19 @@ int main(void) {
             if (dims[i].want) CHECK(strstr(p.reason, "wgmma (sm_90a PTX)") && strstr(p.reason, dims[i].want));
             if (dims[i].refuse) CHECK(strstr(p.reason, dims[i].refuse) == NULL);
         }
+        /* The backward's general dQ kernel runs on wgmma (a window makes the call general) unless
+           FLASHCL_WGMMA_BWD=0; plain calls keep the MMA_PLAIN mma.sync kernels. */
+        const char *wg_bwd = getenv("FLASHCL_WGMMA_BWD");
+        flashcl_attention_desc plain = probe, windowed = probe;
+        plain.seqlen_k = windowed.seqlen_k = 64;
+        windowed.window = 1;
+        windowed.window_left = 32;
+        flashcl_plan pw, pp;
+        CHECK_STATUS(flashcl_backward_plan_query(ctx, &windowed, &pw), FLASHCL_SUCCESS);
+        CHECK_STATUS(flashcl_backward_plan_query(ctx, &plain, &pp), FLASHCL_SUCCESS);
+        printf("backward, window: %s\nbackward, plain: %s\n", pw.reason, pp.reason);
+        if (!(wg_bwd && strcmp(wg_bwd, "0") == 0)) CHECK(strstr(pw.reason, "on wgmma") != NULL);
+        CHECK(strstr(pp.reason, "on wgmma") == NULL);
     }
 
     const mma_case cases[] = {

@@ -247,6 +247,18 @@ void variant_cases_all(vc_list *l) {
     c->alibi = 1;
     c->sinks = 1;
     dropout(c, 0.1f, 9, 0);
+    /* The Hopper backward's dQ on wgmma (cl/flash_bwd_mma.cl's MB_WG: the general kernels at d = 64
+       or 128): its own tile walk skips the block mask's tiles and double-buffers K/V, rows and
+       keys end inside a tile, sequences of a varlen batch start mid-tile. */
+    c = push(l, "bf16 d=64 block-sparse+bias+GQA", BF16, 2, 4, 2, 100, 140, 64, 64, 0);
+    block_mask(c, VC_PER_HEAD, 32, 16, 0.6);
+    c->bias = VC_FULL;
+    {
+        static const size_t lq[2] = {70, 33}, lk[2] = {90, 33};
+        c = push(l, "bf16 d=128 varlen+causal+softcap", BF16, 0, 2, 1, 0, 0, 128, 128, 1);
+        varlen(c, 2, lq, lk);
+        c->desc.softcap = 5.0f;
+    }
 }
 
 void variant_cases_quick(vc_list *l) {

@@ -44,6 +44,8 @@ typedef struct flashcl__nvidia_state {
     char why[160];            /* what the probe found */
     int wg_probe;             /* the wgmma form (wgmma.c): 0 not yet probed, 1 usable, -1 not */
     char wg_why[160];         /* what its probe found */
+    int wg_bwd_failed;        /* a wgmma backward build failed: the backward keeps mma.sync */
+    char wg_bwd_why[160];     /* why */
     flashcl__mma_plan *plans; /* every variant built so far, newest first */
 } flashcl__nvidia_state;
 

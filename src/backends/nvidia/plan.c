@@ -414,12 +414,23 @@ int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_
 
 /* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only. */
 static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, size_t dk, int step, int plain,
-                        int slices, int mb_part, const char *variants, int sm75) {
+                        int slices, int mb_part, const char *variants, int sm75, int wg) {
     snprintf(out, cap,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d "
-             "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d "
+             "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d -DMMA_WG=%d -DMB_WG=%d "
              "-DFLASHCL_TANH=flashcl_tanh_fast %s",
-             dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), sm75, step, step, plain, slices, mb_part, variants);
+             dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), sm75, step, step, plain, slices, mb_part, wg != 0, wg,
+             variants);
+}
+
+/* The backward's dQ kernel on wgmma (cl/flash_bwd_mma.cl's MB_WG): on Hopper after the wgmma probe,
+   for head dims that pad to 64 or 128 (the forms it has), unless FLASHCL_WGMMA_BWD=0 (read when a
+   plan's backward is first built) or a build of it failed in this context. */
+static int bwd_wgmma(flashcl_context *ctx, const flashcl_attention_desc *d) {
+    const char *env = getenv("FLASHCL_WGMMA_BWD");
+    const size_t dk = padded_dim(d->head_dim);
+    return (dk == 64 || dk == 128) && !(env && strcmp(env, "0") == 0) &&
+           !flashcl__nvidia_state_of(ctx)->wg_bwd_failed && flashcl__wgmma_supported(ctx, NULL);
 }
 
 flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashcl_attention_desc *d,
@@ -434,6 +445,9 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
     const int plain = flashcl__desc_is_plain(&f32) && d->head_dim % 16 == 0 && d->head_dim >= 32 && d->head_dim <= 128;
     flashcl__mma_bwd *w = &((flashcl__mma_plan *)cp)->bwd[plain];
     if (!w->k[0]) {
+        /* On Hopper the general kernels' dQ runs on wgmma (MB_WG). Plain and causal calls keep the
+           MMA_PLAIN mma.sync dQ, which measured 1.02-1.07x faster than the general one on wgmma. */
+        const int wg = !plain && bwd_wgmma(ctx, d);
         /* dK/dV: 32 query rows per step at d > 64 (registers), 64 below; dQ: 32 or 64 keys per step.
            Above 128: two output slices (the head dim padded to 32 so each is whole 16-dim steps),
            16 rows / keys per step, and the dK/dV kernel built as a dV part and a dK part. */
@@ -448,8 +462,12 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         /* Sliced: the dK part's program first; then the dV part's (with dot and dQ), whose options the plan reports. */
         for (int mb_part = slices > 1 ? 2 : 0; st == FLASHCL_SUCCESS; mb_part = 1) {
             bwd_options(options, sizeof options, d, dk, step, plain, slices, mb_part, variants,
-                        flashcl__nvidia_state_of(ctx)->sm75);
-            st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, mb_part == 2 ? &program_dk : &program);
+                        flashcl__nvidia_state_of(ctx)->sm75, wg);
+            if (wg)
+                st = flashcl__get_patched_program(ctx, "flash_bwd_mma.cl", options, "sm_90a", flashcl__wgmma_patch,
+                                                  &program);
+            else
+                st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, mb_part == 2 ? &program_dk : &program);
             if (mb_part != 2) break;
             if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program_dk, names[1], &k[3]);
         }
@@ -467,7 +485,15 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             for (int i = 0; i < 4; ++i)
                 if (k[i]) clReleaseKernel(k[i]);
             if (dsinks) clReleaseKernel(dsinks);
-            return st;
+            if (!wg) return st;
+            /* The probe passed but this build did not: the backward keeps mma.sync in this context,
+               and its plans say why. */
+            flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
+            snprintf(state->wg_bwd_why, sizeof state->wg_bwd_why, "a wgmma backward build failed (%.110s)",
+                     flashcl_last_error(ctx));
+            state->wg_bwd_failed = 1;
+            flashcl__clear_error(ctx);
+            return flashcl__mma_backward_plan_for(ctx, d, out);
         }
         memcpy(w->k, k, sizeof k);
         w->dsinks = dsinks;
@@ -489,18 +515,22 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         snprintf(bp->origin, sizeof bp->origin, "vendor");
         snprintf(bp->build_options, sizeof bp->build_options, "%s", options);
         snprintf(bp->reason, sizeof bp->reason,
-                 "NVIDIA tensor cores (%s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
+                 "NVIDIA tensor cores (%.100s): %s %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
                  "flash_bwd_mma_dkdv (%d keys per work-group, query tiles of %d) and flash_bwd_mma_dq (%d rows per "
-                 "work-group, key tiles of %d)%s, no atomics; needs all eight views 16-byte aligned (offsets and "
+                 "work-group, key tiles of %d%s)%s, no atomics; needs all eight views 16-byte aligned (offsets and "
                  "strides multiples of 8)",
-                 flashcl__nvidia_state_of(ctx)->why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step,
-                 16 * MMA_WARPS, step, dsinks ? " and flash_bwd_dsinks" : "");
+                 flashcl__nvidia_state_of(ctx)->why, "mma.sync", dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS,
+                 step, 16 * MMA_WARPS, step, wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
+                 dsinks ? " and flash_bwd_dsinks" : "");
         if (slices > 1)
             flashcl__appendf(bp->reason, sizeof bp->reason,
                              "; d > 128: each work-group owns half of the output dims, dK/dV as a dV and a dK kernel "
                              "(S and dP recomputed per part and half)");
         if (dk != d->head_dim)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
+        if (!wg && flashcl__nvidia_state_of(ctx)->wg_bwd_failed)
+            flashcl__appendf(bp->reason, sizeof bp->reason, "; not wgmma: %s",
+                             flashcl__nvidia_state_of(ctx)->wg_bwd_why);
     }
     *out = w;
     return FLASHCL_SUCCESS;
