@@ -72,7 +72,7 @@
 
 /*
  * Hopper (MB_WG = 1: sm_90a through cl/ptx.cl's wgmma section, so built with MMA_WG = 1 too; the
- * general dQ kernel, d of 64 or 128 after padding). Each of the dQ kernel's three products is one
+ * general dQ kernel at d = 64 or 128, the host's choice; the kernel zero-pads smaller dims to them). Each of the dQ kernel's three products is one
  * warpgroup-wide wgmma over the 64 rows of the four warps, whose accumulators per warp have the
  * layout of the mma.sync fragments, so the element-wise code is the same: Q and dO stay in
  * registers as A fragments (loaded from global memory), S = Q K^T and dP = dO V^T read K and V
@@ -242,7 +242,12 @@ inline float mb_lse2(float lse) { return lse == FLASHCL_NEG_INF ? INFINITY : lse
  * 7.81 -> 9.83 ms, causal 4.18 -> 5.21 ms, b16 N1024 d64 1.23 -> 1.64 ms), most
  * likely from the band and sequence values they keep live in a kernel already
  * at 255 registers; until they are brought to parity this path stays.
+ *
+ * Their streamed tiles (Q/dO for dK/dV, K/V for dQ) have two stages, each tile's copies issued
+ * by the tile before so they land behind its products; one in the sm_75 form, whose copies are
+ * plain loads and stores (a second stage would only halve the work-groups per SM there).
  */
+#define MB_STAGES (MMA_SM75 ? 1 : 2)
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
                    __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
@@ -253,9 +258,9 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
        each tile's copies are issued by the tile before, so they land behind its products. */
 #define MB_KV_E (MMA_BWD_BC * MB_LD)
 #define MB_QT_E (MMA_BWD_BR * MB_LD)
-#define MB_SM_E (2 * MB_KV_E > 4 * MB_QT_E ? 2 * MB_KV_E : 4 * MB_QT_E)
+#define MB_SM_E (2 * MB_KV_E > 2 * MB_STAGES * MB_QT_E ? 2 * MB_KV_E : 2 * MB_STAGES * MB_QT_E)
     __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
-    __local float lse_s[2][MMA_BWD_BR], d_s[2][MMA_BWD_BR];
+    __local float lse_s[MB_STAGES][MMA_BWD_BR], d_s[MB_STAGES][MMA_BWD_BR];
     __local ushort *qs = smem, *dos = smem + MB_QT_E; /* stage 0; stage 1 is 2 MB_QT_E on */
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
@@ -300,21 +305,25 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
             d_s[st][lid] = r < seqlen_q ? Dsum[at] : 0.0f;                                                             \
         }                                                                                                              \
     } while (0)
-    if (q_begin < seqlen_q) MB_PLAIN_STAGE(0, hk * group, q_begin);
+    if (MB_STAGES == 2 && q_begin < seqlen_q) MB_PLAIN_STAGE(0, hk * group, q_begin);
     int st = 0;
     for (int hh = 0; hh < group; ++hh) {
         for (long q0 = q_begin; q0 < seqlen_q; q0 += MMA_BWD_BR, st ^= 1) {
             const long nq = q0 + MMA_BWD_BR < seqlen_q ? q0 + MMA_BWD_BR : q_begin; /* the next tile: row, head */
             const int nh = q0 + MMA_BWD_BR < seqlen_q ? hh : hh + 1;
-            barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the tile before: its stage is free */
-            if (nh < group) {
+            const int cur = MB_STAGES == 2 ? st : 0; /* this tile's stage */
+            barrier(CLK_LOCAL_MEM_FENCE);            /* everyone is done with the tile before: its stage is free */
+            if (MB_STAGES == 1) {
+                MB_PLAIN_STAGE(0, hk * group + hh, q0);
+                ptx_cp_wait_all();
+            } else if (nh < group) {
                 MB_PLAIN_STAGE(st ^ 1, hk * group + nh, nq);
                 ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
             } else {
                 ptx_cp_wait_all();
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            const uint so = (uint)(st * 2 * MB_QT_E * 2); /* this stage's byte offset */
+            const uint so = (uint)(cur * 2 * MB_QT_E * 2); /* this stage's byte offset */
 
             /* S^T = K Q^T: 16 keys x MMA_BWD_BR queries per warp. */
             float s[MMA_BWD_BR / 8][4];
@@ -338,7 +347,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                 for (int c = 0; c < 4; ++c) {
                     const int qc = n * 8 + (lane & 3) * 2 + (c & 1);
                     const long key = key_lo + (c >> 1) * 8, row = q0 + qc;
-                    float p = ptx_exp2(fma(s[n][c], scale_log2, -lse_s[st][qc]));
+                    float p = ptx_exp2(fma(s[n][c], scale_log2, -lse_s[cur][qc]));
                     if (need_mask && (key >= seqlen_k || (causal && key > row + shift))) p = 0.0f;
                     s[n][c] = p;
                 }
@@ -372,7 +381,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
                 const int qc = n * 8 + (lane & 3) * 2;
-                const float d0 = d_s[st][qc], d1 = d_s[st][qc + 1];
+                const float d0 = d_s[cur][qc], d1 = d_s[cur][qc + 1];
                 pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(s[n][0] * (dp_[n][0] - d0), s[n][1] * (dp_[n][1] - d1));
                 pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(s[n][2] * (dp_[n][2] - d0), s[n][3] * (dp_[n][3] - d1));
             }
@@ -404,7 +413,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
                  int causal) {
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
-#define MB_SM_E (2 * MB_QB_E > 4 * MB_KT_E ? 2 * MB_QB_E : 4 * MB_KT_E)
+#define MB_SM_E (2 * MB_QB_E > 2 * MB_STAGES * MB_KT_E ? 2 * MB_QB_E : 2 * MB_STAGES * MB_KT_E)
     __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
     __local ushort *ks = smem, *vs = smem + MB_KT_E; /* stage 0; stage 1 is 2 MB_KT_E on (K/V double-buffered) */
 
@@ -451,17 +460,20 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         mb_load_tile(vs + (st)*2 * MB_KT_E, Vb, v_sr, (kv0), MMA_BWD_BCQ, seqlen_k, lid);                              \
         ptx_cp_commit();                                                                                               \
     } while (0)
-    if (kv_end > 0) MB_PLAIN_KV(0, 0);
+    if (MB_STAGES == 2 && kv_end > 0) MB_PLAIN_KV(0, 0);
     for (long kv0 = 0, st = 0; kv0 < kv_end; kv0 += MMA_BWD_BCQ, st ^= 1) {
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the tile before: its stage is free */
-        if (kv0 + MMA_BWD_BCQ < kv_end) {
+        if (MB_STAGES == 1) {
+            MB_PLAIN_KV(0, kv0);
+            ptx_cp_wait_all();
+        } else if (kv0 + MMA_BWD_BCQ < kv_end) {
             MB_PLAIN_KV(st ^ 1, kv0 + MMA_BWD_BCQ);
             ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
         } else {
             ptx_cp_wait_all();
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        const uint so = (uint)(st * 2 * MB_KT_E * 2); /* this stage's byte offset */
+        const uint so = (uint)((MB_STAGES == 2 ? st : 0) * 2 * MB_KT_E * 2); /* this stage's byte offset */
 
         float s[MMA_BWD_BCQ / 8][4], dp_[MMA_BWD_BCQ / 8][4];
 #pragma unroll
@@ -822,11 +834,13 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #if MB_WG
     __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr, *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
     long kv0 = flashcl_kv_begin(hd, q0, MMA_BWD_BCQ, win_left);
-    while (kv0 < kv_end && flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MMA_BWD_BCQ - 1, VARIANT_PASS))
+    while (kv0 < kv_end && flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MMA_BWD_BCQ - 1, VARIANT_PASS)) {
         kv0 += MMA_BWD_BCQ;
-        /* Tile j in buffer j & 1: K then V, each MMA_BWD_BCQ rows. The next tile's copies are issued
-       before this one's products, so they land behind them. */
+    }
 #define MB_TILE_E (MMA_BWD_BCQ * HEAD_DIM)
+    /* The j-th visited key tile (tiles the block mask skips do not count) in buffer j & 1: K then
+       V, each MMA_BWD_BCQ rows. The next tile's copies are issued before this one's products, so
+       they land behind them. */
     if (kv0 < kv_end) {
         wg_load_tile(smem, Kb, k_sr, kv0, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);
         wg_load_tile(smem + MB_TILE_E, Vb, v_sr, kv0, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);

@@ -179,6 +179,12 @@ static int check_forward_kernel(flashcl_context *ctx, const vp_problem *p, const
         memset(&plan, 0, sizeof plan);
         ok &= expect_kernel(ctx, flashcl_backward_plan_query(ctx, &p->desc, &plan), &plan, "backward", "flash_bwd_mma",
                             label);
+        /* On Hopper a build of the wgmma dQ that failed would fall back to mma.sync for the rest of
+           the context (correct, so the gradients would pass): its plans name the failure. */
+        if (strstr(plan.reason, "wgmma backward build failed")) {
+            fprintf(stderr, "FAIL %s: backward plan: %s\n", label, plan.reason);
+            ok = 0;
+        }
     }
     return ok;
 }

@@ -424,12 +424,12 @@ static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, 
 }
 
 /* The backward's dQ kernel on wgmma (cl/flash_bwd_mma.cl's MB_WG): on Hopper after the wgmma probe,
-   for head dims that pad to 64 or 128 (the forms it has), unless FLASHCL_WGMMA_BWD=0 (read when a
-   plan's backward is first built) or a build of it failed in this context. */
+   at d = 64 or 128 (the forms it has; the kernel can pad other dims, but that was never run on a
+   device), unless FLASHCL_WGMMA_BWD=0 (read when a plan's backward is first built) or a build of it
+   failed in this context. */
 static int bwd_wgmma(flashcl_context *ctx, const flashcl_attention_desc *d) {
     const char *env = getenv("FLASHCL_WGMMA_BWD");
-    const size_t dk = padded_dim(d->head_dim);
-    return (dk == 64 || dk == 128) && !(env && strcmp(env, "0") == 0) &&
+    return (d->head_dim == 64 || d->head_dim == 128) && !(env && strcmp(env, "0") == 0) &&
            !flashcl__nvidia_state_of(ctx)->wg_bwd_failed && flashcl__wgmma_supported(ctx, NULL);
 }
 
@@ -463,15 +463,17 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         for (int mb_part = slices > 1 ? 2 : 0; st == FLASHCL_SUCCESS; mb_part = 1) {
             bwd_options(options, sizeof options, d, dk, step, plain, slices, mb_part, variants,
                         flashcl__nvidia_state_of(ctx)->sm75, wg);
+            cl_program *built = mb_part == 2 ? &program_dk : &program;
             if (wg)
                 st = flashcl__get_patched_program(ctx, "flash_bwd_mma.cl", options, "sm_90a", flashcl__wgmma_patch,
-                                                  &program);
+                                                  built);
             else
-                st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, mb_part == 2 ? &program_dk : &program);
+                st = flashcl__get_program(ctx, "flash_bwd_mma.cl", options, built);
             if (mb_part != 2) break;
             if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program_dk, names[1], &k[3]);
         }
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
+        const int wg_failed = wg && st != FLASHCL_SUCCESS; /* the wgmma program or its kernels, not d(sinks) */
         if (st == FLASHCL_SUCCESS && d->sinks) {
             /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
             char sink_options[sizeof options];
@@ -485,12 +487,14 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             for (int i = 0; i < 4; ++i)
                 if (k[i]) clReleaseKernel(k[i]);
             if (dsinks) clReleaseKernel(dsinks);
-            if (!wg) return st;
+            if (!wg_failed) return st;
             /* The probe passed but this build did not: the backward keeps mma.sync in this context,
-               and its plans say why. */
+               and its plans say why (the end of the error, where a build log's cause is). */
             flashcl__nvidia_state *state = flashcl__nvidia_state_of(ctx);
-            snprintf(state->wg_bwd_why, sizeof state->wg_bwd_why, "a wgmma backward build failed (%.110s)",
-                     flashcl_last_error(ctx));
+            const char *err = flashcl_last_error(ctx);
+            const size_t len = strlen(err);
+            snprintf(state->wg_bwd_why, sizeof state->wg_bwd_why, "a wgmma backward build failed (%s: ...%s)",
+                     flashcl_status_name(st), err + (len > 100 ? len - 100 : 0));
             state->wg_bwd_failed = 1;
             flashcl__clear_error(ctx);
             return flashcl__mma_backward_plan_for(ctx, d, out);
@@ -515,12 +519,12 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         snprintf(bp->origin, sizeof bp->origin, "vendor");
         snprintf(bp->build_options, sizeof bp->build_options, "%s", options);
         snprintf(bp->reason, sizeof bp->reason,
-                 "NVIDIA tensor cores (%.100s): %s %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
+                 "NVIDIA tensor cores (%.100s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
                  "flash_bwd_mma_dkdv (%d keys per work-group, query tiles of %d) and flash_bwd_mma_dq (%d rows per "
                  "work-group, key tiles of %d%s)%s, no atomics; needs all eight views 16-byte aligned (offsets and "
                  "strides multiples of 8)",
-                 flashcl__nvidia_state_of(ctx)->why, "mma.sync", dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS,
-                 step, 16 * MMA_WARPS, step, wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
+                 flashcl__nvidia_state_of(ctx)->why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step,
+                 16 * MMA_WARPS, step, wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
                  dsinks ? " and flash_bwd_dsinks" : "");
         if (slices > 1)
             flashcl__appendf(bp->reason, sizeof bp->reason,
@@ -528,7 +532,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                              "(S and dP recomputed per part and half)");
         if (dk != d->head_dim)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
-        if (!wg && flashcl__nvidia_state_of(ctx)->wg_bwd_failed)
+        if (!plain && (d->head_dim == 64 || d->head_dim == 128) && flashcl__nvidia_state_of(ctx)->wg_bwd_failed)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; not wgmma: %s",
                              flashcl__nvidia_state_of(ctx)->wg_bwd_why);
     }
