@@ -838,14 +838,16 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         kv0 += MMA_BWD_BCQ;
     }
 #define MB_TILE_E (MMA_BWD_BCQ * HEAD_DIM)
-    /* The j-th visited key tile (tiles the block mask skips do not count) in buffer j & 1: K then
-       V, each MMA_BWD_BCQ rows. The next tile's copies are issued before this one's products, so
-       they land behind them. */
-    if (kv0 < kv_end) {
-        wg_load_tile(smem, Kb, k_sr, kv0, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);
-        wg_load_tile(smem + MB_TILE_E, Vb, v_sr, kv0, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);
-        ptx_cp_commit();
-    }
+    /* Key tile at row kv -> buffer `at` (K, then V, each MMA_BWD_BCQ rows): one copy group. */
+#define MB_WG_KV_LOAD(at, kv)                                                                                          \
+    do {                                                                                                               \
+        wg_load_tile((at), Kb, k_sr, (kv), MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);             \
+        wg_load_tile((at) + MB_TILE_E, Vb, v_sr, (kv), MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8); \
+        ptx_cp_commit();                                                                                               \
+    } while (0)
+    /* The j-th visited key tile (tiles the block mask skips do not count) in buffer j & 1. The next
+       tile's copies are issued before this one's products, so they land behind them. */
+    if (kv0 < kv_end) MB_WG_KV_LOAD(smem, kv0);
     for (int buf = 0; kv0 < kv_end; buf ^= 1) {
         long next = kv0 + MMA_BWD_BCQ;
         while (next < kv_end && flashcl_tile_skipped(hd, q0, last_row, next, next + MMA_BWD_BCQ - 1, VARIANT_PASS))
@@ -853,10 +855,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         __local ushort *ks = smem + buf * 2 * MB_TILE_E, *nks = smem + (buf ^ 1) * 2 * MB_TILE_E;
         barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the other buffer (the tile before) */
         if (next < kv_end) {
-            wg_load_tile(nks, Kb, k_sr, next, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);
-            wg_load_tile(nks + MB_TILE_E, Vb, v_sr, next, MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS,
-                         MB_D_REAL / 8);
-            ptx_cp_commit();
+            MB_WG_KV_LOAD(nks, next);
             ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
         } else {
             ptx_cp_wait_all();
@@ -923,6 +922,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         kv0 = next;
     }
     ptx_cp_wait_all();
+#undef MB_WG_KV_LOAD
 #undef MB_TILE_E
 #else
 #pragma unroll
