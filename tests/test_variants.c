@@ -320,7 +320,9 @@ static int check_families(const vc_case *c) {
     unsigned char *keep[2] = {NULL, NULL};
     int ok = 1;
     const int expect_cpu = g_expect_cpu;
-    g_expect_cpu = 0; /* the portable families are forced here */
+    const char *expect_forward = g_expect_forward;
+    g_expect_cpu = 0; /* the portable families are forced here, so no plan check for the fast families */
+    g_expect_forward = NULL;
     for (int f = 0; f < 2; f++) {
         set_env("FLASHCL_TILE", tiles[f]);
         set_env("FLASHCL_BWD_KERNEL", bwd[f]);
@@ -336,6 +338,7 @@ static int check_families(const vc_case *c) {
     set_env("FLASHCL_TILE", old_tile);
     set_env("FLASHCL_BWD_KERNEL", old_bwd);
     g_expect_cpu = expect_cpu;
+    g_expect_forward = expect_forward;
     free(old_tile);
     free(old_bwd);
     if (keep[0] && keep[1]) {

@@ -43,7 +43,8 @@ typedef struct flashcl__decode_plan {
     size_t wg;          /* work-items per group */
     size_t local_bytes; /* __local the GPU kernel declares (the plan's figure when the driver reports none) */
     int cpu;            /* the CPU kernel */
-    int groups_per_cu;  /* work-groups a compute unit runs at once, as the split count assumes (1 to 4) */
+    int groups_per_cu;  /* work-groups a compute unit runs at once, as the split count assumes (1 to 4; 4 for
+                           the tensor-core form at d <= 128, which needs that many loads in flight) */
     int fused_merge;    /* the GPU kernel's FUSED_MERGE: the last split's group merges (no flash_merge launch) */
     int mma;            /* the GPU kernel's tensor-core form (DECODE_MMA) */
     char key[640];
