@@ -573,16 +573,13 @@ inline void mb_frags_global(__global const ushort *base, ulong stride_row, long 
 }
 #endif
 
-/* The dropout factor of the pair (0 or 1/(1-p); 1 without dropout), the forward's bits. */
-inline float mb_keep(flashcl_head hd, long i, long j, VARIANT_ARGS) {
 #if HAS_DROPOUT
-    return i < hd.sq && flashcl_dropout_keep(hd, i, j, drop_threshold, seed_lo, seed_hi, drop_off_lo, drop_off_hi)
-               ? drop_scale
-               : 0.0f;
-#else
-    return 1.0f;
-#endif
+/* The dropout factor of a pair in row i (0 or 1/(1-p)) from its RNG word, the forward's bits (the
+   words come from frag_dropout_rows / frag_dropout_cols, cl/ptx.cl). */
+inline float mb_keep_word(flashcl_head hd, long i, uint word, VARIANT_ARGS) {
+    return i < hd.sq && word >= drop_threshold ? drop_scale : 0.0f;
 }
+#endif
 
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
@@ -689,6 +686,11 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
                 float pz[4];
+#if HAS_DROPOUT
+                uint dw[2][2]; /* the dropout words of keys key_lo + 8 r, rows q + p */
+                frag_dropout_cols(hd, q0 + n * 8 + (lane & 3) * 2, k0 + warp * 16, lane, seed_lo, seed_hi, drop_off_lo,
+                                  drop_off_hi, dw);
+#endif
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
                     const int qc = n * 8 + (lane & 3) * 2 + (c & 1);
@@ -696,7 +698,11 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                     float g;
                     const float p =
                         mb_prob(s[n][c], lse_s[qc], hd, row, key, check, scale_log2, cap_inv, &g, VARIANT_PASS);
-                    const float zz = mb_keep(hd, row, key, VARIANT_PASS);
+#if HAS_DROPOUT
+                    const float zz = mb_keep_word(hd, row, dw[c >> 1][c & 1], VARIANT_PASS);
+#else
+                    const float zz = 1.0f;
+#endif
 #if HAS_DROPOUT
                     z[n][c] = zz;
 #endif
@@ -904,13 +910,23 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #pragma unroll
         for (int n = 0; n < MMA_BWD_BCQ / 8; ++n) {
             float ds[4];
+#if HAS_DROPOUT
+            uint2 dw[2]; /* the dropout words of rows r0, r0 + 8 (frag_dropout_rows) */
+            frag_dropout_rows(hd, r0, kv0 + n * 8 + (lane & 3) * 2, lane, seed_lo, seed_hi, drop_off_lo, drop_off_hi,
+                              &dw[0], &dw[1]);
+#endif
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 const long key = kv0 + n * 8 + (lane & 3) * 2 + (c & 1), row = r0 + (c >> 1) * 8;
                 float g;
                 const float p =
                     mb_prob(s[n][c], l2[c >> 1], hd, row, key, check, scale_log2, cap_inv, &g, VARIANT_PASS);
-                ds[c] = p * g * (dp_[n][c] * mb_keep(hd, row, key, VARIANT_PASS) - dd[c >> 1]);
+#if HAS_DROPOUT
+                const float zz = mb_keep_word(hd, row, (c & 1) ? dw[c >> 1].y : dw[c >> 1].x, VARIANT_PASS);
+#else
+                const float zz = 1.0f;
+#endif
+                ds[c] = p * g * (dp_[n][c] * zz - dd[c >> 1]);
             }
             pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(ds[0], ds[1]);
             pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(ds[2], ds[3]);

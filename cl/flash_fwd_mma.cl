@@ -531,16 +531,12 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                 l0 += p0 + p1;
                 l1 += p2 + p3;
 #if HAS_DROPOUT
-                /* The normaliser counts every probability; only P V sees the dropped ones. The
-                   thread's two keys are 2-aligned, so one Philox call (4 keys) covers both. */
+                /* The normaliser counts every probability; only P V sees the dropped ones. One
+                   Philox call per lane covers its two keys in both rows (frag_dropout_rows). */
                 {
-                    const long key = kv0 + n * 8 + (lane & 3) * 2, row = r0 + mt * 16;
-                    const int at = (int)(key & 3);
-                    const uint4 w0_ =
-                        flashcl_dropout_words(hd, row, key >> 2, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
-                    const uint4 w1_ =
-                        flashcl_dropout_words(hd, row + 8, key >> 2, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
-                    const uint2 a_ = at ? w0_.zw : w0_.xy, b_ = at ? w1_.zw : w1_.xy;
+                    uint2 a_, b_;
+                    frag_dropout_rows(hd, r0 + mt * 16, kv0 + n * 8 + (lane & 3) * 2, lane, seed_lo, seed_hi,
+                                      drop_off_lo, drop_off_hi, &a_, &b_);
                     p0 *= a_.x >= drop_threshold ? drop_scale : 0.0f;
                     p1 *= a_.y >= drop_threshold ? drop_scale : 0.0f;
                     p2 *= b_.x >= drop_threshold ? drop_scale : 0.0f;

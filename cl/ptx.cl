@@ -433,4 +433,64 @@ inline void wg_load_tile(__local ushort *tile, __global const ushort *base, ulon
 #endif
 
 #endif
+
+#if !defined(LANE_SHFL) && HAS_DROPOUT
+/*
+ * Dropout in the mma.sync fragment layouts with fewer Philox calls. The bits are
+ * flashcl_dropout_words' (one call gives keys 4q .. 4q+3 of row i), so every kernel family keeps
+ * the same mask; what changes is who draws a call: once per warp, by one lane, handed to the
+ * lanes that hold its keys by shuffles (a call is ten rounds of 32-bit products, a shuffle one
+ * instruction). Every lane of the warp must reach these (shfl.sync over the full warp).
+ */
+inline uint ptx_shfl_xor_u(uint x, int m) {
+    uint r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x), "r"(m));
+    return r;
+}
+inline uint ptx_shfl_idx_u(uint x, int src) {
+    uint r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x), "r"(src));
+    return r;
+}
+
+/* Rows as M (the forward's S, the dQ kernel's S): a lane holds rows `row`, `row` + 8 and keys
+   `key`, `key` + 1, key = 8n + 2 (lane & 3), so lanes 2m and 2m + 1 hold the four keys of one call.
+   The even lane draws row's call, the odd one row + 8's, and each hands the other the half it
+   needs: one call a lane per 8-key tile instead of two. a: row's two words, b: row + 8's. */
+inline void frag_dropout_rows(flashcl_head hd, long row, long key, int lane, uint seed_lo, uint seed_hi,
+                              uint drop_off_lo, uint drop_off_hi, uint2 *a, uint2 *b) {
+    const int odd = lane & 1;
+    const uint4 w = flashcl_dropout_words(hd, odd ? row + 8 : row, key >> 2, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
+    const uint2 give = odd ? w.xy : w.zw;
+    const uint2 got = (uint2)(ptx_shfl_xor_u(give.x, 1), ptx_shfl_xor_u(give.y, 1));
+    *a = odd ? got : w.xy;
+    *b = odd ? w.zw : got;
+}
+
+/* Keys as M (the dK/dV kernel's S^T): lane 4m + t holds keys k16 + m, k16 + m + 8 (k16 a multiple
+   of 16) and rows q, q + 1 (q = 8n + 2t). The 8 lanes of one t need 8 calls (2 rows x 4 groups of
+   four keys): lane m draws row q + (m & 1), keys k16 + 8 (m >> 2) + 4 ((m >> 1) & 1) on. Each of
+   its words goes to a different lane, so in round j lane m offers word (j + idx) & 3 of its call
+   (idx = 2 (m >> 2) + (m & 1)), and lane m takes, from the lane whose idx is ((m & 3) - j) & 3, the
+   word it needs: four shuffles and one call a lane per 8-row tile instead of four.
+   w[r][p]: the word of key k16 + m + 8 r, row q + p. */
+inline void frag_dropout_cols(flashcl_head hd, long q, long k16, int lane, uint seed_lo, uint seed_hi,
+                              uint drop_off_lo, uint drop_off_hi, uint w[2][2]) {
+    const int m = lane >> 2, t = lane & 3, mine = 2 * (m >> 2) + (m & 1);
+    w[0][0] = w[0][1] = w[1][0] = w[1][1] = 0u; /* each set in exactly one round below */
+    const uint4 c = flashcl_dropout_words(hd, q + (m & 1), (k16 + 8 * (m >> 2) + 4 * ((m >> 1) & 1)) >> 2, seed_lo,
+                                          seed_hi, drop_off_lo, drop_off_hi);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int offer_at = (j + mine) & 3, want = ((m & 3) - j) & 3;
+        const uint offer = offer_at == 0 ? c.x : offer_at == 1 ? c.y : offer_at == 2 ? c.z : c.w;
+        const uint got = ptx_shfl_idx_u(offer, 4 * (4 * (want >> 1) + 2 * (m >> 2) + (want & 1)) + t);
+        w[0][0] = want == 0 ? got : w[0][0];
+        w[0][1] = want == 1 ? got : w[0][1];
+        w[1][0] = want == 2 ? got : w[1][0];
+        w[1][1] = want == 3 ? got : w[1][1];
+    }
+}
+#endif
+
 #endif
