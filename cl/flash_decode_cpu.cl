@@ -84,7 +84,9 @@ inline float16 cpu_ld16(__global const cache_t *row, int c16, int dim) {
 #if CACHE_DTYPE == 0 && FLASHCL_DTYPE == 0
     if (c + 16 <= dim) return vload16(0, row + c);
 #elif CACHE_DTYPE == 0 && FLASHCL_DTYPE == 1
-    if (c + 16 <= dim) return vload_half16(0, row + c);
+    /* POCL's vload_half16 moves its 32 bytes as 16-byte aligned vectors (a row of an odd multiple
+       of 4 halves, d = 36, crashed it): unaligned runs take the element loop below. */
+    if (c + 16 <= dim && ((size_t)(row + c) & 15) == 0) return vload_half16(0, row + c);
 #elif CACHE_DTYPE == 0
     if (c + 16 <= dim) return as_float16(convert_uint16(vload16(0, row + c)) << 16);
 #else

@@ -78,8 +78,8 @@ static flashcl_status pick_by_index(const char *spec, unsigned want_p, unsigned 
                                     cl_uint np, cl_platform_id *out_p, cl_device_id *out_d, char *err_buf,
                                     size_t err_cap) {
     if (want_p >= np) {
-        err_text(err_buf, err_cap, "device spec \"%s\": there are %u OpenCL platforms (see `flashcl info`)", spec,
-                 (unsigned)np);
+        err_text(err_buf, err_cap, "device spec \"%s\": platform %u does not exist (%u found; see `flashcl info`)",
+                 spec, want_p, (unsigned)np);
         return FLASHCL_ERR_INVALID_DEVICE_SPEC;
     }
     cl_device_id devs[MAX_DEVICES];
@@ -87,8 +87,8 @@ static flashcl_status pick_by_index(const char *spec, unsigned want_p, unsigned 
     cl_int err = platform_devices(platforms[want_p], devs, &nd);
     if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetDeviceIDs", err);
     if (want_d >= nd) {
-        err_text(err_buf, err_cap, "device spec \"%s\": platform %u has %u devices (see `flashcl info`)", spec, want_p,
-                 (unsigned)nd);
+        err_text(err_buf, err_cap, "device spec \"%s\": platform %u has no device %u (%u found; see `flashcl info`)",
+                 spec, want_p, want_d, (unsigned)nd);
         return FLASHCL_ERR_INVALID_DEVICE_SPEC;
     }
     *out_p = platforms[want_p];

@@ -163,6 +163,11 @@ flashcl_status flashcl__validate_small(flashcl_context *ctx, const char *name, c
 
 /* Bounds of the variant buffers (slopes, sinks, dsinks when backward, bias, masks, cu_seqlens). */
 flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward);
+/* Varlen with a bias, mask or block mask: every sequence within max_seqlen_q/k, the matrices' rows and
+   columns (else a longer sequence would index past them). Reads cu_seqlens back (blocking, after
+   the wait list): only for that combination. */
+flashcl_status flashcl__validate_varlen_lengths(flashcl_context *ctx, const flashcl_attention_desc *d, cl_uint num_wait,
+                                                const cl_event *wait_list);
 
 /* ---- variants (variants.c) */
 /* Defaults and scalar checks of the variant fields (called by flashcl__resolve_desc):

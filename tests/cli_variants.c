@@ -258,7 +258,14 @@ static void check_bf16(void) {
     r->window = 1, r->window_left = 4, r->window_right = -1;
     tu_rng rng = tu_rng_seed(23);
     write_qkv(&c, &rng);
-    run_and_check(&c, "--dtype bf16 --window 4,-1", 0, 0, "attention --dtype bf16 --window 4,-1");
+    /* A bias given as [sq, sk] alone: every batch and head (as the Python API takes it). */
+    c.bias = random_floats(17 * 23, &rng, -1.0f, 1.0f, FLASHCL_DTYPE_F32);
+    r->bias = (rv_matrix){c.bias, 0, 0, 0, 23};
+    size_t bs[2] = {17, 23};
+    REQUIRE(npy_write_f32(work("bias2d.npy"), bs, 2, c.bias));
+    char flags[1024];
+    snprintf(flags, sizeof flags, "--dtype bf16 --window 4,-1 --bias '%s'", work("bias2d.npy"));
+    run_and_check(&c, flags, 0, 0, "attention --dtype bf16 --window 4,-1 --bias [sq, sk]");
     case_free(&c);
 }
 
@@ -373,6 +380,12 @@ void cli_check_variant_errors(void) {
     refused("--sinks [1] for 2 heads", x, "--sinks", 0);
     snprintf(x, sizeof x, "--bias '%s'", work("bias_bad.npy"));
     refused("--bias [1, 2, 8, 7]", x, "--bias", 0);
+    size_t bias2_bad[2] = {8, 7};
+    REQUIRE(npy_write_f32(work("bias2_bad.npy"), bias2_bad, 2, zeros));
+    snprintf(x, sizeof x, "--bias '%s'", work("bias2_bad.npy"));
+    refused("--bias [8, 7]", x, "--bias", 0);
+    snprintf(x, sizeof x, "--out '%s'", work("O2.npy"));
+    refused("--out twice", x, "--out", 0);
     snprintf(x, sizeof x, "--mask '%s'", work("mask_i4.npy"));
     refused("--mask int32", x, "--mask", 0);
     snprintf(x, sizeof x, "--mask '%s'", work("mask_bad_bool.npy"));

@@ -221,6 +221,25 @@ static void varlen(void) {
     d.max_seqlen_q = 9;
     expect_both("max_seqlen_q above the total", &d, FLASHCL_ERR_INVALID_VARIANT, "max_seqlen_q");
     d.max_seqlen_q = 0;
+    {
+        /* With a mask, a sequence longer than max_seqlen_q/k would be read past the mask's rows or
+           columns: the library reads the offsets back and refuses it. */
+        const cl_int cu_host[3] = {0, 7, 8};
+        cl_int err;
+        cl_mem cu =
+            clCreateBuffer(F.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof cu_host, (void *)cu_host, &err);
+        REQUIRE_CL(err);
+        flashcl_attention_desc m = d;
+        m.cu_seqlens_q = m.cu_seqlens_k = cu;
+        m.mask.buffer = F.big;
+        m.max_seqlen_q = 4;
+        m.max_seqlen_k = 8;
+        expect_both("varlen mask, a sequence above max_seqlen_q", &m, FLASHCL_ERR_INVALID_VARIANT, "cu_seqlens_q");
+        m.max_seqlen_q = 8;
+        m.max_seqlen_k = 6;
+        expect_both("varlen mask, a sequence above max_seqlen_k", &m, FLASHCL_ERR_INVALID_VARIANT, "cu_seqlens_k");
+        clReleaseMemObject(cu);
+    }
     /* Varlen views are [total, h, d]: a batch stride is refused. */
     views w = make_views(&d);
     w.q.stride_batch = 8 * 2 * 16;

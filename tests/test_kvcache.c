@@ -485,6 +485,8 @@ static const kv_case k_cases[] = {
      0,
      0},
     {"d_v != d", FLASHCL_DTYPE_F32, 0, 1, 4, 2, 1, 48, 80, 0, 70, {65}, {0}, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* f16 rows of 72 bytes: only 8-byte aligned (POCL's vload_half16 crashed the CPU kernel there). */
+    {"f16 d=36", FLASHCL_DTYPE_F16, 0, 1, 2, 1, 2, 36, 36, 0, 40, {33}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"fp8 e4m3 per tensor, append",
      FLASHCL_DTYPE_BF16,
      FLASHCL_CACHE_DTYPE_FP8_E4M3,

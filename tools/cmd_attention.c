@@ -202,6 +202,8 @@ static int parse_args(int argc, char **argv, attention_args *a) {
         bool ok;
         const path_option *path = find_path_option(&c, paths, PATHS);
         if (path != NULL) {
+            /* A file named twice (two --out, say) is a mistake, not "the last one wins". */
+            if (*path->value != NULL) return tool_usage_error("%s: given twice", path->name);
             ok = options_value(&c, path->value);
         } else if (options_is_help(&c)) {
             return TOOL_SHOW_HELP;

@@ -10,11 +10,12 @@ tolerances (float32: 2e-5 relative to the largest reference value; float16 and
 bfloat16: at most twice the error of a plain implementation in that storage
 type, plus 1e-5). One line per case; the exit status is 1 if any case failed.
 
-  python3 tools/random_check.py --cases 200 --seed 1 [--device 0:0] [--cuda]
+  .venv/bin/python tools/random_check.py --cases 200 --seed 1 [--device 0:0] [--cuda]
 
 --cuda passes CUDA tensors, as a PyTorch user on an NVIDIA GPU would (FlashCL
 copies them through the host). A failing line carries the seed of its case:
-`--seed S --cases 1` draws that case alone. Needs numpy, torch and ml_dtypes.
+`--seed S --cases 1 --kinds K` draws that case alone (the line says so:
+the kinds alternate by index). Needs numpy, torch and ml_dtypes.
 """
 import argparse
 import math
@@ -223,8 +224,9 @@ def main():
             if os.environ.get("RANDOM_CHECK_TRACE"):
                 traceback.print_exc()
         failed += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} seed {c.seed} {kind} {c.desc} {verdict} ({time.perf_counter() - t0:.1f} s)",
-              flush=True)
+        again = "" if ok else f" [again: --seed {c.seed} --cases 1 --kinds {kind}]"
+        print(f"{'ok  ' if ok else 'FAIL'} seed {c.seed} {kind} {c.desc} {verdict} ({time.perf_counter() - t0:.1f} s)"
+              f"{again}", flush=True)
     print(f"{args.cases - failed}/{args.cases} cases agree")
     return 1 if failed else 0
 

@@ -53,5 +53,6 @@ int tool_status_error(const char *where, int status, const char *detail) {
     fprintf(stderr, "%s: ", flashcl_status_name(status));
     tool_print_one_line(stderr, detail);
     fputc('\n', stderr);
-    return TOOL_EXIT_FAILED;
+    /* A --device that names no device is a bad option, like any other (nothing ran). */
+    return status == FLASHCL_ERR_INVALID_DEVICE_SPEC ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILED;
 }

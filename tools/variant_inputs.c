@@ -113,21 +113,24 @@ static int check_cu(const char *option, const npy_array *cu, size_t total, size_
 }
 
 /*
- * [b|1, h|1, rows, cols] against the problem; sets an explicit view (a
+ * [b|1, h|1, rows, cols], or [rows, cols] for every batch and head (as the
+ * Python API takes it), against the problem; sets an explicit view (a
  * dimension of 1 gets stride 0, so it broadcasts).
  */
 static int check_matrix(const char *option, const npy_array *a, const flashcl_attention_desc *d, size_t rows,
                         size_t cols, const char *what, flashcl_matrix *m) {
     char shape[128];
     npy_format_shape(a->shape, a->ndim, shape, sizeof shape);
-    if (a->ndim != 4 || (a->shape[0] != 1 && a->shape[0] != d->batch) ||
-        (a->shape[1] != 1 && a->shape[1] != d->heads_q) || a->shape[2] != rows || a->shape[3] != cols)
-        return tool_usage_error("%s: shape %s does not fit [%zu or 1, %zu or 1, %zu, %zu] (%s)", option, shape,
-                                d->batch, d->heads_q, rows, cols, what);
+    const size_t two_d = a->ndim == 2;
+    const size_t nb = two_d ? 1 : a->ndim == 4 ? a->shape[0] : 0, nh = two_d ? 1 : a->ndim == 4 ? a->shape[1] : 0;
+    if ((a->ndim != 2 && a->ndim != 4) || (nb != 1 && nb != d->batch) || (nh != 1 && nh != d->heads_q) ||
+        a->shape[a->ndim - 2] != rows || a->shape[a->ndim - 1] != cols)
+        return tool_usage_error("%s: shape %s fits neither [%zu, %zu] nor [%zu or 1, %zu or 1, %zu, %zu] (%s)", option,
+                                shape, rows, cols, d->batch, d->heads_q, rows, cols, what);
     memset(m, 0, sizeof *m);
     m->stride_row = cols;
-    m->stride_head = a->shape[1] == 1 ? 0 : rows * cols;
-    m->stride_batch = a->shape[0] == 1 ? 0 : a->shape[1] * rows * cols;
+    m->stride_head = nh == 1 ? 0 : rows * cols;
+    m->stride_batch = nb == 1 ? 0 : nh * rows * cols;
     return 0;
 }
 

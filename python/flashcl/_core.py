@@ -76,6 +76,20 @@ def _need(cond, message):
         raise ValueError(message() if callable(message) else message)
 
 
+def _check_cu_seqlens(name, cu, total, max_len, max_name):
+    """Offsets as flash_attn's varlen functions mean them: from 0 to the packed rows, never decreasing,
+    no sequence longer than max_seqlen (the kernels' grids and the bias/mask matrices stop there, so
+    a longer sequence would come back partly unwritten, a shorter total leave rows unwritten)."""
+    c = np.asarray(cu if isinstance(cu, np.ndarray) else cu.detach().cpu().numpy()).astype(np.int64)
+    _need(c[0] == 0 and c[-1] == total,
+          lambda: f"{name} must run from 0 to the {total} packed rows, got {c[0]} ... {c[-1]}")
+    lengths = np.diff(c)
+    _need(bool(np.all(lengths >= 0)), lambda: f"{name} must not decrease, got {c.tolist()}")
+    _need(int(lengths.max()) <= max_len,
+          lambda: f"{name}: sequence {int(lengths.argmax())} has {int(lengths.max())} rows, more than "
+                  f"{max_name} ({max_len})")
+
+
 class Problem:
     """The sizes of a call, read from q, k, v and checked against each other."""
 
@@ -105,6 +119,8 @@ class Problem:
                   "varlen needs max_seqlen_q and max_seqlen_k")
             self.max_seqlen_q, self.max_seqlen_k = int(spec.max_seqlen_q), int(spec.max_seqlen_k)
             _need(self.max_seqlen_q >= 1 and self.max_seqlen_k >= 1, "max_seqlen_q and max_seqlen_k must be >= 1")
+            _check_cu_seqlens("cu_seqlens_q", spec.cu_seqlens_q, self.seqlen_q, self.max_seqlen_q, "max_seqlen_q")
+            _check_cu_seqlens("cu_seqlens_k", spec.cu_seqlens_k, self.seqlen_k, self.max_seqlen_k, "max_seqlen_k")
             kv_rows = (0,)
         else:
             for name, s in (("q", qs), ("k", ks), ("v", vs)):
@@ -115,6 +131,8 @@ class Problem:
             self.max_seqlen_q, self.max_seqlen_k = self.seqlen_q, self.seqlen_k
             kv_rows = (0, 1)
         self.head_dim_v = vs[-1]
+        _need(self.head_dim >= 1 and self.head_dim_v >= 1,
+              lambda: f"head_dim must be >= 1: q's is {self.head_dim}, v's {self.head_dim_v}")
         _need(ks[-1] == self.head_dim, lambda: f"k's head_dim is {ks[-1]}, q's is {self.head_dim}")
         _need(all(vs[i] == ks[i] for i in kv_rows) and vs[-2] == ks[-2],
               lambda: f"v has shape {vs}, k {ks}: they must agree but for the last dimension")
@@ -176,7 +194,8 @@ def make_desc(p, spec):
     d.causal = 1 if spec.causal else 0
     left, right = spec.window_size
     if (left, right) != (-1, -1):
-        _need(left >= -1 and right >= -1, lambda: f"window_size entries must be >= -1, got {tuple(spec.window_size)}")
+        _need(-1 <= left < 2**31 and -1 <= right < 2**31,
+              lambda: f"window_size entries must be >= -1 and below 2**31, got {tuple(spec.window_size)}")
         d.window, d.window_left, d.window_right = 1, int(left), int(right)
     d.softcap = float(spec.softcap or 0.0)
     _need(d.softcap >= 0, lambda: f"softcap must be >= 0, got {spec.softcap}")

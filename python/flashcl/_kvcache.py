@@ -152,6 +152,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     p.seqlen_k = capacity
 
     if isinstance(cache_seqlens, numbers.Integral):
+        _need(0 <= cache_seqlens < 2**31, lambda: f"cache_seqlens must be from 0 to 2**31 - 1, got {cache_seqlens}")
         cache_seqlens = np.full((b,), int(cache_seqlens), np.int32)
     cache_seqlens = _int32("cache_seqlens", cache_seqlens, (b,), "(batch,)")
     cache_batch_idx = _int32("cache_batch_idx", cache_batch_idx, (b,), "(batch,)")

@@ -213,6 +213,10 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rota
             kc[at(i, int(lens[i]) + t)] = round_k(row[0])
             vc[at(i, int(lens[i]) + t)] = round_v(np.asarray(v[i, t], np.float64))
         keys = range(int(pad[i]), int(lens[i]) + s_new)
+        if len(keys) == 0:  # an empty cache and nothing appended: O = 0, LSE = -inf (no key to attend)
+            outs.append(np.zeros(q.shape[1:3] + vc.shape[-1:]))
+            lses.append(np.full((q.shape[2], q.shape[1]), -np.inf))
+            continue
         kk = np.stack([kc[at(i, j)] for j in keys])[None]
         vv = np.stack([vc[at(i, j)] for j in keys])[None]
         qi = q[i]

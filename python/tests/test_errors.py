@@ -20,6 +20,7 @@ def qkv(rng, b=1, sq=8, sk=8, hq=2, hkv=2, d=16, dtype="float32"):
     (lambda q, k, v: (q, k[..., :8], v), "k's head_dim is 8, q's is 16"),
     (lambda q, k, v: (q, k, v[:, :5]), r"v has shape \(1, 5, 2, 16\), k \(1, 8, 2, 16\)"),
     (lambda q, k, v: (q, k, list(v)), "v must be a numpy array or a torch tensor, not list"),
+    (lambda q, k, v: (q[..., :0], k[..., :0], v[..., :0]), "head_dim must be >= 1: q's is 0, v's 0"),
 ])
 def test_package_checks(rng, bad, match):
     with pytest.raises(ValueError, match=match):
@@ -54,6 +55,7 @@ def test_library_checks_name_the_field(rng):
     (dict(softmax_scale=0.0), "softmax_scale must be positive"),
     (dict(dropout_p=1.0), r"dropout_p must be in \[0, 1\)"),
     (dict(window_size=(-2, 0)), "window_size entries must be >= -1"),
+    (dict(window_size=(2**31, 0)), r"window_size entries must be >= -1 and below 2\*\*31"),
     (dict(softcap=-1.0), "softcap must be >= 0"),
     (dict(alibi_slopes=np.zeros(3, np.float32)), r"alibi_slopes must be \(2,\) or \(1, 2\)"),
     (dict(alibi_slopes=np.zeros(2, np.float64)), "alibi_slopes has dtype float64, expected float32"),
@@ -86,6 +88,18 @@ def test_varlen_checks(rng):
         flashcl.flash_attn_varlen_func(q, k, v, cu, cu[:2], 6, 6)
     with pytest.raises(NotImplementedError, match="block_table"):
         flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, block_table=cu)
+    # Offsets: from 0 to the packed rows, never decreasing, no sequence above max_seqlen (else rows
+    # would come back unwritten, or a bias/mask be read past its rows).
+    with pytest.raises(ValueError, match="cu_seqlens_q must run from 0 to the 10 packed rows, got 2 ... 10"):
+        flashcl.flash_attn_varlen_func(q, k, v, np.array([2, 4, 10], np.int32), cu, 6, 6)
+    with pytest.raises(ValueError, match="cu_seqlens_k must run from 0 to the 10 packed rows, got 0 ... 9"):
+        flashcl.flash_attn_varlen_func(q, k, v, cu, np.array([0, 4, 9], np.int32), 6, 6)
+    with pytest.raises(ValueError, match="cu_seqlens_q must not decrease"):
+        flashcl.flash_attn_varlen_func(q, k, v, np.array([0, 8, 4, 10], np.int32), np.array([0, 4, 8, 10], np.int32),
+                                       8, 8)
+    with pytest.raises(ValueError, match=r"cu_seqlens_q: sequence 1 has 6 rows, more than max_seqlen_q \(5\)"):
+        flashcl.attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=6,
+                          mask=np.ones((1, 1, 5, 6), bool))
 
 
 def test_nothing_written_on_error(rng):
