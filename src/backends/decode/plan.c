@@ -109,9 +109,10 @@ static int mma_shape_legal(const flashcl_attention_desc *d, flashcl_cache_dtype 
    an fp8 cache with d >= 128, unless FLASHCL_DECODE_MMA says otherwise; off NVIDIA only when it says 1.
    Measured on the H200 (hq32 hkv8, b32 sk8192, README "Decode and KV cache"), form against lane
    kernel: fp8 e4m3 d = 256 1.50x (0.379 against 0.567 ms), d = 128 1.06x, e5m2 d = 128 1.10x; but
-   fp8 d = 64 0.70x, d = 128 at b1 sk32768 (a small grid) 0.95x (0.0584 against 0.0556 ms), and
-   16-bit storage 0.94-0.96x at d = 128 and slower at 64 and 256, where the lane kernel already
-   reads at 85% of the bandwidth. */
+   fp8 d = 64 0.70x, and 16-bit storage 0.94-0.96x at d = 128 and slower at 64 and 256, where the
+   lane kernel already reads at 85% of the bandwidth. Small grids (b1 sk32768) took the lane kernel
+   at d = 128 (the form ran 0.0584 against 0.0556 ms) until the form split to four groups a compute
+   unit (groups_per_cu below): then 0.0512 against 0.0555, and b4 sk8192 0.0477 against 0.0507. */
 static int mma_wanted(flashcl_context *ctx, const flashcl_attention_desc *d, flashcl_cache_dtype cdt, int aligned,
                       int knobs, const mma_request *req) {
     if (knobs || req->mode == 0 || !mma_shape_legal(d, cdt, aligned)) return 0;
@@ -119,7 +120,7 @@ static int mma_wanted(flashcl_context *ctx, const flashcl_attention_desc *d, fla
     const flashcl__nvidia_state *nv = flashcl__nvidia_state_of(ctx);
     if (!nv || nv->sm75 || nv->cc < 80 || (cdt != FLASHCL_CACHE_DTYPE_SAME && nv->cc < 89)) return 0;
     if (req->mode == 1) return 1;
-    return cdt != FLASHCL_CACHE_DTYPE_SAME && d->head_dim >= 128 && (d->head_dim >= 256 || !small_grid(ctx, d, 8));
+    return cdt != FLASHCL_CACHE_DTYPE_SAME && d->head_dim >= 128;
 }
 
 /* The tensor-core form's shape; 0 when its __local does not fit (the lane kernel plans then). */
