@@ -363,10 +363,16 @@ typedef struct flashcl_attention_desc {
 } flashcl_attention_desc;
 
 /* A descriptor with every field zero (defaults, features off) and struct_size set:
-     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;     (C99, C++20)
-     flashcl_attention_desc d = flashcl_attention_desc_init();   (any C or C++) */
+     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;     (C99, any C++)
+     flashcl_attention_desc d = flashcl_attention_desc_init();   (any C or C++)
+   In C++ the macros call the init functions: a designated initializer naming one member is
+   C++20 only, and g++ -Wextra warns there about every member it leaves out. */
+#ifdef __cplusplus
+#define FLASHCL_ATTENTION_DESC_INIT flashcl_attention_desc_init()
+#else
 #define FLASHCL_ATTENTION_DESC_INIT                                                                                    \
     { .struct_size = sizeof(flashcl_attention_desc) }
+#endif
 static inline flashcl_attention_desc flashcl_attention_desc_init(void) {
 #ifdef __cplusplus
     flashcl_attention_desc d = {};
@@ -510,8 +516,12 @@ typedef struct flashcl_kv_cache {
     int scale_per_head;
 } flashcl_kv_cache;
 
+#ifdef __cplusplus
+#define FLASHCL_KV_CACHE_INIT flashcl_kv_cache_init()
+#else
 #define FLASHCL_KV_CACHE_INIT                                                                                          \
     { .struct_size = sizeof(flashcl_kv_cache) }
+#endif
 static inline flashcl_kv_cache flashcl_kv_cache_init(void) {
 #ifdef __cplusplus
     flashcl_kv_cache c = {};
@@ -554,8 +564,12 @@ typedef struct flashcl_merge_desc {
     size_t lse_state_stride; /* elements from state i to i+1 in lse_states (0 = batch*heads*seqlen) */
 } flashcl_merge_desc;
 
+#ifdef __cplusplus
+#define FLASHCL_MERGE_DESC_INIT flashcl_merge_desc_init()
+#else
 #define FLASHCL_MERGE_DESC_INIT                                                                                        \
     { .struct_size = sizeof(flashcl_merge_desc) }
+#endif
 static inline flashcl_merge_desc flashcl_merge_desc_init(void) {
 #ifdef __cplusplus
     flashcl_merge_desc m = {};

@@ -43,6 +43,13 @@ flashcl_status flashcl__dispatch_plan(flashcl_context *ctx, flashcl__pass pass, 
     flashcl_status st = b->plan(ctx, pass, d, out);
     if (st != FLASHCL_SUCCESS) return st;
     out->scratch_bytes = b->scratch_bytes(ctx, pass, d);
+    /* The families that declined the call (why it is not on a faster path) must survive a long
+       reason: the family's own text gives way first, cut with "...". */
+    const size_t have = strlen(out->reason), need = strlen(skipped), cap = sizeof out->reason;
+    if (need > 0 && have + need >= cap && need + 4 < cap) {
+        const size_t keep = cap - 1 - need - 3;
+        if (keep < have) memcpy(out->reason + keep, "...", 4);
+    }
     flashcl__appendf(out->reason, sizeof out->reason, "%s", skipped);
     if (ctx->tuning_note[0]) { /* first, so that a long reason's truncation never hides it */
         char rest[sizeof out->reason];

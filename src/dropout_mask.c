@@ -13,8 +13,8 @@ flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attentio
     if (st != FLASHCL_SUCCESS) return st;
     if (d.dropout_p <= 0.0f)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "dropout_p is 0: there is no dropout mask to write");
-    if ((num_wait > 0) != (wait_list != NULL))
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list and num_wait disagree");
+    st = flashcl__validate_wait_list(ctx, num_wait, wait_list);
+    if (st != FLASHCL_SUCCESS) return st;
     if (flashcl__is_varlen(&d)) {
         st = flashcl__validate_variant_buffers(ctx, &d, 0);
         if (st != FLASHCL_SUCCESS) return st;

@@ -157,6 +157,9 @@ flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attent
                                       cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
                                       flashcl_tensor resolved[4]);
 
+/* num_wait and wait_list agree, and every event is one of this context's OpenCL context. */
+flashcl_status flashcl__validate_wait_list(flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list);
+
 /* A small buffer argument: a cl_mem of this context holding `count` elements of `elem` bytes from `offset`. */
 flashcl_status flashcl__validate_small(flashcl_context *ctx, const char *name, cl_mem buf, size_t elem, size_t offset,
                                        size_t count);

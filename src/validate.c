@@ -328,9 +328,28 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
                 return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "lse overlaps %s in the same buffer",
                                      views[i].name);
     }
+    return flashcl__validate_wait_list(ctx, num_wait, wait_list);
+}
+
+flashcl_status flashcl__validate_wait_list(flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list) {
     if ((num_wait > 0) != (wait_list != NULL))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list and num_wait disagree (%u events, list %s)",
                              (unsigned)num_wait, wait_list ? "set" : "NULL");
+    /* What the enqueue would refuse (CL_INVALID_EVENT_WAIT_LIST, CL_INVALID_CONTEXT) on a strict
+       driver, and some drivers let pass: refused here, before anything is enqueued. */
+    for (cl_uint i = 0; i < num_wait; ++i) {
+        if (!wait_list[i])
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list[%u] is NULL", (unsigned)i);
+        cl_context owner = NULL;
+        cl_int err = clGetEventInfo(wait_list[i], CL_EVENT_CONTEXT, sizeof owner, &owner, NULL);
+        if (err != CL_SUCCESS)
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list[%u] is not an event (%s)", (unsigned)i,
+                                 flashcl__cl_error_name(err));
+        if (owner != ctx->cl_ctx)
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT,
+                                 "wait_list[%u] belongs to another OpenCL context than the FlashCL context's",
+                                 (unsigned)i);
+    }
     return FLASHCL_SUCCESS;
 }
 

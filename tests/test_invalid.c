@@ -153,6 +153,26 @@ static void check_null_arguments(void) {
     c = make_call("num_wait 1 with a NULL wait list", &d, &w);
     c.num_wait = 1;
     expect(c, FLASHCL_ERR_INVALID_ARGUMENT, "wait", NULL);
+    /* Events the enqueue could not wait on: refused before anything is enqueued (POCL let them pass). */
+    static const cl_event null_event[1] = {NULL};
+    c = make_call("a NULL event in the wait list", &d, &w);
+    c.num_wait = 1;
+    c.wait = null_event;
+    expect(c, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list[0] is NULL", NULL);
+    cl_int err;
+    cl_device_id device;
+    REQUIRE_CL(clGetCommandQueueInfo(F.queue, CL_QUEUE_DEVICE, sizeof device, &device, NULL));
+    cl_context other = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
+    REQUIRE_CL(err);
+    cl_event foreign[1] = {clCreateUserEvent(other, &err)};
+    REQUIRE_CL(err);
+    c = make_call("an event of another OpenCL context", &d, &w);
+    c.num_wait = 1;
+    c.wait = foreign;
+    expect(c, FLASHCL_ERR_INVALID_ARGUMENT, "wait_list[0] belongs to another OpenCL context", NULL);
+    clSetUserEventStatus(foreign[0], CL_COMPLETE);
+    clReleaseEvent(foreign[0]);
+    clReleaseContext(other);
 }
 
 static void expect_desc(flashcl_attention_desc d, const char *what, int status, const char *field) {
@@ -358,6 +378,19 @@ static void check_other_entry_points(void) {
     bad.head_dim = 0;
     CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, &plan), FLASHCL_ERR_INVALID_HEAD_DIM);
     CHECK(strstr(flashcl_last_error(F.ctx), "head_dim") != NULL);
+    /* The standard path's plans refuse what its calls refuse: 16-bit storage, variants. */
+    flashcl_attention_desc std16 = d;
+    std16.path = FLASHCL_PATH_STANDARD;
+    std16.dtype = FLASHCL_DTYPE_F16;
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &std16, &plan), FLASHCL_ERR_UNSUPPORTED_DTYPE);
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &std16, &plan), FLASHCL_ERR_UNSUPPORTED_DTYPE);
+    flashcl_attention_desc std_cap = d;
+    std_cap.path = FLASHCL_PATH_STANDARD;
+    std_cap.softcap = 5.0f;
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &std_cap, &plan), FLASHCL_ERR_UNSUPPORTED_VARIANT);
+    CHECK(strstr(flashcl_last_error(F.ctx), "softcap") != NULL);
+    std_cap.softcap = 0.0f;
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &std_cap, &plan), FLASHCL_SUCCESS);
 
     float host[256] = {0};
     CHECK_STATUS(flashcl_forward_host(F.ctx, &d, NULL, host, host, host, NULL), FLASHCL_ERR_INVALID_ARGUMENT);

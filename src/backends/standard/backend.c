@@ -1,4 +1,4 @@
-/* The standard family's table: every call on FLASHCL_PATH_STANDARD (it refuses variants and 16-bit at launch). */
+/* The standard family's table: every call on FLASHCL_PATH_STANDARD (its plan and launch refuse variants and 16-bit). */
 #include "standard.h"
 
 static int standard_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
@@ -9,9 +9,12 @@ static int standard_covers(flashcl_context *ctx, flashcl__pass pass, const flash
 
 static flashcl_status standard_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                                     flashcl_plan *out) {
-    (void)pass, (void)d;
+    /* The query answers what the call would do: refuse what its launch refuses (16-bit, variants). */
+    flashcl_status st =
+        flashcl__require_plain(ctx, d, pass == FLASHCL__FORWARD ? "standard path" : "standard backward");
+    if (st != FLASHCL_SUCCESS) return st;
     const flashcl__standard_plan *p = NULL;
-    flashcl_status st = flashcl__plan_standard(ctx, &p);
+    st = flashcl__plan_standard(ctx, &p);
     if (st == FLASHCL_SUCCESS) *out = p->pub;
     return st;
 }
