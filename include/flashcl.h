@@ -340,8 +340,9 @@ typedef struct flashcl_attention_desc {
        Invalid offsets cannot cause out-of-bounds access: kernels clamp them to the totals.
        max_seqlen_q/k bound the per-sequence lengths (0 = the totals): rows of a longer sequence
        are not computed. With a bias, mask or block mask (whose rows and columns max_seqlen_q/k
-       are) the call reads both arrays back (a blocking read after wait_list) and refuses a
-       longer sequence with FLASHCL_ERR_INVALID_VARIANT naming cu_seqlens_q/k. */
+       are) the call reads both arrays back (a blocking read after wait_list: do not pass a
+       user event completed only after the call returns) and refuses a longer sequence with
+       FLASHCL_ERR_INVALID_VARIANT naming cu_seqlens_q/k. */
     cl_mem cu_seqlens_q, cu_seqlens_k;
     size_t max_seqlen_q, max_seqlen_k;
 

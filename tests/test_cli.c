@@ -198,6 +198,8 @@ static void check_bad_inputs(const tu_problem *p) {
     /* attention computes one path; --standard became --path standard. */
     expect_usage_error("--path both", "Q.npy", "K.npy", "V.npy", "--path both");
     expect_usage_error("--standard (retired)", "Q.npy", "K.npy", "V.npy", "--standard");
+    /* A --device that names no device is a bad option (exit 2), like the others. */
+    expect_usage_error("--device 99:99", "Q.npy", "K.npy", "V.npy", "--device 99:99");
 }
 
 /* ------------------------------------------------------------ backward */

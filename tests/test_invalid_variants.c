@@ -238,6 +238,13 @@ static void varlen(void) {
         m.max_seqlen_q = 8;
         m.max_seqlen_k = 6;
         expect_both("varlen mask, a sequence above max_seqlen_k", &m, FLASHCL_ERR_INVALID_VARIANT, "cu_seqlens_k");
+        /* The host-array entry point takes the same check (and writes nothing). */
+        static float hq[8 * 2 * 16], hk[8 * 16], ho[8 * 2 * 16];
+        for (size_t i = 0; i < sizeof ho / sizeof ho[0]; ++i) ho[i] = -7.0f;
+        if (!CHECK_STATUS(flashcl_forward_host(F.ctx, &m, hq, hk, hk, ho, NULL), FLASHCL_ERR_INVALID_VARIANT) ||
+            !strstr(flashcl_last_error(F.ctx), "cu_seqlens_k"))
+            fprintf(stderr, "  in: forward_host, varlen mask above max_seqlen_k (%s)\n", flashcl_last_error(F.ctx));
+        for (size_t i = 0; i < sizeof ho / sizeof ho[0]; ++i) CHECK(ho[i] == -7.0f);
         clReleaseMemObject(cu);
     }
     /* Varlen views are [total, h, d]: a batch stride is refused. */

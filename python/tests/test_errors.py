@@ -90,10 +90,14 @@ def test_varlen_checks(rng):
         flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, block_table=cu)
     # Offsets: from 0 to the packed rows, never decreasing, no sequence above max_seqlen (else rows
     # would come back unwritten, or a bias/mask be read past its rows).
-    with pytest.raises(ValueError, match="cu_seqlens_q must run from 0 to the 10 packed rows, got 2 ... 10"):
+    with pytest.raises(ValueError, match="cu_seqlens_q must run from 0 to at most the 10 packed rows, got 2 ... 10"):
         flashcl.flash_attn_varlen_func(q, k, v, np.array([2, 4, 10], np.int32), cu, 6, 6)
-    with pytest.raises(ValueError, match="cu_seqlens_k must run from 0 to the 10 packed rows, got 0 ... 9"):
-        flashcl.flash_attn_varlen_func(q, k, v, cu, np.array([0, 4, 9], np.int32), 6, 6)
+    with pytest.raises(ValueError, match="cu_seqlens_k must run from 0 to at most the 10 packed rows, got 0 ... 11"):
+        flashcl.flash_attn_varlen_func(q, k, v, cu, np.array([0, 5, 11], np.int32), 6, 6)
+    # Padding rows past the last offset are allowed (and left alone), as flash_attn does.
+    out = flashcl.flash_attn_varlen_func(q, k, v, np.array([0, 4, 9], np.int32), cu, 6, 6)
+    ref = flashcl.flash_attn_varlen_func(q[:9], k, v, np.array([0, 4, 9], np.int32), cu, 6, 6)
+    np.testing.assert_array_equal(out[:9], ref)
     with pytest.raises(ValueError, match="cu_seqlens_q must not decrease"):
         flashcl.flash_attn_varlen_func(q, k, v, np.array([0, 8, 4, 10], np.int32), np.array([0, 4, 8, 10], np.int32),
                                        8, 8)

@@ -455,14 +455,17 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     p->fused_merge = !cpu && g.fused;
     p->mma = !cpu && g.mma;
     st = build(ctx, d, paged, cache_dtype, options, p);
-    /* The tensor-core form at d, d_v <= 128 is bound by the loads its groups keep in flight, not by
+    /* The tensor-core form at d, d_v <= 128 with an fp8 cache (what was measured; 16-bit caches take
+       it only when FLASHCL_DECODE_MMA forces it) is bound by the loads its groups keep in flight, not by
        how many the registers let a compute unit hold: split until about four groups a compute unit
        run. H200, fp8 e4m3 cache, hq32 hkv8, the same keys in all (ms, one lease): b32 sk8192 one
        split (what the kernel's work-group limit gave) 0.269, 2 splits 0.191, 4 0.199; b16
        sk16384 2 splits (before) 0.274, 4 0.190; b64 unsplit 0.354 was already the best. At
        d = 256 the fit's count stays: 1 split 0.374 against 0.403 with 2. Not registers: capped at
        128 or 96 (-cl-nv-maxrregcount), b32 with 2 splits ran 0.192 as without the cap. */
-    if (st == FLASHCL_SUCCESS && p->mma && d->head_dim <= 128 && d->head_dim_v <= 128) p->groups_per_cu = 4;
+    if (st == FLASHCL_SUCCESS && p->mma && cache_dtype != FLASHCL_CACHE_DTYPE_SAME && d->head_dim <= 128 &&
+        d->head_dim_v <= 128)
+        p->groups_per_cu = 4;
     if (st != FLASHCL_SUCCESS) {
         if (p->attend) clReleaseKernel(p->attend);
         if (p->merge) clReleaseKernel(p->merge);
