@@ -16,7 +16,7 @@ flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attentio
     st = flashcl__validate_wait_list(ctx, num_wait, wait_list);
     if (st != FLASHCL_SUCCESS) return st;
     if (flashcl__is_varlen(&d)) {
-        st = flashcl__validate_variant_buffers(ctx, &d, 0);
+        st = flashcl__validate_variant_buffers(ctx, &d, 0, num_wait, wait_list);
         if (st != FLASHCL_SUCCESS) return st;
     }
     const size_t rows = d.max_seqlen_q, cols = d.max_seqlen_k;

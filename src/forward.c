@@ -8,9 +8,7 @@ flashcl_status flashcl__prepare_forward(flashcl_context *ctx, const flashcl_atte
                                         flashcl_tensor views[FLASHCL__FORWARD_VIEWS]) {
     flashcl_status st = flashcl__resolve_desc(ctx, desc, d);
     if (st != FLASHCL_SUCCESS) return st;
-    st = flashcl__validate_call(ctx, d, q, k, v, o, lse, lse_offset, num_wait, wait_list, views);
-    if (st == FLASHCL_SUCCESS) st = flashcl__validate_varlen_lengths(ctx, d, num_wait, wait_list);
-    return st;
+    return flashcl__validate_call(ctx, d, q, k, v, o, lse, lse_offset, num_wait, wait_list, views);
 }
 
 flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_desc *desc, const flashcl_tensor *q,

@@ -83,8 +83,7 @@ static flashcl_tensor packed_view(const flashcl_attention_desc *d, const host_ar
 
 static flashcl_status run_host(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
                                const host_array *arrays, int n, int lse_index) {
-    flashcl_status st = flashcl__validate_variant_buffers(ctx, d, backward);
-    if (st == FLASHCL_SUCCESS) st = flashcl__validate_varlen_lengths(ctx, d, 0, NULL);
+    flashcl_status st = flashcl__validate_variant_buffers(ctx, d, backward, 0, NULL);
     if (st != FLASHCL_SUCCESS) return st;
     cl_mem bufs[9] = {NULL};
     flashcl_tensor views[8];

@@ -164,13 +164,12 @@ flashcl_status flashcl__validate_wait_list(flashcl_context *ctx, cl_uint num_wai
 flashcl_status flashcl__validate_small(flashcl_context *ctx, const char *name, cl_mem buf, size_t elem, size_t offset,
                                        size_t count);
 
-/* Bounds of the variant buffers (slopes, sinks, dsinks when backward, bias, masks, cu_seqlens). */
-flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward);
-/* Varlen with a bias, mask or block mask: every sequence within max_seqlen_q/k, the matrices' rows and
-   columns (else a longer sequence would index past them). Reads cu_seqlens back (blocking, after
-   the wait list): only for that combination. */
-flashcl_status flashcl__validate_varlen_lengths(flashcl_context *ctx, const flashcl_attention_desc *d, cl_uint num_wait,
-                                                const cl_event *wait_list);
+/* Bounds of the variant buffers (slopes, sinks, dsinks when backward, bias, masks, cu_seqlens). Varlen
+   with a bias, mask or block mask: also every sequence within max_seqlen_q/k, the matrices' rows and
+   columns (else a longer sequence would index past them), by reading cu_seqlens back (blocking,
+   after the wait list): only for that combination. */
+flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
+                                                 cl_uint num_wait, const cl_event *wait_list);
 
 /* ---- variants (variants.c) */
 /* Defaults and scalar checks of the variant fields (called by flashcl__resolve_desc):

@@ -223,7 +223,7 @@ static flashcl_status check_views(flashcl_context *ctx, const flashcl_attention_
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
     flashcl_status st =
         flashcl__validate_views(ctx, d, specs, append ? 6 : 4, &lse_spec, num_wait, wait_list, p->views);
-    if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0);
+    if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0, num_wait, wait_list);
     return st;
 }
 

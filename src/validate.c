@@ -363,7 +363,7 @@ flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attent
                                          {"o", o, d->heads_q, d->seqlen_q, d->head_dim_v, 1, 0, 0}};
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
     flashcl_status st = flashcl__validate_views(ctx, d, views, 4, &lse_spec, num_wait, wait_list, resolved);
-    if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0);
+    if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0, num_wait, wait_list);
     return st;
 }
 
@@ -407,7 +407,46 @@ static flashcl_status check_matrix(flashcl_context *ctx, const flashcl_attention
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward) {
+/* The length of sequence b as the kernels see it (cl/variants.cl's flashcl_cu: each offset
+   clamped into [0, total], an inverted pair empty). */
+static long varlen_length(const cl_int *cu, size_t b, size_t total) {
+    const long lo = cu[b] < 0 ? 0 : (long)cu[b] > (long)total ? (long)total : (long)cu[b];
+    const long hi = cu[b + 1] < 0 ? 0 : (long)cu[b + 1] > (long)total ? (long)total : (long)cu[b + 1];
+    return hi > lo ? hi - lo : 0;
+}
+
+static flashcl_status validate_varlen_lengths(flashcl_context *ctx, const flashcl_attention_desc *d, cl_uint num_wait,
+                                              const cl_event *wait_list) {
+    if (!flashcl__is_varlen(d) || (!d->bias.buffer && !d->mask.buffer && !d->block_mask.buffer)) return FLASHCL_SUCCESS;
+    const size_t n = d->batch + 1;
+    cl_int *cu = malloc(2 * n * sizeof *cu);
+    if (!cu) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for cu_seqlens");
+    cl_int err =
+        clEnqueueReadBuffer(ctx->queue, d->cu_seqlens_q, CL_TRUE, 0, n * sizeof *cu, cu, num_wait, wait_list, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(ctx->queue, d->cu_seqlens_k, CL_TRUE, 0, n * sizeof *cu, cu + n, num_wait, wait_list,
+                                  NULL);
+    flashcl_status st = FLASHCL_SUCCESS;
+    if (err != CL_SUCCESS) st = flashcl__fail_cl(ctx, err, "clEnqueueReadBuffer(cu_seqlens)");
+    for (size_t b = 0; st == FLASHCL_SUCCESS && b < d->batch; ++b) {
+        const long lq = varlen_length(cu, b, d->seqlen_q), lk = varlen_length(cu + n, b, d->seqlen_k);
+        if ((size_t)lq > d->max_seqlen_q)
+            st = flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,
+                               "cu_seqlens_q: sequence %zu has %ld query rows, more than max_seqlen_q (%zu), the rows "
+                               "of the bias/mask/block_mask matrices",
+                               b, lq, d->max_seqlen_q);
+        else if ((size_t)lk > d->max_seqlen_k)
+            st = flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,
+                               "cu_seqlens_k: sequence %zu has %ld keys, more than max_seqlen_k (%zu), the columns of "
+                               "the bias/mask/block_mask matrices",
+                               b, lk, d->max_seqlen_k);
+    }
+    free(cu);
+    return st;
+}
+
+flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
+                                                 cl_uint num_wait, const cl_event *wait_list) {
     flashcl_status st = FLASHCL_SUCCESS;
     const size_t sq = d->max_seqlen_q, sk = d->max_seqlen_k;
     if (d->alibi_slopes) {
@@ -434,43 +473,6 @@ flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const fla
         if (st == FLASHCL_SUCCESS)
             st = flashcl__validate_small(ctx, "cu_seqlens_k", d->cu_seqlens_k, sizeof(cl_int), 0, d->batch + 1);
     }
-    return st;
-}
-
-/* The length of sequence b as the kernels see it (cl/variants.cl's flashcl_cu: each offset
-   clamped into [0, total], an inverted pair empty). */
-static long varlen_length(const cl_int *cu, size_t b, size_t total) {
-    const long lo = cu[b] < 0 ? 0 : (long)cu[b] > (long)total ? (long)total : (long)cu[b];
-    const long hi = cu[b + 1] < 0 ? 0 : (long)cu[b + 1] > (long)total ? (long)total : (long)cu[b + 1];
-    return hi > lo ? hi - lo : 0;
-}
-
-flashcl_status flashcl__validate_varlen_lengths(flashcl_context *ctx, const flashcl_attention_desc *d, cl_uint num_wait,
-                                                const cl_event *wait_list) {
-    if (!flashcl__is_varlen(d) || (!d->bias.buffer && !d->mask.buffer && !d->block_mask.buffer)) return FLASHCL_SUCCESS;
-    const size_t n = d->batch + 1;
-    cl_int *cu = malloc(2 * n * sizeof *cu);
-    if (!cu) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for cu_seqlens");
-    cl_int err =
-        clEnqueueReadBuffer(ctx->queue, d->cu_seqlens_q, CL_TRUE, 0, n * sizeof *cu, cu, num_wait, wait_list, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(ctx->queue, d->cu_seqlens_k, CL_TRUE, 0, n * sizeof *cu, cu + n, num_wait, wait_list,
-                                  NULL);
-    flashcl_status st = FLASHCL_SUCCESS;
-    if (err != CL_SUCCESS) st = flashcl__fail_cl(ctx, err, "clEnqueueReadBuffer(cu_seqlens)");
-    for (size_t b = 0; st == FLASHCL_SUCCESS && b < d->batch; ++b) {
-        const long lq = varlen_length(cu, b, d->seqlen_q), lk = varlen_length(cu + n, b, d->seqlen_k);
-        if ((size_t)lq > d->max_seqlen_q)
-            st = flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,
-                               "cu_seqlens_q: sequence %zu has %ld query rows, more than max_seqlen_q (%zu), the rows "
-                               "of the bias/mask/block_mask matrices",
-                               b, lq, d->max_seqlen_q);
-        else if ((size_t)lk > d->max_seqlen_k)
-            st = flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,
-                               "cu_seqlens_k: sequence %zu has %ld keys, more than max_seqlen_k (%zu), the columns of "
-                               "the bias/mask/block_mask matrices",
-                               b, lk, d->max_seqlen_k);
-    }
-    free(cu);
+    if (st == FLASHCL_SUCCESS) st = validate_varlen_lengths(ctx, d, num_wait, wait_list);
     return st;
 }

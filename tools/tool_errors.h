@@ -28,7 +28,8 @@ int tool_failure(const char *fmt, ...) TOOL_PRINTF(1, 2);
 
 /*
  * Prints "flashcl: [where: ]STATUS_NAME: detail" on one line and returns
- * TOOL_EXIT_FAILED (TOOL_EXIT_USAGE for FLASHCL_ERR_INVALID_DEVICE_SPEC: a bad --device). detail is normally flashcl_last_error(ctx); when it is
+ * TOOL_EXIT_FAILED (TOOL_EXIT_USAGE for FLASHCL_ERR_INVALID_DEVICE_SPEC: a
+ * bad --device). detail is normally flashcl_last_error(ctx); when it is
  * NULL or empty the status's generic description is used instead.
  */
 int tool_status_error(const char *where, int status, const char *detail);

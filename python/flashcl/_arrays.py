@@ -75,6 +75,11 @@ def raw(x):
     return x.detach()
 
 
+def to_numpy(x):
+    """A numpy array of x's values (a tensor detached and copied to host memory; an array as is)."""
+    return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
+
+
 def host(x):
     """A tensor on another device (CUDA, MPS, XPU, ...) is copied to host memory."""
     if x is not None and is_torch(x) and x.device.type != "cpu":

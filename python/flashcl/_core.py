@@ -81,7 +81,7 @@ def _check_cu_seqlens(name, cu, total, max_len, max_name):
     rows (rows past the last offset, padding, are left as they are, as in flash_attn), no sequence
     longer than max_seqlen (the kernels' grids and the bias/mask matrices stop there, so a longer
     sequence would come back partly unwritten)."""
-    c = np.asarray(cu if isinstance(cu, np.ndarray) else cu.detach().cpu().numpy()).astype(np.int64)
+    c = np.asarray(_arrays.to_numpy(cu), np.int64)
     _need(c[0] == 0 and c[-1] <= total,
           lambda: f"{name} must run from 0 to at most the {total} packed rows, got {c[0]} ... {c[-1]}")
     lengths = np.diff(c)

@@ -28,7 +28,7 @@ def probabilities(q, k, spec):
     probs = np.zeros((p.batch, p.heads_q, p.max_seqlen_q, p.max_seqlen_k), np.float32)
     cu_q = cu_k = None
     if p.varlen:
-        cu_q, cu_k = (np.asarray(_to_numpy(c), np.int64) for c in (spec.cu_seqlens_q, spec.cu_seqlens_k))
+        cu_q, cu_k = (np.asarray(_arrays.to_numpy(c), np.int64) for c in (spec.cu_seqlens_q, spec.cu_seqlens_k))
         key_seq = np.searchsorted(cu_k, np.arange(p.seqlen_k), side="right") - 1
         key_pos = np.arange(p.seqlen_k) - cu_k[key_seq]  # each key's index within its sequence
     else:
@@ -41,7 +41,7 @@ def probabilities(q, k, spec):
         if not isinstance(q32, np.ndarray):
             v = _arrays.torch_module().from_numpy(v)
         out, _ = _core.forward(q32, k32, v, plain)
-        out = _to_numpy(out)
+        out = _arrays.to_numpy(out)
         if p.varlen:
             for b in range(p.batch):
                 rows = out[cu_q[b]:cu_q[b + 1]]  # (sq_b, h, width)
@@ -49,10 +49,6 @@ def probabilities(q, k, spec):
         else:
             probs[:, :, :, j0:j0 + width] = out.transpose(0, 2, 1, 3)
     return probs
-
-
-def _to_numpy(x):
-    return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
 
 
 def s_dmask(q, k, spec):
@@ -63,6 +59,6 @@ def s_dmask(q, k, spec):
         return _arrays.torch_module().from_numpy(empty) if torch_kind else empty
     probs = probabilities(q, k, spec)
     q32, k32 = _as_f32(q), _as_f32(k)
-    keep = _to_numpy(_core.dropout_mask(q32, k32, k32, spec))
+    keep = _arrays.to_numpy(_core.dropout_mask(q32, k32, k32, spec))
     out = np.where(keep, probs, -probs)
     return _arrays.torch_module().from_numpy(out) if torch_kind else out
