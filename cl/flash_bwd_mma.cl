@@ -786,13 +786,16 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
 #define MB_QB_STAGE (MB_SLICES > 1 ? MB_QB_E : 2 * MB_QB_E) /* Q and dO one after the other when sliced */
-#define MB_SM_E (MB_QB_STAGE > 2 * MB_KT_E ? MB_QB_STAGE : 2 * MB_KT_E)
+/* The key tiles' stages: two, each tile's copies issued by the tile before so they land behind its
+   products; one in the sm_75 form, whose copies are plain loads (wgmma has its own buffer). */
+#define MB_DQ_STAGES (MMA_SM75 && !MB_WG ? 1 : 2)
+#define MB_SM_E (MB_QB_STAGE > 2 * MB_DQ_STAGES * MB_KT_E ? MB_QB_STAGE : 2 * MB_DQ_STAGES * MB_KT_E)
 #if MB_WG
     /* Two buffers of a K tile and a V tile, swizzled (1024-byte atoms: cl/ptx.cl). */
     __local ushort smem[4 * MMA_BWD_BCQ * HEAD_DIM] __attribute__((aligned(1024)));
 #else
     __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
-    __local ushort *ks = smem, *vs = smem + MB_KT_E;
+    __local ushort *ks = smem, *vs = smem + MB_KT_E; /* stage 0; stage 1 is 2 MB_KT_E on */
 #endif
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
@@ -837,56 +840,63 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     mb_zero(dq);
 
     const long kv_end = flashcl_kv_end(hd, last_row, win_right);
-#if MB_WG
     __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr, *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
     long kv0 = flashcl_kv_begin(hd, q0, MMA_BWD_BCQ, win_left);
     while (kv0 < kv_end && flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MMA_BWD_BCQ - 1, VARIANT_PASS)) {
         kv0 += MMA_BWD_BCQ;
     }
+#if MB_WG
 #define MB_TILE_E (MMA_BWD_BCQ * HEAD_DIM)
-    /* Key tile at row kv -> buffer `at` (K, then V, each MMA_BWD_BCQ rows): one copy group. */
-#define MB_WG_KV_LOAD(at, kv)                                                                                          \
+    /* Key tile at row kv -> stage st (K, then V, each MMA_BWD_BCQ rows, swizzled): one copy group. */
+#define MB_DQ_KV_LOAD(st, kv)                                                                                          \
     do {                                                                                                               \
-        wg_load_tile((at), Kb, k_sr, (kv), MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);             \
-        wg_load_tile((at) + MB_TILE_E, Vb, v_sr, (kv), MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8); \
+        __local ushort *at = smem + (st)*2 * MB_TILE_E;                                                                \
+        wg_load_tile(at, Kb, k_sr, (kv), MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);               \
+        wg_load_tile(at + MB_TILE_E, Vb, v_sr, (kv), MMA_BWD_BCQ, hd.sk, lid, MB_THREADS, MB_CHUNKS, MB_D_REAL / 8);   \
         ptx_cp_commit();                                                                                               \
     } while (0)
-    /* The j-th visited key tile (tiles the block mask skips do not count) in buffer j & 1. The next
+#else
+    /* Key tile at row kv -> stage st (K and V padded, the stages 2 MB_KT_E apart): one copy group. */
+#define MB_DQ_KV_LOAD(st, kv)                                                                                          \
+    do {                                                                                                               \
+        mb_load_tile(ks + (st)*2 * MB_KT_E, Kb, k_sr, (kv), MMA_BWD_BCQ, hd.sk, lid);                                  \
+        mb_load_tile(vs + (st)*2 * MB_KT_E, Vb, v_sr, (kv), MMA_BWD_BCQ, hd.sk, lid);                                  \
+        ptx_cp_commit();                                                                                               \
+    } while (0)
+    const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
+    const uint ks_n = ptx_smem_addr(ks) + n_lane, ks_k = ptx_smem_addr(ks) + k_lane, vs_n = ptx_smem_addr(vs) + n_lane;
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its Q/dO fragments: the stages take the buffer */
+#endif
+    /* The j-th visited key tile (tiles the block mask skips do not count) in stage j & 1. The next
        tile's copies are issued before this one's products, so they land behind them. */
-    if (kv0 < kv_end) MB_WG_KV_LOAD(smem, kv0);
-    for (int buf = 0; kv0 < kv_end; buf ^= 1) {
+    if (MB_DQ_STAGES == 2 && kv0 < kv_end) MB_DQ_KV_LOAD(0, kv0);
+    for (int st = 0; kv0 < kv_end; st ^= 1) {
         long next = kv0 + MMA_BWD_BCQ;
         while (next < kv_end && flashcl_tile_skipped(hd, q0, last_row, next, next + MMA_BWD_BCQ - 1, VARIANT_PASS))
             next += MMA_BWD_BCQ;
-        __local ushort *ks = smem + buf * 2 * MB_TILE_E, *nks = smem + (buf ^ 1) * 2 * MB_TILE_E;
-        barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with the other buffer (the tile before) */
-        if (next < kv_end) {
-            MB_WG_KV_LOAD(nks, next);
+        const int cur = MB_DQ_STAGES == 2 ? st : 0; /* this tile's stage */
+        barrier(CLK_LOCAL_MEM_FENCE);               /* every warp is done with the tile before: its stage is free */
+        if (MB_DQ_STAGES == 1) {
+            MB_DQ_KV_LOAD(0, kv0);
+            ptx_cp_wait_all();
+        } else if (next < kv_end) {
+            MB_DQ_KV_LOAD(st ^ 1, next);
             ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
         } else {
             ptx_cp_wait_all();
         }
+#if MB_WG
         WG_PROXY_FENCE();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
-        const ulong k_desc = wg_desc(ptx_smem_addr(ks), 1, 64), v_desc = wg_desc(ptx_smem_addr(ks + MB_TILE_E), 1, 64);
         float s[MMA_BWD_BCQ / 8][4], dp_[MMA_BWD_BCQ / 8][4];
+#if MB_WG
+        __local ushort *ks = smem + cur * 2 * MB_TILE_E;
+        const ulong k_desc = wg_desc(ptx_smem_addr(ks), 1, 64), v_desc = wg_desc(ptx_smem_addr(ks + MB_TILE_E), 1, 64);
         WG_QKR(MMA_BWD_BCQ, MB_WG_SR, MB_WG_BLOCKS, MB_WG_DSTEPS, s, qf, k_desc, (ulong)(MMA_BWD_BCQ * 8));
         WG_QKR(MMA_BWD_BCQ, MB_WG_SR, MB_WG_BLOCKS, MB_WG_DSTEPS, dp_, of, v_desc, (ulong)(MMA_BWD_BCQ * 8));
 #else
-    const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
-    const uint ks_n = ptx_smem_addr(ks) + n_lane, ks_k = ptx_smem_addr(ks) + k_lane, vs_n = ptx_smem_addr(vs) + n_lane;
-    __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr, *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
-
-    for (long kv0 = flashcl_kv_begin(hd, q0, MMA_BWD_BCQ, win_left); kv0 < kv_end; kv0 += MMA_BWD_BCQ) {
-        if (flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MMA_BWD_BCQ - 1, VARIANT_PASS)) continue; /* uniform */
-        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the previous tiles (or Q/dO) */
-        mb_load_tile(ks, Kb, k_sr, kv0, MMA_BWD_BCQ, hd.sk, lid);
-        mb_load_tile(vs, Vb, v_sr, kv0, MMA_BWD_BCQ, hd.sk, lid);
-        ptx_cp_commit();
-        ptx_cp_wait_all();
-        barrier(CLK_LOCAL_MEM_FENCE);
-
-        float s[MMA_BWD_BCQ / 8][4], dp_[MMA_BWD_BCQ / 8][4];
+        const uint so = (uint)(cur * 2 * MB_KT_E * 2); /* this stage's byte offset */
 #pragma unroll
         for (int n = 0; n < MMA_BWD_BCQ / 8; ++n)
 #pragma unroll
@@ -896,10 +906,10 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #pragma unroll
             for (int np = 0; np < MMA_BWD_BCQ / 16; ++np) {
                 uint b0, b1, b2, b3;
-                ptx_ldsm_x4(ks_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4(ks_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
                 PTX_MMA(s[2 * np], qf[kk], b0, b1);
                 PTX_MMA(s[2 * np + 1], qf[kk], b2, b3);
-                ptx_ldsm_x4(vs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4(vs_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
                 PTX_MMA(dp_[2 * np], of[kk], b0, b1);
                 PTX_MMA(dp_[2 * np + 1], of[kk], b2, b3);
             }
@@ -935,27 +945,29 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #if MB_WG
         /* K read transposed (keys are k, d is n): column blocks MMA_BWD_BCQ * 128 B apart, 2048 B per k step. */
         WG_PV(MB_WG_OR, MB_WG_STEPS, dq, pf, wg_desc(ptx_smem_addr(ks), MMA_BWD_BCQ * 8, 64), (ulong)128);
-        kv0 = next;
-    }
-    ptx_cp_wait_all();
-#undef MB_WG_KV_LOAD
-#undef MB_TILE_E
 #else
 #pragma unroll
         for (int kk = 0; kk < MMA_BWD_BCQ / 16; ++kk)
 #pragma unroll
             for (int dp = 0; dp < MB_ODT; ++dp) {
                 uint b0, b1, b2, b3;
-                ptx_ldsm_x4_trans(ks_k + (uint)(kk * 16 * MB_LD + out0 + dp * 16) * 2, &b0, &b1, &b2, &b3);
+                ptx_ldsm_x4_trans(ks_k + so + (uint)(kk * 16 * MB_LD + out0 + dp * 16) * 2, &b0, &b1, &b2, &b3);
                 PTX_MMA(dq[2 * dp], pf[kk], b0, b1);
                 PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
             }
-    }
 #endif /* MB_WG */
+        kv0 = next;
+    }
+    ptx_cp_wait_all();
+#undef MB_DQ_KV_LOAD
+#if MB_WG
+#undef MB_TILE_E
+#endif
     mb_store(dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr, dq_sr, q0 + warp * 16, hd.sq, lane, scale, dq, out0);
 #undef MB_QB_E
 #undef MB_KT_E
 #undef MB_QB_STAGE
+#undef MB_DQ_STAGES
 #undef MB_SM_E
 }
 #endif
