@@ -539,17 +539,14 @@ inline float mb_prob(float s, float lse2, flashcl_head hd, long i, long j, int c
 #if MB_TERMS
     float x = s * scale_log2;
 #if HAS_SOFTCAP
-    const float t = flashcl_tanh_fast(x * cap_inv);
+    const float t = ptx_tanh(x * cap_inv);
     x = softcap2 * t;
     *g = 1.0f - t * t;
 #endif
 #if HAS_ALIBI
     x -= hd.slope2 * fabs((float)(i + hd.off - j));
 #endif
-#if HAS_BIAS
-    x += bias[hd.bias_at + (ulong)i * bias_sr + (ulong)j] * FLASHCL_LOG2E_F;
-#endif
-    return ptx_exp2(x - lse2);
+    return ptx_exp2(x + flashcl_bias2(hd, i, j, VARIANT_PASS) - lse2);
 #else
     (void)cap_inv;
     return ptx_exp2(fma(s, scale_log2, -lse2));

@@ -34,12 +34,12 @@
  *
  * Variants (cl/variants.cl, the portable kernels' switches and arguments):
  * varlen, the causal/window band (only key tiles inside it are visited; tiles
- * the block mask drops are skipped and not loaded), softcap, ALiBi, bias and
- * boolean masks through flashcl_score, sinks folded into the row at the end,
- * dropout with the portable kernels' Philox mask (flashcl_dropout_words, so
- * the same bits). Without score terms the scale is folded into the
- * exponent's FMA (raw scores, masks set -inf); with them every score is
- * scaled first and goes through flashcl_score.
+ * the block mask drops are skipped and not loaded), softcap (the SFU's tanh,
+ * ptx_tanh), ALiBi, bias and boolean masks (flashcl_score's terms), sinks
+ * folded into the row at the end, dropout with the portable kernels' Philox
+ * mask (flashcl_dropout_words, so the same bits). Without score terms the
+ * scale is folded into the exponent's FMA (raw scores, masks set -inf); with
+ * them every score is scaled first.
  *
  * Storage is 16-bit (ushort in the kernel); MMA_F16 picks f16 (1) or bf16 (0,
  * the default; cl/ptx.cl reads it). MMA_TF32=1 is float32 storage on the TF32
@@ -178,10 +178,10 @@ typedef ushort mma_t;
 #define MMA_COLB(c2, y) ((uint)((2 * (c2)) ^ (y)) << 4)
 /* Scores the softmax sees: raw (the scale folded into the exponent) unless a
    score term needs them scaled first: softcap and ALiBi in the kernel's own
-   32-bit code (MMA_FAST_TERMS), a bias through flashcl_score (MMA_BIAS_PATH). */
+   32-bit code (MMA_FAST_TERMS), then a bias with the checks (MMA_BIAS_PATH). */
 #define MMA_PRESCALED HAS_SCORE_TERMS
 #define MMA_BIAS_PATH HAS_BIAS
-#define MMA_FAST_TERMS ((HAS_SOFTCAP || HAS_ALIBI) && !HAS_BIAS)
+#define MMA_FAST_TERMS (HAS_SOFTCAP || HAS_ALIBI)
 
 /* Copies rows [row0, row0 + rows) of a view into a tile whose rows are `ld`
    elements and `chunks` 16-byte chunks; rows at or past `limit` and chunks at
@@ -447,9 +447,8 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
 
         /* Scores: a tile inside the band of all this warp's rows (and no mask) needs
            no per-element check. Softcap and ALiBi are applied to every score in
-           32-bit arithmetic (one multiply for the softcap's division); a bias goes
-           through flashcl_score with the checks, since it must not be read
-           outside the sequence. */
+           32-bit arithmetic (one multiply for the softcap's division); a bias is
+           added after the checks, since it must not be read outside the sequence. */
         const int need_mask = MMA_BIAS_PATH || !flashcl_tile_plain(hd, w0, w0 + MMA_MT * 16 - 1, kv0, kv0 + MMA_BC - 1,
                                                                    win_left, win_right);
         uint pf[MMA_MT][MMA_BC / 16][MMA_TF32 ? 8 : 4];
@@ -462,7 +461,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                 for (int c = 0; c < 4; ++c) {
                     float x = s[mt][n][c] * scale_log2;
 #if HAS_SOFTCAP
-                    x = softcap2 * flashcl_tanh_fast(x * cap_inv);
+                    x = softcap2 * ptx_tanh(x * cap_inv);
 #endif
 #if HAS_ALIBI
                     const int rel = row_off + mt * 16 + (c >> 1) * 8 - (int)(kv0 - kv_tile0) - n * 8 - (c & 1);
@@ -481,8 +480,10 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                         const long row = r0 + mt * 16 + (c >> 1) * 8;
                         /* Rows past the sequence are never stored; masks and bias must not be read there. */
 #if MMA_BIAS_PATH
-                        s[mt][n][c] = row < sq ? flashcl_score(s[mt][n][c] * scale_log2, hd, row, key, VARIANT_PASS)
-                                               : FLASHCL_NEG_INF;
+                        const float x = MMA_FAST_TERMS ? s[mt][n][c] : s[mt][n][c] * scale_log2;
+                        s[mt][n][c] = row < sq && flashcl_visible(hd, row, key, VARIANT_PASS)
+                                          ? x + flashcl_bias2(hd, row, key, VARIANT_PASS)
+                                          : FLASHCL_NEG_INF;
 #else
                         if (row >= sq || !flashcl_visible(hd, row, key, VARIANT_PASS)) s[mt][n][c] = FLASHCL_NEG_INF;
 #endif

@@ -253,6 +253,16 @@ inline float ptx_exp2(float x) {
     return r;
 }
 
+/* The SFU's tanh (sm_75+; PTX documents a maximum relative error of about 2^-11): the tensor-core
+   kernels' softcap, as FlashAttention-2's. One SFU instruction per score where exp2 and a reciprocal
+   took two (H200, d = 128 softcap 30: forward 1.25x, forward+backward 1.31x; README). The forward
+   and the backward take the same one, so the backward's P matches the forward's LSE. */
+inline float ptx_tanh(float x) {
+    float r;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
 #if defined(MMA_WG) && MMA_WG
 /*
  * Hopper's warpgroup MMA (wgmma.mma_async, sm_90a), for cl/flash_fwd_mma.cl's MMA_WG form and its

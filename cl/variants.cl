@@ -352,17 +352,6 @@ inline int flashcl_tile_skipped(flashcl_head hd, long r0, long r1, long k0, long
 
 /* ------------------------------------------------------------ the score */
 
-/* tanh through one exp2 and one reciprocal with the native functions (on NVIDIA the SFU's
-   ex2.approx and rcp.approx: |error| about 1e-7, where OpenCL's tanh is a long sequence).
-   The tensor-core kernels' softcap (-D FLASHCL_TANH=flashcl_tanh_fast); elsewhere tanh. */
-inline float flashcl_tanh_fast(float x) {
-    const float e = native_exp2(fabs(x) * (2.0f * FLASHCL_LOG2E_F));
-    return copysign(1.0f - 2.0f * native_recip(e + 1.0f), x);
-}
-#ifndef FLASHCL_TANH
-#define FLASHCL_TANH tanh
-#endif
-
 /* Whether key j is visible to row i: the causal/window band, the boolean mask and the block mask. */
 inline int flashcl_visible(flashcl_head hd, long i, long j, VARIANT_ARGS) {
     if (j < flashcl_key_lo(hd, i, win_left) || j > flashcl_key_hi(hd, i, win_right)) return 0;
@@ -375,20 +364,26 @@ inline int flashcl_visible(flashcl_head hd, long i, long j, VARIANT_ARGS) {
     return 1;
 }
 
+/* The bias of row i, key j in the log2 domain (0 without a bias). */
+inline float flashcl_bias2(flashcl_head hd, long i, long j, VARIANT_ARGS) {
+#if HAS_BIAS
+    return bias[hd.bias_at + (ulong)i * bias_sr + (ulong)j] * FLASHCL_LOG2E_F;
+#else
+    return 0.0f;
+#endif
+}
+
 /* The final log2-domain logit of row i, key j from s2 = log2(e)*scale*q.k:
    -inf where not visible, else the softcap, ALiBi and bias terms applied. */
 inline float flashcl_score(float s2, flashcl_head hd, long i, long j, VARIANT_ARGS) {
     if (!flashcl_visible(hd, i, j, VARIANT_PASS)) return FLASHCL_NEG_INF;
 #if HAS_SOFTCAP
-    s2 = softcap2 * FLASHCL_TANH(s2 / softcap2);
+    s2 = softcap2 * tanh(s2 / softcap2); /* the tensor-core kernels: the SFU's (ptx_tanh, cl/ptx.cl) */
 #endif
 #if HAS_ALIBI
     s2 -= hd.slope2 * fabs((float)(i + hd.off - j));
 #endif
-#if HAS_BIAS
-    s2 += bias[hd.bias_at + (ulong)i * bias_sr + (ulong)j] * FLASHCL_LOG2E_F;
-#endif
-    return s2;
+    return s2 + flashcl_bias2(hd, i, j, VARIANT_PASS);
 }
 
 /* d(final logit)/d(scaled logit): the softcap's 1 - tanh^2, else 1. */

@@ -83,7 +83,7 @@ static void encoding(void) {
     snprintf(p.kernel, sizeof p.kernel, "flash_fwd_mma");
     snprintf(p.build_options, sizeof p.build_options,
              "-cl-mad-enable -DHEAD_DIM=128 -DMMA_DK_REAL=128 -DMMA_DV=128 -DMMA_WARPS=4 -DMMA_MT=2 -DMMA_BC=32 "
-             "-DMMA_QLOCAL=1 -DMMA_F16=0 -DMMA_SM75=0 -DMMA_TF32=0 -DFLASHCL_TANH=flashcl_tanh_fast -D HEAD_DIM_V=128");
+             "-DMMA_QLOCAL=1 -DMMA_F16=0 -DMMA_SM75=0 -DMMA_TF32=0 -D HEAD_DIM_V=128");
     CHECK(tune_encode_plan(&p, t, sizeof t) && strcmp(t, "kernel=mma,warps=4,bc=32,mt=2,ql=1") == 0);
 
     memset(&p, 0, sizeof p);

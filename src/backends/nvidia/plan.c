@@ -235,8 +235,9 @@ static flashcl_status choose_shape(flashcl_context *ctx, const flashcl_attention
     /* The wgmma form where it applies, before any tuned plan: `flashcl tune` measures mma.sync shapes,
        which the form beats on every plain/causal/window case measured (1.2-1.25x on the H200). Not with a
        softcap and Q in __local: there it measured 0.92x of mma.sync (b2 hq16 hkv8 N8192 d128 causal
-       softcap 30, 3.35 vs 3.09 ms), so those calls keep mma.sync; with Q in registers (d = 256, Gemma-2's
-       softcap 50 and window 4095) it measured 1.31x (314 against 240 TF/s). */
+       softcap 30, 3.35 vs 3.09 ms), and with the SFU's tanh 0.85x (187 against 221 TF/s; Q in registers
+       200), so those calls keep mma.sync; with Q in registers at d = 256 (Gemma-2's softcap 50 and
+       window 4095) it measured 1.31x (314 against 240 TF/s). */
     if (wg_shape_ok(wg, d->head_dim, d->head_dim_v, esize) && !(d->softcap > 0.0f && wg.qlocal) &&
         shape_local_bytes(wg, dk, dv, esize) <= ctx->info.local_mem_bytes && flashcl__wgmma_supported(ctx, NULL)) {
         *sh = wg;
@@ -343,7 +344,7 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     flashcl__variant_options(d, variants, sizeof variants);
     snprintf(options, sizeof options,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_DK_REAL=%zu -DMMA_DV=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d "
-             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DMMA_WG=%d -DFLASHCL_TANH=flashcl_tanh_fast %s",
+             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DMMA_WG=%d %s",
              dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, tf32, sh.wg, variants);
     for (flashcl__mma_plan *p = state->plans; p; p = p->next)
         if (strcmp(p->pub.build_options, options) == 0 && strcmp(p->pub.origin, origin) == 0) {
@@ -418,7 +419,7 @@ static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, 
     snprintf(out, cap,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d "
              "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d -DMMA_WG=%d -DMB_WG=%d "
-             "-DFLASHCL_TANH=flashcl_tanh_fast %s",
+             "%s",
              dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), sm75, step, step, plain, slices, mb_part, wg != 0, wg,
              variants);
 }
