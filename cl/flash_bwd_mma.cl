@@ -117,8 +117,13 @@
 #define MB_LD (HEAD_DIM + 8)
 #define MB_CHUNKS (HEAD_DIM / 8)
 #define MB_DT (HEAD_DIM / 16)
-#define MB_OUT (HEAD_DIM / MB_SLICES) /* output dims per work-group (a multiple of 16) */
+/* Output dims per work-group (a multiple of 16): one slice, except in the dV part (MB_PART = 1),
+   which owns all of them: its 16 keys' K fragments and dV accumulators fit at d = 256, and each
+   key block's S is then computed once for dV instead of once per slice. The dV part's program has
+   no dQ kernel (the dK part's has it). MB_WG_PER_BLOCK: work-groups per key or query block. */
+#define MB_OUT (MB_PART == 1 ? HEAD_DIM : HEAD_DIM / MB_SLICES)
 #define MB_ODT (MB_OUT / 16)
+#define MB_WG_PER_BLOCK (HEAD_DIM / MB_OUT)
 /* Per-element work beyond exp2: score terms, or a bias / mask that must be checked per pair. */
 #define MB_TERMS HAS_SCORE_TERMS
 #define MB_ALWAYS_CHECK (HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK)
@@ -595,8 +600,8 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
-    const int slice = (int)get_group_id(0) % MB_SLICES, out0 = slice * MB_OUT; /* my output dims */
-    const long k0 = (long)(get_group_id(0) / MB_SLICES) * MMA_BWD_BC;
+    const int slice = (int)get_group_id(0) % MB_WG_PER_BLOCK, out0 = slice * MB_OUT; /* my output dims */
+    const long k0 = (long)(get_group_id(0) / MB_WG_PER_BLOCK) * MMA_BWD_BC;
     /* The sequence's geometry is the same for every query head of the group. */
     const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     if (k0 >= hd0.sk) return; /* varlen: past this sequence (the whole group returns) */
@@ -774,6 +779,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #undef MB_SM_E
 }
 
+#if MB_PART != 1 /* the sliced dV part's program has no dQ kernel (MB_OUT above) */
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
                  __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
@@ -797,8 +803,8 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     /* Heaviest (causal) blocks first. */
-    const int block = (int)(get_num_groups(0) / MB_SLICES) - 1 - (int)(get_group_id(0) / MB_SLICES);
-    const int out0 = (int)(get_group_id(0) % MB_SLICES) * MB_OUT; /* my output dims */
+    const int block = (int)(get_num_groups(0) / MB_WG_PER_BLOCK) - 1 - (int)(get_group_id(0) / MB_WG_PER_BLOCK);
+    const int out0 = (int)(get_group_id(0) % MB_WG_PER_BLOCK) * MB_OUT; /* my output dims */
     const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long q0 = (long)block * MMA_BWD_BC;
@@ -967,4 +973,5 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #undef MB_DQ_STAGES
 #undef MB_SM_E
 }
+#endif /* MB_PART != 1 */
 #endif

@@ -51,6 +51,7 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     const size_t g_dot[3] = {(msq + dot_wg - 1) / dot_wg * dot_wg, d->heads_q, d->batch};
     const size_t sl = (size_t)plan->slices; /* work-groups per block: one per output slice */
     const size_t g_keys[3] = {(msk + bl - 1) / bl * wg * sl, d->heads_kv, d->batch};
+    const size_t g_dv[3] = {(msk + bl - 1) / bl * wg, d->heads_kv, d->batch}; /* the sliced dV part: every dim */
     const size_t g_rows[3] = {(msq + bl - 1) / bl * wg * sl, d->heads_q, d->batch};
     const size_t g_sinks[3] = {sw, d->heads_q, 1}; /* one work-group per head */
     flashcl__chain chain;
@@ -58,7 +59,7 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     if (st != FLASHCL_SUCCESS) return st;
     const int e_dot = flashcl__chain_launch(&chain, plan->k[0], names[0], 3, g_dot, dot_local, FLASHCL__AFTER_START);
     int last[4], n = 0;
-    last[n++] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, g_keys, main_local, e_dot);
+    last[n++] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, plan->k[3] ? g_dv : g_keys, main_local, e_dot);
     if (plan->k[3]) last[n++] = flashcl__chain_launch(&chain, plan->k[3], names[1], 3, g_keys, main_local, e_dot);
     last[n++] = flashcl__chain_launch(&chain, plan->k[2], names[2], 3, g_rows, main_local, e_dot);
     if (want_dsinks)

@@ -18,11 +18,12 @@
 /* The backward kernels of one build. */
 typedef struct flashcl__mma_bwd {
     /* flash_bwd_mma_dot, _dkdv, _dq, and with head dims above 128 (slices = 2) k[1] is the
-       dV-only build of _dkdv and k[3] the dK-only one (cl/flash_bwd_mma.cl's MB_PART) */
+       dV-only build of _dkdv (one work-group per key block, every output dim) and k[3] the
+       dK-only one (one per block and slice, as _dq; cl/flash_bwd_mma.cl's MB_PART) */
     cl_kernel k[4];
     cl_kernel dsinks; /* cl/flash_bwd.cl's flash_bwd_dsinks, with sinks */
     int plain;        /* built with MMA_PLAIN: dK/dV and dQ take causal as their last argument */
-    int slices;       /* output-dim slices per key / row block: 1, or 2 above d = 128 */
+    int slices;       /* output-dim slices of dK and dQ per key / row block: 1, or 2 above d = 128 */
     flashcl_plan pub; /* what flashcl_backward_plan_query reports */
 } flashcl__mma_bwd;
 

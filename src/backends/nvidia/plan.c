@@ -460,7 +460,8 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         cl_program program = NULL, program_dk = NULL;
         static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
         cl_kernel k[4] = {NULL, NULL, NULL, NULL}, dsinks = NULL;
-        /* Sliced: the dK part's program first; then the dV part's (with dot and dQ), whose options the plan reports. */
+        /* Sliced: the dK part's program first (with dQ); then the dV part's (with dot; it owns every
+           output dim: cl/flash_bwd_mma.cl's MB_OUT), whose options the plan reports. */
         for (int mb_part = slices > 1 ? 2 : 0; st == FLASHCL_SUCCESS; mb_part = 1) {
             bwd_options(options, sizeof options, d, dk, step, plain, slices, mb_part, variants,
                         flashcl__nvidia_state_of(ctx)->sm75, wg);
@@ -473,7 +474,8 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             if (mb_part != 2) break;
             if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program_dk, names[1], &k[3]);
         }
-        for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
+        for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i)
+            st = flashcl__create_kernel(ctx, i == 2 && program_dk ? program_dk : program, names[i], &k[i]);
         const int wg_failed = wg && st != FLASHCL_SUCCESS; /* the wgmma program or its kernels, not d(sinks) */
         if (st == FLASHCL_SUCCESS && d->sinks) {
             /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
@@ -529,8 +531,8 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                  dsinks ? " and flash_bwd_dsinks" : "");
         if (slices > 1)
             flashcl__appendf(bp->reason, sizeof bp->reason,
-                             "; d > 128: each work-group owns half of the output dims, dK/dV as a dV and a dK kernel "
-                             "(S and dP recomputed per part and half)");
+                             "; d > 128: dK/dV as a dV kernel (every output dim) and a dK kernel, whose work-groups "
+                             "own half of the output dims, as dQ's (S and dP recomputed per part and half)");
         if (dk != d->head_dim)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
         if (!plain && (d->head_dim == 64 || d->head_dim == 128) && flashcl__nvidia_state_of(ctx)->wg_bwd_failed)
