@@ -544,7 +544,7 @@ inline float mb_prob(float s, float lse2, flashcl_head hd, long i, long j, int c
 #if MB_TERMS
     float x = s * scale_log2;
 #if HAS_SOFTCAP
-    const float t = ptx_tanh(x * cap_inv);
+    const float t = MMA_TANH(x * cap_inv);
     x = softcap2 * t;
     *g = 1.0f - t * t;
 #endif

@@ -461,7 +461,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                 for (int c = 0; c < 4; ++c) {
                     float x = s[mt][n][c] * scale_log2;
 #if HAS_SOFTCAP
-                    x = softcap2 * ptx_tanh(x * cap_inv);
+                    x = softcap2 * MMA_TANH(x * cap_inv);
 #endif
 #if HAS_ALIBI
                     const int rel = row_off + mt * 16 + (c >> 1) * 8 - (int)(kv0 - kv_tile0) - n * 8 - (c & 1);

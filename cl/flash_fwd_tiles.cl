@@ -74,7 +74,9 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     const int hk = h / group;
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long row0 = (long)block * BLOCK_M;
-    if (row0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    /* varlen: a block past this sequence visits no key tile and stores nothing; no early
+       return ahead of the barriers below (POCL 3.1's work-item-0 peeling, cl/common.cl). */
+    const int active = row0 < hd.sq;
     const long row_last = min(row0 + BLOCK_M, hd.sq) - 1;
 
     __global const store_t *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
@@ -101,7 +103,7 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     }
 
     const long kv_begin = flashcl_kv_begin(hd, row0, BLOCK_N, win_left);
-    const long kv_end = flashcl_kv_end(hd, row_last, win_right);
+    const long kv_end = active ? flashcl_kv_end(hd, row_last, win_right) : kv_begin;
     for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
         const long key_last = key0 + BLOCK_N - 1;
         if (flashcl_tile_skipped(hd, row0, row_last, key0, key_last, VARIANT_PASS)) continue;

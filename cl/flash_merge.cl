@@ -54,9 +54,10 @@ __kernel void flash_merge(__global const float *Os, ulong os_off, ulong os_sb, u
 #else
     const float total = sum;
 #endif
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    /* A NaN (or +inf) LSE makes total NaN: pass it on rather than report an empty row. */
+    const float inv = total > 0.0f ? 1.0f / total : isnan(total) ? NAN : 0.0f;
     flashcl_st4(O + VIEW_BASE(o, b, h) + (hd.q0 + i) * o_sr, c4, acc * inv, HEAD_DIM_V);
     if (c4 == 0 && write_lse)
         LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, i)] =
-            total > 0.0f ? base + log(total) : FLASHCL_NEG_INF;
+            total > 0.0f ? base + log(total) : isnan(total) ? NAN : FLASHCL_NEG_INF;
 }

@@ -253,15 +253,33 @@ inline float ptx_exp2(float x) {
     return r;
 }
 
-/* The SFU's tanh (sm_75+; PTX documents a maximum relative error of about 2^-11): the tensor-core
-   kernels' softcap, as FlashAttention-2's. One SFU instruction per score where exp2 and a reciprocal
-   took two (H200, d = 128 softcap 30: forward 1.25x, forward+backward 1.31x; README). The forward
-   and the backward take the same one, so the backward's P matches the forward's LSE. */
+/* The SFU's tanh (sm_75+; PTX documents a maximum relative error of about 2^-11), as
+   FlashAttention-2's softcap: one SFU instruction per score where exp2 and a reciprocal take two
+   (H200, d = 128 softcap 30: forward 1.25x, forward+backward 1.31x; README). */
 inline float ptx_tanh(float x) {
     float r;
     asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
+
+/* tanh from the SFU's exp2 and reciprocal: |error| about 1e-7, close enough to the portable
+   kernels' tanh that either backward matches this forward's LSE. */
+inline float ptx_tanh_exact(float x) {
+    const float e = native_exp2(fabs(x) * (2.0f * FLASHCL_LOG2E_F));
+    return copysign(1.0f - 2.0f * native_recip(e + 1.0f), x);
+}
+
+/* The tensor-core kernels' softcap tanh. The backward recomputes P from the forward's LSE, so both
+   must take the same tanh: the host sets MMA_TANH_SFU=1 (ptx_tanh) in a backward and in a forward
+   whose backward runs on the tensor cores too (16-bit, d = d_v); a forward whose backward goes to
+   the portable kernels (TF32, d != d_v) keeps ptx_tanh_exact, as they keep OpenCL's tanh. A
+   16-bit forward paired with a portable backward (gradient views not 16-byte aligned) differs by
+   the SFU's error in each softcapped logit. */
+#if defined(MMA_TANH_SFU) && MMA_TANH_SFU
+#define MMA_TANH ptx_tanh
+#else
+#define MMA_TANH ptx_tanh_exact
+#endif
 
 #if defined(MMA_WG) && MMA_WG
 /*

@@ -175,9 +175,10 @@ flashcl_status flashcl_merge_states_host(const flashcl_merge_desc *desc, const f
                         const double w = exp(lse_states[s * m.lse_state_stride + lrow] - base);
                         if (w > 0.0) acc += w * o_states[s * m.o_state_stride + orow + c];
                     }
-                    o[orow + c] = total > 0.0 ? (float)(acc / total) : 0.0f;
+                    /* A NaN (or +inf) LSE makes total NaN: pass it on rather than report an empty row. */
+                    o[orow + c] = total > 0.0 ? (float)(acc / total) : isnan(total) ? NAN : 0.0f;
                 }
-                if (lse) lse[lrow] = total > 0.0 ? (float)(base + log(total)) : -INFINITY;
+                if (lse) lse[lrow] = total > 0.0 ? (float)(base + log(total)) : isnan(total) ? NAN : -INFINITY;
             }
     return FLASHCL_SUCCESS;
 }

@@ -1241,7 +1241,7 @@ static void check_table_reuse(flashcl_context *ctx) {
     kv_free(&r);
 }
 
-/* Merges random partial states (some rows with every LSE -inf) on the device and the host. */
+/* Merges random partial states (some rows with every LSE -inf, one with a NaN LSE) on the device and the host. */
 static void check_merge(flashcl_context *ctx) {
     cl_context cl = flashcl_context_cl_context(ctx);
     cl_command_queue queue = flashcl_context_queue(ctx);
@@ -1255,6 +1255,10 @@ static void check_merge(flashcl_context *ctx) {
     for (size_t s = 0; s < N; ++s) ls[s * rows + 4] = -INFINITY;  /* row 4: every state empty */
     ls[1 * rows + 7] = -INFINITY;                                 /* row 7: one state empty */
     for (size_t c = 0; c < D; ++c) os[1 * per + 7 * D + c] = NAN; /* ... holding garbage */
+    /* LSE row 9 (b 0, h 1, s 4; its O row starts at element 260): one state's LSE is NaN, a fault
+       upstream, which must come out as NaN rather than as an empty row (O 0, LSE -inf). */
+    enum { NAN_ROW = 9, NAN_O = ((0 * S + 4) * H + 1) * D };
+    ls[2 * rows + NAN_ROW] = NAN;
     flashcl_merge_desc m = FLASHCL_MERGE_DESC_INIT;
     m.num_states = N, m.batch = B, m.heads = H, m.seqlen = S, m.head_dim = D;
     cl_mem osb = tu_buffer_create(cl, N * per, os), lsb = tu_buffer_create(cl, N * rows, ls);
@@ -1280,11 +1284,20 @@ static void check_merge(flashcl_context *ctx) {
                     ref_o[orow + c] = total > 0 ? acc / total : 0.0;
                 }
             }
-    int ok = vcmp_elementwise("merge_states", "O", o_dev, ref_o, per, 1e-6, 1e-5);
+    int ok = isnan(lse_dev[NAN_ROW]) && isnan(lse_host[NAN_ROW]);
+    for (size_t c = 0; c < D; ++c) ok &= isnan(o_dev[NAN_O + c]) && isnan(o_host[NAN_O + c]);
+    if (!ok) {
+        fprintf(stderr, "FAIL merge_states: a NaN LSE did not give a NaN row (device and host)\n");
+        tu_fail_count();
+    }
+    /* That row checked, the comparisons below take it as 0 everywhere. */
+    lse_dev[NAN_ROW] = lse_host[NAN_ROW] = 0.0f, ref_l[NAN_ROW] = 0.0;
+    for (size_t c = 0; c < D; ++c) o_dev[NAN_O + c] = o_host[NAN_O + c] = 0.0f, ref_o[NAN_O + c] = 0.0;
+    ok &= vcmp_elementwise("merge_states", "O", o_dev, ref_o, per, 1e-6, 1e-5);
     ok &= vcmp_elementwise("merge_states", "LSE", lse_dev, ref_l, rows, 1e-6, 1e-6);
     ok &= vcmp_elementwise("merge_states_host", "O", o_host, ref_o, per, 1e-6, 1e-5);
     ok &= vcmp_elementwise("merge_states_host", "LSE", lse_host, ref_l, rows, 1e-6, 1e-6);
-    if (ok) printf("ok   merge_states (device and host), all -inf rows included\n");
+    if (ok) printf("ok   merge_states (device and host), all -inf rows and a NaN LSE included\n");
     clReleaseMemObject(osb), clReleaseMemObject(lsb), clReleaseMemObject(ob), clReleaseMemObject(lb);
 }
 

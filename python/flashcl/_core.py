@@ -7,6 +7,7 @@ library sees a descriptor, because a view that is too small for the
 descriptor is an error there but one that is too large would be read in part.
 """
 import math
+import numbers
 
 import numpy as np
 
@@ -193,7 +194,11 @@ def make_desc(p, spec):
     _need(scale > 0 and math.isfinite(scale), lambda: f"softmax_scale must be positive and finite, got {scale}")
     d.scale = scale
     d.causal = 1 if spec.causal else 0
+    _need(isinstance(spec.window_size, (tuple, list)) and len(spec.window_size) == 2,
+          lambda: f"window_size must be a pair (left, right), got {spec.window_size!r}")
     left, right = spec.window_size
+    _need(all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (left, right)),
+          lambda: f"window_size entries must be integers, got {tuple(spec.window_size)!r}")
     if (left, right) != (-1, -1):
         _need(-1 <= left < 2**31 and -1 <= right < 2**31,
               lambda: f"window_size entries must be >= -1 and below 2**31, got {tuple(spec.window_size)}")

@@ -259,6 +259,18 @@ def test_merge_states_reference(kind):
     assert np.all(f64(out)[1, 4, 2] == 0) and np.isneginf(f64(lse)[1, 2, 4])
 
 
+def test_merge_states_nan_lse_stays_nan():
+    """A NaN LSE (a fault upstream) gives a NaN row, not an empty one (O 0, LSE -inf), as FlashInfer's."""
+    rng = np.random.default_rng(5)
+    states = rng.standard_normal((2, 1, 3, 2, 8)).astype(np.float32)
+    lses = rng.standard_normal((2, 1, 2, 3)).astype(np.float32)
+    lses[0, 0, 0, 0] = np.nan
+    out, lse = flashcl.merge_states(states, lses)
+    assert np.isnan(lse[0, 0, 0]) and np.all(np.isnan(out[0, 0, 0]))
+    ref_out, ref_lse = merge_reference(states[:, :, 1:], lses[:, :, :, 1:])  # the other rows are untouched
+    np.testing.assert_allclose(f64(out[:, 1:]), ref_out, rtol=1e-6, atol=1e-6)
+
+
 def test_merge_states_errors():
     states = np.zeros((2, 1, 3, 2, 8), np.float32)
     with pytest.raises(ValueError, match=r"lse_states has shape \(2, 1, 3, 2\), expected \(2, 1, 2, 3\)"):

@@ -342,10 +342,14 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
                              (unsigned long long)ctx->info.local_mem_bytes);
     char variants[256], options[sizeof((flashcl_plan *)0)->build_options];
     flashcl__variant_options(d, variants, sizeof variants);
+    /* The SFU's tanh for a softcap only where this call's backward runs on the tensor cores too (16-bit,
+       d = d_v), so that its P matches this forward's LSE; cl/ptx.cl's MMA_TANH says why. */
+    const int tanh_sfu = d->softcap > 0.0f && !tf32 && d->head_dim == d->head_dim_v;
     snprintf(options, sizeof options,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_DK_REAL=%zu -DMMA_DV=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d "
-             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DMMA_WG=%d %s",
-             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, tf32, sh.wg, variants);
+             "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DMMA_WG=%d -DMMA_TANH_SFU=%d %s",
+             dk, d->head_dim, dv, sh.warps, sh.mt, sh.bc, sh.qlocal, slot, state->sm75, tf32, sh.wg, tanh_sfu,
+             variants);
     for (flashcl__mma_plan *p = state->plans; p; p = p->next)
         if (strcmp(p->pub.build_options, options) == 0 && strcmp(p->pub.origin, origin) == 0) {
             *out = p;
@@ -419,9 +423,9 @@ static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, 
     snprintf(out, cap,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d "
              "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d -DMMA_WG=%d -DMB_WG=%d "
-             "%s",
+             "-DMMA_TANH_SFU=%d %s",
              dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), sm75, step, step, plain, slices, mb_part, wg != 0, wg,
-             variants);
+             d->softcap > 0.0f, variants);
 }
 
 /* The backward's dQ kernel on wgmma (cl/flash_bwd_mma.cl's MB_WG): on Hopper after the wgmma probe,
