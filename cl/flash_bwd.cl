@@ -106,7 +106,9 @@ flash_bwd_dkdv(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *
     /* The sequence geometry (lengths, packed offsets) is the same for every head of the group. */
     const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long key0 = (long)get_group_id(0) * BLOCK_N;
-    if (key0 >= hd0.sk) return; /* varlen: past this sequence (the whole group returns) */
+    /* varlen: a block past this sequence visits nothing and stores nothing; no early return
+       ahead of the barriers below (POCL 3.1's work-item-0 peeling, cl/common.cl). */
+    const int active = key0 < hd0.sk;
     const long j = key0 + lid;
     const int key_valid = j < hd0.sk;
     const long key_last = min(key0 + BLOCK_N, hd0.sk) - 1;
@@ -133,7 +135,7 @@ flash_bwd_dkdv(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *
 
     /* Only the query rows whose causal/window band reaches this block's keys. */
     const long q_begin = flashcl_q_begin(hd0, key0, BLOCK_M, win_right);
-    const long q_end = flashcl_q_end(hd0, key_last, win_left);
+    const long q_end = active ? flashcl_q_end(hd0, key_last, win_left) : q_begin;
 
     for (int g = 0; g < group; ++g) {
         const int h = hk * group + g;
@@ -196,7 +198,9 @@ flash_bwd_dq(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K,
     const int hk = h / group;
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long row0 = (long)get_group_id(0) * BLOCK_M;
-    if (row0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    /* varlen: a block past this sequence visits nothing and stores nothing; no early return
+       ahead of the barriers below (POCL 3.1's work-item-0 peeling, cl/common.cl). */
+    const int active = row0 < hd.sq;
     const long i = row0 + lid;
     const int row_valid = i < hd.sq;
     const long row_last = min(row0 + BLOCK_M, hd.sq) - 1;
@@ -223,7 +227,7 @@ flash_bwd_dq(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K,
 
     /* Key tiles outside the block's causal/window band are never loaded. */
     const long kv_begin = flashcl_kv_begin(hd, row0, BLOCK_N, win_left);
-    const long kv_end = flashcl_kv_end(hd, row_last, win_right);
+    const long kv_end = active ? flashcl_kv_end(hd, row_last, win_right) : kv_begin;
 
     for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
         if (flashcl_tile_skipped(hd, row0, row_last, key0, key0 + BLOCK_N - 1, VARIANT_PASS)) continue;

@@ -207,7 +207,9 @@ flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const sto
     const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     /* Natural order: under a causal mask the first key blocks see the most rows, so they start first. */
     const long key0 = (long)get_group_id(0) * BLOCK_N;
-    if (key0 >= hd0.sk) return; /* varlen: past this sequence (the whole group returns) */
+    /* varlen: a block past this sequence visits nothing and stores nothing; no early return
+       ahead of the barriers below (POCL 3.1's work-item-0 peeling, cl/common.cl). */
+    const int active = key0 < hd0.sk;
     const long key_last = min(key0 + BLOCK_N, hd0.sk) - 1;
 
     __global const store_t *Kb = K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr;
@@ -228,7 +230,7 @@ flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const sto
 
     /* Only the query blocks whose causal/window band reaches this block's keys. */
     const long q_begin = flashcl_q_begin(hd0, key0, BLOCK_M, win_right);
-    const long q_end = flashcl_q_end(hd0, key_last, win_left);
+    const long q_end = active ? flashcl_q_end(hd0, key_last, win_left) : q_begin;
 
     for (int g = 0; g < group; ++g) {
         const int h = hk * group + g;
@@ -341,7 +343,9 @@ flash_bwd_dq_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store
     const int hk = h / group;
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long row0 = (long)block * BLOCK_M;
-    if (row0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    /* varlen: a block past this sequence visits nothing and stores nothing; no early return
+       ahead of the barriers below (POCL 3.1's work-item-0 peeling, cl/common.cl). */
+    const int active = row0 < hd.sq;
     const long row_last = min(row0 + BLOCK_M, hd.sq) - 1;
 
     __global const store_t *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
@@ -368,7 +372,7 @@ flash_bwd_dq_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store
 
     /* Key blocks outside the causal/window band are never loaded; a block that sees no key loads none. */
     const long kv_begin = flashcl_kv_begin(hd, row0, BLOCK_N, win_left);
-    const long kv_end = flashcl_kv_end(hd, row_last, win_right);
+    const long kv_end = active ? flashcl_kv_end(hd, row_last, win_right) : kv_begin;
 
     for (long key0 = kv_begin; key0 < kv_end; key0 += BLOCK_N) {
         const long row_end = row0 + BLOCK_M - 1, key_end = key0 + BLOCK_N - 1;
