@@ -416,6 +416,9 @@ static void check_errors(void) {
         {"--rotary-interleaved alone", "--rotary-interleaved %s", "--rotary-interleaved"},
         {"--dout with --k-cache", "--dout '%s' --dq a.npy --dk b.npy --dv c.npy", "--dout"},
         {"--cache-dtype fp9", "--cache-dtype fp9 %s", "--cache-dtype"},
+        {"--dropout with --k-cache", "--dropout 0.1 %s", "--dropout"},
+        {"--bias with --k-cache", "--bias '%s'", "--bias"},
+        {"--varlen with --k-cache", "--varlen 2 %s", "--varlen"},
     };
     const char *files[] = {work("table.npy"),
                            work("table_f32.npy"),
@@ -425,6 +428,9 @@ static void check_errors(void) {
                            "",
                            "",
                            work("kvQ.npy"),
+                           "",
+                           "",
+                           work("KC.npy"),
                            ""};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         char tail[1024], full[4096];

@@ -117,6 +117,15 @@ static int check_cu(const char *option, const npy_array *cu, size_t total, size_
  * Python API takes it), against the problem; sets an explicit view (a
  * dimension of 1 gets stride 0, so it broadcasts).
  */
+/* "n or 1" for a broadcastable dimension of n, "1" when n is 1. */
+static const char *or_one(size_t n, char *buf, size_t cap) {
+    if (n == 1)
+        snprintf(buf, cap, "1");
+    else
+        snprintf(buf, cap, "%zu or 1", n);
+    return buf;
+}
+
 static int check_matrix(const char *option, const npy_array *a, const flashcl_attention_desc *d, size_t rows,
                         size_t cols, const char *what, flashcl_matrix *m) {
     char shape[128];
@@ -124,9 +133,12 @@ static int check_matrix(const char *option, const npy_array *a, const flashcl_at
     const size_t two_d = a->ndim == 2;
     const size_t nb = two_d ? 1 : a->ndim == 4 ? a->shape[0] : 0, nh = two_d ? 1 : a->ndim == 4 ? a->shape[1] : 0;
     if ((a->ndim != 2 && a->ndim != 4) || (nb != 1 && nb != d->batch) || (nh != 1 && nh != d->heads_q) ||
-        a->shape[a->ndim - 2] != rows || a->shape[a->ndim - 1] != cols)
-        return tool_usage_error("%s: shape %s fits neither [%zu, %zu] nor [%zu or 1, %zu or 1, %zu, %zu] (%s)", option,
-                                shape, rows, cols, d->batch, d->heads_q, rows, cols, what);
+        a->shape[a->ndim - 2] != rows || a->shape[a->ndim - 1] != cols) {
+        char nb_text[32], nh_text[32];
+        return tool_usage_error("%s: shape %s fits neither [%zu, %zu] nor [%s, %s, %zu, %zu] (%s)", option, shape, rows,
+                                cols, or_one(d->batch, nb_text, sizeof nb_text),
+                                or_one(d->heads_q, nh_text, sizeof nh_text), rows, cols, what);
+    }
     memset(m, 0, sizeof *m);
     m->stride_row = cols;
     m->stride_head = nh == 1 ? 0 : rows * cols;

@@ -166,7 +166,7 @@ def _check_features(p, spec):
         if x is not None:
             s = _shape(x)
             _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] == (rows, cols),
-                  lambda: f"{name} must be ({b} or 1, {h} or 1, {rows}, {cols}), got {s}")
+                  lambda: f"{name} must be ({_or_one(b)}, {_or_one(h)}, {rows}, {cols}), got {s}")
     if spec.block_mask is not None:
         _need(spec.block_size is not None, "block_mask needs block_size=(block_q, block_k)")
         bq, bk = spec.block_size
@@ -174,7 +174,13 @@ def _check_features(p, spec):
         nq, nk = -(-rows // bq), -(-cols // bk)
         s = _shape(spec.block_mask)
         _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] == (nq, nk),
-              lambda: f"block_mask must be ({b} or 1, {h} or 1, {nq}, {nk}) for block_size {tuple(spec.block_size)}, got {s}")
+              lambda: f"block_mask must be ({_or_one(b)}, {_or_one(h)}, {nq}, {nk}) for block_size "
+                      f"{tuple(spec.block_size)}, got {s}")
+
+
+def _or_one(n):
+    """A broadcastable dimension of n in a shape message: "n or 1", or "1" when n is 1."""
+    return "1" if n == 1 else f"{n} or 1"
 
 
 def make_desc(p, spec):

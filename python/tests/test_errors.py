@@ -71,7 +71,7 @@ def test_bad_variant_arguments(rng, kwargs, match):
 
 def test_bad_extras(rng):
     q, k, v = qkv(rng)
-    with pytest.raises(ValueError, match=r"mask must be \(1 or 1, 2 or 1, 8, 8\)"):
+    with pytest.raises(ValueError, match=r"mask must be \(1, 2 or 1, 8, 8\)"):
         flashcl.attention(q, k, v, mask=np.ones((1, 1, 8, 9), bool))
     with pytest.raises(ValueError, match="bias has dtype float16, expected float32"):
         flashcl.attention(q, k, v, bias=np.zeros((8, 8), np.float16))
