@@ -444,6 +444,9 @@ static void check_errors(void) {
     snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --k-cache-out '%s'", work("kvQ.npy"),
              work("KC.npy"), work("VC.npy"), work("O.npy"), work("KCout.npy"));
     cli_expect_usage_error_naming("--k-cache-out without --k-cache", args, "--k-cache-out");
+    snprintf(args, sizeof args, "attention --q '%s' --k-cache '%s' --v-cache '%s' --k-cache '%s' --out '%s'",
+             work("kvQ.npy"), work("KC.npy"), work("VC.npy"), work("VC.npy"), work("O.npy"));
+    cli_expect_usage_error_naming("--k-cache twice", args, "--k-cache");
     remove(work("long.npy")), remove(work("K3.npy")), remove(work("table_f32.npy")), remove(work("lens3.npy"));
     free_case(&c);
 }

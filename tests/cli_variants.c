@@ -386,6 +386,8 @@ void cli_check_variant_errors(void) {
     refused("--bias [8, 7]", x, "--bias", 0);
     snprintf(x, sizeof x, "--out '%s'", work("O2.npy"));
     refused("--out twice", x, "--out", 0);
+    refused("--softcap twice", "--softcap 3 --softcap=5", "--softcap", 0);
+    refused("--causal twice", "--causal --causal", "--causal", 0);
     snprintf(x, sizeof x, "--mask '%s'", work("mask_i4.npy"));
     refused("--mask int32", x, "--mask", 0);
     snprintf(x, sizeof x, "--mask '%s'", work("mask_bad_bool.npy"));

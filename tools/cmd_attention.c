@@ -210,10 +210,10 @@ static int parse_args(int argc, char **argv, attention_args *a) {
     int more;
     while ((more = options_next(&c)) > 0) {
         bool ok;
+        /* An option given twice (two --out, two --softcap) is a mistake, not "the last one wins". */
+        if (options_repeated(&c)) return tool_usage_error("%s: given twice", c.name);
         const path_option *path = find_path_option(&c, paths, PATHS);
         if (path != NULL) {
-            /* A file named twice (two --out, say) is a mistake, not "the last one wins". */
-            if (*path->value != NULL) return tool_usage_error("%s: given twice", path->name);
             ok = options_value(&c, path->value);
         } else if (options_is_help(&c)) {
             return TOOL_SHOW_HELP;

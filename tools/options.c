@@ -39,6 +39,15 @@ int options_next(option_cursor *c) {
     return 1;
 }
 
+bool options_repeated(const option_cursor *c) {
+    const size_t len = strlen(c->name);
+    for (int i = 0; i + 1 < c->next; ++i) {
+        const char *arg = c->argv[i];
+        if (strncmp(arg, c->name, len) == 0 && (arg[len] == '\0' || arg[len] == '=')) return true;
+    }
+    return false;
+}
+
 bool options_is(const option_cursor *c, const char *name) { return strcmp(c->name, name) == 0; }
 
 bool options_is_help(const option_cursor *c) { return options_is(c, "--help") || options_is(c, "-h"); }

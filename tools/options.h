@@ -34,6 +34,9 @@ void options_begin(option_cursor *c, const char *command, int argc, char **argv)
  */
 int options_next(option_cursor *c);
 
+/* Whether the current option's name (as "--name" or "--name=value") came earlier in the arguments. */
+bool options_repeated(const option_cursor *c);
+
 /* Whether the current option is `name` (e.g. "--causal"). */
 bool options_is(const option_cursor *c, const char *name);
 
