@@ -99,8 +99,23 @@ typedef struct flashcl_ring_desc {
     size_t err_buf_size;
 } flashcl_ring_desc;
 
+/* As flashcl.h's *_INIT macros: in C++ the macro calls the init function (a designated initializer
+   naming one member is C++20 only, and g++ -Wextra warns there about every member it leaves out). */
+#ifdef __cplusplus
+#define FLASHCL_RING_DESC_INIT flashcl_ring_desc_init()
+#else
 #define FLASHCL_RING_DESC_INIT                                                                                         \
     { .struct_size = sizeof(flashcl_ring_desc) }
+#endif
+static inline flashcl_ring_desc flashcl_ring_desc_init(void) {
+#ifdef __cplusplus
+    flashcl_ring_desc d = {};
+#else
+    flashcl_ring_desc d = {0};
+#endif
+    d.struct_size = sizeof d;
+    return d;
+}
 
 /*
  * The global rows rank `rank` of `size` holds under `layout` for a sequence
