@@ -54,11 +54,12 @@
 /*
  * Head dims above 128 (MB_SLICES = 2, the general kernels only): a warp's 16 rows of K and V
  * fragments (S and dP reduce over the whole head dim) and of dK and dV accumulators at d = 256
- * would be 64 + 64 + 128 + 128 registers. So each work-group owns one slice of MB_OUT output
- * dims, the grid's dimension 0 counting blocks x slices, and the dK/dV kernel is built twice:
- * MB_PART = 1 accumulates dV only (K fragments + dV slice), MB_PART = 2 dK only (K and V
- * fragments + dK slice). S and dP are recomputed per slice and part: about 1.9x the
- * multiply-adds of the unsliced kernels, instead of the portable kernels at a tenth of the rate.
+ * would be 64 + 64 + 128 + 128 registers. So the dK/dV kernel is built twice: MB_PART = 1
+ * accumulates dV only, over every output dim (K fragments + all of dV: 64 + 128), one work-group
+ * per key block; MB_PART = 2 dK only, each work-group owning one slice of MB_OUT output dims (K
+ * and V fragments + a dK slice), as the dQ kernel's work-groups do, the grid's dimension 0 then
+ * counting blocks x slices. S is recomputed per part and dK/dQ slice, dP per dK/dQ slice: still
+ * well below the portable kernels' time, which run at a tenth of the rate.
  */
 #ifndef MB_SLICES
 #define MB_SLICES 1

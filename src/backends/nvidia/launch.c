@@ -1,8 +1,9 @@
 /*
  * The NVIDIA tensor-core backward (cl/flash_bwd_mma.cl): D = rowsum(dO * O),
  * then dK/dV per key block and dQ per query block (and d(sinks) per head), all
- * after D, no atomics. Above d = 128 each block is two work-groups (one per half
- * of the output dims) and dK/dV two kernels (dV, then dK).
+ * after D, no atomics. Above d = 128 dK/dV is two kernels: dV, one work-group
+ * per key block owning every output dim, then dK, whose blocks are two
+ * work-groups (one per half of the output dims), as dQ's are.
  */
 #include "nvidia.h"
 #include "../../backward_args.h"
