@@ -125,6 +125,11 @@
 #define MB_OUT (MB_PART == 1 ? HEAD_DIM : HEAD_DIM / MB_SLICES)
 #define MB_ODT (MB_OUT / 16)
 #define MB_WG_PER_BLOCK (HEAD_DIM / MB_OUT)
+/* Stages of a streamed tile (the plain kernels' Q/dO and K/V, the general dQ's K/V): two, each
+   tile's copies issued by the tile before so they land behind its products; one in the sm_75
+   form, whose copies are plain loads and stores (a second stage would only halve the work-groups
+   per SM there). The wgmma dQ keeps two in its own buffer. */
+#define MB_STAGES (MMA_SM75 && !MB_WG ? 1 : 2)
 /* Per-element work beyond exp2: score terms, or a bias / mask that must be checked per pair. */
 #define MB_TERMS HAS_SCORE_TERMS
 #define MB_ALWAYS_CHECK (HAS_BIAS || HAS_MASK || HAS_BLOCK_MASK)
@@ -249,11 +254,8 @@ inline float mb_lse2(float lse) { return lse == FLASHCL_NEG_INF ? INFINITY : lse
  * likely from the band and sequence values they keep live in a kernel already
  * at 255 registers; until they are brought to parity this path stays.
  *
- * Their streamed tiles (Q/dO for dK/dV, K/V for dQ) have two stages, each tile's copies issued
- * by the tile before so they land behind its products; one in the sm_75 form, whose copies are
- * plain loads and stores (a second stage would only halve the work-groups per SM there).
+ * Their streamed tiles (Q/dO for dK/dV, K/V for dQ) go through MB_STAGES stages.
  */
-#define MB_STAGES (MMA_SM75 ? 1 : 2)
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
                    __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
@@ -790,10 +792,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
 #define MB_KT_E (MMA_BWD_BCQ * MB_LD)
 #define MB_QB_STAGE (MB_SLICES > 1 ? MB_QB_E : 2 * MB_QB_E) /* Q and dO one after the other when sliced */
-/* The key tiles' stages: two, each tile's copies issued by the tile before so they land behind its
-   products; one in the sm_75 form, whose copies are plain loads (wgmma has its own buffer). */
-#define MB_DQ_STAGES (MMA_SM75 && !MB_WG ? 1 : 2)
-#define MB_SM_E (MB_QB_STAGE > 2 * MB_DQ_STAGES * MB_KT_E ? MB_QB_STAGE : 2 * MB_DQ_STAGES * MB_KT_E)
+#define MB_SM_E (MB_QB_STAGE > 2 * MB_STAGES * MB_KT_E ? MB_QB_STAGE : 2 * MB_STAGES * MB_KT_E)
 #if MB_WG
     /* Two buffers of a K tile and a V tile, swizzled (1024-byte atoms: cl/ptx.cl). */
     __local ushort smem[4 * MMA_BWD_BCQ * HEAD_DIM] __attribute__((aligned(1024)));
@@ -873,14 +872,14 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #endif
     /* The j-th visited key tile (tiles the block mask skips do not count) in stage j & 1. The next
        tile's copies are issued before this one's products, so they land behind them. */
-    if (MB_DQ_STAGES == 2 && kv0 < kv_end) MB_DQ_KV_LOAD(0, kv0);
+    if (MB_STAGES == 2 && kv0 < kv_end) MB_DQ_KV_LOAD(0, kv0);
     for (int st = 0; kv0 < kv_end; st ^= 1) {
         long next = kv0 + MMA_BWD_BCQ;
         while (next < kv_end && flashcl_tile_skipped(hd, q0, last_row, next, next + MMA_BWD_BCQ - 1, VARIANT_PASS))
             next += MMA_BWD_BCQ;
-        const int cur = MB_DQ_STAGES == 2 ? st : 0; /* this tile's stage */
+        const int cur = MB_STAGES == 2 ? st : 0; /* this tile's stage */
         barrier(CLK_LOCAL_MEM_FENCE);               /* every warp is done with the tile before: its stage is free */
-        if (MB_DQ_STAGES == 1) {
+        if (MB_STAGES == 1) {
             MB_DQ_KV_LOAD(0, kv0);
             ptx_cp_wait_all();
         } else if (next < kv_end) {
@@ -971,7 +970,6 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #undef MB_QB_E
 #undef MB_KT_E
 #undef MB_QB_STAGE
-#undef MB_DQ_STAGES
 #undef MB_SM_E
 }
 #endif /* MB_PART != 1 */

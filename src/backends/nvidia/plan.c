@@ -342,9 +342,10 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
                              (unsigned long long)ctx->info.local_mem_bytes);
     char variants[256], options[sizeof((flashcl_plan *)0)->build_options];
     flashcl__variant_options(d, variants, sizeof variants);
-    /* The SFU's tanh for a softcap only where this call's backward runs on the tensor cores too (16-bit,
-       d = d_v), so that its P matches this forward's LSE; cl/ptx.cl's MMA_TANH says why. */
-    const int tanh_sfu = d->softcap > 0.0f && !tf32 && d->head_dim == d->head_dim_v;
+    /* The SFU's tanh for a softcap only where this call's backward runs on the tensor cores too, so that
+       its P matches this forward's LSE; cl/ptx.cl's MMA_TANH says why. */
+    char bwd_why[256];
+    const int tanh_sfu = d->softcap > 0.0f && desc_applies(ctx, FLASHCL__BACKWARD, d, bwd_why, sizeof bwd_why);
     snprintf(options, sizeof options,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMMA_DK_REAL=%zu -DMMA_DV=%zu -DMMA_WARPS=%d -DMMA_MT=%d -DMMA_BC=%d "
              "-DMMA_QLOCAL=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d -DMMA_WG=%d -DMMA_TANH_SFU=%d %s",
