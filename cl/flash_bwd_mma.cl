@@ -579,10 +579,10 @@ inline void mb_frags_global(__global const ushort *base, ulong stride_row, long 
 #endif
 
 #if HAS_DROPOUT
-/* The dropout factor of a pair in row i (0 or 1/(1-p)) from its RNG word, the forward's bits (the
-   words come from frag_dropout_rows / frag_dropout_cols, cl/ptx.cl). */
-inline float mb_keep_word(flashcl_head hd, long i, uint word, VARIANT_ARGS) {
-    return i < hd.sq && word >= drop_threshold ? drop_scale : 0.0f;
+/* The dropout factor of a pair in row i (0 or 1/(1-p)) from its 16 RNG bits, the forward's (from
+   flashcl_dropout_call or frag_dropout_cols, cl/ptx.cl). */
+inline float mb_keep_bits(flashcl_head hd, long i, uint bits, VARIANT_ARGS) {
+    return i < hd.sq && bits >= drop_threshold ? drop_scale : 0.0f;
 }
 #endif
 
@@ -687,14 +687,15 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
             uint pf[MMA_BWD_BR / 16][4];
 #if HAS_DROPOUT
             float z[MMA_BWD_BR / 8][4];
+            uint dw[2][2][2]; /* the dropout bits of tiles n, n + 1 (n even): [tile][key key_lo + 8 r][row q + p] */
 #endif
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
                 float pz[4];
 #if HAS_DROPOUT
-                uint dw[2][2]; /* the dropout words of keys key_lo + 8 r, rows q + p */
-                frag_dropout_cols(hd, q0 + n * 8 + (lane & 3) * 2, k0 + warp * 16, lane, seed_lo, seed_hi, drop_off_lo,
-                                  drop_off_hi, dw);
+                if ((n & 1) == 0)
+                    frag_dropout_cols(hd, q0 + n * 8 + (lane & 3) * 2, k0 + warp * 16, lane, seed_lo, seed_hi,
+                                      drop_off_lo, drop_off_hi, dw);
 #endif
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
@@ -704,7 +705,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                     const float p =
                         mb_prob(s[n][c], lse_s[qc], hd, row, key, check, scale_log2, cap_inv, &g, VARIANT_PASS);
 #if HAS_DROPOUT
-                    const float zz = mb_keep_word(hd, row, dw[c >> 1][c & 1], VARIANT_PASS);
+                    const float zz = mb_keep_bits(hd, row, dw[n & 1][c >> 1][c & 1], VARIANT_PASS);
 #else
                     const float zz = 1.0f;
 #endif
@@ -920,13 +921,16 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         const int check = MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0 + warp * 16, q0 + warp * 16 + 15, kv0,
                                                                  kv0 + MMA_BWD_BCQ - 1, win_left, win_right);
         uint pf[MMA_BWD_BCQ / 16][4];
+#if HAS_DROPOUT
+        uint4 dw; /* the dropout call of rows r0, r0 + 8 and this lane's keys of tiles n, n + 1 (n even) */
+#endif
 #pragma unroll
         for (int n = 0; n < MMA_BWD_BCQ / 8; ++n) {
             float ds[4];
 #if HAS_DROPOUT
-            uint2 dw[2]; /* the dropout words of rows r0, r0 + 8 (frag_dropout_rows) */
-            frag_dropout_rows(hd, r0, kv0 + n * 8 + (lane & 3) * 2, lane, seed_lo, seed_hi, drop_off_lo, drop_off_hi,
-                              &dw[0], &dw[1]);
+            if ((n & 1) == 0)
+                dw = flashcl_dropout_call(hd, r0, kv0 + n * 8 + (lane & 3) * 2, seed_lo, seed_hi, drop_off_lo,
+                                          drop_off_hi);
 #endif
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
@@ -935,7 +939,9 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
                 const float p =
                     mb_prob(s[n][c], l2[c >> 1], hd, row, key, check, scale_log2, cap_inv, &g, VARIANT_PASS);
 #if HAS_DROPOUT
-                const float zz = mb_keep_word(hd, row, (c & 1) ? dw[c >> 1].y : dw[c >> 1].x, VARIANT_PASS);
+                /* Word 2 (row half) + (n & 1), low 16 bits the even key (cl/ptx.cl). */
+                const uint wd = (c >> 1) ? ((n & 1) ? dw.w : dw.z) : ((n & 1) ? dw.y : dw.x);
+                const float zz = mb_keep_bits(hd, row, (c & 1) ? wd >> 16 : wd & 0xffffu, VARIANT_PASS);
 #else
                 const float zz = 1.0f;
 #endif

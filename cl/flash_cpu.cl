@@ -354,38 +354,46 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
 /* The Philox key of flashcl_dropout_words. */
 #define CPU_DROPOUT_KEY ((uint2)(seed_lo, seed_hi ^ drop_off_hi))
 
-/* flashcl_philox16 of the counters (q, first + lane, bh, off): only y differs between lanes, so the
-   first three rounds are in part scalar (round 1 multiplies x and z, both uniform; round 2 z,
-   round 3 x, as the uniform words move through the state); from round 4 every word differs. The
-   same operations as flashcl_philox16, so the same words. */
-inline void cpu_philox16_rows(uint q, uint first, uint bh, uint off, uint2 k, uint16 w[4]) {
+/* flashcl_philox16 of the counters (q[h], y0 + c, bh, off) in lane 8h + c: only y differs between
+   the lanes of a half, so the first three rounds are in part scalar (per half: round 1 multiplies
+   x and z, both uniform; round 2 z, round 3 x, as the uniform words move through the state); from
+   round 4 every word differs. The same operations as flashcl_philox16, so the same words. */
+inline void cpu_philox16_rows(const uint q[2], uint y0, uint bh, uint off, uint2 k, uint16 w[4]) {
     const uint2 inc = (uint2)(0x9E3779B9u, 0xBB67AE85u);
     const ulong8 lane = (ulong8)(0, 1, 2, 3, 4, 5, 6, 7);
     /* Round 1: y is the only lane-varying input. */
-    const ulong a0 = (ulong)q * 0xD2511F53ul, a1 = (ulong)bh * 0xCD9E8D57ul;
+    const ulong a1 = (ulong)bh * 0xCD9E8D57ul;
     ulong8 x1[2];
+    uint z1[2], w1[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) x1[h] = (ulong8)((ulong)(((uint)(a1 >> 32)) ^ k.x)) ^ ((ulong8)(first + 8 * h) + lane);
-    const uint y1 = (uint)a1, z1 = (uint)(a0 >> 32) ^ off ^ k.y, w1 = (uint)a0;
+    for (int h = 0; h < 2; ++h) {
+        const ulong a0 = (ulong)q[h] * 0xD2511F53ul;
+        x1[h] = (ulong8)((ulong)(((uint)(a1 >> 32)) ^ k.x)) ^ ((ulong8)(y0) + lane);
+        z1[h] = (uint)(a0 >> 32) ^ off ^ k.y;
+        w1[h] = (uint)a0;
+    }
+    const uint y1 = (uint)a1;
     k += inc;
     /* Round 2: x varies, z is uniform. */
-    const ulong b1 = (ulong)z1 * 0xCD9E8D57ul;
-    const uint x2 = (uint)(b1 >> 32) ^ y1 ^ k.x, y2 = (uint)b1;
+    uint x2[2], y2[2];
     ulong8 z2[2], w2[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+        const ulong b1 = (ulong)z1[h] * 0xCD9E8D57ul;
+        x2[h] = (uint)(b1 >> 32) ^ y1 ^ k.x;
+        y2[h] = (uint)b1;
         const ulong8 p0 = (x1[h] & (ulong8)(0xFFFFFFFFul)) * (ulong8)(0xD2511F53ul);
-        z2[h] = (p0 >> 32) ^ (ulong8)((ulong)(w1 ^ k.y));
+        z2[h] = (p0 >> 32) ^ (ulong8)((ulong)(w1[h] ^ k.y));
         w2[h] = p0;
     }
     k += inc;
     /* Round 3: x is uniform, z varies. */
-    const ulong c0 = (ulong)x2 * 0xD2511F53ul;
     ulong8 x[2], y[2], z[2], wv[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+        const ulong c0 = (ulong)x2[h] * 0xD2511F53ul;
         const ulong8 p1 = (z2[h] & (ulong8)(0xFFFFFFFFul)) * (ulong8)(0xCD9E8D57ul);
-        x[h] = (p1 >> 32) ^ (ulong8)((ulong)(y2 ^ k.x));
+        x[h] = (p1 >> 32) ^ (ulong8)((ulong)(y2[h] ^ k.x));
         y[h] = p1;
         z[h] = (ulong8)((ulong)((uint)(c0 >> 32) ^ k.y)) ^ w2[h];
         wv[h] = (ulong8)((ulong)(uint)c0);
@@ -398,67 +406,97 @@ inline void cpu_philox16_rows(uint q, uint first, uint bh, uint off, uint2 k, ui
     w[3] = flashcl_philox16_join(wv);
 }
 
-/* Multiplies x[j][r] (rows in lanes, keys j0 + j) by the dropout factor of (first + r, j0 + j): 0 or
-   1/(1-p), from flashcl_dropout_words' counters (keys 4q .. 4q+3 of row i: (q, i, bh, offset)),
-   the 16 rows of one q at a time through flashcl_philox16. */
+/* The dropout factors (0 or 1/(1-p)) of sixteen 16-bit RNG halves: the high (hi) or low halves
+   of w (cl/variants.cl, flashcl_dropout_keep). */
+inline float16 cpu_keep_factors(uint16 w, int hi, VARIANT_ARGS) {
+    const uint16 bits = hi ? w >> 16 : w & (uint16)(0xffffu);
+    return select((float16)(0.0f), (float16)(drop_scale), bits >= (uint16)(drop_threshold));
+}
+
+/* Lanes 8h .. 8h+7 of a, then the same of b, gathered lane by lane (flashcl_philox16_join says why). */
+inline uint16 cpu_join_half(uint16 a, uint16 b, int h) {
+    return h ? (uint16)(a.s8, a.s9, a.sa, a.sb, a.sc, a.sd, a.se, a.sf, b.s8, b.s9, b.sa, b.sb, b.sc, b.sd, b.se, b.sf)
+             : (uint16)(a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7, b.s0, b.s1, b.s2, b.s3, b.s4, b.s5, b.s6, b.s7);
+}
+
+/* Multiplies x[j][r] (rows in lanes, keys j0 + j) by the dropout factor of (first + r, j0 + j) (first
+   a multiple of 16). A call of the mask's RNG (cl/variants.cl) covers rows c, c + 8 and keys
+   2u + {0, 1, 8, 9} of a 16 x 16 block: one cpu_philox16_rows takes the 8 row pairs of two u for
+   eight keys of all 16 rows. */
 inline void cpu_dropout_rows(float *x, flashcl_head hd, int first, int j0, VARIANT_ARGS) {
 #if HAS_DROPOUT
-    for (int q4 = j0 >> 2; q4 * 4 < j0 + CHUNK; ++q4) {
-        uint16 w[4];
-        cpu_philox16_rows((uint)q4, (uint)first, hd.bh, drop_off_lo, CPU_DROPOUT_KEY, w);
-        for (int t = 0; t < 4; ++t) {
-            const int j = q4 * 4 + t - j0;
-            if (j >= 0 && j < CHUNK) {
-                const float16 z = select((float16)(0.0f), (float16)(drop_scale), w[t] >= (uint16)(drop_threshold));
-                vstore16(vload16(j, x) * z, j, x);
-            }
+    const uint y0 = (uint)((first >> 4) << 3);
+    for (int blk = j0 >> 4; blk * 16 < j0 + CHUNK; ++blk)
+        for (int u0 = 0; u0 < 4; u0 += 2) {
+            const uint q[2] = {(uint)(4 * blk + u0), (uint)(4 * blk + u0 + 1)};
+            uint16 w[4];
+            cpu_philox16_rows(q, y0, hd.bh, drop_off_lo, CPU_DROPOUT_KEY, w);
+            for (int h = 0; h < 2; ++h)
+                for (int n = 0; n < 2; ++n) {
+                    const uint16 bits = cpu_join_half(w[n], w[2 + n], h); /* rows 0-7: word n; 8-15: word 2 + n */
+                    for (int odd = 0; odd < 2; ++odd) {
+                        const int j = 16 * blk + 8 * n + 2 * (u0 + h) + odd - j0;
+                        if (j >= 0 && j < CHUNK)
+                            vstore16(vload16(j, x) * cpu_keep_factors(bits, odd, VARIANT_PASS), j, x);
+                    }
+                }
         }
-    }
 #endif
 }
 
-/* The dropout factors of rows i .. i+3 for the 16 keys k_first .. k_first+15 (k_first a multiple
-   of 16): z[r] lane 4q + t is key k_first + 4q + t of row i + r, word t of the counter
-   (k_first/4 + q, i + r, bh, offset). One flashcl_philox16 for the 64 factors, its lane n = 4r + q
-   the counter of row i + r and key quad q. */
-inline void cpu_dropout_keys4(flashcl_head hd, long i, int k_first, float16 z[4], VARIANT_ARGS) {
+/* One row of cpu_dropout_keys16's result, block row rb (0: rows 0-7) and lanes C, C8 (= C + 8) of
+   the factors f[s][word][hi]: key 8n + 2u + hi is word 2 rb + n of call s = u >> 1, lane
+   8 (u & 1) + c. */
+#define CPU_DROP_ROW(f, rb, C, C8)                                                                                     \
+    (float16)(f[0][2 * rb][0].C, f[0][2 * rb][1].C, f[0][2 * rb][0].C8, f[0][2 * rb][1].C8, f[1][2 * rb][0].C,          \
+              f[1][2 * rb][1].C, f[1][2 * rb][0].C8, f[1][2 * rb][1].C8, f[0][2 * rb + 1][0].C, f[0][2 * rb + 1][1].C,  \
+              f[0][2 * rb + 1][0].C8, f[0][2 * rb + 1][1].C8, f[1][2 * rb + 1][0].C, f[1][2 * rb + 1][1].C,             \
+              f[1][2 * rb + 1][0].C8, f[1][2 * rb + 1][1].C8)
+
+/* The dropout factors of rows i .. i+15 (i a multiple of 16) for the 16 keys k_first ..
+   k_first+15 (a multiple of 16): z[r] lane j is key k_first + j of row i + r. The block's 32
+   calls are two flashcl_philox16, call s's lane 8h + c the counter of key group u = 2s + h and
+   rows c, c + 8. Rows past the sequence get factors nobody reads. */
+inline void cpu_dropout_keys16(flashcl_head hd, long i, int k_first, float16 z[16], VARIANT_ARGS) {
 #if HAS_DROPOUT
-    ulong8 cx[2], cy[2], cz[2], cw[2];
+    float16 f[2][4][2];
+    for (int s = 0; s < 2; ++s) {
+        ulong8 cx[2], cy[2], cz[2], cw[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) { /* lanes 8h .. 8h+7: rows i + 2h, i + 2h + 1 */
-        cx[h] = (ulong8)((ulong)(uint)(k_first >> 2)) + (ulong8)(0, 1, 2, 3, 0, 1, 2, 3);
-        cy[h] = (ulong8)((ulong)(uint)(i + 2 * h)) + (ulong8)(0, 0, 0, 0, 1, 1, 1, 1);
-        cz[h] = (ulong8)((ulong)hd.bh);
-        cw[h] = (ulong8)((ulong)drop_off_lo);
+        for (int h = 0; h < 2; ++h) {
+            cx[h] = (ulong8)((ulong)(uint)(4 * (k_first >> 4) + 2 * s + h));
+            cy[h] = (ulong8)((ulong)(uint)((i >> 4) << 3)) + (ulong8)(0, 1, 2, 3, 4, 5, 6, 7);
+            cz[h] = (ulong8)((ulong)hd.bh);
+            cw[h] = (ulong8)((ulong)drop_off_lo);
+        }
+        uint16 w[4];
+        flashcl_philox16(cx, cy, cz, cw, CPU_DROPOUT_KEY, w);
+        for (int t = 0; t < 4; ++t) {
+            f[s][t][0] = cpu_keep_factors(w[t], 0, VARIANT_PASS);
+            f[s][t][1] = cpu_keep_factors(w[t], 1, VARIANT_PASS);
+        }
     }
-    uint16 w[4];
-    flashcl_philox16(cx, cy, cz, cw, CPU_DROPOUT_KEY, w);
-    /* f[t] lane 4r + q is key 4q + t of row i + r: z[r] interleaves lanes 4r .. 4r+3 of f[0..3], two
-       rounds of two-source shuffles (e: f0 and f1 lane by lane, g: f2 and f3; then pairs of e and
-       g) in place of a gather per four factors. Lane by lane in the source, as
-       flashcl_philox16_join says why; the optimiser makes each one shuffle. */
-    float16 f[4];
-    for (int t = 0; t < 4; ++t) f[t] = select((float16)(0.0f), (float16)(drop_scale), w[t] >= (uint16)(drop_threshold));
-    const float16 e0 = (float16)(f[0].s0, f[1].s0, f[0].s1, f[1].s1, f[0].s2, f[1].s2, f[0].s3, f[1].s3, f[0].s4,
-                                 f[1].s4, f[0].s5, f[1].s5, f[0].s6, f[1].s6, f[0].s7, f[1].s7);
-    const float16 e1 = (float16)(f[0].s8, f[1].s8, f[0].s9, f[1].s9, f[0].sa, f[1].sa, f[0].sb, f[1].sb, f[0].sc,
-                                 f[1].sc, f[0].sd, f[1].sd, f[0].se, f[1].se, f[0].sf, f[1].sf);
-    const float16 g0 = (float16)(f[2].s0, f[3].s0, f[2].s1, f[3].s1, f[2].s2, f[3].s2, f[2].s3, f[3].s3, f[2].s4,
-                                 f[3].s4, f[2].s5, f[3].s5, f[2].s6, f[3].s6, f[2].s7, f[3].s7);
-    const float16 g1 = (float16)(f[2].s8, f[3].s8, f[2].s9, f[3].s9, f[2].sa, f[3].sa, f[2].sb, f[3].sb, f[2].sc,
-                                 f[3].sc, f[2].sd, f[3].sd, f[2].se, f[3].se, f[2].sf, f[3].sf);
-    z[0] = (float16)(e0.s0, e0.s1, g0.s0, g0.s1, e0.s2, e0.s3, g0.s2, g0.s3, e0.s4, e0.s5, g0.s4, g0.s5, e0.s6, e0.s7,
-                     g0.s6, g0.s7);
-    z[1] = (float16)(e0.s8, e0.s9, g0.s8, g0.s9, e0.sa, e0.sb, g0.sa, g0.sb, e0.sc, e0.sd, g0.sc, g0.sd, e0.se, e0.sf,
-                     g0.se, g0.sf);
-    z[2] = (float16)(e1.s0, e1.s1, g1.s0, g1.s1, e1.s2, e1.s3, g1.s2, g1.s3, e1.s4, e1.s5, g1.s4, g1.s5, e1.s6, e1.s7,
-                     g1.s6, g1.s7);
-    z[3] = (float16)(e1.s8, e1.s9, g1.s8, g1.s9, e1.sa, e1.sb, g1.sa, g1.sb, e1.sc, e1.sd, g1.sc, g1.sd, e1.se, e1.sf,
-                     g1.se, g1.sf);
+    z[0] = CPU_DROP_ROW(f, 0, s0, s8);
+    z[1] = CPU_DROP_ROW(f, 0, s1, s9);
+    z[2] = CPU_DROP_ROW(f, 0, s2, sa);
+    z[3] = CPU_DROP_ROW(f, 0, s3, sb);
+    z[4] = CPU_DROP_ROW(f, 0, s4, sc);
+    z[5] = CPU_DROP_ROW(f, 0, s5, sd);
+    z[6] = CPU_DROP_ROW(f, 0, s6, se);
+    z[7] = CPU_DROP_ROW(f, 0, s7, sf);
+    z[8] = CPU_DROP_ROW(f, 1, s0, s8);
+    z[9] = CPU_DROP_ROW(f, 1, s1, s9);
+    z[10] = CPU_DROP_ROW(f, 1, s2, sa);
+    z[11] = CPU_DROP_ROW(f, 1, s3, sb);
+    z[12] = CPU_DROP_ROW(f, 1, s4, sc);
+    z[13] = CPU_DROP_ROW(f, 1, s5, sd);
+    z[14] = CPU_DROP_ROW(f, 1, s6, se);
+    z[15] = CPU_DROP_ROW(f, 1, s7, sf);
 #else
-    for (int r = 0; r < 4; ++r) z[r] = (float16)(1.0f);
+    for (int r = 0; r < 16; ++r) z[r] = (float16)(1.0f);
 #endif
 }
+#undef CPU_DROP_ROW
 
 /* The score terms of row i against the 16 keys k_first + lane (keys in lanes: dK/dV); grad as in
    cpu_terms_rows. */
@@ -804,7 +842,7 @@ inline void cpu_dkdv_block(__global const float *Qp, __global const float *dOp, 
                 cpu_product_rows(vt[g], gc, dp, HEAD_DIM_V, DIM_PAD_V);
                 const int masked =
                     cpu_needs_mask(hd, i0, i0 + rows - 1, k_first, k_first + LANES - 1, win_left, win_right);
-                float16 z4[4]; /* dropout factors of four rows */
+                float16 z16[16]; /* dropout factors of the 16-row block holding row i0 + i */
                 for (int i = 0; i < rows; ++i) {
                     const long row = i0 + i;
                     const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, row);
@@ -822,8 +860,8 @@ inline void cpu_dkdv_block(__global const float *Qp, __global const float *dOp, 
                     }
                     if (l2 == FLASHCL_NEG_INF) p = (float16)(0.0f); /* the row saw no key in the forward */
 #if HAS_DROPOUT
-                    if ((i & 3) == 0) cpu_dropout_keys4(hd, row, k_first, z4, VARIANT_PASS);
-                    const float16 z = z4[i & 3];
+                    if (i == 0 || (row & 15) == 0) cpu_dropout_keys16(hd, row & ~15L, k_first, z16, VARIANT_PASS);
+                    const float16 z = z16[row & 15];
 #else
                     const float16 z = (float16)(1.0f);
 #endif

@@ -516,6 +516,9 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
             m[mt][0] = mx0;
             m[mt][1] = mx1;
             float l0 = l[mt][0] * alpha0, l1 = l[mt][1] * alpha1;
+#if HAS_DROPOUT
+            uint4 dw; /* the dropout call of tiles n, n + 1 (n even) */
+#endif
 #pragma unroll
             for (int n = 0; n < MMA_DV / 8; ++n) {
                 acc[mt][n][0] *= alpha0;
@@ -533,15 +536,17 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                 l1 += p2 + p3;
 #if HAS_DROPOUT
                 /* The normaliser counts every probability; only P V sees the dropped ones. One
-                   Philox call per lane covers its two keys in both rows (frag_dropout_rows). */
+                   call covers the lane's keys of tiles n and n + 1 in both rows (cl/ptx.cl): word
+                   n & 1 is row r's, word 2 + (n & 1) row r + 8's, low 16 bits the even key. */
                 {
-                    uint2 a_, b_;
-                    frag_dropout_rows(hd, r0 + mt * 16, kv0 + n * 8 + (lane & 3) * 2, lane, seed_lo, seed_hi,
-                                      drop_off_lo, drop_off_hi, &a_, &b_);
-                    p0 *= a_.x >= drop_threshold ? drop_scale : 0.0f;
-                    p1 *= a_.y >= drop_threshold ? drop_scale : 0.0f;
-                    p2 *= b_.x >= drop_threshold ? drop_scale : 0.0f;
-                    p3 *= b_.y >= drop_threshold ? drop_scale : 0.0f;
+                    if ((n & 1) == 0)
+                        dw = flashcl_dropout_call(hd, r0 + mt * 16, kv0 + n * 8 + (lane & 3) * 2, seed_lo, seed_hi,
+                                                  drop_off_lo, drop_off_hi);
+                    const uint a_ = (n & 1) ? dw.y : dw.x, b_ = (n & 1) ? dw.w : dw.z;
+                    p0 *= (a_ & 0xffffu) >= drop_threshold ? drop_scale : 0.0f;
+                    p1 *= (a_ >> 16) >= drop_threshold ? drop_scale : 0.0f;
+                    p2 *= (b_ & 0xffffu) >= drop_threshold ? drop_scale : 0.0f;
+                    p3 *= (b_ >> 16) >= drop_threshold ? drop_scale : 0.0f;
                 }
 #endif
 #if MMA_TF32

@@ -464,59 +464,44 @@ inline void wg_load_tile(__local ushort *tile, __global const ushort *base, ulon
 
 #if !defined(LANE_SHFL) && HAS_DROPOUT
 /*
- * Dropout in the mma.sync fragment layouts with fewer Philox calls. The bits are
- * flashcl_dropout_words' (one call gives keys 4q .. 4q+3 of row i), so every kernel family keeps
- * the same mask; what changes is who draws a call: once per warp, by one lane, handed to the
- * lanes that hold its keys by shuffles (a call is ten rounds of 32-bit products, a shuffle one
- * instruction). Every lane of the warp must reach these (shfl.sync over the full warp).
+ * Dropout in the mma.sync fragment layouts. One call of the mask's RNG (flashcl_dropout_call,
+ * cl/variants.cl) covers rows i, i + 8 and keys 2u, 2u + 1, 2u + 8, 2u + 9 of a 16 x 16 block,
+ * which is what a lane holds of S in two 8-key tiles (rows as M: the forward, the dQ kernel), so
+ * those draw it directly. With keys as M (the dK/dV kernel's S^T) a lane holds one key of each
+ * pair, and the lane holding the other draws the call for the other row: one shuffle each way.
+ * Every lane of the warp must reach it (shfl.sync over the full warp).
  */
 inline uint ptx_shfl_xor_u(uint x, int m) {
     uint r;
     asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x), "r"(m));
     return r;
 }
-inline uint ptx_shfl_idx_u(uint x, int src) {
-    uint r;
-    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x), "r"(src));
-    return r;
+
+/* The high (hi) or low 16 bits of a and b, a's in the low half. */
+inline uint frag_halves(uint a, uint b, int hi) {
+    return hi ? (a >> 16) | (b & 0xffff0000u) : (a & 0xffffu) | (b << 16);
 }
 
-/* Rows as M (the forward's S, the dQ kernel's S): a lane holds rows `row`, `row` + 8 and keys
-   `key`, `key` + 1, key = 8n + 2 (lane & 3), so lanes 2m and 2m + 1 hold the four keys of one call.
-   The even lane draws row's call, the odd one row + 8's, and each hands the other the half it
-   needs: one call a lane per 8-key tile instead of two. a: row's two words, b: row + 8's. */
-inline void frag_dropout_rows(flashcl_head hd, long row, long key, int lane, uint seed_lo, uint seed_hi,
-                              uint drop_off_lo, uint drop_off_hi, uint2 *a, uint2 *b) {
-    const int odd = lane & 1;
-    const uint4 w = flashcl_dropout_words(hd, odd ? row + 8 : row, key >> 2, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
-    const uint2 give = odd ? w.xy : w.zw;
-    const uint2 got = (uint2)(ptx_shfl_xor_u(give.x, 1), ptx_shfl_xor_u(give.y, 1));
-    *a = odd ? got : w.xy;
-    *b = odd ? w.zw : got;
-}
-
-/* Keys as M (the dK/dV kernel's S^T): lane 4m + t holds keys k16 + m, k16 + m + 8 (k16 a multiple
-   of 16) and rows q, q + 1 (q = 8n + 2t). The 8 lanes of one t need 8 calls (2 rows x 4 groups of
-   four keys): lane m draws row q + (m & 1), keys k16 + 8 (m >> 2) + 4 ((m >> 1) & 1) on. Each of
-   its words goes to a different lane, so in round j lane m offers word (j + idx) & 3 of its call
-   (idx = 2 (m >> 2) + (m & 1)), and lane m takes, from the lane whose idx is ((m & 3) - j) & 3, the
-   word it needs: four shuffles and one call a lane per 8-row tile instead of four.
-   w[r][p]: the word of key k16 + m + 8 r, row q + p. */
+/* Keys as M: lane 4m + t holds keys k16 + m, k16 + m + 8 (k16 a multiple of 16) and rows q, q + 1
+   of the 8-row tiles at q and q + 8 (q - 2t a multiple of 16). Lane m draws the call of row
+   q + (m & 1) and keys k16 + 2 (m >> 1) + {0, 1, 8, 9}, keeps its key's halves (m & 1) and hands
+   the other four to lane m ^ 1 (lane ^ 4), which drew row q + 1 - (m & 1). w[tile][octet][row]:
+   the 16 bits of key k16 + m + 8 octet, row q + 8 tile + row. */
 inline void frag_dropout_cols(flashcl_head hd, long q, long k16, int lane, uint seed_lo, uint seed_hi,
-                              uint drop_off_lo, uint drop_off_hi, uint w[2][2]) {
-    const int m = lane >> 2, t = lane & 3, mine = 2 * (m >> 2) + (m & 1);
-    w[0][0] = w[0][1] = w[1][0] = w[1][1] = 0u; /* each set in exactly one round below */
-    const uint4 c = flashcl_dropout_words(hd, q + (m & 1), (k16 + 8 * (m >> 2) + 4 * ((m >> 1) & 1)) >> 2, seed_lo,
-                                          seed_hi, drop_off_lo, drop_off_hi);
+                              uint drop_off_lo, uint drop_off_hi, uint w[2][2][2]) {
+    const int m = lane >> 2, odd = m & 1;
+    const uint4 c = flashcl_dropout_call(hd, q + odd, k16 + m, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
+    const uint got0 = ptx_shfl_xor_u(frag_halves(c.x, c.y, !odd), 4); /* the other row, octets 0 and 1 */
+    const uint got1 = ptx_shfl_xor_u(frag_halves(c.z, c.w, !odd), 4); /* the same, 8 rows on */
+    const uint mine0 = frag_halves(c.x, c.y, odd), mine1 = frag_halves(c.z, c.w, odd);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int offer_at = (j + mine) & 3, want = ((m & 3) - j) & 3;
-        const uint offer = offer_at == 0 ? c.x : offer_at == 1 ? c.y : offer_at == 2 ? c.z : c.w;
-        const uint got = ptx_shfl_idx_u(offer, 4 * (4 * (want >> 1) + 2 * (m >> 2) + (want & 1)) + t);
-        w[0][0] = want == 0 ? got : w[0][0];
-        w[0][1] = want == 1 ? got : w[0][1];
-        w[1][0] = want == 2 ? got : w[1][0];
-        w[1][1] = want == 3 ? got : w[1][1];
+    for (int o = 0; o < 2; ++o) {
+        const uint m0 = (mine0 >> (16 * o)) & 0xffffu, m1 = (mine1 >> (16 * o)) & 0xffffu;
+        const uint g0 = (got0 >> (16 * o)) & 0xffffu, g1 = (got1 >> (16 * o)) & 0xffffu;
+        w[0][o][0] = odd ? g0 : m0;
+        w[0][o][1] = odd ? m0 : g0;
+        w[1][o][0] = odd ? g1 : m1;
+        w[1][o][1] = odd ? m1 : g1;
     }
 }
 #endif

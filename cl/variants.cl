@@ -198,7 +198,8 @@ inline void flashcl_st4(__global store_t *row, int c4, float4 x, int dim) {
 /* ------------------------------------------------------- kernel arguments */
 
 /* win_left/win_right: the resolved window (causal folded in), -1 = unbounded.
-   softcap2 = softcap * log2(e). drop_threshold = floor(p * 2^32), drop_scale = 1/(1-p). */
+   softcap2 = softcap * log2(e). drop_threshold = p * 2^16 rounded to nearest (a key's 16 RNG bits >= it: kept),
+   drop_scale = 1/(1-p). */
 #define VARIANT_ARGS                                                                                                   \
     int win_left, int win_right, float softcap2, __global const float *alibi, ulong alibi_off, ulong alibi_sb,         \
         __global const float *sinks, ulong sinks_off, __global const float *bias, ulong bias_off, ulong bias_sb,       \
@@ -485,20 +486,38 @@ inline void flashcl_philox16(const ulong8 cx[2], const ulong8 cy[2], const ulong
     word[3] = flashcl_philox16_join(w);
 }
 
-/* The four RNG words of keys 4q .. 4q+3 of row i (sequence-local positions). */
-inline uint4 flashcl_dropout_words(flashcl_head hd, long i, long q4, uint seed_lo, uint seed_hi, uint drop_off_lo,
-                                   uint drop_off_hi) {
-    return flashcl_philox((uint4)((uint)q4, (uint)i, hd.bh, drop_off_lo), (uint2)(seed_lo, seed_hi ^ drop_off_hi));
+/*
+ * The dropout mask's RNG: element (i, j) (sequence-local positions) takes 16 bits of one
+ * Philox4x32-10 call, whose counter and word are laid out so that one call covers the eight scores
+ * an mma.sync lane holds in a 16 x 16 block (rows i and i + 8, keys 2u, 2u + 1, 2u + 8, 2u + 9):
+ *   counter (4 floor(j/16) + floor(j/2) mod 4, 8 floor(i/16) + i mod 8, b hq + h, low32(offset)),
+ *   key (low32(seed), high32(seed) ^ high32(offset)),
+ *   word 2 (floor(i/8) mod 2) + floor(j/8) mod 2, its low 16 bits for an even j, high for odd,
+ *   kept iff those bits >= drop_threshold (p 2^16 rounded to nearest).
+ * Sixteen bits a score, not thirty-two, so a call serves eight scores (the calls are most of what
+ * dropout costs); p is resolved to 2^-17 (FlashAttention's 8-bit threshold: 2^-9).
+ */
+inline uint4 flashcl_dropout_call(flashcl_head hd, long i, long j, uint seed_lo, uint seed_hi, uint drop_off_lo,
+                                  uint drop_off_hi) {
+    const uint x = (uint)(((j >> 4) << 2) + ((j >> 1) & 3)), y = (uint)(((i >> 4) << 3) + (i & 7));
+    return flashcl_philox((uint4)(x, y, hd.bh, drop_off_lo), (uint2)(seed_lo, seed_hi ^ drop_off_hi));
 }
 
-/* Whether element (i, j) survives dropout. One Philox call per element;
-   kernels that own four aligned keys use flashcl_dropout_words once instead. */
+/* Element (i, j)'s word of its call. */
+inline uint flashcl_dropout_word(uint4 w, long i, long j) {
+    const int t = (int)((((i >> 3) & 1) << 1) + ((j >> 3) & 1));
+    return t == 0 ? w.x : t == 1 ? w.y : t == 2 ? w.z : w.w;
+}
+
+/* Key j's 16 bits of the word that holds it. */
+inline uint flashcl_dropout_half(uint word, long j) { return (j & 1) ? word >> 16 : word & 0xffffu; }
+
+/* Whether element (i, j) survives dropout. One Philox call per element; the tensor-core kernels
+   draw each call once for the eight scores it covers. */
 inline int flashcl_dropout_keep(flashcl_head hd, long i, long j, uint drop_threshold, uint seed_lo, uint seed_hi,
                                 uint drop_off_lo, uint drop_off_hi) {
-    uint4 w = flashcl_dropout_words(hd, i, j >> 2, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
-    int r = (int)(j & 3);
-    uint x = r == 0 ? w.x : r == 1 ? w.y : r == 2 ? w.z : w.w;
-    return x >= drop_threshold;
+    const uint4 w = flashcl_dropout_call(hd, i, j, seed_lo, seed_hi, drop_off_lo, drop_off_hi);
+    return flashcl_dropout_half(flashcl_dropout_word(w, i, j), j) >= drop_threshold;
 }
 
 /* The factor dropout applies to probability (i, j): 0 or 1/(1-p); 1 without dropout. */

@@ -322,8 +322,9 @@ typedef struct flashcl_attention_desc {
     size_t dsinks_offset;
 
     /* Dropout on the attention probabilities: element (b, h, i, j) is kept iff
-       the Philox4x32-10 word for that absolute position, keyed by seed and
-       offset, is >= dropout_p * 2^32; kept values are scaled by 1/(1 - p).
+       the 16 Philox4x32-10 bits for that absolute position, keyed by seed and
+       offset, are >= dropout_p * 2^16 rounded (flashcl_dropout_mask has the
+       layout); kept values are scaled by 1/(1 - p).
        The mask depends only on (seed, offset, b, h, i, j): not on tiles or device. */
     float dropout_p; /* 0 = off; 0 <= p < 1 */
     uint64_t dropout_seed;
@@ -449,10 +450,14 @@ FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flas
  * written to `out` from out_offset bytes. With varlen the shape is
  * [batch, heads_q, max_seqlen_q, max_seqlen_k], 0 outside each sequence.
  * The mask is a function of (dropout_seed, dropout_offset, b, h, i, j) alone:
- * kept iff word (j mod 4) of Philox4x32-10 with counter
- * (j / 4, i, b * heads_q + h, low 32 bits of dropout_offset) and key
- * (low 32 bits of dropout_seed, high 32 bits of dropout_seed XOR high 32 bits
- * of dropout_offset) is >= floor(dropout_p * 2^32); i and j count within the sequence.
+ * kept iff 16 bits of Philox4x32-10 with counter
+ * (4 (j / 16) + (j / 2) mod 4, 8 (i / 16) + i mod 8, b * heads_q + h,
+ * low 32 bits of dropout_offset) and key (low 32 bits of dropout_seed, high 32
+ * bits of dropout_seed XOR high 32 bits of dropout_offset) -- word
+ * 2 ((i / 8) mod 2) + (j / 8) mod 2, its low half for an even j, its high half
+ * for an odd one -- are >= floor(dropout_p * 2^16 + 1/2); i and j count within
+ * the sequence. One call covers rows i, i + 8 and keys 2u, 2u + 1, 2u + 8,
+ * 2u + 9 of a 16 x 16 block (what one tensor-core lane holds).
  */
 FLASHCL_API flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attention_desc *desc, cl_mem out,
                                                 size_t out_offset, cl_uint num_wait, const cl_event *wait_list,

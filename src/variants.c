@@ -176,8 +176,9 @@ void flashcl__arg_variants(flashcl__args *a, const flashcl_attention_desc *d, cl
     flashcl__arg_int(a, (cl_int)d->block_k);
     arg_buffer(a, d->cu_seqlens_q, dummy);
     arg_buffer(a, d->cu_seqlens_k, dummy);
-    /* Keep iff word >= floor(p * 2^32); p < 1 keeps the threshold below 2^32. */
-    flashcl__arg_uint(a, (cl_uint)floor((double)d->dropout_p * 4294967296.0));
+    /* Keep iff a key's 16 RNG bits >= p * 2^16 rounded to nearest (cl/variants.cl,
+       flashcl_dropout_keep): at most 65536, which keeps nothing. */
+    flashcl__arg_uint(a, (cl_uint)floor((double)d->dropout_p * 65536.0 + 0.5));
     flashcl__arg_float(a, (cl_float)(1.0 / (1.0 - (double)d->dropout_p)));
     flashcl__arg_uint(a, (cl_uint)d->dropout_seed);
     flashcl__arg_uint(a, (cl_uint)(d->dropout_seed >> 32));

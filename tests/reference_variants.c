@@ -264,12 +264,13 @@ void rv_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t
 }
 
 int rv_dropout_keep(uint64_t seed, uint64_t offset, double p, size_t heads_q, size_t b, size_t h, size_t i, size_t j) {
-    uint32_t counter[4] = {(uint32_t)(j / 4), (uint32_t)i, (uint32_t)(b * heads_q + h), (uint32_t)offset};
+    uint32_t counter[4] = {(uint32_t)(4 * (j / 16) + (j / 2) % 4), (uint32_t)(8 * (i / 16) + i % 8),
+                           (uint32_t)(b * heads_q + h), (uint32_t)offset};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ (uint32_t)(offset >> 32)};
     uint32_t words[4];
     rv_philox4x32_10(counter, key, words);
-    uint64_t threshold = (uint64_t)floor(p * 4294967296.0);
-    return (uint64_t)words[j % 4] >= threshold;
+    const uint32_t word = words[2 * ((i / 8) % 2) + (j / 8) % 2], bits = j % 2 ? word >> 16 : word & 0xffffu;
+    return (double)bits >= floor(p * 65536.0 + 0.5);
 }
 
 void rv_dropout_mask(const rv_problem *p, uint64_t seed, uint64_t offset, unsigned char *keep) {

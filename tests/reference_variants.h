@@ -119,9 +119,11 @@ void rv_backward(const rv_problem *p, const float *q, const float *k, const floa
 void rv_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
 
 /*
- * The keep bit flashcl.h defines for element (b, h, i, j): Philox word j mod 4
- * of counter (j/4, i, b*heads_q + h, low32(offset)) and key (low32(seed),
- * high32(seed) ^ high32(offset)) compared with floor(p * 2^32).
+ * The keep bit flashcl.h defines for element (b, h, i, j): the 16-bit half
+ * j mod 2 (0: low) of Philox word 2 (i/8 mod 2) + j/8 mod 2 of counter
+ * (4 (j/16) + j/2 mod 4, 8 (i/16) + i mod 8, b*heads_q + h, low32(offset)) and
+ * key (low32(seed), high32(seed) ^ high32(offset)), kept iff
+ * >= floor(p * 2^16 + 1/2).
  */
 int rv_dropout_keep(uint64_t seed, uint64_t offset, double p, size_t heads_q, size_t b, size_t h, size_t i, size_t j);
 

@@ -64,6 +64,20 @@ static void check_philox(void) {
         }
     double expected = 0.7 * (double)n, sigma = sqrt((double)n * 0.3 * 0.7);
     CHECK(fabs((double)kept - expected) <= 5.0 * sigma);
+    /* One call covers rows i, i + 8 and keys 2u, 2u + 1, 2u + 8, 2u + 9 of a 16 x 16 block: for rows
+       35, 43 (block row 2, i mod 8 = 3) and u = 1 of key block 5 (keys 82, 83, 90, 91), counter
+       (4 * 5 + 1, 8 * 2 + 3), word 2 (row half) + key half, its low 16 bits for the even key. A p
+       just below a score's bits keeps it, one just above drops it. */
+    const uint32_t ctr_blk[4] = {21, 19, 2 * 1 + 1, 9}, key_7[2] = {7, 0};
+    uint32_t words[4];
+    rv_philox4x32_10(ctr_blk, key_7, words);
+    static const size_t rows[2] = {35, 43}, keys[4] = {82, 83, 90, 91};
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 4; c++) {
+            const uint32_t word = words[2 * r + c / 2], bits = (c & 1) ? word >> 16 : word & 0xffffu;
+            CHECK(rv_dropout_keep(7, 9, ((double)bits - 0.25) / 65536.0, 2, 1, 1, rows[r], keys[c]) == 1);
+            CHECK(rv_dropout_keep(7, 9, ((double)bits + 0.75) / 65536.0, 2, 1, 1, rows[r], keys[c]) == 0);
+        }
 }
 
 /* --------------------------------------------------------------- storage */
