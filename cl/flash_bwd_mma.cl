@@ -686,7 +686,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                 MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0, q1, k0, k0 + MMA_BWD_BC - 1, win_left, win_right);
             uint pf[MMA_BWD_BR / 16][4];
 #if HAS_DROPOUT
-            float z[MMA_BWD_BR / 8][4];
+            uint zmask = 0u; /* bit 4n + c: score (n, c) kept (one register, where 16 floats spilled) */
             uint dw[2][2][2]; /* the dropout bits of tiles n, n + 1 (n even): [tile][key key_lo + 8 r][row q + p] */
 #endif
 #pragma unroll
@@ -710,7 +710,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                     const float zz = 1.0f;
 #endif
 #if HAS_DROPOUT
-                    z[n][c] = zz;
+                    zmask |= (zz != 0.0f ? 1u : 0u) << (4 * n + c);
 #endif
                     pz[c] = p * zz;
                     s[n][c] = p * g;
@@ -748,7 +748,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n)
 #pragma unroll
-                for (int c = 0; c < 4; ++c) dp_[n][c] *= z[n][c];
+                for (int c = 0; c < 4; ++c) dp_[n][c] = (zmask >> (4 * n + c)) & 1u ? dp_[n][c] * drop_scale : 0.0f;
 #endif
                     /* dS^T = P^T g (dP^T Z - D), packed as the A operand of dK += dS^T Q. */
 #pragma unroll

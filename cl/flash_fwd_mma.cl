@@ -543,10 +543,11 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                         dw = flashcl_dropout_call(hd, r0 + mt * 16, kv0 + n * 8 + (lane & 3) * 2, seed_lo, seed_hi,
                                                   drop_off_lo, drop_off_hi);
                     const uint a_ = (n & 1) ? dw.y : dw.x, b_ = (n & 1) ? dw.w : dw.z;
-                    p0 *= (a_ & 0xffffu) >= drop_threshold ? drop_scale : 0.0f;
-                    p1 *= (a_ >> 16) >= drop_threshold ? drop_scale : 0.0f;
-                    p2 *= (b_ & 0xffffu) >= drop_threshold ? drop_scale : 0.0f;
-                    p3 *= (b_ >> 16) >= drop_threshold ? drop_scale : 0.0f;
+                    /* Dropped or kept as is: 1/(1-p) scales the output once, at the end. */
+                    p0 = (a_ & 0xffffu) >= drop_threshold ? p0 : 0.0f;
+                    p1 = (a_ >> 16) >= drop_threshold ? p1 : 0.0f;
+                    p2 = (b_ & 0xffffu) >= drop_threshold ? p2 : 0.0f;
+                    p3 = (b_ >> 16) >= drop_threshold ? p3 : 0.0f;
                 }
 #endif
 #if MMA_TF32
@@ -639,7 +640,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
             lsum += ptx_shfl_xor(lsum, 2);
             float mrow = m[mt][half_];
             const float alpha = flashcl_fold_sink(&mrow, &lsum, hd.sink2);
-            const float inv = lsum > 0.0f ? alpha / lsum : 0.0f;
+            const float inv = lsum > 0.0f ? (HAS_DROPOUT ? drop_scale : 1.0f) * alpha / lsum : 0.0f;
             const long row = r0 + mt * 16 + half_ * 8;
             if (row < sq) {
                 __global mma_t *dst = Ob + (ulong)row * o_sr + col;
