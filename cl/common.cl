@@ -23,9 +23,14 @@
  */
 inline float flashcl_safe_base(float m) { return m == FLASHCL_NEG_INF ? 0.0f : m; }
 
+/* The LSE of a row whose sum l is not positive: -inf when it saw no key (l = 0), NaN when a NaN or
+   infinite input made the sum NaN (its output is NaN too; -inf would tell a backward or a merge
+   that the row is empty). */
+inline float flashcl_lse_empty(float l) { return isnan(l) ? l : FLASHCL_NEG_INF; }
+
 /* Natural-log LSE of a finished row from its log2-domain max m and sum l
-   (relative to m): ln(2) * (m + log2(l)); -inf when the row saw no key. */
-inline float flashcl_lse(float m, float l) { return l > 0.0f ? M_LN2_F * (m + log2(l)) : FLASHCL_NEG_INF; }
+   (relative to m): ln(2) * (m + log2(l)); flashcl_lse_empty when l is not positive. */
+inline float flashcl_lse(float m, float l) { return l > 0.0f ? M_LN2_F * (m + log2(l)) : flashcl_lse_empty(l); }
 
 /*
  * The online-softmax update (FlashAttention's running max and rescale) of one

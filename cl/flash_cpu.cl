@@ -247,11 +247,17 @@ inline void cpu_key_range(flashcl_head hd, int first, int win_left, int win_righ
 }
 
 /* tanh for the softcap, (1 - e) / (1 + e) with e = 2^(-2 log2(e) |y|) through the polynomial exp2:
-   a few vector operations where the built-in is a library call per lane on POCL. Absolute error
-   about 1e-7 (the float rounding of 1 - e); NaN stays NaN. */
+   a few vector operations where the built-in is a library call per lane on POCL. Below |y| = 1/4
+   its series, where 1 - e cancels: a softcap C scales the score by C / |y|, so
+   only a relative error of a few ulp keeps a large C exact (with 1 - e alone, C = 1e4 was off by
+   1e-4 and C = 1e30 by everything). NaN stays NaN. */
 inline float16 cpu_tanh(float16 y) {
     const float16 e = flashcl_exp2_16((float16)(-2.0f * FLASHCL_LOG2E_F) * fabs(y));
-    return copysign(((float16)(1.0f) - e) / ((float16)(1.0f) + e), y);
+    const float16 big = copysign(((float16)(1.0f) - e) / ((float16)(1.0f) + e), y);
+    const float16 y2 = y * y;
+    const float16 small =
+        y + y * y2 * (-1.0f / 3 + y2 * (2.0f / 15 + y2 * (-17.0f / 315 + y2 * (62.0f / 2835))));
+    return select(big, small, fabs(y) < (float16)(0.25f));
 }
 
 /* t[c][r] = t[r][c] for a 16x16 tile in 16 float16: four rounds of the perfect shuffle (out[2k],

@@ -923,7 +923,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
                     for (int k = 0; k < GROUPS; ++k) o += go[k * DVP + e];
                     Opart[prow * (ulong)PART_PITCH + (ulong)e] = o * inv;
                 }
-                if (lid == 0) Lpart[prow] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+                if (lid == 0) Lpart[prow] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : flashcl_lse_empty(lr);
             } else {
                 /* One split: the sinks are folded here (with several, flash_merge folds them). */
 #if HAS_SINKS
@@ -940,7 +940,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
                 }
                 if (lid == 0 && write_lse) {
                     const ulong at = flashcl_row_index(hd, b, h, heads_q, seqlen_q, i);
-                    LSE[lse_off + at] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+                    LSE[lse_off + at] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : flashcl_lse_empty(lr);
                 }
             }
         }
@@ -1009,7 +1009,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
                 mtotal[lid] = total;
                 if (write_lse)
                     LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, i)] =
-                        total > 0.0f ? base + log(total) : FLASHCL_NEG_INF;
+                        total > 0.0f ? base + log(total) : flashcl_lse_empty(total);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             /* O = sum_s w_s O_s / total. The partials were all written by this kernel (an empty

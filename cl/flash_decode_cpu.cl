@@ -413,7 +413,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
                 const float inv = lr > 0.0f ? vscale / lr : 0.0f;
                 __global float *dst = Opart + prow * (ulong)PART_PITCH;
                 for (int c = 0; c < DV16; ++c) vstore16(acc[t][r][c] * inv, 0, dst + c * 16);
-                Lpart[prow] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+                Lpart[prow] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : flashcl_lse_empty(lr);
                 continue;
             }
             /* One split: the sinks are folded here (with several, flash_merge folds them). */
@@ -431,7 +431,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
             }
             if (write_lse)
                 LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, i)] =
-                    lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : FLASHCL_NEG_INF;
+                    lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : flashcl_lse_empty(lr);
         }
     }
 }

@@ -59,5 +59,5 @@ __kernel void flash_merge(__global const float *Os, ulong os_off, ulong os_sb, u
     flashcl_st4(O + VIEW_BASE(o, b, h) + (hd.q0 + i) * o_sr, c4, acc * inv, HEAD_DIM_V);
     if (c4 == 0 && write_lse)
         LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, i)] =
-            total > 0.0f ? base + log(total) : isnan(total) ? NAN : FLASHCL_NEG_INF;
+            total > 0.0f ? base + log(total) : flashcl_lse_empty(total);
 }

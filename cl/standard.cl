@@ -124,7 +124,7 @@ std_softmax(__global float *S, int seqlen_k, __global float *LSE, ulong lse_off,
     FLASHCL_SHARED_FOR(int, j, seqlen_k, lid, SOFTMAX_WG) Sr[j] *= inv;
     if (write_lse && lid == 0) {
         /* Rows are numbered z * seqlen_q + i, exactly the [b, h, sq] LSE order. */
-        LSE[lse_off + row] = sum > 0.0f ? mx + log(sum) : FLASHCL_NEG_INF;
+        LSE[lse_off + row] = sum > 0.0f ? mx + log(sum) : flashcl_lse_empty(sum);
     }
 }
 

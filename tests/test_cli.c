@@ -393,6 +393,13 @@ static void check_backward_errors(const tu_problem *p) {
     snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s'", cli_path_in(cli_work, "dO.npy"),
              cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dQ.npy"));
     expect_usage_error("--dv same file as --dq", "Q.npy", "K.npy", "V.npy", args);
+    /* An output over an input file (before, the input was silently replaced by the result). */
+    snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s'", cli_path_in(cli_work, "dO.npy"),
+             cli_path_in(cli_work, "dO.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dV.npy"));
+    expect_usage_error("--dq over the --dout file", "Q.npy", "K.npy", "V.npy", args);
+    snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s'", cli_path_in(cli_work, "Q.npy"),
+             cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"), cli_path_in(cli_work, "Q.npy"));
+    cli_expect_usage_error_naming("--out over the --q file", args, "is the input file of --q");
     snprintf(args, sizeof args, "--dout '%s' %s --path standard", cli_path_in(cli_work, "dO_like_K.npy"), grads_args);
     expect_usage_error("dO shaped like K, --path standard", "Q.npy", "K.npy", "V.npy", args);
     remove(cli_path_in(cli_work, "dO.npy"));

@@ -6,7 +6,8 @@
  *    LSE = -inf and dQ = 0, never NaN;
  *  - seqlen 1: O = V, LSE = scale * q.k;
  *  - a NaN in one Q element (batch 0, head 0, row r): that O row is NaN in
- *    every element; every other row of every head and batch stays finite and
+ *    every element and so is its LSE (not -inf, which would call the row
+ *    empty); every other row of every head and batch stays finite and
  *    matches the reference; the gradients of batch 1 stay finite;
  *  - +inf in one V element (batch 0, kv head 0, key j, dim c): only column c
  *    of O may be non-finite; every other element and all of batch 1 is finite.
@@ -185,6 +186,7 @@ static void nan_in_q(flashcl_context *ctx) {
         p.q[o_index(&p.ref, 0, 0, row, 3)] = NAN;
         if (CHECK_STATUS(hp_run(ctx, &p, path, 1), FLASHCL_SUCCESS)) {
             for (size_t c = 0; c < 8; ++c) CHECK(isnan(p.o[o_index(&p.ref, 0, 0, row, c)]));
+            CHECK(isnan(p.lse[row])); /* batch 0, head 0 */
             if (!compare_rows(&p, row)) {
                 fprintf(stderr, "FAIL NaN in q (%s): rows the NaN does not touch changed\n", k_path_names[path]);
                 tu_fail_count();
@@ -194,7 +196,7 @@ static void nan_in_q(flashcl_context *ctx) {
             CHECK(all_finite(p.dq + half_q, half_q) && all_finite(p.dk + half_k, half_k) &&
                   all_finite(p.dv + half_k, half_k));
         }
-        printf("NaN in q (%s): its O row is NaN, every other row matches the reference\n", k_path_names[path]);
+        printf("NaN in q (%s): its O row and LSE are NaN, every other row matches the reference\n", k_path_names[path]);
         hp_free(&p);
     }
 }

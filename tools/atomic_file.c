@@ -18,6 +18,11 @@ static char *copy_string(const char *s) {
     return copy;
 }
 
+bool atomic_file_same(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int atomic_file_check(const char *path, char *err, size_t err_size) {
     if (path[0] == '\0') {
         snprintf(err, err_size, "empty file name");

@@ -7,6 +7,7 @@
 #ifndef FLASHCL_TOOLS_ATOMIC_FILE_H
 #define FLASHCL_TOOLS_ATOMIC_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -21,6 +22,9 @@ typedef struct atomic_file {
  * and is writable, and path is not itself a directory. Returns 0 or -1.
  */
 int atomic_file_check(const char *path, char *err, size_t err_size);
+
+/* Whether a and b name one existing file (the same device and inode: "./q.npy" and "q.npy" too). */
+bool atomic_file_same(const char *a, const char *b);
 
 /* Creates a fresh temporary file next to path. Returns 0 or -1. */
 int atomic_file_open(atomic_file *af, const char *path, char *err, size_t err_size);

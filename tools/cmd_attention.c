@@ -143,7 +143,15 @@ static int check_backward_set(const attention_args *a) {
     return 0;
 }
 
-/* Every output goes to its own file, and each destination is writable now. */
+/* Whether output `out` (an option name) would replace input file `in`. The caches' outputs may
+   replace the caches they were read from: the in-place update flash_attn_with_kvcache makes. */
+static bool replaces_input(const char *out, const char *out_path, const char *in, const char *in_path) {
+    if (in_path == NULL || !atomic_file_same(out_path, in_path)) return false;
+    return !((strcmp(out, "--k-cache-out") == 0 && strcmp(in, "--k-cache") == 0) ||
+             (strcmp(out, "--v-cache-out") == 0 && strcmp(in, "--v-cache") == 0));
+}
+
+/* Every output goes to its own file, not over an input, and each destination is writable now. */
 static int check_outputs(const attention_args *a) {
     const struct {
         const char *name, *path;
@@ -156,13 +164,42 @@ static int check_outputs(const attention_args *a) {
                    {"--k-cache-out", a->kv.k_cache_out},
                    {"--v-cache-out", a->kv.v_cache_out}};
     enum { OUTPUTS = sizeof outputs / sizeof outputs[0] };
+    const struct {
+        const char *name, *path;
+    } inputs[] = {{"--q", a->q_path},
+                  {"--k", a->k_path},
+                  {"--v", a->v_path},
+                  {"--dout", a->dout_path},
+                  {"--alibi", a->var.alibi},
+                  {"--sinks", a->var.sinks},
+                  {"--bias", a->var.bias},
+                  {"--mask", a->var.mask},
+                  {"--block-mask", a->var.block_mask},
+                  {"--cu-seqlens-q", a->var.cu_q},
+                  {"--cu-seqlens-k", a->var.cu_k},
+                  {"--k-cache", a->kv.k_cache},
+                  {"--v-cache", a->kv.v_cache},
+                  {"--block-table", a->kv.block_table},
+                  {"--cache-seqlens", a->kv.cache_seqlens},
+                  {"--cache-leftpad", a->kv.cache_leftpad},
+                  {"--cache-batch-idx", a->kv.cache_batch_idx},
+                  {"--k-new", a->kv.k_new},
+                  {"--v-new", a->kv.v_new},
+                  {"--rotary-cos", a->kv.rotary_cos},
+                  {"--rotary-sin", a->kv.rotary_sin},
+                  {"--k-scale", a->kv.k_scale},
+                  {"--v-scale", a->kv.v_scale}};
     for (size_t i = 0; i < OUTPUTS; ++i) {
         const char *path = outputs[i].path;
         if (path == NULL) continue;
         for (size_t j = 0; j < i; ++j) {
-            if (outputs[j].path != NULL && strcmp(outputs[j].path, path) == 0)
+            if (outputs[j].path != NULL && (strcmp(outputs[j].path, path) == 0 || atomic_file_same(outputs[j].path, path)))
                 return tool_usage_error("%s: same file as %s ('%s')", outputs[i].name, outputs[j].name, path);
         }
+        for (size_t j = 0; j < sizeof inputs / sizeof inputs[0]; ++j)
+            if (replaces_input(outputs[i].name, path, inputs[j].name, inputs[j].path))
+                return tool_usage_error("%s: '%s' is the input file of %s; write the results elsewhere",
+                                        outputs[i].name, path, inputs[j].name);
         /* Catch an unwritable destination now, not after the computation. */
         char err[512];
         if (atomic_file_check(path, err, sizeof err) != 0) return tool_usage_error("%s: %s", outputs[i].name, err);
@@ -345,6 +382,7 @@ static void print_verbose(const attention_args *a, const flashcl_attention_desc 
     printf("; wrote %s", a->out_path);
     if (a->lse_path != NULL) printf(", %s", a->lse_path);
     if (wants_backward(a)) printf(", %s, %s, %s", a->dq_path, a->dk_path, a->dv_path);
+    if (a->var.dsinks != NULL) printf(", %s", a->var.dsinks);
     putchar('\n');
 }
 

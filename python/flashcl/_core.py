@@ -8,6 +8,7 @@ descriptor is an error there but one that is too large would be read in part.
 """
 import math
 import numbers
+import operator
 
 import numpy as np
 
@@ -183,6 +184,36 @@ def _or_one(n):
     return "1" if n == 1 else f"{n} or 1"
 
 
+def _is_int(x):
+    """An integer, a numpy integer or a 0-d integer tensor (anything with __index__), but not a bool."""
+    if isinstance(x, bool) or (hasattr(x, "dtype") and str(x.dtype) == "torch.bool"):
+        return False
+    try:
+        operator.index(x)
+        return True
+    except TypeError:
+        return False
+
+
+def check_spec(spec):
+    """The scalar arguments every path takes as plain numbers: checked here, before the torch
+    operators flatten them to ints (which would truncate 1.5 to 1 and take True as 1)."""
+    _need(isinstance(spec.window_size, (tuple, list)) and len(spec.window_size) == 2,
+          lambda: f"window_size must be a pair (left, right), got {spec.window_size!r}")
+    left, right = spec.window_size
+    _need(_is_int(left) and _is_int(right), lambda: f"window_size entries must be integers, got {tuple(spec.window_size)!r}")
+    _need(-1 <= left < 2**31 and -1 <= right < 2**31,
+          lambda: f"window_size entries must be >= -1 and below 2**31, got {tuple(spec.window_size)}")
+    # Seeds and offsets travel as int64 through torch (rng_state); 2**63 values are plenty.
+    for name, x in (("dropout_seed", spec.dropout_seed), ("dropout_offset", spec.dropout_offset)):
+        _need(x is None or (_is_int(x) and 0 <= x < 2**63),
+              lambda: f"{name} must be an integer in [0, 2**63), got {x!r}")
+    if spec.varlen:
+        for name, x in (("max_seqlen_q", spec.max_seqlen_q), ("max_seqlen_k", spec.max_seqlen_k)):
+            _need(x is not None and _is_int(x) and x >= 1,
+                  lambda: f"{name} must be an integer >= 1 (the longest sequence) with cu_seqlens, got {x!r}")
+
+
 def make_desc(p, spec):
     """The C descriptor for a checked problem."""
     d = _flashcl.Desc()
@@ -200,22 +231,17 @@ def make_desc(p, spec):
     _need(scale > 0 and math.isfinite(scale), lambda: f"softmax_scale must be positive and finite, got {scale}")
     d.scale = scale
     d.causal = 1 if spec.causal else 0
-    _need(isinstance(spec.window_size, (tuple, list)) and len(spec.window_size) == 2,
-          lambda: f"window_size must be a pair (left, right), got {spec.window_size!r}")
+    check_spec(spec)
     left, right = spec.window_size
-    _need(all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (left, right)),
-          lambda: f"window_size entries must be integers, got {tuple(spec.window_size)!r}")
     if (left, right) != (-1, -1):
-        _need(-1 <= left < 2**31 and -1 <= right < 2**31,
-              lambda: f"window_size entries must be >= -1 and below 2**31, got {tuple(spec.window_size)}")
         d.window, d.window_left, d.window_right = 1, int(left), int(right)
     d.softcap = float(spec.softcap or 0.0)
     _need(d.softcap >= 0, lambda: f"softcap must be >= 0, got {spec.softcap}")
     if spec.dropout_p:
         _need(0 <= spec.dropout_p < 1, lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
         d.dropout_p = float(spec.dropout_p)
-        d.dropout_seed = int(spec.dropout_seed) & (2**64 - 1)
-        d.dropout_offset = int(spec.dropout_offset or 0) & (2**64 - 1)
+        d.dropout_seed = int(spec.dropout_seed)
+        d.dropout_offset = int(spec.dropout_offset or 0)
     if spec.block_mask is not None:
         d.block_q, d.block_k = (int(n) for n in spec.block_size)
     _need(spec.path in ("flash", "standard"), lambda: f"path must be 'flash' or 'standard', got {spec.path!r}")
@@ -231,6 +257,7 @@ def _features(spec):
 
 def prepare(q, k, v, spec):
     """Checks a call; returns (problem, descriptor). Draws the dropout seed if none was given."""
+    check_spec(spec)
     p = Problem(q, k, v, spec)
     _check_features(p, spec)
     if spec.dropout_p and spec.dropout_seed is None:

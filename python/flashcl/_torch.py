@@ -177,6 +177,7 @@ def _check_no_grad(spec):
 def attention(inputs, spec, packing="none"):
     """(out, softmax_lse, rng_state) for tensors; differentiable in the inputs (and sinks)."""
     _check_no_grad(spec)
+    _core.check_spec(spec)  # before _flat turns the scalars into ints
     needs_grad = torch.is_grad_enabled() and (
         any(x.requires_grad for x in inputs) or (spec.sinks is not None and spec.sinks.requires_grad))
     flat = _flat(spec)

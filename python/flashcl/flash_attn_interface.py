@@ -45,9 +45,21 @@ def _split(packing, inputs):
     return inputs
 
 
+def _check_packed(packing, inputs, varlen):
+    """A packed input has its parts (3 for qkv, 2 for kv) in dimension -3."""
+    if packing == "none":
+        return
+    name, x, parts = ("qkv", inputs[0], 3) if packing == "qkv" else ("kv", inputs[1], 2)
+    shape = tuple(int(n) for n in x.shape)
+    rows = "total" if varlen else "batch, seqlen"
+    _core._need(len(shape) == (4 if varlen else 5) and shape[-3] == parts,
+                lambda: f"{name} must be ({rows}, {parts}, heads, head_dim), got shape {shape}")
+
+
 def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False):
     """out, or (out, softmax_lse[, S_dmask]); autograd for tensors."""
     names = {"none": ("q", "k", "v"), "qkv": ("qkv",), "kv": ("q", "kv")}[packing]
+    _check_packed(packing, inputs, spec.varlen)
     if _arrays.kind_check(list(zip(names, inputs)) + spec.arrays()):
         for name, x in zip(names, inputs):
             if x.device.type == "meta":

@@ -147,3 +147,40 @@ def test_torch_checks(rng):
     with pytest.raises(ValueError, match="meta"):
         flashcl.flash_attn_func(meta, meta, meta)
     assert _flashcl.status_name(-10004) == "FLASHCL_ERR_INVALID_HEADS"
+
+
+def test_torch_checks_match_numpy():
+    """The torch operators take the scalars as flat ints: the same checks run before they are flattened."""
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(1, 8, 2, 16)
+    for window, match in (((1.5, 2), "window_size entries must be integers"),
+                          ((True, False), "window_size entries must be integers"),
+                          ((3,), r"window_size must be a pair \(left, right\)")):
+        with pytest.raises(ValueError, match=match):
+            flashcl.flash_attn_func(q, q, q, window_size=window)
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    q3 = torch.zeros(8, 2, 16)
+    with pytest.raises(ValueError, match=r"max_seqlen_q must be an integer >= 1 \(the longest sequence\)"):
+        flashcl.flash_attn_varlen_func(q3, q3, q3, cu, cu, 0, 8)
+    flashcl.flash_attn_varlen_func(q3, q3, q3, cu, cu, torch.tensor(8), 8)  # a 0-d integer tensor is an integer
+
+
+def test_packed_shapes_are_named(rng):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match=r"qkv must be \(batch, seqlen, 3, heads, head_dim\), got shape \(1, 8, 4, 2, 16\)"):
+        flashcl.flash_attn_qkvpacked_func(torch.zeros(1, 8, 4, 2, 16))
+    with pytest.raises(ValueError, match=r"qkv must be \(batch, seqlen, 3, heads, head_dim\), got shape \(1, 8, 2, 2, 16\)"):
+        flashcl.flash_attn_qkvpacked_func(np.zeros((1, 8, 2, 2, 16), np.float32))
+    with pytest.raises(ValueError, match=r"kv must be \(batch, seqlen, 2, heads, head_dim\)"):
+        flashcl.flash_attn_kvpacked_func(torch.zeros(1, 8, 2, 16), torch.zeros(1, 8, 3, 2, 16))
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"qkv must be \(total, 3, heads, head_dim\), got shape \(8, 2, 2, 16\)"):
+        flashcl.flash_attn_varlen_qkvpacked_func(torch.zeros(8, 2, 2, 16), cu, 8)
+
+
+@pytest.mark.parametrize("seed, offset", [(2**64, 0), (1.5, 0), (-1, 0), (True, 0), (1, -3), (1, 2**63)])
+def test_dropout_seed_and_offset_are_checked(rng, seed, offset):
+    q, k, _ = qkv(rng)
+    name = "dropout_seed" if offset == 0 else "dropout_offset"
+    with pytest.raises(ValueError, match=rf"{name} must be an integer in \[0, 2\*\*63\)"):
+        flashcl.dropout_mask(q, k, 0.5, seed, offset)
