@@ -2,8 +2,9 @@
  * The dropout keep mask flash calls apply, written out for tests and
  * debugging: one work-item per (i, j) of a [batch, heads_q, rows, cols] byte
  * array (rows/cols = max sequence lengths; 0 outside a varlen sequence).
- * It calls the same flashcl_dropout_keep as the attention kernels, so it is
- * the mask they use by construction.
+ * It calls flashcl_dropout_keep, the definition (cl/variants.cl) that the
+ * portable kernels call per element and the tensor-core and CPU kernels
+ * compute in their own layouts; the tests hold them all to it bit for bit.
  * Grid: (cols rounded up, rows, batch * heads_q).
  */
 __kernel void flash_dropout_mask(__global uchar *out, ulong out_off, int rows, int cols, int heads_q, int seqlen_q,

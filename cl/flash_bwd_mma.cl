@@ -686,6 +686,9 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                 MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0, q1, k0, k0 + MMA_BWD_BC - 1, win_left, win_right);
             uint pf[MMA_BWD_BR / 16][4];
 #if HAS_DROPOUT
+#if MMA_BWD_BR > 64
+#error "zmask holds 4 bits per 8 query rows of a tile in 32 bits"
+#endif
             uint zmask = 0u; /* bit 4n + c: score (n, c) kept (one register, where 16 floats spilled) */
             uint dw[2][2][2]; /* the dropout bits of tiles n, n + 1 (n even): [tile][key key_lo + 8 r][row q + p] */
 #endif
@@ -939,9 +942,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
                 const float p =
                     mb_prob(s[n][c], l2[c >> 1], hd, row, key, check, scale_log2, cap_inv, &g, VARIANT_PASS);
 #if HAS_DROPOUT
-                /* Word 2 (row half) + (n & 1), low 16 bits the even key (cl/ptx.cl). */
-                const uint wd = (c >> 1) ? ((n & 1) ? dw.w : dw.z) : ((n & 1) ? dw.y : dw.x);
-                const float zz = mb_keep_bits(hd, row, (c & 1) ? wd >> 16 : wd & 0xffffu, VARIANT_PASS);
+                const float zz = mb_keep_bits(hd, row, frag_dropout_bits(dw, n, c), VARIANT_PASS);
 #else
                 const float zz = 1.0f;
 #endif

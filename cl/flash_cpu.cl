@@ -53,7 +53,7 @@
  * unmasked path. Softcap and ALiBi are vector operations on the chunk's
  * scores; bias, boolean and block masks are gathered per element; chunks the
  * block mask drops are skipped; dropout multiplies P with the Philox words of
- * flashcl_dropout_words (the portable kernels' mask, bit for bit); sinks are
+ * flashcl_dropout_call (the portable kernels' mask, bit for bit); sinks are
  * folded into each row at the end (flashcl_fold_sink), and their gradient has
  * a kernel of its own.
  */
@@ -357,7 +357,7 @@ inline void cpu_terms_rows(float *s, float *grad, int want_grad, flashcl_head hd
 #endif
 }
 
-/* The Philox key of flashcl_dropout_words. */
+/* The Philox key of flashcl_dropout_call. */
 #define CPU_DROPOUT_KEY ((uint2)(seed_lo, seed_hi ^ drop_off_hi))
 
 /* flashcl_philox16 of the counters (q[h], y0 + c, bh, off) in lane 8h + c: only y differs between

@@ -37,7 +37,7 @@
  * the block mask drops are skipped and not loaded), softcap (the SFU's tanh,
  * ptx_tanh), ALiBi, bias and boolean masks (flashcl_score's terms), sinks
  * folded into the row at the end, dropout with the portable kernels' Philox
- * mask (flashcl_dropout_words, so the same bits). Without score terms the
+ * mask (flashcl_dropout_call, so the same bits). Without score terms the
  * scale is folded into the exponent's FMA (raw scores, masks set -inf); with
  * them every score is scaled first.
  *
@@ -536,18 +536,16 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                 l1 += p2 + p3;
 #if HAS_DROPOUT
                 /* The normaliser counts every probability; only P V sees the dropped ones. One
-                   call covers the lane's keys of tiles n and n + 1 in both rows (cl/ptx.cl): word
-                   n & 1 is row r's, word 2 + (n & 1) row r + 8's, low 16 bits the even key. */
+                   call covers the lane's keys of tiles n and n + 1 in both rows (cl/ptx.cl). Dropped
+                   or kept as is: the keep factor scales the output once, at the end. */
                 {
                     if ((n & 1) == 0)
                         dw = flashcl_dropout_call(hd, r0 + mt * 16, kv0 + n * 8 + (lane & 3) * 2, seed_lo, seed_hi,
                                                   drop_off_lo, drop_off_hi);
-                    const uint a_ = (n & 1) ? dw.y : dw.x, b_ = (n & 1) ? dw.w : dw.z;
-                    /* Dropped or kept as is: 1/(1-p) scales the output once, at the end. */
-                    p0 = (a_ & 0xffffu) >= drop_threshold ? p0 : 0.0f;
-                    p1 = (a_ >> 16) >= drop_threshold ? p1 : 0.0f;
-                    p2 = (b_ & 0xffffu) >= drop_threshold ? p2 : 0.0f;
-                    p3 = (b_ >> 16) >= drop_threshold ? p3 : 0.0f;
+                    p0 = frag_dropout_bits(dw, n, 0) >= drop_threshold ? p0 : 0.0f;
+                    p1 = frag_dropout_bits(dw, n, 1) >= drop_threshold ? p1 : 0.0f;
+                    p2 = frag_dropout_bits(dw, n, 2) >= drop_threshold ? p2 : 0.0f;
+                    p3 = frag_dropout_bits(dw, n, 3) >= drop_threshold ? p3 : 0.0f;
                 }
 #endif
 #if MMA_TF32
@@ -640,7 +638,9 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
             lsum += ptx_shfl_xor(lsum, 2);
             float mrow = m[mt][half_];
             const float alpha = flashcl_fold_sink(&mrow, &lsum, hd.sink2);
-            const float inv = lsum > 0.0f ? (HAS_DROPOUT ? drop_scale : 1.0f) * alpha / lsum : 0.0f;
+            /* A NaN sum (a NaN or infinite input) makes the row NaN even where dropout zeroed its
+               NaN probabilities before P V. */
+            const float inv = lsum > 0.0f ? (HAS_DROPOUT ? drop_scale : 1.0f) * alpha / lsum : lsum == 0.0f ? 0.0f : NAN;
             const long row = r0 + mt * 16 + half_ * 8;
             if (row < sq) {
                 __global mma_t *dst = Ob + (ulong)row * o_sr + col;

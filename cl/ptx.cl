@@ -480,6 +480,14 @@ inline uint ptx_shfl_xor_u(uint x, int m) {
     return r;
 }
 
+/* Rows as M: the 16 bits of accumulator element c (row + 8 (c >> 1), key 2t + (c & 1)) of 8-key
+   tile n, from the lane's call w of tiles n & ~1 and (n & ~1) + 1: word 2 (c >> 1) + (n & 1), the
+   low half for the even key. */
+inline uint frag_dropout_bits(uint4 w, int n, int c) {
+    const uint word = (c >> 1) ? ((n & 1) ? w.w : w.z) : ((n & 1) ? w.y : w.x);
+    return (c & 1) ? word >> 16 : word & 0xffffu;
+}
+
 /* The high (hi) or low 16 bits of a and b, a's in the low half. */
 inline uint frag_halves(uint a, uint b, int hi) {
     return hi ? (a >> 16) | (b & 0xffff0000u) : (a & 0xffffu) | (b << 16);

@@ -17,7 +17,8 @@
  *     (FlashInfer uses base 2; FlashCL, FlashAttention and PyTorch use base e.)
  *   - Causal masking is aligned bottom-right, as FlashAttention 2.1+: key j is
  *     visible to query i iff j <= i + seqlen_k - seqlen_q. A query row with no
- *     visible key gets O = 0 and LSE = -inf.
+ *     visible key gets O = 0 and LSE = -inf; one that a NaN or infinite input
+ *     reaches gets O and LSE NaN.
  *   - GQA/MQA: heads_q % heads_kv == 0; query head h reads kv head
  *     h / (heads_q / heads_kv) (contiguous groups, like repeat_interleave).
  *   - Device calls are asynchronous: they take a wait list and can return an
@@ -323,8 +324,9 @@ typedef struct flashcl_attention_desc {
 
     /* Dropout on the attention probabilities: element (b, h, i, j) is kept iff
        the 16 Philox4x32-10 bits for that absolute position, keyed by seed and
-       offset, are >= dropout_p * 2^16 rounded (flashcl_dropout_mask has the
-       layout); kept values are scaled by 1/(1 - p).
+       offset, are >= t = dropout_p * 2^16 rounded (flashcl_dropout_mask has the
+       layout); kept values are scaled by 2^16 / (2^16 - t), the inverse of the
+       keep probability, which is 1/(1 - p) up to p's rounding to 2^-16.
        The mask depends only on (seed, offset, b, h, i, j): not on tiles or device. */
     float dropout_p; /* 0 = off; 0 <= p < 1 */
     uint64_t dropout_seed;
@@ -559,7 +561,8 @@ FLASHCL_API flashcl_status flashcl_forward_kvcache(flashcl_context *ctx, const f
  * num_states partial attention results over the same query rows (split-KV, cascade
  * attention, context parallelism), each a float32 O_i and its natural-log LSE_i, merged:
  *   lse = log sum_i exp(lse_i),  O = sum_i exp(lse_i - lse) O_i.
- * A row whose every lse_i is -inf gets O = 0 and lse = -inf (never NaN).
+ * A row whose every lse_i is -inf gets O = 0 and lse = -inf (never NaN); a NaN lse_i
+ * makes the row's O and lse NaN.
  */
 typedef struct flashcl_merge_desc {
     size_t struct_size; /* FLASHCL_MERGE_DESC_INIT */

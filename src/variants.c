@@ -50,8 +50,9 @@ flashcl_status flashcl__resolve_variants(flashcl_context *ctx, flashcl_attention
     }
     /* Causal is the window (left, 0), as in FlashAttention-2. */
     if (d->causal) d->window_right = 0;
-    if (!(d->softcap >= 0.0f) || !isfinite(d->softcap))
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "softcap (%g) must be a finite number >= 0 (0 = off)",
+    /* The kernels take softcap * log2(e) and its inverse: both must stay normal floats. */
+    if (!(d->softcap >= 0.0f && d->softcap <= 1e37f))
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "softcap (%g) must be a number in [0, 1e37] (0 = off)",
                              (double)d->softcap);
     if (!(d->dropout_p >= 0.0f && d->dropout_p < 1.0f))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT, "dropout_p (%g) must be in [0, 1)",
@@ -177,9 +178,12 @@ void flashcl__arg_variants(flashcl__args *a, const flashcl_attention_desc *d, cl
     arg_buffer(a, d->cu_seqlens_q, dummy);
     arg_buffer(a, d->cu_seqlens_k, dummy);
     /* Keep iff a key's 16 RNG bits >= p * 2^16 rounded to nearest (cl/variants.cl,
-       flashcl_dropout_keep): at most 65536, which keeps nothing. */
-    flashcl__arg_uint(a, (cl_uint)floor((double)d->dropout_p * 65536.0 + 0.5));
-    flashcl__arg_float(a, (cl_float)(1.0 / (1.0 - (double)d->dropout_p)));
+       flashcl_dropout_keep), so an element is kept with probability (2^16 - threshold) / 2^16: the
+       kept ones are scaled by its inverse, which keeps the expectation exact (1/(1-p) was 7% off at
+       p = 0.9999). A threshold of 2^16 (p within 2^-17 of 1) keeps nothing. */
+    const double threshold = floor((double)d->dropout_p * 65536.0 + 0.5);
+    flashcl__arg_uint(a, (cl_uint)threshold);
+    flashcl__arg_float(a, threshold < 65536.0 ? (cl_float)(65536.0 / (65536.0 - threshold)) : 0.0f);
     flashcl__arg_uint(a, (cl_uint)d->dropout_seed);
     flashcl__arg_uint(a, (cl_uint)(d->dropout_seed >> 32));
     flashcl__arg_uint(a, (cl_uint)d->dropout_offset);

@@ -109,7 +109,7 @@ static size_t max_len_k(const rv_problem *p) {
 static double keep_scale(const rv_problem *p, size_t b, size_t h, size_t i, size_t j) {
     if (p->dropout_p <= 0.0) return 1.0;
     size_t at = ((b * p->heads_q + h) * rv_mask_rows(p) + i) * rv_mask_cols(p) + j;
-    return p->keep[at] ? 1.0 / (1.0 - p->dropout_p) : 0.0;
+    return p->keep[at] ? rv_dropout_scale(p->dropout_p) : 0.0;
 }
 
 /*
@@ -261,6 +261,11 @@ void rv_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t
         c0 = n0, c1 = n1, c2 = n2, c3 = n3;
     }
     out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+double rv_dropout_scale(double p) {
+    const double threshold = floor(p * 65536.0 + 0.5);
+    return threshold < 65536.0 ? 65536.0 / (65536.0 - threshold) : 0.0;
 }
 
 int rv_dropout_keep(uint64_t seed, uint64_t offset, double p, size_t heads_q, size_t b, size_t h, size_t i, size_t j) {

@@ -127,6 +127,10 @@ void rv_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t
  */
 int rv_dropout_keep(uint64_t seed, uint64_t offset, double p, size_t heads_q, size_t b, size_t h, size_t i, size_t j);
 
+/* The factor of a kept element: 1 / the keep probability the 16-bit threshold gives,
+   2^16 / (2^16 - floor(p * 2^16 + 1/2)) (0 when nothing is kept). */
+double rv_dropout_scale(double p);
+
 /*
  * The whole mask flashcl_dropout_mask writes: [batch, heads_q, rows, cols]
  * with rows x cols = seqlen_q x seqlen_k, or max_seqlen_q x max_seqlen_k

@@ -7,7 +7,6 @@ library sees a descriptor, because a view that is too small for the
 descriptor is an error there but one that is too large would be read in part.
 """
 import math
-import numbers
 import operator
 
 import numpy as np

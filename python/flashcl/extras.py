@@ -61,8 +61,8 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
       With varlen the last two dimensions are max_seqlen_q, max_seqlen_k.
     block_mask: bool/uint8 (batch|1, nheads|1, ceil(sq/bq), ceil(sk/bk)) with
       block_size=(bq, bk): a False block is neither loaded nor computed.
-    dropout_seed/offset: the Philox key and counter offset (a seed is drawn
-      from torch's or numpy's generator when None).
+    dropout_seed/offset: the Philox key and counter offset, integers in [0, 2**63) (a seed is
+      drawn from torch's or numpy's generator when None).
     path: "flash" (default) or "standard", the S = QK^T baseline (plain float32 only).
     allow_tf32: float32 inputs may run the forward on TF32 tensor cores where the device has
       them (NVIDIA sm_80+, d <= 128: products of 10-bit mantissas, float32 accumulation), as

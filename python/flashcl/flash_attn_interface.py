@@ -59,8 +59,9 @@ def _check_packed(packing, inputs, varlen):
 def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False):
     """out, or (out, softmax_lse[, S_dmask]); autograd for tensors."""
     names = {"none": ("q", "k", "v"), "qkv": ("qkv",), "kv": ("q", "kv")}[packing]
+    is_torch = _arrays.kind_check(list(zip(names, inputs)) + spec.arrays())
     _check_packed(packing, inputs, spec.varlen)
-    if _arrays.kind_check(list(zip(names, inputs)) + spec.arrays()):
+    if is_torch:
         for name, x in zip(names, inputs):
             if x.device.type == "meta":
                 raise ValueError(f"{name} is on device meta, which holds no data")

@@ -12,6 +12,12 @@ import math
 import numpy as np
 
 
+def dropout_scale(p):
+    """The factor of a kept element: 1 / the keep probability of FlashCL's 16-bit threshold."""
+    threshold = math.floor(float(np.float32(p)) * 65536 + 0.5)
+    return 65536 / (65536 - threshold) if threshold < 65536 else 0.0
+
+
 def f64(x):
     """Any array or tensor as a float64 numpy array."""
     if hasattr(x, "detach"):
@@ -101,7 +107,7 @@ def numpy_attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=
         p = np.where(denom > 0, e / denom, 0.0)
         lse = np.where(denom[..., 0] > 0, np.log(denom[..., 0]) + m[..., 0], -np.inf)
     if keep is not None:
-        p = p * np.asarray(keep, bool) / (1 - dropout_p)
+        p = p * np.asarray(keep, bool) * dropout_scale(dropout_p)
     if storage is not None:
         p = p.astype(storage).astype(np.float64)
     out = np.einsum("bhij,bjhd->bihd", p, v)
@@ -143,7 +149,7 @@ def torch_attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=
     if sinks is not None:
         p = p[..., :-1]
     if keep is not None:
-        p = p * torch.as_tensor(np.asarray(keep, bool)).to(s.dtype) / (1 - dropout_p)
+        p = p * torch.as_tensor(np.asarray(keep, bool)).to(s.dtype) * dropout_scale(dropout_p)
     return torch.einsum("bhij,bjhd->bihd", p, vv)
 
 

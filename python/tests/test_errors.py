@@ -61,6 +61,7 @@ def test_library_checks_name_the_field(rng):
     (dict(window_size=None), r"window_size must be a pair \(left, right\), got None"),
     (dict(window_size=(1, 2, 3)), "window_size must be a pair"),
     (dict(softcap=-1.0), "softcap must be >= 0"),
+    (dict(softcap=1e38), r"softcap \(1e\+38\) must be a number in \[0, 1e37\]"),
     (dict(alibi_slopes=np.zeros(3, np.float32)), r"alibi_slopes must be \(2,\) or \(1, 2\)"),
     (dict(alibi_slopes=np.zeros(2, np.float64)), "alibi_slopes has dtype float64, expected float32"),
 ])
