@@ -393,6 +393,10 @@ static void check_backward_errors(const tu_problem *p) {
     snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s'", cli_path_in(cli_work, "dO.npy"),
              cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dQ.npy"));
     expect_usage_error("--dv same file as --dq", "Q.npy", "K.npy", "V.npy", args);
+    /* The same destination spelled differently, before either file exists. */
+    snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s/./dQ.npy'", cli_path_in(cli_work, "dO.npy"),
+             cli_path_in(cli_work, "dQ.npy"), cli_path_in(cli_work, "dK.npy"), cli_work);
+    expect_usage_error("--dv same file as --dq, spelled with ./", "Q.npy", "K.npy", "V.npy", args);
     /* An output over an input file (before, the input was silently replaced by the result). */
     snprintf(args, sizeof args, "--dout '%s' --dq '%s' --dk '%s' --dv '%s'", cli_path_in(cli_work, "dO.npy"),
              cli_path_in(cli_work, "dO.npy"), cli_path_in(cli_work, "dK.npy"), cli_path_in(cli_work, "dV.npy"));

@@ -1,10 +1,11 @@
 /* Write-to-temporary-then-rename output files; see atomic_file.h. */
-#define _POSIX_C_SOURCE 200809L /* open, fdopen, getpid, access, stat */
+#define _XOPEN_SOURCE 700 /* POSIX 2008 with XSI: open, fdopen, getpid, access, stat, realpath */
 
 #include "atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,6 +22,33 @@ static char *copy_string(const char *s) {
 bool atomic_file_same(const char *a, const char *b) {
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The resolved directory of path (realpath of its directory part) and where its last component
+   starts; false when the directory cannot be resolved. */
+static bool resolve_parent(const char *path, char *dir_out, const char **base) {
+    char *dir = copy_string(path);
+    if (dir == NULL) return false;
+    char *slash = strrchr(dir, '/');
+    const char *dir_name = ".";
+    if (slash == dir) {
+        dir_name = "/";
+    } else if (slash != NULL) {
+        *slash = '\0';
+        dir_name = dir;
+    }
+    const char *resolved = realpath(dir_name, dir_out);
+    free(dir);
+    const char *last = strrchr(path, '/');
+    *base = last ? last + 1 : path;
+    return resolved != NULL;
+}
+
+bool atomic_file_same_destination(const char *a, const char *b) {
+    if (strcmp(a, b) == 0 || atomic_file_same(a, b)) return true;
+    char da[PATH_MAX], db[PATH_MAX];
+    const char *ba, *bb;
+    return resolve_parent(a, da, &ba) && resolve_parent(b, db, &bb) && strcmp(da, db) == 0 && strcmp(ba, bb) == 0;
 }
 
 int atomic_file_check(const char *path, char *err, size_t err_size) {

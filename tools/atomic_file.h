@@ -26,6 +26,10 @@ int atomic_file_check(const char *path, char *err, size_t err_size);
 /* Whether a and b name one existing file (the same device and inode: "./q.npy" and "q.npy" too). */
 bool atomic_file_same(const char *a, const char *b);
 
+/* Whether writing a and b would write one file: atomic_file_same, or, for names that do not exist
+   yet, the same name in the same (resolved) directory. */
+bool atomic_file_same_destination(const char *a, const char *b);
+
 /* Creates a fresh temporary file next to path. Returns 0 or -1. */
 int atomic_file_open(atomic_file *af, const char *path, char *err, size_t err_size);
 

@@ -193,7 +193,7 @@ static int check_outputs(const attention_args *a) {
         const char *path = outputs[i].path;
         if (path == NULL) continue;
         for (size_t j = 0; j < i; ++j) {
-            if (outputs[j].path != NULL && (strcmp(outputs[j].path, path) == 0 || atomic_file_same(outputs[j].path, path)))
+            if (outputs[j].path != NULL && atomic_file_same_destination(outputs[j].path, path))
                 return tool_usage_error("%s: same file as %s ('%s')", outputs[i].name, outputs[j].name, path);
         }
         for (size_t j = 0; j < sizeof inputs / sizeof inputs[0]; ++j)
