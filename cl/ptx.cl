@@ -484,8 +484,7 @@ inline uint ptx_shfl_xor_u(uint x, int m) {
    tile n, from the lane's call w of tiles n & ~1 and (n & ~1) + 1: word 2 (c >> 1) + (n & 1), the
    low half for the even key. */
 inline uint frag_dropout_bits(uint4 w, int n, int c) {
-    const uint word = (c >> 1) ? ((n & 1) ? w.w : w.z) : ((n & 1) ? w.y : w.x);
-    return (c & 1) ? word >> 16 : word & 0xffffu;
+    return flashcl_dropout_half((c >> 1) ? ((n & 1) ? w.w : w.z) : ((n & 1) ? w.y : w.x), c);
 }
 
 /* The high (hi) or low 16 bits of a and b, a's in the low half. */

@@ -199,7 +199,7 @@ inline void flashcl_st4(__global store_t *row, int c4, float4 x, int dim) {
 
 /* win_left/win_right: the resolved window (causal folded in), -1 = unbounded.
    softcap2 = softcap * log2(e). drop_threshold = p * 2^16 rounded to nearest (a key's 16 RNG bits >= it: kept),
-   drop_scale = 1/(1-p). */
+   drop_scale = 2^16 / (2^16 - drop_threshold), the inverse of the keep probability (src/variants.c). */
 #define VARIANT_ARGS                                                                                                   \
     int win_left, int win_right, float softcap2, __global const float *alibi, ulong alibi_off, ulong alibi_sb,         \
         __global const float *sinks, ulong sinks_off, __global const float *bias, ulong bias_off, ulong bias_sb,       \

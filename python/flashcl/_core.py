@@ -99,6 +99,7 @@ class Problem:
                  "max_seqlen_q", "max_seqlen_k", "dtype", "torch")
 
     def __init__(self, q, k, v, spec):
+        check_spec(spec)
         self.torch = _arrays.kind_check([("q", q), ("k", k), ("v", v)] + spec.arrays())
         self.varlen = spec.varlen
         self.dtype = _arrays.storage_code("q", q)
@@ -117,10 +118,7 @@ class Problem:
             self.batch = cu_q[0] - 1
             self.seqlen_q, self.heads_q, self.head_dim = qs
             self.seqlen_k, self.heads_kv, _ = ks
-            _need(spec.max_seqlen_q is not None and spec.max_seqlen_k is not None,
-                  "varlen needs max_seqlen_q and max_seqlen_k")
-            self.max_seqlen_q, self.max_seqlen_k = int(spec.max_seqlen_q), int(spec.max_seqlen_k)
-            _need(self.max_seqlen_q >= 1 and self.max_seqlen_k >= 1, "max_seqlen_q and max_seqlen_k must be >= 1")
+            self.max_seqlen_q, self.max_seqlen_k = int(spec.max_seqlen_q), int(spec.max_seqlen_k)  # check_spec
             _check_cu_seqlens("cu_seqlens_q", spec.cu_seqlens_q, self.seqlen_q, self.max_seqlen_q, "max_seqlen_q")
             _check_cu_seqlens("cu_seqlens_k", spec.cu_seqlens_k, self.seqlen_k, self.max_seqlen_k, "max_seqlen_k")
             kv_rows = (0,)
@@ -214,7 +212,7 @@ def check_spec(spec):
 
 
 def make_desc(p, spec):
-    """The C descriptor for a checked problem."""
+    """The C descriptor for a checked problem (Problem, or the KV-cache call, ran check_spec)."""
     d = _flashcl.Desc()
     d.dtype = p.dtype
     d.batch, d.heads_q, d.heads_kv = p.batch, p.heads_q, p.heads_kv
@@ -230,8 +228,7 @@ def make_desc(p, spec):
     _need(scale > 0 and math.isfinite(scale), lambda: f"softmax_scale must be positive and finite, got {scale}")
     d.scale = scale
     d.causal = 1 if spec.causal else 0
-    check_spec(spec)
-    left, right = spec.window_size
+    left, right = spec.window_size  # checked by check_spec (Problem, or the caller)
     if (left, right) != (-1, -1):
         d.window, d.window_left, d.window_right = 1, int(left), int(right)
     d.softcap = float(spec.softcap or 0.0)
@@ -256,7 +253,6 @@ def _features(spec):
 
 def prepare(q, k, v, spec):
     """Checks a call; returns (problem, descriptor). Draws the dropout seed if none was given."""
-    check_spec(spec)
     p = Problem(q, k, v, spec)
     _check_features(p, spec)
     if spec.dropout_p and spec.dropout_seed is None:

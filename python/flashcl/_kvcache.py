@@ -87,6 +87,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
                     num_splits=0, return_lse=False, k_scale=None, v_scale=None, context=None):
     """(out, softmax_lse or None). k, v are appended into k_cache, v_cache in place."""
     spec = spec or _core.Spec()
+    _core.check_spec(spec)
     named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
              ("rotary_sin", rotary_sin), ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
              ("block_table", block_table), ("alibi_slopes", spec.alibi_slopes)]
