@@ -195,6 +195,53 @@ inline void mb_zero(float acc[MB_OUT / 8][4]) {
 #define MB_LANE_N(lane) ((uint)((((lane)&7) + (((lane) >> 4) << 3)) * MB_LD + ((((lane) >> 3) & 1) << 3)) * 2)
 #define MB_LANE_K(lane) ((uint)((((lane)&7) + ((((lane) >> 3) & 1) << 3)) * MB_LD + (((lane) >> 4) << 3)) * 2)
 
+/*
+ * The products of every kernel below, on mma.sync fragments (16 rows per warp, accumulator tile n
+ * covering 8 columns). Macros rather than functions so that the loop bounds are literals where
+ * `#pragma unroll` meets them and the accumulators stay registers.
+ *
+ * MB_MMA_ABT: acc[2 np], acc[2 np + 1] += A B^T over the head dim for the NT rows of a K-major
+ * __local tile (rows as n, ldmatrix without .trans): `a` the warp's MB_DT A fragments, `at` the
+ * lane's shared address of the tile (MB_LANE_N). MB_MMA_ABT2 does two such products over tiles
+ * with the same layout in one loop, their loads and mmas interleaved.
+ */
+#define MB_MMA_ABT_STEP(acc, a, at, kk_, np_)                                                                          \
+    do {                                                                                                               \
+        uint b0_, b1_, b2_, b3_;                                                                                       \
+        ptx_ldsm_x4((at) + (uint)((np_)*16 * MB_LD + (kk_)*16) * 2, &b0_, &b1_, &b2_, &b3_);                           \
+        PTX_MMA(acc[2 * (np_)], a[kk_], b0_, b1_);                                                                     \
+        PTX_MMA(acc[2 * (np_) + 1], a[kk_], b2_, b3_);                                                                 \
+    } while (0)
+#define MB_MMA_ABT(acc, a, at, NT)                                                                                     \
+    _Pragma("unroll") for (int kk_ = 0; kk_ < MB_DT; ++kk_)                                                            \
+        _Pragma("unroll") for (int np_ = 0; np_ < (NT) / 16; ++np_) MB_MMA_ABT_STEP(acc, a, at, kk_, np_)
+#define MB_MMA_ABT2(acc, a, at, acc2, a2, at2, NT)                                                                     \
+    _Pragma("unroll") for (int kk_ = 0; kk_ < MB_DT; ++kk_)                                                            \
+        _Pragma("unroll") for (int np_ = 0; np_ < (NT) / 16; ++np_) {                                                  \
+        MB_MMA_ABT_STEP(acc, a, at, kk_, np_);                                                                         \
+        MB_MMA_ABT_STEP(acc2, a2, at2, kk_, np_);                                                                      \
+    }
+/* acc[2 dp], acc[2 dp + 1] += P B for the NK rows (the k dim) and the ND 16-column steps from
+   column col0 of a __local tile read transposed (ldmatrix.trans, rows as k): `pf` the NK / 16 A
+   fragments of P, `at` the lane's shared address of the tile (MB_LANE_K). */
+#define MB_MMA_PB(acc, pf, at, NK, ND, col0)                                                                           \
+    _Pragma("unroll") for (int kk_ = 0; kk_ < (NK) / 16; ++kk_)                                                        \
+        _Pragma("unroll") for (int dp_ = 0; dp_ < (ND); ++dp_) {                                                       \
+        uint b0_, b1_, b2_, b3_;                                                                                       \
+        ptx_ldsm_x4_trans((at) + (uint)(kk_ * 16 * MB_LD + (col0) + dp_ * 16) * 2, &b0_, &b1_, &b2_, &b3_);            \
+        PTX_MMA(acc[2 * dp_], pf[kk_], b0_, b1_);                                                                      \
+        PTX_MMA(acc[2 * dp_ + 1], pf[kk_], b2_, b3_);                                                                  \
+    }
+/* dS^T = P^T (dP^T - D) (P already carrying g and dP^T its dropout factor), packed as the A
+   fragments pf of dK += dS^T Q: `dsum` the __local D of the tile's NT query rows. */
+#define MB_DS_PACK(pf, s, dp, dsum, lane, NT)                                                                          \
+    _Pragma("unroll") for (int n_ = 0; n_ < (NT) / 8; ++n_) {                                                          \
+        const int qc_ = n_ * 8 + ((lane)&3) * 2;                                                                       \
+        const float d0_ = (dsum)[qc_], d1_ = (dsum)[qc_ + 1];                                                          \
+        pf[n_ >> 1][(n_ & 1) * 2 + 0] = ptx_pack(s[n_][0] * (dp[n_][0] - d0_), s[n_][1] * (dp[n_][1] - d1_));          \
+        pf[n_ >> 1][(n_ & 1) * 2 + 1] = ptx_pack(s[n_][2] * (dp[n_][2] - d0_), s[n_][3] * (dp[n_][3] - d1_));          \
+    }
+
 /* Stores 16 rows x MB_OUT columns (from col0) of accumulator fragments times `mul`, rows >= limit skipped. */
 inline void mb_store(__global ushort *base, ulong stride_row, long row0, long limit, int lane, float mul,
                      float acc[MB_OUT / 8][4], int col0) {
@@ -337,15 +384,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
             float s[MMA_BWD_BR / 8][4];
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < MB_DT; ++kk)
-#pragma unroll
-                for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
-                    uint b0, b1, b2, b3;
-                    ptx_ldsm_x4(qs_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                    PTX_MMA(s[2 * np], kf[kk], b0, b1);
-                    PTX_MMA(s[2 * np + 1], kf[kk], b2, b3);
-                }
+            MB_MMA_ABT(s, kf, qs_n + so, MMA_BWD_BR);
             /* P^T; masked where the key is past the end or above the diagonal. */
             const int need_mask = k0 + MMA_BWD_BC > seqlen_k || (causal && k0 + MMA_BWD_BC - 1 > q0 + shift);
             uint pf[MMA_BWD_BR / 16][4];
@@ -363,45 +402,15 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                 pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(s[n][2], s[n][3]);
             }
             /* dV += P^T dO (k = queries). */
-#pragma unroll
-            for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
-#pragma unroll
-                for (int dp = 0; dp < MB_DT; ++dp) {
-                    uint b0, b1, b2, b3;
-                    ptx_ldsm_x4_trans(dos_k + so + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                    PTX_MMA(dv[2 * dp], pf[kk], b0, b1);
-                    PTX_MMA(dv[2 * dp + 1], pf[kk], b2, b3);
-                }
+            MB_MMA_PB(dv, pf, dos_k + so, MMA_BWD_BR, MB_DT, 0);
             /* dP^T = V dO^T. */
             float dp_[MMA_BWD_BR / 8][4];
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) dp_[n][0] = dp_[n][1] = dp_[n][2] = dp_[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < MB_DT; ++kk)
-#pragma unroll
-                for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
-                    uint b0, b1, b2, b3;
-                    ptx_ldsm_x4(dos_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                    PTX_MMA(dp_[2 * np], vf[kk], b0, b1);
-                    PTX_MMA(dp_[2 * np + 1], vf[kk], b2, b3);
-                }
-                /* dS^T = P^T (dP^T - D), packed as the A operand of dK += dS^T Q. */
-#pragma unroll
-            for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
-                const int qc = n * 8 + (lane & 3) * 2;
-                const float d0 = d_s[cur][qc], d1 = d_s[cur][qc + 1];
-                pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(s[n][0] * (dp_[n][0] - d0), s[n][1] * (dp_[n][1] - d1));
-                pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(s[n][2] * (dp_[n][2] - d0), s[n][3] * (dp_[n][3] - d1));
-            }
-#pragma unroll
-            for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
-#pragma unroll
-                for (int dp = 0; dp < MB_DT; ++dp) {
-                    uint b0, b1, b2, b3;
-                    ptx_ldsm_x4_trans(qs_k + so + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                    PTX_MMA(dk[2 * dp], pf[kk], b0, b1);
-                    PTX_MMA(dk[2 * dp + 1], pf[kk], b2, b3);
-                }
+            MB_MMA_ABT(dp_, vf, dos_n + so, MMA_BWD_BR);
+            /* dS^T = P^T (dP^T - D), packed as the A operand of dK += dS^T Q. */
+            MB_DS_PACK(pf, s, dp_, d_s[cur], lane, MMA_BWD_BR);
+            MB_MMA_PB(dk, pf, qs_k + so, MMA_BWD_BR, MB_DT, 0);
         }
     }
     const long kr = k0 + warp * 16;
@@ -488,18 +497,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         for (int n = 0; n < MMA_BWD_BCQ / 8; ++n)
 #pragma unroll
             for (int c = 0; c < 4; ++c) s[n][c] = dp_[n][c] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < MB_DT; ++kk)
-#pragma unroll
-            for (int np = 0; np < MMA_BWD_BCQ / 16; ++np) {
-                uint b0, b1, b2, b3;
-                ptx_ldsm_x4(ks_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                PTX_MMA(s[2 * np], qf[kk], b0, b1);
-                PTX_MMA(s[2 * np + 1], qf[kk], b2, b3);
-                ptx_ldsm_x4(vs_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                PTX_MMA(dp_[2 * np], of[kk], b0, b1);
-                PTX_MMA(dp_[2 * np + 1], of[kk], b2, b3);
-            }
+        MB_MMA_ABT2(s, qf, ks_n + so, dp_, of, vs_n + so, MMA_BWD_BCQ);
         const int need_mask = kv0 + MMA_BWD_BCQ > seqlen_k || (causal && kv0 + MMA_BWD_BCQ - 1 > q0 + shift);
         uint pf[MMA_BWD_BCQ / 16][4];
 #pragma unroll
@@ -516,15 +514,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
             pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(ds[2], ds[3]);
         }
         /* dQ += dS K (k = keys). */
-#pragma unroll
-        for (int kk = 0; kk < MMA_BWD_BCQ / 16; ++kk)
-#pragma unroll
-            for (int dp = 0; dp < MB_DT; ++dp) {
-                uint b0, b1, b2, b3;
-                ptx_ldsm_x4_trans(ks_k + so + (uint)(kk * 16 * MB_LD + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                PTX_MMA(dq[2 * dp], pf[kk], b0, b1);
-                PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
-            }
+        MB_MMA_PB(dq, pf, ks_k + so, MMA_BWD_BCQ, MB_DT, 0);
     }
     mb_store(dQ + VIEW_BASE(dq, b, h), dq_sr, q0 + warp * 16, seqlen_q, lane, scale, dq, 0);
 #undef MB_PLAIN_KV
@@ -672,15 +662,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
             float s[MMA_BWD_BR / 8][4];
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < MB_DT; ++kk)
-#pragma unroll
-                for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
-                    uint b0, b1, b2, b3;
-                    ptx_ldsm_x4(qs_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                    PTX_MMA(s[2 * np], kf[kk], b0, b1);
-                    PTX_MMA(s[2 * np + 1], kf[kk], b2, b3);
-                }
+            MB_MMA_ABT(s, kf, qs_n, MMA_BWD_BR);
             /* P^T (masked where the pair is hidden), dropped for dV; s keeps P g, z the factor. */
             const int check =
                 MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0, q1, k0, k0 + MMA_BWD_BC - 1, win_left, win_right);
@@ -689,7 +671,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 #if MMA_BWD_BR > 64
 #error "zmask holds 4 bits per 8 query rows of a tile in 32 bits"
 #endif
-            uint zmask = 0u; /* bit 4n + c: score (n, c) kept (one register, where 16 floats spilled) */
+            uint zmask = 0u;  /* bit 4n + c: score (n, c) kept (one register, where 16 floats spilled) */
             uint dw[2][2][2]; /* the dropout bits of tiles n, n + 1 (n even): [tile][key key_lo + 8 r][row q + p] */
 #endif
 #pragma unroll
@@ -723,53 +705,23 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
             }
 #if MB_PART != 2
             /* dV += (P Z)^T dO (k = queries), my output dims. */
-#pragma unroll
-            for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
-#pragma unroll
-                for (int dp = 0; dp < MB_ODT; ++dp) {
-                    uint b0, b1, b2, b3;
-                    ptx_ldsm_x4_trans(dos_k + (uint)(kk * 16 * MB_LD + out0 + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                    PTX_MMA(dv[2 * dp], pf[kk], b0, b1);
-                    PTX_MMA(dv[2 * dp + 1], pf[kk], b2, b3);
-                }
+            MB_MMA_PB(dv, pf, dos_k, MMA_BWD_BR, MB_ODT, out0);
 #endif
 #if MB_PART != 1
             /* dP^T = V dO^T. */
             float dp_[MMA_BWD_BR / 8][4];
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n) dp_[n][0] = dp_[n][1] = dp_[n][2] = dp_[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < MB_DT; ++kk)
-#pragma unroll
-                for (int np = 0; np < MMA_BWD_BR / 16; ++np) {
-                    uint b0, b1, b2, b3;
-                    ptx_ldsm_x4(dos_n + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                    PTX_MMA(dp_[2 * np], vf[kk], b0, b1);
-                    PTX_MMA(dp_[2 * np + 1], vf[kk], b2, b3);
-                }
+            MB_MMA_ABT(dp_, vf, dos_n, MMA_BWD_BR);
 #if HAS_DROPOUT
 #pragma unroll
             for (int n = 0; n < MMA_BWD_BR / 8; ++n)
 #pragma unroll
                 for (int c = 0; c < 4; ++c) dp_[n][c] = (zmask >> (4 * n + c)) & 1u ? dp_[n][c] * drop_scale : 0.0f;
 #endif
-                    /* dS^T = P^T g (dP^T Z - D), packed as the A operand of dK += dS^T Q. */
-#pragma unroll
-            for (int n = 0; n < MMA_BWD_BR / 8; ++n) {
-                const int qc = n * 8 + (lane & 3) * 2;
-                const float d0 = d_s[qc], d1 = d_s[qc + 1];
-                pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(s[n][0] * (dp_[n][0] - d0), s[n][1] * (dp_[n][1] - d1));
-                pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(s[n][2] * (dp_[n][2] - d0), s[n][3] * (dp_[n][3] - d1));
-            }
-#pragma unroll
-            for (int kk = 0; kk < MMA_BWD_BR / 16; ++kk)
-#pragma unroll
-                for (int dp = 0; dp < MB_ODT; ++dp) {
-                    uint b0, b1, b2, b3;
-                    ptx_ldsm_x4_trans(qs_k + (uint)(kk * 16 * MB_LD + out0 + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                    PTX_MMA(dk[2 * dp], pf[kk], b0, b1);
-                    PTX_MMA(dk[2 * dp + 1], pf[kk], b2, b3);
-                }
+            /* dS^T = P^T g (dP^T Z - D), packed as the A operand of dK += dS^T Q. */
+            MB_DS_PACK(pf, s, dp_, d_s, lane, MMA_BWD_BR);
+            MB_MMA_PB(dk, pf, qs_k, MMA_BWD_BR, MB_ODT, out0);
 #endif
         }
     }
@@ -882,7 +834,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         while (next < kv_end && flashcl_tile_skipped(hd, q0, last_row, next, next + MMA_BWD_BCQ - 1, VARIANT_PASS))
             next += MMA_BWD_BCQ;
         const int cur = MB_STAGES == 2 ? st : 0; /* this tile's stage */
-        barrier(CLK_LOCAL_MEM_FENCE);               /* every warp is done with the tile before: its stage is free */
+        barrier(CLK_LOCAL_MEM_FENCE);            /* every warp is done with the tile before: its stage is free */
         if (MB_STAGES == 1) {
             MB_DQ_KV_LOAD(0, kv0);
             ptx_cp_wait_all();
@@ -908,18 +860,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         for (int n = 0; n < MMA_BWD_BCQ / 8; ++n)
 #pragma unroll
             for (int c = 0; c < 4; ++c) s[n][c] = dp_[n][c] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < MB_DT; ++kk)
-#pragma unroll
-            for (int np = 0; np < MMA_BWD_BCQ / 16; ++np) {
-                uint b0, b1, b2, b3;
-                ptx_ldsm_x4(ks_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                PTX_MMA(s[2 * np], qf[kk], b0, b1);
-                PTX_MMA(s[2 * np + 1], qf[kk], b2, b3);
-                ptx_ldsm_x4(vs_n + so + (uint)(np * 16 * MB_LD + kk * 16) * 2, &b0, &b1, &b2, &b3);
-                PTX_MMA(dp_[2 * np], of[kk], b0, b1);
-                PTX_MMA(dp_[2 * np + 1], of[kk], b2, b3);
-            }
+        MB_MMA_ABT2(s, qf, ks_n + so, dp_, of, vs_n + so, MMA_BWD_BCQ);
 #endif /* MB_WG */
         const int check = MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0 + warp * 16, q0 + warp * 16 + 15, kv0,
                                                                  kv0 + MMA_BWD_BCQ - 1, win_left, win_right);
@@ -956,15 +897,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         /* K read transposed (keys are k, d is n): column blocks MMA_BWD_BCQ * 128 B apart, 2048 B per k step. */
         WG_PV(MB_WG_OR, MB_WG_STEPS, dq, pf, wg_desc(ptx_smem_addr(ks), MMA_BWD_BCQ * 8, 64), (ulong)128);
 #else
-#pragma unroll
-        for (int kk = 0; kk < MMA_BWD_BCQ / 16; ++kk)
-#pragma unroll
-            for (int dp = 0; dp < MB_ODT; ++dp) {
-                uint b0, b1, b2, b3;
-                ptx_ldsm_x4_trans(ks_k + so + (uint)(kk * 16 * MB_LD + out0 + dp * 16) * 2, &b0, &b1, &b2, &b3);
-                PTX_MMA(dq[2 * dp], pf[kk], b0, b1);
-                PTX_MMA(dq[2 * dp + 1], pf[kk], b2, b3);
-            }
+        MB_MMA_PB(dq, pf, ks_k + so, MMA_BWD_BCQ, MB_ODT, out0);
 #endif /* MB_WG */
         kv0 = next;
     }
