@@ -144,8 +144,9 @@ typedef struct flashcl_context flashcl_context;
  * Creates a context on a device FlashCL picks:
  *   device_spec (or, when NULL or "", the FLASHCL_DEVICE environment variable):
  *     "P:D"  platform index P, device index D (as `flashcl info` lists them)
- *     text   the first device whose name, vendor or platform name contains it
- *            (case-insensitive)
+ *     text   the first device whose name or vendor, or whose platform's name or
+ *            vendor, contains it (case-insensitive; "pocl" finds POCL, whose
+ *            platform vendor is "The pocl project")
  *   with neither: the first GPU, else the first device of any type.
  * FlashCL creates and owns the cl_context and an in-order queue.
  * On failure *out is NULL; a message is available from

@@ -96,7 +96,7 @@ static flashcl_status pick_by_index(const char *spec, unsigned want_p, unsigned 
     return FLASHCL_SUCCESS;
 }
 
-/* Whether a name spec matches the device: part of its name, its vendor or its platform's name. */
+/* Whether a name spec matches the device: part of its name, its vendor or its platform's name or vendor. */
 static cl_int name_matches(cl_device_id dev, const char *platform_name, const char *spec, int *match) {
     char name[256] = "", vendor[256] = "";
     cl_int err = clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
@@ -130,10 +130,17 @@ static flashcl_status pick_device(const char *spec, cl_platform_id *out_p, cl_de
         cl_uint nd = 0;
         err = platform_devices(platforms[p], devs, &nd);
         if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetDeviceIDs", err);
-        char pname[256] = "";
+        /* The platform's name and vendor, one per line: POCL's name is "Portable Computing Language"
+           and only its vendor ("The pocl project") says pocl. */
+        char pname[512] = "";
         if (named && nd > 0) {
-            err = clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+            err = clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, 255, pname, NULL);
             if (err != CL_SUCCESS) return listing_failed(err_buf, err_cap, "clGetPlatformInfo(CL_PLATFORM_NAME)", err);
+            const size_t len = strlen(pname);
+            pname[len] = '\n';
+            err = clGetPlatformInfo(platforms[p], CL_PLATFORM_VENDOR, sizeof pname - len - 2, pname + len + 1, NULL);
+            if (err != CL_SUCCESS)
+                return listing_failed(err_buf, err_cap, "clGetPlatformInfo(CL_PLATFORM_VENDOR)", err);
         }
         for (cl_uint d = 0; d < nd; ++d) {
             int pick = 0;

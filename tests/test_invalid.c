@@ -433,6 +433,20 @@ static void check_context_create(void) {
     free(copy);
 
     flashcl_context_destroy(NULL); /* documented no-op */
+
+    /* A spec naming the platform's vendor finds a device of that vendor's platform (POCL's name,
+       "Portable Computing Language", does not say pocl; its vendor does). */
+    cl_platform_id platform = NULL;
+    char vendor[256] = "", got[256] = "";
+    REQUIRE_CL(clGetDeviceInfo(flashcl_context_device(F.ctx), CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL));
+    REQUIRE_CL(clGetPlatformInfo(platform, CL_PLATFORM_VENDOR, sizeof vendor - 1, vendor, NULL));
+    CHECK_STATUS(flashcl_context_create(&out, vendor, NULL, 0), FLASHCL_SUCCESS);
+    if (out) {
+        REQUIRE_CL(clGetDeviceInfo(flashcl_context_device(out), CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL));
+        REQUIRE_CL(clGetPlatformInfo(platform, CL_PLATFORM_VENDOR, sizeof got - 1, got, NULL));
+        CHECK(strcmp(got, vendor) == 0);
+        flashcl_context_destroy(out);
+    }
 }
 
 /* After all the rejections the context still works and its message clears. */

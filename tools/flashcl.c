@@ -34,7 +34,7 @@ static void print_usage(FILE *out) {
     fputs("\n"
           "The device is chosen by --device SPEC, else $FLASHCL_DEVICE, else the first\n"
           "GPU, else the first device; SPEC is \"P:D\" as `flashcl info` lists it, or\n"
-          "text found in the device, vendor or platform name.\n"
+          "text found in the device's or the platform's name or vendor.\n"
           "\n"
           "Exit status: 0 success, 1 failure, 2 bad usage or input.\n",
           out);

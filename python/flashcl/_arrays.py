@@ -57,7 +57,13 @@ def kind_check(names_values):
     for name, x in names_values:
         if x is not None and not kinds[name] and not isinstance(x, np.ndarray):
             raise ValueError(f"{name} must be a numpy array or a torch tensor, not {type(x).__name__}")
-    return any(kinds.values())
+    torch_kind = any(kinds.values())
+    if torch_kind:
+        strided = torch_module().strided
+        for name, x in names_values:
+            if x is not None and x.layout != strided:
+                raise ValueError(f"{name} is a {x.layout} tensor; FlashCL takes dense (torch.strided) tensors")
+    return torch_kind
 
 
 def raw(x):

@@ -19,7 +19,7 @@ class Context:
     """An OpenCL device with FlashCL's programs, plans and scratch memory for it.
 
     device: "P:D" (platform, device index as flashcl.devices() lists them) or
-    text matched against device, vendor and platform names; None uses
+    text matched against the device's and the platform's names and vendors; None uses
     FLASHCL_DEVICE, else the first GPU, else the first device.
     zero_copy: on devices that share host memory (POCL, integrated GPUs) the
     kernels work on the arrays' memory in place; False copies through device

@@ -79,9 +79,9 @@ def _need(cond, message):
 
 def _check_cu_seqlens(name, cu, total, max_len, max_name):
     """Offsets as flash_attn's varlen functions mean them: from 0, never decreasing, within the packed
-    rows (rows past the last offset, padding, are left as they are, as in flash_attn), no sequence
-    longer than max_seqlen (the kernels' grids and the bias/mask matrices stop there, so a longer
-    sequence would come back partly unwritten)."""
+    rows (rows past the last offset are padding), no sequence longer than max_seqlen (the kernels'
+    grids and the bias/mask matrices stop there, so a longer sequence would come back partly
+    unwritten). Returns the last offset: the rows the sequences use."""
     c = np.asarray(_arrays.to_numpy(cu), np.int64)
     _need(c[0] == 0 and c[-1] <= total,
           lambda: f"{name} must run from 0 to at most the {total} packed rows, got {c[0]} ... {c[-1]}")
@@ -90,13 +90,14 @@ def _check_cu_seqlens(name, cu, total, max_len, max_name):
     _need(int(lengths.max()) <= max_len,
           lambda: f"{name}: sequence {int(lengths.argmax())} has {int(lengths.max())} rows, more than "
                   f"{max_name} ({max_len})")
+    return int(c[-1])
 
 
 class Problem:
     """The sizes of a call, read from q, k, v and checked against each other."""
 
     __slots__ = ("varlen", "batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "head_dim_v",
-                 "max_seqlen_q", "max_seqlen_k", "dtype", "torch")
+                 "max_seqlen_q", "max_seqlen_k", "used_q", "used_k", "dtype", "torch")
 
     def __init__(self, q, k, v, spec):
         check_spec(spec)
@@ -118,9 +119,14 @@ class Problem:
             self.batch = cu_q[0] - 1
             self.seqlen_q, self.heads_q, self.head_dim = qs
             self.seqlen_k, self.heads_kv, _ = ks
-            self.max_seqlen_q, self.max_seqlen_k = int(spec.max_seqlen_q), int(spec.max_seqlen_k)  # check_spec
-            _check_cu_seqlens("cu_seqlens_q", spec.cu_seqlens_q, self.seqlen_q, self.max_seqlen_q, "max_seqlen_q")
-            _check_cu_seqlens("cu_seqlens_k", spec.cu_seqlens_k, self.seqlen_k, self.max_seqlen_k, "max_seqlen_k")
+            # Bounds above the packed totals are taken as the totals: flash_attn only sizes its grid
+            # with them, and callers pass fixed ones (a model's maximum length) to small batches.
+            self.max_seqlen_q = min(int(spec.max_seqlen_q), self.seqlen_q)  # an int >= 1: check_spec
+            self.max_seqlen_k = min(int(spec.max_seqlen_k), self.seqlen_k)
+            self.used_q = _check_cu_seqlens("cu_seqlens_q", spec.cu_seqlens_q, self.seqlen_q, self.max_seqlen_q,
+                                            "max_seqlen_q")
+            self.used_k = _check_cu_seqlens("cu_seqlens_k", spec.cu_seqlens_k, self.seqlen_k, self.max_seqlen_k,
+                                            "max_seqlen_k")
             kv_rows = (0,)
         else:
             for name, s in (("q", qs), ("k", ks), ("v", vs)):
@@ -129,6 +135,7 @@ class Problem:
             _, self.seqlen_k, self.heads_kv, _ = ks
             _need(ks[0] == self.batch, lambda: f"k has batch {ks[0]}, q has {self.batch}")
             self.max_seqlen_q, self.max_seqlen_k = self.seqlen_q, self.seqlen_k
+            self.used_q, self.used_k = self.seqlen_q, self.seqlen_k
             kv_rows = (0, 1)
         self.head_dim_v = vs[-1]
         _need(self.head_dim >= 1 and self.head_dim_v >= 1,
@@ -268,6 +275,12 @@ def forward(q, k, v, spec, context=None):
     ctx = context or _context.current()
     ctx._c.forward(d, _arrays.raw(q), _arrays.raw(k), _arrays.raw(v), _arrays.raw(out), _arrays.raw(lse),
                    **_features(spec))
+    # Varlen padding rows (past the last offset), which no kernel writes: zeros, and LSE -inf as for
+    # a row that sees no key (flash_attn leaves them unwritten, and a padded q from a projection
+    # would carry what was there into its weights' gradients).
+    if p.used_q < p.seqlen_q:
+        out[p.used_q:] = 0
+        lse[:, p.used_q:] = -np.inf
     return out, lse
 
 
@@ -288,6 +301,11 @@ def backward(dout, q, k, v, out, lse, spec, dq=None, dk=None, dv=None, want_dsin
     ctx._c.backward(d, _arrays.raw(q), _arrays.raw(k), _arrays.raw(v), _arrays.raw(out), _arrays.raw(dout),
                     _arrays.raw(lse), _arrays.raw(dq), _arrays.raw(dk), _arrays.raw(dv), dsinks=_arrays.raw(dsinks),
                     **_features(spec))
+    if p.used_q < p.seqlen_q:  # varlen padding rows: zero gradients (the forward's comment says why)
+        dq[p.used_q:] = 0
+    if p.used_k < p.seqlen_k:
+        dk[p.used_k:] = 0
+        dv[p.used_k:] = 0
     return dq, dk, dv, dsinks
 
 

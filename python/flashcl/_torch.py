@@ -174,6 +174,19 @@ def _check_no_grad(spec):
             raise ValueError(f"{name} requires grad, but FlashCL computes no gradient for it (detach it)")
 
 
+def _distinct(tensors):
+    """The tensors, any repeat of an earlier one (the same object) replaced by a copy: traced by
+    torch.compile, an autograd.Function refuses one tensor in two of its inputs, which the usual
+    calls make (flash_attn_varlen_func(q, k, v, cu, cu, ...), the qkvpacked varlen form's
+    cu_seqlens, attention(x, x, x)). The copy is differentiable: its gradient reaches the original."""
+    out = []
+    for t in tensors:
+        if t is not None and any(t is u for u in out):
+            t = t.clone()
+        out.append(t)
+    return out
+
+
 def attention(inputs, spec, packing="none"):
     """(out, softmax_lse, rng_state) for tensors; differentiable in the inputs (and sinks)."""
     _check_no_grad(spec)
@@ -184,4 +197,7 @@ def attention(inputs, spec, packing="none"):
     if not needs_grad:
         q, k, v = _Packing.split(packing, inputs)
         return (forward_op if torch.compiler.is_compiling() else _forward)(q, k, v, *flat)
-    return AttentionFunction.apply(packing, flat[7:], *flat[:7], *inputs)
+    tensors = list(flat[:7]) + list(inputs)
+    if torch.compiler.is_compiling():
+        tensors = _distinct(tensors)
+    return AttentionFunction.apply(packing, flat[7:], *tensors)

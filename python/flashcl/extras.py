@@ -18,10 +18,18 @@ def _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, 
           allow_tf32=False):
     return _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes, dropout_p=dropout_p, dropout_seed=dropout_seed,
-                      dropout_offset=dropout_offset, sinks=sinks, bias=_matrix(bias), mask=_matrix(mask),
+                      dropout_offset=dropout_offset, sinks=_float32_sinks(sinks), bias=_matrix(bias), mask=_matrix(mask),
                       block_mask=_matrix(block_mask), block_size=block_size, cu_seqlens_q=cu_seqlens_q,
                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, path=path,
                       allow_tf32=allow_tf32)
+
+
+def _float32_sinks(sinks):
+    """Sinks in float16 or bfloat16 (a model's own dtype: gpt-oss's s_aux in a bf16 model) as the
+    float32 the kernels take; for a tensor through .float(), so its gradient flows back."""
+    if sinks is None or _arrays.dtype_name(sinks) not in ("float16", "bfloat16"):
+        return sinks
+    return sinks.float() if _arrays.is_torch(sinks) else sinks.astype(np.float32)
 
 
 def _matrix(x):
@@ -54,8 +62,8 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
               return_lse=False, path="flash", allow_tf32=False, context=None):
     """flash_attn_func / flash_attn_varlen_func with every FlashCL feature.
 
-    sinks: float32 (nheads,) logits added to each row's softmax denominator
-      (gpt-oss); differentiable when it requires grad.
+    sinks: (nheads,) logits added to each row's softmax denominator (gpt-oss);
+      float32, or float16/bfloat16 taken as float32; differentiable when it requires grad.
     bias: float32 (batch|1, nheads|1, seqlen_q, seqlen_k) added to the scores
       (after scale and softcap); mask: bool/uint8 of that shape, True = attend.
       With varlen the last two dimensions are max_seqlen_q, max_seqlen_k.

@@ -150,6 +150,39 @@ def test_sinks_gradient(rng):
         assert_close(x.grad, x_ref.grad, what="grad")
 
 
+def test_sinks_in_the_model_dtype(rng):
+    """bf16 sinks (gpt-oss's s_aux in a bf16 model, as the transformers hook passes them) run as float32
+    and get a bf16 gradient: the same numbers as float32 sinks."""
+    q, k, v = (rand(rng, s, "bfloat16", kind="torch") for s in ((1, 12, 4, 16), (1, 12, 2, 16), (1, 12, 2, 16)))
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.bfloat16, requires_grad=True)
+    sinks32 = sinks.detach().float().requires_grad_()
+    out = flashcl.attention(q, k, v, sinks=sinks, causal=True)
+    out32 = flashcl.attention(q, k, v, sinks=sinks32, causal=True)
+    assert torch.equal(out, out32)
+    out.float().sum().backward()
+    out32.float().sum().backward()
+    assert sinks.grad.dtype == torch.bfloat16
+    assert torch.equal(sinks.grad, sinks32.grad.to(torch.bfloat16))
+
+
+def test_varlen_padding_rows_get_zero_gradients(rng):
+    """Rows past the last offset (padding) come back zero in out and in every gradient (flash_attn
+    leaves them unwritten), LSE -inf; the sequences' rows as without the padding."""
+    cu = torch.tensor([0, 7, 15], dtype=torch.int32)
+    q, k, v = (rand(rng, (19, 2, 16), kind="torch").requires_grad_() for _ in range(3))
+    out, lse, _ = flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 8, 8, causal=True, return_attn_probs=True)
+    out.sum().backward()
+    assert torch.all(out[15:] == 0) and torch.all(lse[:, 15:] == -math.inf)
+    for x in (q, k, v):
+        assert torch.all(x.grad[15:] == 0)
+    trimmed = [x.detach()[:15].clone().requires_grad_() for x in (q, k, v)]
+    out15 = flashcl.flash_attn_varlen_func(*trimmed, cu, cu, 8, 8, causal=True)
+    out15.sum().backward()
+    assert torch.equal(out[:15], out15)
+    for x, t in zip((q, k, v), trimmed):
+        assert torch.equal(x.grad[:15], t.grad)
+
+
 def test_no_gradient_for_bias():
     q = torch.zeros(1, 4, 1, 8, requires_grad=True)
     bias = torch.zeros(1, 1, 4, 4, requires_grad=True)

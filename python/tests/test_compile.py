@@ -25,6 +25,31 @@ def test_compile_fullgraph_forward_backward():
     assert all(torch.equal(a, x.grad) for a, x in zip(got, leaves))
 
 
+def test_compile_one_tensor_in_two_inputs():
+    """The usual calls pass one tensor twice (cu_seqlens for q and k, x as q, k and v, the qkvpacked
+    varlen form's cu_seqlens); traced, an autograd.Function refuses that, so the package copies the
+    repeats: same values and gradients as eager."""
+    torch.manual_seed(0)
+    cu = torch.tensor([0, 8, 20], dtype=torch.int32)
+    x = torch.randn(20, 2, 16, requires_grad=True)
+    qkv = torch.randn(20, 3, 2, 16, requires_grad=True)
+    calls = [lambda: flashcl.flash_attn_varlen_func(x, x, x, cu, cu, 12, 12, causal=True),
+             lambda: flashcl.flash_attn_varlen_qkvpacked_func(qkv, cu, 12)]
+    for call in calls:
+        compiled = torch.compile(call, fullgraph=True, backend="aot_eager")
+        got = compiled()
+        got.sum().backward()
+        got_grads = [t.grad.clone() for t in (x, qkv) if t.grad is not None]
+        x.grad = qkv.grad = None
+        want = call()
+        want.sum().backward()
+        assert torch.equal(got, want)
+        want_grads = [t.grad for t in (x, qkv) if t.grad is not None]
+        assert len(got_grads) == len(want_grads) == 1
+        assert torch.allclose(got_grads[0], want_grads[0], rtol=1e-6, atol=1e-6)
+        x.grad = qkv.grad = None
+
+
 def test_ops_are_registered():
     assert hasattr(torch.ops.flashcl, "forward") and hasattr(torch.ops.flashcl, "backward")
     q = torch.randn(1, 8, 2, 16)

@@ -99,10 +99,15 @@ def test_varlen_checks(rng):
         flashcl.flash_attn_varlen_func(q, k, v, np.array([2, 4, 10], np.int32), cu, 6, 6)
     with pytest.raises(ValueError, match="cu_seqlens_k must run from 0 to at most the 10 packed rows, got 0 ... 11"):
         flashcl.flash_attn_varlen_func(q, k, v, cu, np.array([0, 5, 11], np.int32), 6, 6)
-    # Padding rows past the last offset are allowed (and left alone), as flash_attn does.
+    # Padding rows past the last offset are allowed, as flash_attn does (and come back zero).
     out = flashcl.flash_attn_varlen_func(q, k, v, np.array([0, 4, 9], np.int32), cu, 6, 6)
     ref = flashcl.flash_attn_varlen_func(q[:9], k, v, np.array([0, 4, 9], np.int32), cu, 6, 6)
     np.testing.assert_array_equal(out[:9], ref)
+    assert np.all(out[9:] == 0)
+    # max_seqlen above the packed totals is taken as the totals (flash_attn only sizes its grid
+    # with it; callers pass a model's maximum to small batches).
+    np.testing.assert_array_equal(flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 4096, 11),
+                                  flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 10, 10))
     with pytest.raises(ValueError, match="cu_seqlens_q must not decrease"):
         flashcl.flash_attn_varlen_func(q, k, v, np.array([0, 8, 4, 10], np.int32), np.array([0, 4, 8, 10], np.int32),
                                        8, 8)
@@ -147,6 +152,8 @@ def test_torch_checks(rng):
     meta = torch.empty(1, 8, 2, 16, device="meta")
     with pytest.raises(ValueError, match="meta"):
         flashcl.flash_attn_func(meta, meta, meta)
+    with pytest.raises(ValueError, match=r"q is a torch.sparse_coo tensor; FlashCL takes dense \(torch.strided\)"):
+        flashcl.flash_attn_func(q.to_sparse(), q, q)
     assert _flashcl.status_name(-10004) == "FLASHCL_ERR_INVALID_HEADS"
 
 
