@@ -144,6 +144,12 @@ class Problem:
         _need(all(vs[i] == ks[i] for i in kv_rows) and vs[-2] == ks[-2],
               lambda: f"v has shape {vs}, k {ks}: they must agree but for the last dimension")
 
+    @property
+    def empty(self):
+        """No query rows or no keys (a batch of 0, a sequence dimension or varlen total of 0): the
+        library refuses empty arrays; the call is answered here, as flash_attn answers it."""
+        return self.batch == 0 or self.seqlen_q == 0 or self.seqlen_k == 0
+
     def lse_shape(self):
         return (self.heads_q, self.seqlen_q) if self.varlen else (self.batch, self.heads_q, self.seqlen_q)
 
@@ -267,11 +273,24 @@ def prepare(q, k, v, spec):
     return p, make_desc(p, spec)
 
 
+def _forward_empty(p, spec, out, lse):
+    """An empty call's result: out = 0; LSE -inf, a row's with no key (its sink with sinks)."""
+    out[...] = 0
+    lse[...] = -np.inf
+    if spec.sinks is not None and p.seqlen_q > 0:
+        sinks = np.asarray(_arrays.to_numpy(spec.sinks), np.float32)
+        values = np.broadcast_to(sinks[:, None] if p.varlen else sinks[None, :, None], p.lse_shape())
+        lse[...] = values if isinstance(lse, np.ndarray) else _arrays.torch_module().from_numpy(values.copy())
+    return out, lse
+
+
 def forward(q, k, v, spec, context=None):
     """(out, softmax_lse) for host arrays or CPU tensors of one kind."""
     p, d = prepare(q, k, v, spec)
     out = _arrays.empty(q, p.out_shape())
     lse = _arrays.empty(q, p.lse_shape(), "float32")
+    if p.empty:
+        return _forward_empty(p, spec, out, lse)
     ctx = context or _context.current()
     ctx._c.forward(d, _arrays.raw(q), _arrays.raw(k), _arrays.raw(v), _arrays.raw(out), _arrays.raw(lse),
                    **_features(spec))
@@ -297,6 +316,11 @@ def backward(dout, q, k, v, out, lse, spec, dq=None, dk=None, dv=None, want_dsin
     dk = _arrays.empty(k, _shape(k)) if dk is None else dk
     dv = _arrays.empty(v, _shape(v)) if dv is None else dv
     dsinks = _arrays.empty(q, (p.heads_q,), "float32") if want_dsinks and spec.sinks is not None else None
+    if p.empty:  # out is 0 whatever the inputs: every gradient is 0
+        for x in (dq, dk, dv, dsinks):
+            if x is not None:
+                x[...] = 0
+        return dq, dk, dv, dsinks
     ctx = context or _context.current()
     ctx._c.backward(d, _arrays.raw(q), _arrays.raw(k), _arrays.raw(v), _arrays.raw(out), _arrays.raw(dout),
                     _arrays.raw(lse), _arrays.raw(dq), _arrays.raw(dk), _arrays.raw(dv), dsinks=_arrays.raw(dsinks),
@@ -314,6 +338,9 @@ def dropout_mask(q, k, v, spec, context=None):
     p, d = prepare(q, k, v, spec)
     _need(d.dropout_p > 0, "dropout_mask needs dropout_p > 0")
     mask = _arrays.empty(q, p.score_shape(), "uint8")
+    if p.empty:
+        mask[...] = 0
+        return mask.view(np.bool_) if isinstance(mask, np.ndarray) else mask.view(_arrays.torch_module().bool)
     ctx = context or _context.current()
     ctx._c.dropout_mask(d, _arrays.raw(mask), cu_seqlens_q=_arrays.raw(spec.cu_seqlens_q),
                         cu_seqlens_k=_arrays.raw(spec.cu_seqlens_k))

@@ -212,6 +212,8 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     lse = _arrays.empty(q, (b, p.heads_q, p.seqlen_q), "float32") if return_lse else None
     ctx = context or _context.current()
     raw = _arrays.raw
+    if not seqlen_new:  # k and v of 0 rows (a step with no new tokens) append nothing: none to pass
+        k = v = None
     ctx._c.forward_kvcache(desc, raw(q), _raw_cache(k_cache), _raw_cache(v_cache), raw(out), raw(lse), k=raw(k),
                            v=raw(v), rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                            rotary_interleaved=bool(rotary_interleaved), cache_seqlens=raw(cache_seqlens),

@@ -127,6 +127,28 @@ def test_varlen(rng, dtype, kind):
             assert_close(f64(out)[rows_q][None], ref, dtype, baseline=base)
 
 
+def test_empty_inputs(rng):
+    """No keys, no query rows, a batch of 0, varlen totals of 0: answered without a kernel, as
+    flash_attn answers them: out 0 (rows that see no key), LSE -inf or the row's sink, gradients 0."""
+    torch = pytest.importorskip("torch")
+    q = torch.from_numpy(rand(rng, (2, 5, 4, 16))).requires_grad_()
+    k, v = (torch.zeros(2, 0, 2, 16, requires_grad=True) for _ in range(2))
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], requires_grad=True)
+    out, lse = flashcl.attention(q, k, v, sinks=sinks, causal=True, return_lse=True)
+    assert out.shape == (2, 5, 4, 16) and torch.all(out == 0)
+    assert torch.equal(lse, sinks.detach()[None, :, None].expand(2, 4, 5))
+    out.sum().backward()
+    assert torch.all(q.grad == 0) and k.grad.shape == (2, 0, 2, 16) and torch.all(sinks.grad == 0)
+    _, lse = flashcl.flash_attn_func(q.detach(), k.detach(), v.detach(), return_attn_probs=True)[:2]
+    assert torch.all(lse == -math.inf)
+    kv = rand(rng, (2, 3, 2, 16))
+    assert flashcl.flash_attn_func(np.zeros((2, 0, 4, 16), np.float32), kv, kv).shape == (2, 0, 4, 16)
+    assert flashcl.flash_attn_func(*(np.zeros((0, 3, h, 16), np.float32) for h in (4, 2, 2))).shape == (0, 3, 4, 16)
+    cu = np.zeros(3, np.int32)
+    out = flashcl.flash_attn_varlen_func(*(np.zeros((0, h, 16), np.float32) for h in (4, 2, 2)), cu, cu, 8, 8)
+    assert out.shape == (0, 4, 16)
+
+
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
 def test_packed_forms(rng, kind):
     """qkvpacked and kvpacked (plain and varlen) give what the unpacked calls give, from views of one array."""

@@ -177,6 +177,19 @@ def test_decode_loop_matches_flash_attn_func():
     np.testing.assert_array_equal(k_cache[:, :5 + steps], ks)
 
 
+def test_append_of_no_rows_is_no_append():
+    """k and v of 0 rows (a step with no new tokens) append nothing: the same as no k and v."""
+    rng = np.random.default_rng(6)
+    k_cache, v_cache = rand(rng, (2, 12, 2, D)), rand(rng, (2, 12, 2, D))
+    before = k_cache.copy()
+    q, seqlens = rand(rng, (2, 3, 4, D)), np.array([5, 9], np.int32)
+    empty = np.zeros((2, 0, 2, D), np.float32)
+    out = flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, empty, empty, cache_seqlens=seqlens, causal=True)
+    np.testing.assert_array_equal(out, flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                                                       causal=True))
+    np.testing.assert_array_equal(k_cache, before)
+
+
 def test_fp8_cache():
     """FlashCL's extra: an e4m3 cache (ml_dtypes) with per-head k scales and a per-tensor v scale holds
     x / scale; the appended rows are quantised (round to nearest even) into it."""
