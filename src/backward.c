@@ -18,6 +18,8 @@ flashcl_status flashcl__prepare_backward(flashcl_context *ctx, const flashcl_att
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 1, 0};
     st = flashcl__validate_views(ctx, d, specs, FLASHCL__BACKWARD_VIEWS, &lse_spec, num_wait, wait_list, views);
     if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 1, num_wait, wait_list);
+    if (st == FLASHCL_SUCCESS)
+        st = flashcl__validate_apart(ctx, d, 1, specs, FLASHCL__BACKWARD_VIEWS, views, &lse_spec, NULL);
     return st;
 }
 

@@ -171,6 +171,39 @@ flashcl_status flashcl__validate_small(flashcl_context *ctx, const char *name, c
 flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
                                                  cl_uint num_wait, const cl_event *wait_list);
 
+/* Every buffer range of a call (validate_aliasing.c): views, LSE, the variants' arrays, a KV
+   cache's tables; sub-buffers are taken at their place in the parent buffer. */
+typedef struct flashcl__range {
+    const char *name;
+    cl_mem buffer, root; /* root: the parent of a sub-buffer, else the buffer */
+    size_t begin, end;   /* bytes in root */
+    int is_output;
+} flashcl__range;
+#define FLASHCL__MAX_RANGES 24
+typedef struct flashcl__ranges {
+    int count;
+    flashcl__range items[FLASHCL__MAX_RANGES];
+} flashcl__ranges;
+/* The buffer a cl_mem lives in (its parent for a sub-buffer) and its byte offset there. */
+void flashcl__memory_root(cl_mem buf, cl_mem *root, size_t *shift_bytes);
+/* Appends [offset_bytes, offset_bytes + bytes) of buf (nothing for a NULL buf). */
+void flashcl__range_add(flashcl__ranges *r, const char *name, cl_mem buf, size_t offset_bytes, size_t bytes,
+                        int is_output);
+/* The views' and LSE's ranges (after flashcl__validate_views passed), the variant buffers' (after
+   flashcl__validate_variant_buffers passed; dsinks an output when backward). */
+void flashcl__view_ranges(const flashcl_attention_desc *d, const flashcl__view_spec *views, int count,
+                          const flashcl_tensor *resolved, const flashcl__lse_spec *lse, flashcl__ranges *r);
+void flashcl__variant_ranges(const flashcl_attention_desc *d, int backward, flashcl__ranges *r);
+/* Each buffer's access flags allow what the call does with it (CL_MEM_READ_ONLY outputs and
+   CL_MEM_WRITE_ONLY inputs refused); no output overlaps another range, except that pairs both
+   before first_new (the views, compared element by element already) are not compared again. */
+flashcl_status flashcl__check_ranges(flashcl_context *ctx, const flashcl__ranges *r, int first_new);
+/* The two above for a call: its views and LSE, its variant buffers and `extra` (a KV cache's
+   rotary tables and scales; NULL for none). */
+flashcl_status flashcl__validate_apart(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
+                                       const flashcl__view_spec *views, int count, const flashcl_tensor *resolved,
+                                       const flashcl__lse_spec *lse, const flashcl__ranges *extra);
+
 /* ---- variants (variants.c) */
 /* Defaults and scalar checks of the variant fields (called by flashcl__resolve_desc):
    head_dim_v, window_left/right always resolved (causal folded in: right = 0), max_seqlen_q/k. */

@@ -7,6 +7,7 @@
  * one-page-per-sequence case of the page table, so one kernel serves both.
  */
 #include "backends/decode/decode.h"
+#include "kvcache_appends.h"
 #include "kvcache_state.h"
 
 #include <stdio.h>
@@ -221,10 +222,19 @@ static flashcl_status check_views(flashcl_context *ctx, const flashcl_attention_
         {"cache->v_new", &c->v_new, d->heads_kv, c->seqlen_new, d->head_dim_v, 0, 0, 0},
     };
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
-    flashcl_status st =
-        flashcl__validate_views(ctx, d, specs, append ? 6 : 4, &lse_spec, num_wait, wait_list, p->views);
+    const int count = append ? 6 : 4;
+    flashcl_status st = flashcl__validate_views(ctx, d, specs, count, &lse_spec, num_wait, wait_list, p->views);
     if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0, num_wait, wait_list);
-    return st;
+    if (st != FLASHCL_SUCCESS) return st;
+    /* The rotary tables and the scales (their bounds checked by check_rotary_and_scales). */
+    flashcl__ranges extra = {0};
+    const size_t table = c->rotary_cos ? c->seqlen_ro * (c->rotary_dim / 2) * sizeof(float) : 0;
+    flashcl__range_add(&extra, "cache->rotary_cos", c->rotary_cos, c->rotary_offset * sizeof(float), table, 0);
+    flashcl__range_add(&extra, "cache->rotary_sin", c->rotary_sin, c->rotary_offset * sizeof(float), table, 0);
+    const size_t scales = (c->scale_per_head ? d->heads_kv : 1) * sizeof(float);
+    flashcl__range_add(&extra, "cache->k_scale", c->k_scale, 0, scales, 0);
+    flashcl__range_add(&extra, "cache->v_scale", c->v_scale, 0, scales, 0);
+    return flashcl__validate_apart(ctx, d, 0, specs, count, p->views, &lse_spec, &extra);
 }
 
 /* The append (and rotary) kernels for this call's shapes. */
@@ -357,6 +367,9 @@ static flashcl_status prepare(flashcl_context *ctx, const flashcl_attention_desc
     st = copy_cache(ctx, cache, &p->c);
     if (st == FLASHCL_SUCCESS) st = check_query_views(ctx, d, q, o, p);
     if (st == FLASHCL_SUCCESS) st = check_tables(ctx, d, p);
+    if (st == FLASHCL_SUCCESS)
+        st = flashcl__kv_appends_disjoint(ctx, p->paged, p->table, p->max_pages, p->page_size, p->seqinfo, d->batch,
+                                          p->c.seqlen_new);
     if (st == FLASHCL_SUCCESS) st = check_rotary_and_scales(ctx, d, p);
     /* The views' checks need the lengths: seqlen_k is the longest sequence's. */
     if (st == FLASHCL_SUCCESS) {

@@ -198,19 +198,6 @@ static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec 
     return FLASHCL_SUCCESS;
 }
 
-/* The buffer a cl_mem lives in (its parent for a sub-buffer) and its byte offset there. */
-static void memory_root(cl_mem buf, cl_mem *root, size_t *shift_bytes) {
-    cl_mem parent = NULL;
-    size_t offset = 0;
-    *root = buf;
-    *shift_bytes = 0;
-    if (clGetMemObjectInfo(buf, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) == CL_SUCCESS && parent &&
-        clGetMemObjectInfo(buf, CL_MEM_OFFSET, sizeof offset, &offset, NULL) == CL_SUCCESS) {
-        *root = parent;
-        *shift_bytes = offset;
-    }
-}
-
 /* Whether delta = sum_k j_k*stride_k + dc for some |dc| < dim and
    -(nb_k - 1) <= j_k <= na_k - 1, strides sorted ascending and nested (each
    stride steps past what the smaller ones cover), so at each level only the
@@ -299,10 +286,10 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
     cl_mem root[FLASHCL__MAX_VIEWS + 1];
     size_t shift[FLASHCL__MAX_VIEWS + 1], shift_elems[FLASHCL__MAX_VIEWS];
     for (int i = 0; i < count; ++i) {
-        memory_root(views[i].t->buffer, &root[i], &shift[i]);
+        flashcl__memory_root(views[i].t->buffer, &root[i], &shift[i]);
         shift_elems[i] = shift[i] / spec_elem(&views[i], d);
     }
-    if (lse->buffer) memory_root(lse->buffer, &root[count], &shift[count]);
+    if (lse->buffer) flashcl__memory_root(lse->buffer, &root[count], &shift[count]);
     const size_t lse_b0 = lse_begin * sizeof(float) + shift[count], lse_b1 = lse_end * sizeof(float) + shift[count];
     for (int o = 0; o < count; ++o) {
         const size_t elem = spec_elem(&views[o], d);
@@ -329,6 +316,33 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
                                      views[i].name);
     }
     return flashcl__validate_wait_list(ctx, num_wait, wait_list);
+}
+
+void flashcl__view_ranges(const flashcl_attention_desc *d, const flashcl__view_spec *views, int count,
+                          const flashcl_tensor *resolved, const flashcl__lse_spec *lse, flashcl__ranges *r) {
+    for (int i = 0; i < count; ++i) {
+        const size_t elem = spec_elem(&views[i], d);
+        const size_t end = view_end(&resolved[i], spec_batch(&views[i], d), views[i].heads, views[i].rows,
+                                    views[i].dim); /* checked: in bounds */
+        flashcl__range_add(r, views[i].name, resolved[i].buffer, resolved[i].offset * elem,
+                           (end - resolved[i].offset) * elem, views[i].is_output);
+    }
+    if (lse->buffer) {
+        const size_t rows = (flashcl__is_varlen(d) ? 1 : d->batch) * d->heads_q;
+        flashcl__range_add(r, "lse", lse->buffer, lse->offset * sizeof(float), rows * d->seqlen_q * sizeof(float),
+                           lse->is_output);
+    }
+}
+
+flashcl_status flashcl__validate_apart(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
+                                       const flashcl__view_spec *views, int count, const flashcl_tensor *resolved,
+                                       const flashcl__lse_spec *lse, const flashcl__ranges *extra) {
+    flashcl__ranges r = {0};
+    flashcl__view_ranges(d, views, count, resolved, lse, &r);
+    const int first_new = r.count;
+    flashcl__variant_ranges(d, backward, &r);
+    for (int i = 0; extra && i < extra->count && r.count < FLASHCL__MAX_RANGES; ++i) r.items[r.count++] = extra->items[i];
+    return flashcl__check_ranges(ctx, &r, first_new);
 }
 
 flashcl_status flashcl__validate_wait_list(flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list) {
@@ -364,6 +378,7 @@ flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attent
     const flashcl__lse_spec lse_spec = {lse, lse_offset, 0, 1};
     flashcl_status st = flashcl__validate_views(ctx, d, views, 4, &lse_spec, num_wait, wait_list, resolved);
     if (st == FLASHCL_SUCCESS) st = flashcl__validate_variant_buffers(ctx, d, 0, num_wait, wait_list);
+    if (st == FLASHCL_SUCCESS) st = flashcl__validate_apart(ctx, d, 0, views, 4, resolved, &lse_spec, NULL);
     return st;
 }
 
@@ -458,12 +473,8 @@ flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const fla
     }
     if (st == FLASHCL_SUCCESS && d->sinks)
         st = flashcl__validate_small(ctx, "sinks", d->sinks, sizeof(float), d->sinks_offset, d->heads_q);
-    if (st == FLASHCL_SUCCESS && backward && d->dsinks) {
+    if (st == FLASHCL_SUCCESS && backward && d->dsinks) /* its overlaps: flashcl__validate_apart */
         st = flashcl__validate_small(ctx, "dsinks", d->dsinks, sizeof(float), d->dsinks_offset, d->heads_q);
-        if (st == FLASHCL_SUCCESS && d->dsinks == d->sinks && d->dsinks_offset < d->sinks_offset + d->heads_q &&
-            d->sinks_offset < d->dsinks_offset + d->heads_q)
-            return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT, "dsinks overlaps sinks in the same buffer");
-    }
     if (st == FLASHCL_SUCCESS && d->bias.buffer) st = check_matrix(ctx, d, "bias", &d->bias, sizeof(float), sq, sk);
     if (st == FLASHCL_SUCCESS && d->mask.buffer) st = check_matrix(ctx, d, "mask", &d->mask, 1, sq, sk);
     if (st == FLASHCL_SUCCESS && d->block_mask.buffer)

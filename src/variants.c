@@ -60,7 +60,8 @@ flashcl_status flashcl__resolve_variants(flashcl_context *ctx, flashcl_attention
     if (matrix_set(&d->block_mask) &&
         (d->block_q == 0 || d->block_k == 0 || d->block_q > INT32_MAX || d->block_k > INT32_MAX))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,
-                             "block_q/block_k (%zu, %zu) must be >= 1 when block_mask is set", d->block_q, d->block_k);
+                             "block_q/block_k (%zu, %zu) must be in 1..%d when block_mask is set", d->block_q,
+                             d->block_k, INT32_MAX);
     if (flashcl__is_varlen(d)) {
         if (!d->cu_seqlens_q || !d->cu_seqlens_k)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_VARIANT,

@@ -11,13 +11,15 @@
  *
  *   test_cli PATH_TO_FLASHCL_TOOL
  */
-#define _POSIX_C_SOURCE 200809L /* WEXITSTATUS */
+#define _POSIX_C_SOURCE 200809L /* WEXITSTATUS, mkfifo, symlink, lstat */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli_harness.h"
 #include "npyio.h"
@@ -409,6 +411,45 @@ static void check_backward_errors(const tu_problem *p) {
     remove(cli_path_in(cli_work, "dO.npy"));
 }
 
+/* Outputs go to a temporary file renamed over the destination: a symbolic link is written through
+   (its target replaced, the link kept), and what a rename must not replace is refused (a FIFO
+   here; as root, --out /dev/null used to replace the device node). */
+static void check_output_destinations(const tu_problem *p) {
+    const ref_problem *r = &p->ref;
+    char fifo[1024], link[1024], target[1024], args[4096];
+    snprintf(fifo, sizeof fifo, "%s", cli_path_in(cli_work, "fifo.npy"));
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s'", cli_path_in(cli_work, "Q.npy"),
+             cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"), fifo);
+    cli_expect_usage_error_naming("--out a FIFO", args, "is not a regular file");
+    remove(fifo);
+
+    snprintf(target, sizeof target, "%s", cli_path_in(cli_work, "target.npy"));
+    snprintf(link, sizeof link, "%s", cli_path_in(cli_work, "link.npy"));
+    size_t one[1] = {1};
+    const float zero = 0.0f;
+    REQUIRE(npy_write_f32(target, one, 1, &zero));
+    REQUIRE(symlink("target.npy", link) == 0);
+    snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s'", cli_path_in(cli_work, "Q.npy"),
+             cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"), link);
+    char *out = NULL, *err = NULL;
+    const int rc = cli_run_tool(args, &out, &err);
+    struct stat st;
+    size_t shape[4] = {0};
+    int rank = 0;
+    float *o = rc == 0 ? npy_read_f32(target, shape, &rank) : NULL;
+    if (rc != 0 || lstat(link, &st) != 0 || !S_ISLNK(st.st_mode) || !o || rank != 4 ||
+        shape[1] != r->seqlen_q || shape[3] != r->head_dim) {
+        fprintf(stderr, "FAIL --out through a symbolic link: exit %d, link kept %d, target rank %d (%s)\n", rc,
+                lstat(link, &st) == 0 && S_ISLNK(st.st_mode), rank, err ? err : "");
+        tu_fail_count();
+    } else {
+        printf("ok   --out through a symbolic link: the target written, the link kept\n");
+    }
+    free(o), free(out), free(err);
+    remove(link), remove(target);
+}
+
 /* Counts the lines of out that contain every one of keys. */
 static size_t lines_with(const char *out, const char *const *keys, size_t nkeys) {
     size_t complete = 0;
@@ -545,6 +586,7 @@ int main(int argc, char **argv) {
     check_bad_inputs(&p);
     check_backward(&p, "--causal", "GQA causal sq<sk");
     check_backward_errors(&p);
+    check_output_destinations(&p);
 
     /* MQA, causal, sq > sk: the first sq - sk query rows see no key at all,
      * so their O, LSE (-inf) and gradients take the empty-row rules. */

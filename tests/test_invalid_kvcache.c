@@ -188,6 +188,28 @@ static void page_tables(void) {
     c = paged();
     c.cache_batch_idx = idx;
     expect("cache_batch_idx with pages", &d, &c, FLASHCL_ERR_INVALID_ARGUMENT, "cache_batch_idx");
+
+    /* Two sequences appending into one row would race: refused. With three new rows, sequence 0
+       writes rows 10..12 (page 1, offsets 2..4) and sequence 1 rows 20..22 (its third page, offsets
+       4..6), which this table makes page 1 as well: offset 4 twice. */
+    int32_t shared[2][4] = {{0, 1, 2, 3}, {4, 5, 1, 7}};
+    const int32_t lens[2] = {10, 20};
+    c = paged();
+    c.block_table = &shared[0][0];
+    c.cache_seqlens = lens;
+    with_append(&c);
+    c.k_new = flashcl_tensor_bshd(F.buf[BUF_KN], 3, 2, 16);
+    c.v_new = flashcl_tensor_bshd(F.buf[BUF_VN], 3, 2, 16);
+    c.seqlen_new = 3;
+    expect("two sequences append into one page row", &d, &c, FLASHCL_ERR_INVALID_ARGUMENT, "block_table");
+    c = contiguous();
+    int32_t same[2] = {1, 1};
+    const int32_t equal_lens[2] = {10, 10};
+    c.cache_batch_idx = same;
+    c.cache_seqlens = equal_lens;
+    with_append(&c);
+    expect("two sequences append into one cache sequence's row", &d, &c, FLASHCL_ERR_INVALID_ARGUMENT,
+           "cache_batch_idx");
 }
 
 static void rotary(void) {
@@ -210,6 +232,13 @@ static void rotary(void) {
     c.seqlen_ro = 64;
     c.rotary_sin = F.small;
     expect("rotary_sin too small", &d, &c, FLASHCL_ERR_OUT_OF_BOUNDS, "rotary_sin");
+    /* A table inside what the call writes: the cache (appended to) or o. */
+    c.rotary_sin = F.buf[BUF_SIN];
+    c.rotary_cos = F.buf[BUF_KC];
+    expect("rotary_cos inside the cache", &d, &c, FLASHCL_ERR_ALIASED_OUTPUT, "rotary_cos");
+    c.rotary_cos = F.buf[BUF_O];
+    expect("rotary_cos inside o", &d, &c, FLASHCL_ERR_ALIASED_OUTPUT, "rotary_cos");
+    c.rotary_cos = F.buf[BUF_COS];
     /* seqlen_ro x rotary_dim / 2 wrapped to 0 elements, and any table passed (fuzz_validate). */
     c.rotary_cos = c.rotary_sin = F.small;
     c.rotary_dim = 4;

@@ -207,6 +207,57 @@ static void backward_only(void) {
     expect_call(CALL_BACKWARD, "dsinks overlaps sinks", &d, &w, NULL, FLASHCL_ERR_ALIASED_OUTPUT, "dsinks");
 }
 
+/* A variant array inside an output's memory, and buffers whose access flags forbid what the
+   call does with them. */
+static void overlaps_and_access(void) {
+    flashcl_attention_desc d = base_desc();
+    views w = make_views(&d);
+    d.sinks = F.buf[BUF_O];
+    expect_call(CALL_FORWARD, "sinks inside o", &d, &w, NULL, FLASHCL_ERR_ALIASED_OUTPUT, "sinks");
+    d = base_desc();
+    d.bias.buffer = F.buf[BUF_LSE];
+    d.bias.stride_row = 8; /* [1, 1, 8, 8] over the LSE's 32 floats */
+    expect_call(CALL_FORWARD, "bias over lse", &d, &w, NULL, FLASHCL_ERR_ALIASED_OUTPUT, "bias");
+    d = base_desc();
+    d.alibi_slopes = F.buf[BUF_DK];
+    expect_call(CALL_BACKWARD, "alibi_slopes inside dk", &d, &w, NULL, FLASHCL_ERR_ALIASED_OUTPUT, "alibi_slopes");
+    /* dsinks in a sub-buffer inside dq's view (compared through the parent buffer). */
+    cl_uint align_bits = 0;
+    REQUIRE_CL(clGetDeviceInfo(flashcl_context_device(F.ctx), CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
+                               &align_bits, NULL));
+    const size_t at = align_bits / 8; /* dq's view is 2 * 8 * 2 * 16 floats = 2048 bytes */
+    if (at > 0 && at + 64 <= 2048) {
+        cl_buffer_region region = {at, 64};
+        cl_int err;
+        cl_mem inside = clCreateSubBuffer(F.buf[BUF_DQ], 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+        REQUIRE_CL(err);
+        d = base_desc();
+        d.sinks = F.big;
+        d.dsinks = inside;
+        expect_call(CALL_BACKWARD, "dsinks in a sub-buffer inside dq", &d, &w, NULL, FLASHCL_ERR_ALIASED_OUTPUT,
+                    "dsinks");
+        clReleaseMemObject(inside);
+    }
+    /* Writing a CL_MEM_READ_ONLY buffer or reading a CL_MEM_WRITE_ONLY one is undefined in OpenCL. */
+    d = base_desc();
+    cl_int err;
+    cl_mem read_only = clCreateBuffer(F.cl, CL_MEM_READ_ONLY, CAP * sizeof(float), NULL, &err);
+    REQUIRE_CL(err);
+    cl_mem write_only = clCreateBuffer(F.cl, CL_MEM_WRITE_ONLY, CAP * sizeof(float), NULL, &err);
+    REQUIRE_CL(err);
+    views ro = w;
+    ro.o.buffer = read_only;
+    expect_call(CALL_FORWARD, "o in a read-only buffer", &d, &ro, NULL, FLASHCL_ERR_INVALID_BUFFER, "CL_MEM_READ_ONLY");
+    views wo = w;
+    wo.q.buffer = write_only;
+    expect_call(CALL_FORWARD, "q in a write-only buffer", &d, &wo, NULL, FLASHCL_ERR_INVALID_BUFFER,
+                "CL_MEM_WRITE_ONLY");
+    d.sinks = write_only;
+    expect_call(CALL_FORWARD, "sinks in a write-only buffer", &d, &w, NULL, FLASHCL_ERR_INVALID_BUFFER, "sinks");
+    clReleaseMemObject(read_only);
+    clReleaseMemObject(write_only);
+}
+
 static void varlen(void) {
     /* Two sequences packed into 8 query and 8 key rows. */
     flashcl_attention_desc d = base_desc();
@@ -320,6 +371,7 @@ int main(void) {
     scalar_fields();
     matrices();
     backward_only();
+    overlaps_and_access();
     varlen();
     storage_size();
     dropout_mask_buffers();

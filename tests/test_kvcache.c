@@ -1198,6 +1198,21 @@ static void check_batch_invariance(flashcl_context *ctx) {
     } else {
         printf("ok   num_splits=7: sequence 0 bitwise equal in batch 1 and batch 3\n");
     }
+    /* Split counts past the most there can be are that most: 128 (the cap), 2^63 and SIZE_MAX
+       (which a cast to long once made negative: no split, an abort or a hang) agree bitwise. */
+    const size_t huge[3] = {128, (size_t)1 << 63, SIZE_MAX};
+    float capped[3][4 * 64];
+    for (int i = 0; i < 3; ++i) {
+        a.d.num_splits = huge[i];
+        CHECK_STATUS(flashcl_forward_kvcache(ctx, &a.d, &qa, &a.cache, &oa, a.lseb, 0, 0, NULL, NULL), FLASHCL_SUCCESS);
+        REQUIRE_CL(clEnqueueReadBuffer(queue, a.ob, CL_TRUE, 0, sizeof capped[i], capped[i], 0, NULL, NULL));
+    }
+    if (memcmp(capped[0], capped[1], sizeof capped[0]) != 0 || memcmp(capped[0], capped[2], sizeof capped[0]) != 0) {
+        fprintf(stderr, "FAIL num_splits 2^63 or SIZE_MAX differs from 128\n");
+        tu_fail_count();
+    } else {
+        printf("ok   num_splits 128, 2^63 and SIZE_MAX agree bitwise\n");
+    }
     free(qpad), free(tmp);
     kv_free(&a), kv_free(&b);
 }

@@ -51,21 +51,42 @@ bool atomic_file_same_destination(const char *a, const char *b) {
     return resolve_parent(a, da, &ba) && resolve_parent(b, db, &bb) && strcmp(da, db) == 0 && strcmp(ba, bb) == 0;
 }
 
+/* Where writing `path` puts the file: the path itself, or the file a symbolic link names (the
+   rename then replaces that file, not the link). NULL, with the reason in err, for what cannot be
+   replaced by a rename: a directory, a device, a FIFO or socket (renaming over /dev/null as root
+   would replace the device node), a link to nothing. */
+static char *destination(const char *path, char *err, size_t err_size) {
+    struct stat st;
+    if (lstat(path, &st) != 0) { /* a new file */
+        char *copy = copy_string(path);
+        if (copy == NULL) snprintf(err, err_size, "out of memory");
+        return copy;
+    }
+    char *target = S_ISLNK(st.st_mode) ? realpath(path, NULL) : copy_string(path);
+    if (target == NULL || stat(target, &st) != 0) {
+        snprintf(err, err_size, "'%s' is a symbolic link to a missing file", path);
+        free(target);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, err_size,
+                 S_ISDIR(st.st_mode) ? "'%s' is a directory"
+                                     : "'%s' is not a regular file (outputs are written to a temporary file "
+                                       "renamed over the destination)",
+                 path);
+        free(target);
+        return NULL;
+    }
+    return target;
+}
+
 int atomic_file_check(const char *path, char *err, size_t err_size) {
     if (path[0] == '\0') {
         snprintf(err, err_size, "empty file name");
         return -1;
     }
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, err_size, "'%s' is a directory", path);
-        return -1;
-    }
-    char *dir = copy_string(path);
-    if (dir == NULL) {
-        snprintf(err, err_size, "out of memory");
-        return -1;
-    }
+    char *dir = destination(path, err, err_size); /* cut to the directory the temporary file goes to */
+    if (dir == NULL) return -1;
     char *slash = strrchr(dir, '/');
     const char *dir_name = dir;
     if (slash == NULL)
@@ -85,10 +106,12 @@ int atomic_file_check(const char *path, char *err, size_t err_size) {
 
 int atomic_file_open(atomic_file *af, const char *path, char *err, size_t err_size) {
     memset(af, 0, sizeof *af);
+    af->final_path = destination(path, err, err_size);
+    if (af->final_path == NULL) return -1;
+    path = af->final_path; /* a link's target: the temporary file goes next to it */
     size_t cap = strlen(path) + 48;
-    af->final_path = copy_string(path);
     af->temp_path = malloc(cap);
-    if (af->final_path == NULL || af->temp_path == NULL) {
+    if (af->temp_path == NULL) {
         snprintf(err, err_size, "out of memory");
         atomic_file_abort(af);
         return -1;

@@ -70,6 +70,9 @@ static int load_per_sequence(const char *option, const char *path, size_t batch,
 
 static int load_tables(const kv_options *kv, kvcache_inputs *in) {
     int rc = 0;
+    if (kv->block_table && kv->cache_batch_idx)
+        return tool_usage_error("--cache-batch-idx does not combine with --block-table (a paged cache picks its "
+                                "pages through the block table)");
     if (kv->block_table) {
         if ((rc = load_typed("--block-table", kv->block_table, NPY_INT32, &in->block_table)) != 0 ||
             (rc = check_rank("--block-table", &in->block_table, 2, "[b, max_pages]")) != 0 ||

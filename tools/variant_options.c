@@ -31,13 +31,13 @@ static bool parse_bound(const char *text, const char **end, int *out) {
     return true;
 }
 
-/* "L,R", each an integer >= -1. */
+/* "L,R", each an integer from -1 to 1e9 (a window past every key is no bound). */
 static int parse_window(option_cursor *c, variant_options *v) {
     const char *text, *p;
     if (!options_value(c, &text)) return -1;
     if (!parse_bound(text, &p, &v->window_left) || *p != ',' || !parse_bound(p + 1, &p, &v->window_right) ||
         *p != '\0') {
-        tool_usage_error("--window: expected LEFT,RIGHT, integers >= -1 (-1 = unbounded), got '%s'", text);
+        tool_usage_error("--window: expected LEFT,RIGHT, integers from -1 (unbounded) to 1000000000, got '%s'", text);
         return -1;
     }
     v->window = true;
@@ -242,8 +242,10 @@ void variant_help(FILE *out) {
           "  --dropout P[,SEED[,OFFSET]]  dropout on the probabilities (Philox4x32-10\n"
           "                         keyed on seed, offset (both default 0) and the\n"
           "                         absolute position)\n"
-          "  --alibi SLOPES         float32 [hq] or [b, hq] .npy, or 'standard' (2^(-8k/n)\n"
-          "                         for the heads): adds -slope*|i+sk-sq-j|\n"
+          "  --alibi SLOPES         float32 [hq] or [b, hq] .npy, or 'standard' (the ALiBi\n"
+          "                         paper's: 2^(-8k/n), k = 1..n, n the largest power of\n"
+          "                         two <= hq; then 2^(-4(2e+1)/n) for the heads past n):\n"
+          "                         adds -slope*|i+sk-sq-j|\n"
           "  --sinks SINKS          float32 [hq] .npy, or 'random': one logit per head in\n"
           "                         each row's softmax denominator (O and LSE include it)\n"
           "  --bias BIAS            float32 [b|1, hq|1, sq, sk] or [sq, sk] .npy, or\n"

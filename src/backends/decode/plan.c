@@ -290,7 +290,9 @@ int flashcl__decode_splits(const flashcl_context *ctx, const flashcl_attention_d
                            const flashcl__decode_plan *plan, size_t max_seqlen_k) {
     const long tiles = (long)((max_seqlen_k + (size_t)plan->block_n - 1) / (size_t)plan->block_n);
     const long cap = tiles < 1 ? 1 : (tiles < MAX_SPLITS ? tiles : MAX_SPLITS);
-    if (d->num_splits > 0) return (int)((long)d->num_splits < cap ? (long)d->num_splits : cap);
+    /* Compared as size_t: a num_splits of 2^63 or more cast to long was negative (a split count
+       of 0 or less, a hang or an abort). */
+    if (d->num_splits > 0) return (int)(d->num_splits < (size_t)cap ? (long)d->num_splits : cap);
     const int row_blocks = (packed_rows(d) + plan->rows - 1) / plan->rows;
     const double grid = (double)d->batch * (double)(d->heads_kv / (size_t)flashcl__decode_heads(d, plan)) * row_blocks;
     const double slots = (double)ctx->info.compute_units * plan->groups_per_cu;
