@@ -21,4 +21,18 @@ const char *sweep_path_name(flashcl_path path);
 
 double sweep_seconds_since(const struct timespec *t0);
 
+/* A sweep's cases as the driver sees them: how many, how to describe case i, how to run it. */
+typedef struct sweep_cases {
+    size_t count;
+    const void *items; /* the sweep's own case list */
+    void (*describe)(const void *items, size_t i, char *out, size_t cap);
+    /* 1 when case i passed; `label` names it in messages. */
+    int (*run)(flashcl_context *ctx, const void *items, size_t i, const sweep_options *opt, const char *label);
+} sweep_cases;
+
+/* --list prints the cases; otherwise runs the chosen ones (all, or --case N) on one context (or a
+   fresh one per case), a line "ok"/"FAIL" per case with its time, then the totals. Returns the
+   exit status: tu_finish(test_name), or 2 for a --case past the list. */
+int sweep_run(const sweep_options *opt, const sweep_cases *cases, const char *test_name);
+
 #endif

@@ -245,45 +245,13 @@ static void check_forward_host(flashcl_context *ctx) {
 }
 
 static void check_plan(flashcl_context *ctx, flashcl_path path, size_t head_dim) {
-    cl_device_id dev = flashcl_context_device(ctx);
-    cl_ulong local_mem = 0;
-    size_t max_wg = 0;
-    REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL));
-    REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL));
-
-    flashcl_attention_desc d;
-    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
-    d.batch = 2;
-    d.heads_q = 4;
-    d.seqlen_q = 100;
-    d.seqlen_k = 300;
-    d.head_dim = head_dim;
-    d.path = path;
     flashcl_plan plan;
-    memset(&plan, 0x55, sizeof plan); /* garbage the query must overwrite */
     char label[64];
-    snprintf(label, sizeof label, "plan [%s] d=%zu", path_name(path), head_dim);
-    if (!CHECK_STATUS(flashcl_plan_query(ctx, &d, &plan), FLASHCL_SUCCESS)) {
-        fprintf(stderr, "  %s: %s\n", label, flashcl_last_error(ctx));
-        return;
-    }
-    /* Strings must be terminated inside their arrays. */
-    CHECK(memchr(plan.kernel, '\0', sizeof plan.kernel) && plan.kernel[0]);
-    CHECK(memchr(plan.origin, '\0', sizeof plan.origin));
-    CHECK(memchr(plan.build_options, '\0', sizeof plan.build_options));
-    CHECK(memchr(plan.reason, '\0', sizeof plan.reason) && plan.reason[0]);
-    CHECK(!strcmp(plan.origin, "env") || !strcmp(plan.origin, "tuned") || !strcmp(plan.origin, "table") ||
-          !strcmp(plan.origin, "formula") || !strcmp(plan.origin, "fallback"));
-    CHECK(plan.block_rows >= 1 && plan.block_cols >= 1 && plan.threads_per_row >= 1);
-    CHECK(plan.staging == FLASHCL_STAGING_LOCAL || plan.staging == FLASHCL_STAGING_DIRECT);
-    CHECK(plan.work_group_size >= 1 && plan.work_group_size <= max_wg);
-    CHECK(plan.local_mem_bytes <= local_mem);
+    if (!tu_query_plan(ctx, 0, path, 0, head_dim, &plan, label, sizeof label)) return;
+    tu_check_plan_fields(ctx, &plan, "env tuned table formula fallback");
     if (path == FLASHCL_PATH_STANDARD) /* S and P: batch * heads_q * seqlen_q * seqlen_k floats at least. */
         CHECK(plan.scratch_bytes >= 2 * 4 * 100 * 300 * sizeof(float));
-    printf("%s: kernel=%s Br=%d Bc=%d tpr=%d wg=%zu local=%zu private=%zu scratch=%zu origin=%s\n"
-           "  reason: %s\n",
-           label, plan.kernel, plan.block_rows, plan.block_cols, plan.threads_per_row, plan.work_group_size,
-           plan.local_mem_bytes, plan.private_mem_bytes, plan.scratch_bytes, plan.origin, plan.reason);
+    tu_print_plan(label, &plan);
 }
 
 static void check_scratch(flashcl_context *ctx) {

@@ -73,61 +73,28 @@ done:
     return ok;
 }
 
+static void describe(const void *items, size_t i, char *out, size_t cap) {
+    bw_shape_describe(&((const bw_shape *)items)[i], out, cap);
+}
+
+static int run_indexed(flashcl_context *ctx, const void *items, size_t i, const sweep_options *opt,
+                       const char *label) {
+    return run_case(ctx, &((const bw_shape *)items)[i], opt->path, opt->rerun, label);
+}
+
 int main(int argc, char **argv) {
     sweep_options opt;
     sweep_parse_options(argc, argv,
                         "usage: test_backward [--quick] [--path flash|standard] [--case N] [--list] "
                         "[--fresh-context] [--no-rerun]",
                         1, &opt);
-    const int quick = opt.quick, list_only = opt.list_only, fresh = opt.fresh, rerun = opt.rerun;
-    const long only = opt.only;
-    const flashcl_path path = opt.path;
-
     bw_case_list cases = {0};
-    if (quick)
+    if (opt.quick)
         backward_cases_quick(&cases);
     else
         backward_cases_full(&cases);
-    if (only >= (long)cases.count) {
-        fprintf(stderr, "--case %ld: only %zu cases\n", only, cases.count);
-        return 2;
-    }
-
-    char desc[400];
-    if (list_only) {
-        for (size_t i = 0; i < cases.count; i++) {
-            bw_shape_describe(&cases.items[i], desc, sizeof desc);
-            printf("%4zu %s\n", i, desc);
-        }
-        bw_case_list_free(&cases);
-        return 0;
-    }
-
-    const char *path_name = sweep_path_name(path);
-    flashcl_context *ctx = tu_context_create();
-    size_t ran = 0, passed = 0;
-    struct timespec t0;
-    timespec_get(&t0, TIME_UTC);
-    for (size_t i = 0; i < cases.count; i++) {
-        if (only >= 0 && (size_t)only != i) continue;
-        bw_shape_describe(&cases.items[i], desc, sizeof desc);
-        char label[480];
-        snprintf(label, sizeof label, "case %zu %s %s", i, path_name, desc);
-        if (fresh && ran > 0) {
-            flashcl_context_destroy(ctx);
-            ctx = tu_context_create();
-        }
-        struct timespec case_start;
-        timespec_get(&case_start, TIME_UTC);
-        int ok = run_case(ctx, &cases.items[i], path, rerun, label);
-        printf("%s %s (%.2f s)\n", ok ? "ok  " : "FAIL", label, sweep_seconds_since(&case_start));
-        fflush(stdout);
-        ran++;
-        passed += (size_t)ok;
-    }
-    printf("%zu/%zu cases passed (%s path, %.1f s)\n", passed, ran, path_name, sweep_seconds_since(&t0));
-    CHECK(ran > 0);
-    flashcl_context_destroy(ctx);
+    const sweep_cases sweep = {cases.count, cases.items, describe, run_indexed};
+    const int status = sweep_run(&opt, &sweep, "test_backward");
     bw_case_list_free(&cases);
-    return tu_finish("test_backward");
+    return status;
 }

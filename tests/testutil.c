@@ -208,6 +208,56 @@ int tu_compare_o(const char *label, const ref_problem *p, const float *got, cons
     return 0;
 }
 
+int tu_query_plan(flashcl_context *ctx, int backward, flashcl_path path, size_t heads_kv, size_t head_dim,
+                  flashcl_plan *plan, char *label, size_t label_cap) {
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+    d.batch = 2;
+    d.heads_q = 4;
+    d.heads_kv = heads_kv;
+    d.seqlen_q = 100;
+    d.seqlen_k = 300;
+    d.head_dim = head_dim;
+    d.path = path;
+    memset(plan, 0x55, sizeof *plan);
+    snprintf(label, label_cap, "%splan [%s] d=%zu", backward ? "backward " : "",
+             path == FLASHCL_PATH_FLASH ? "flash" : "standard", head_dim);
+    const flashcl_status st = backward ? flashcl_backward_plan_query(ctx, &d, plan) : flashcl_plan_query(ctx, &d, plan);
+    if (!CHECK_STATUS(st, FLASHCL_SUCCESS)) {
+        fprintf(stderr, "  %s: %s\n", label, flashcl_last_error(ctx));
+        return 0;
+    }
+    return 1;
+}
+
+void tu_check_plan_fields(flashcl_context *ctx, const flashcl_plan *plan, const char *origins) {
+    cl_device_id dev = flashcl_context_device(ctx);
+    cl_ulong local_mem = 0;
+    size_t max_wg = 0;
+    REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL));
+    REQUIRE_CL(clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL));
+    CHECK(memchr(plan->kernel, '\0', sizeof plan->kernel) && plan->kernel[0]);
+    CHECK(memchr(plan->origin, '\0', sizeof plan->origin));
+    CHECK(memchr(plan->build_options, '\0', sizeof plan->build_options));
+    CHECK(memchr(plan->reason, '\0', sizeof plan->reason) && plan->reason[0]);
+    int known = 0; /* origin as a whole word of `origins` */
+    const char *end = memchr(plan->origin, '\0', sizeof plan->origin);
+    const size_t n = end ? (size_t)(end - plan->origin) : 0;
+    for (const char *at = origins; n > 0 && (at = strstr(at, plan->origin)) != NULL; at += n)
+        known |= (at == origins || at[-1] == ' ') && (at[n] == ' ' || at[n] == '\0');
+    CHECK(known);
+    CHECK(plan->block_rows >= 1 && plan->block_cols >= 1 && plan->threads_per_row >= 1);
+    CHECK(plan->staging == FLASHCL_STAGING_LOCAL || plan->staging == FLASHCL_STAGING_DIRECT);
+    CHECK(plan->work_group_size >= 1 && plan->work_group_size <= max_wg);
+    CHECK(plan->local_mem_bytes <= local_mem);
+}
+
+void tu_print_plan(const char *label, const flashcl_plan *plan) {
+    printf("%s: kernel=%s Br=%d Bc=%d tpr=%d wg=%zu local=%zu private=%zu scratch=%zu origin=%s\n"
+           "  reason: %s\n",
+           label, plan->kernel, plan->block_rows, plan->block_cols, plan->threads_per_row, plan->work_group_size,
+           plan->local_mem_bytes, plan->private_mem_bytes, plan->scratch_bytes, plan->origin, plan->reason);
+}
+
 int tu_compare_lse(const char *label, const ref_problem *p, const float *got, const double *ref) {
     size_t n = p->batch * p->heads_q * p->seqlen_q;
     double worst = -1.0;

@@ -106,4 +106,20 @@ int tu_compare_o(const char *label, const ref_problem *p, const float *got, cons
  */
 int tu_compare_lse(const char *label, const ref_problem *p, const float *got, const double *ref);
 
+/* ------------------------------------------------------ plans */
+
+/* The plan of a b=2 hq=4 sq=100 sk=300 call (heads_kv, head_dim, path as given), forward or
+   backward, into *plan (filled with garbage first, which the query must overwrite); `label`
+   gets "[backward ]plan [path] d=D". 0, with the message printed, when the query failed. */
+int tu_query_plan(flashcl_context *ctx, int backward, flashcl_path path, size_t heads_kv, size_t head_dim,
+                  flashcl_plan *plan, char *label, size_t label_cap);
+/*
+ * A plan query's answer is well formed on ctx's device: its strings end inside their arrays
+ * (kernel and reason not empty), origin is one of the space-separated `origins`, the tile sizes
+ * are >= 1, staging is a known value, the work-group and __local fit the device's limits.
+ */
+void tu_check_plan_fields(flashcl_context *ctx, const flashcl_plan *plan, const char *origins);
+/* "label: kernel=... Br=... Bc=..." and the plan's reason on a second line. */
+void tu_print_plan(const char *label, const flashcl_plan *plan);
+
 #endif
