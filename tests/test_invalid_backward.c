@@ -29,17 +29,7 @@ typedef struct views {
     flashcl_tensor q, k, v, o, dout, dq, dk, dv;
 } views;
 
-static flashcl_attention_desc base_desc(void) {
-    flashcl_attention_desc d;
-    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
-    d.batch = 1;
-    d.heads_q = 2;
-    d.heads_kv = 1;
-    d.seqlen_q = 8;
-    d.seqlen_k = 8;
-    d.head_dim = 16;
-    return d;
-}
+static flashcl_attention_desc base_desc(void) { return tu_small_desc(1); }
 
 /* Valid packed [b, s, h, d] views, each at the start of its own buffer. */
 static views make_views(const flashcl_attention_desc *d) {
@@ -308,18 +298,8 @@ int main(void) {
     F.ctx = tu_context_create();
     F.cl = flashcl_context_cl_context(F.ctx);
     F.queue = flashcl_context_queue(F.ctx);
-    tu_rng rng = tu_rng_seed(11);
-    for (int i = 0; i < BUF_COUNT; i++) {
-        F.host[i] = malloc(CAP * sizeof(float));
-        REQUIRE(F.host[i] != NULL);
-        if (i >= BUF_DQ) {
-            tu_fill_sentinel(F.host[i], CAP);
-        } else {
-            /* Inputs (LSE too) are finite, so a successful call gives finite gradients. */
-            for (size_t j = 0; j < CAP; j++) F.host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
-        }
-        F.buf[i] = tu_buffer_create(F.cl, CAP, F.host[i]);
-    }
+    /* Inputs (LSE too) are finite, so a successful call gives finite gradients. */
+    tu_buffers_create(F.cl, BUF_COUNT, CAP, 1u << BUF_DQ | 1u << BUF_DK | 1u << BUF_DV, 11, F.buf, F.host);
 
     check_required_inputs();
     check_aliasing();
@@ -327,10 +307,7 @@ int main(void) {
     check_host_and_plan();
     check_still_usable();
 
-    for (int i = 0; i < BUF_COUNT; i++) {
-        clReleaseMemObject(F.buf[i]);
-        free(F.host[i]);
-    }
+    tu_buffers_release(BUF_COUNT, F.buf, F.host);
     flashcl_context_destroy(F.ctx);
     return tu_finish("test_invalid_backward");
 }

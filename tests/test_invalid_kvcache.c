@@ -331,14 +331,7 @@ int main(void) {
     F.ctx = tu_context_create();
     cl_context cl = flashcl_context_cl_context(F.ctx);
     F.queue = flashcl_context_queue(F.ctx);
-    tu_rng rng = tu_rng_seed(11);
-    for (int i = 0; i < BUF_COUNT; i++) {
-        F.host[i] = malloc(CAP * sizeof(float));
-        REQUIRE(F.host[i] != NULL);
-        for (size_t j = 0; j < CAP; j++) F.host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
-        if (i == BUF_O || i == BUF_LSE) tu_fill_sentinel(F.host[i], CAP);
-        F.buf[i] = tu_buffer_create(cl, CAP, F.host[i]);
-    }
+    tu_buffers_create(cl, BUF_COUNT, CAP, 1u << BUF_O | 1u << BUF_LSE, 11, F.buf, F.host);
     F.small = tu_buffer_create(cl, 1, NULL);
     cache_fields();
     page_tables();
@@ -346,10 +339,7 @@ int main(void) {
     descriptor();
     merge();
     clReleaseMemObject(F.small);
-    for (int i = 0; i < BUF_COUNT; i++) {
-        clReleaseMemObject(F.buf[i]);
-        free(F.host[i]);
-    }
+    tu_buffers_release(BUF_COUNT, F.buf, F.host);
     flashcl_context_destroy(F.ctx);
     return tu_finish("test_invalid_kvcache");
 }

@@ -29,17 +29,7 @@ static struct {
     cl_mem keep;  /* the dropout mask output, sentinel-filled */
 } F;
 
-static flashcl_attention_desc base_desc(void) {
-    flashcl_attention_desc d;
-    d = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
-    d.batch = 2;
-    d.heads_q = 2;
-    d.heads_kv = 1;
-    d.seqlen_q = 8;
-    d.seqlen_k = 8;
-    d.head_dim = 16;
-    return d;
-}
+static flashcl_attention_desc base_desc(void) { return tu_small_desc(2); }
 
 typedef struct views {
     flashcl_tensor q, k, v, o, dout, dq, dk, dv;
@@ -357,12 +347,7 @@ int main(void) {
     F.ctx = tu_context_create();
     F.cl = flashcl_context_cl_context(F.ctx);
     F.queue = flashcl_context_queue(F.ctx);
-    for (int i = 0; i < BUF_COUNT; i++) {
-        F.host[i] = malloc(CAP * sizeof(float));
-        REQUIRE(F.host[i] != NULL);
-        tu_fill_sentinel(F.host[i], CAP);
-        F.buf[i] = tu_buffer_create(F.cl, CAP, F.host[i]);
-    }
+    tu_buffers_create(F.cl, BUF_COUNT, CAP, (1u << BUF_COUNT) - 1, 0, F.buf, F.host); /* all sentinels */
     float zeros[CAP] = {0};
     F.small = tu_buffer_create(F.cl, 2, zeros);
     F.big = tu_buffer_create(F.cl, CAP, zeros);
@@ -380,10 +365,7 @@ int main(void) {
     clReleaseMemObject(F.small);
     clReleaseMemObject(F.big);
     clReleaseMemObject(F.keep);
-    for (int i = 0; i < BUF_COUNT; i++) {
-        clReleaseMemObject(F.buf[i]);
-        free(F.host[i]);
-    }
+    tu_buffers_release(BUF_COUNT, F.buf, F.host);
     flashcl_context_destroy(F.ctx);
     return tu_finish("test_invalid_variants");
 }

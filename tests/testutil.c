@@ -208,6 +208,38 @@ int tu_compare_o(const char *label, const ref_problem *p, const float *got, cons
     return 0;
 }
 
+void tu_buffers_create(cl_context cl, int count, size_t cap, unsigned outputs, uint64_t seed, cl_mem *buf,
+                       float **host) {
+    tu_rng rng = tu_rng_seed(seed);
+    for (int i = 0; i < count; i++) {
+        host[i] = malloc(cap * sizeof(float));
+        REQUIRE(host[i] != NULL);
+        if (outputs & (1u << i))
+            tu_fill_sentinel(host[i], cap);
+        else
+            for (size_t j = 0; j < cap; j++) host[i][j] = tu_rng_float(&rng, -1.0f, 1.0f);
+        buf[i] = tu_buffer_create(cl, cap, host[i]);
+    }
+}
+
+void tu_buffers_release(int count, cl_mem *buf, float **host) {
+    for (int i = 0; i < count; i++) {
+        clReleaseMemObject(buf[i]);
+        free(host[i]);
+    }
+}
+
+flashcl_attention_desc tu_small_desc(size_t batch) {
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+    d.batch = batch;
+    d.heads_q = 2;
+    d.heads_kv = 1;
+    d.seqlen_q = 8;
+    d.seqlen_k = 8;
+    d.head_dim = 16;
+    return d;
+}
+
 int tu_query_plan(flashcl_context *ctx, int backward, flashcl_path path, size_t heads_kv, size_t head_dim,
                   flashcl_plan *plan, char *label, size_t label_cap) {
     flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;

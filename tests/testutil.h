@@ -106,6 +106,17 @@ int tu_compare_o(const char *label, const ref_problem *p, const float *got, cons
  */
 int tu_compare_lse(const char *label, const ref_problem *p, const float *got, const double *ref);
 
+/* The argument-error tests' buffers: `count` buffers of `cap` floats with their host copies (for
+   the untouched checks); buffer i holds sentinels (tu_fill_sentinel) when bit i of `outputs` is
+   set, else values in [-1, 1) drawn from `seed`. tu_buffers_release frees both. */
+void tu_buffers_create(cl_context cl, int count, size_t cap, unsigned outputs, uint64_t seed, cl_mem *buf,
+                       float **host);
+void tu_buffers_release(int count, cl_mem *buf, float **host);
+
+/* The small call the argument-error tests start from: batch b, heads_q 2, heads_kv 1, seqlen_q and
+   seqlen_k 8, head_dim 16 (each test then breaks one field). */
+flashcl_attention_desc tu_small_desc(size_t batch);
+
 /* ------------------------------------------------------ plans */
 
 /* The plan of a b=2 hq=4 sq=100 sk=300 call (heads_kv, head_dim, path as given), forward or
