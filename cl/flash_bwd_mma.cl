@@ -198,7 +198,8 @@ inline void mb_zero(float acc[MB_OUT / 8][4]) {
 /*
  * The products of every kernel below, on mma.sync fragments (16 rows per warp, accumulator tile n
  * covering 8 columns). Macros rather than functions so that the loop bounds are literals where
- * `#pragma unroll` meets them and the accumulators stay registers.
+ * `#pragma unroll` meets them and the accumulators stay registers. Each is a statement (a loop),
+ * to be used as one, not as the body of an if without braces.
  *
  * MB_MMA_ABT: acc[2 np], acc[2 np + 1] += A B^T over the head dim for the NT rows of a K-major
  * __local tile (rows as n, ldmatrix without .trans): `a` the warp's MB_DT A fragments, `at` the
@@ -226,11 +227,11 @@ inline void mb_zero(float acc[MB_OUT / 8][4]) {
    fragments of P, `at` the lane's shared address of the tile (MB_LANE_K). */
 #define MB_MMA_PB(acc, pf, at, NK, ND, col0)                                                                           \
     _Pragma("unroll") for (int kk_ = 0; kk_ < (NK) / 16; ++kk_)                                                        \
-        _Pragma("unroll") for (int dp_ = 0; dp_ < (ND); ++dp_) {                                                       \
+        _Pragma("unroll") for (int dn_ = 0; dn_ < (ND); ++dn_) {                                                       \
         uint b0_, b1_, b2_, b3_;                                                                                       \
-        ptx_ldsm_x4_trans((at) + (uint)(kk_ * 16 * MB_LD + (col0) + dp_ * 16) * 2, &b0_, &b1_, &b2_, &b3_);            \
-        PTX_MMA(acc[2 * dp_], pf[kk_], b0_, b1_);                                                                      \
-        PTX_MMA(acc[2 * dp_ + 1], pf[kk_], b2_, b3_);                                                                  \
+        ptx_ldsm_x4_trans((at) + (uint)(kk_ * 16 * MB_LD + (col0) + dn_ * 16) * 2, &b0_, &b1_, &b2_, &b3_);            \
+        PTX_MMA(acc[2 * dn_], pf[kk_], b0_, b1_);                                                                      \
+        PTX_MMA(acc[2 * dn_ + 1], pf[kk_], b2_, b3_);                                                                  \
     }
 /* dS^T = P^T (dP^T - D) (P already carrying g and dP^T its dropout factor), packed as the A
    fragments pf of dK += dS^T Q: `dsum` the __local D of the tile's NT query rows. */

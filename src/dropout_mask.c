@@ -39,6 +39,15 @@ flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attentio
         return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
                              "out: needs %zu bytes from out_offset %zu, the buffer holds %zu", need - out_offset,
                              out_offset, have);
+    /* out against cu_seqlens, which the kernel reads; the buffers' access flags. */
+    flashcl__ranges ranges = {0};
+    flashcl__range_add(&ranges, "out", out, out_offset, need - out_offset, 1);
+    if (flashcl__is_varlen(&d)) { /* checked by flashcl__validate_variant_buffers above */
+        flashcl__range_add(&ranges, "cu_seqlens_q", d.cu_seqlens_q, 0, (d.batch + 1) * sizeof(cl_int), 0);
+        flashcl__range_add(&ranges, "cu_seqlens_k", d.cu_seqlens_k, 0, (d.batch + 1) * sizeof(cl_int), 0);
+    }
+    st = flashcl__check_ranges(ctx, &ranges, 0);
+    if (st != FLASHCL_SUCCESS) return st;
 
     char options[256];
     snprintf(options, sizeof options, "%s", flashcl__is_varlen(&d) ? "-D VARLEN=1" : "");

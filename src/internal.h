@@ -138,7 +138,7 @@ typedef struct flashcl__view_spec {
     const char *name; /* "q", "dk", ... used in messages */
     const flashcl_tensor *t;
     size_t heads, rows, dim; /* dim: head_dim or head_dim_v */
-    int is_output;
+    int is_output;           /* 1: written; FLASHCL__READ_WRITE: written, then read (a cache appended to) */
     size_t batch; /* 0: the descriptor's batch (1 with varlen); a KV cache's pages or sequences */
     size_t elem;  /* bytes per element; 0: the descriptor's dtype (an fp8 cache has 1) */
 } flashcl__view_spec;
@@ -173,11 +173,12 @@ flashcl_status flashcl__validate_variant_buffers(flashcl_context *ctx, const fla
 
 /* Every buffer range of a call (validate_aliasing.c): views, LSE, the variants' arrays, a KV
    cache's tables; sub-buffers are taken at their place in the parent buffer. */
+#define FLASHCL__READ_WRITE 2 /* an is_output value: written and read by the call */
 typedef struct flashcl__range {
     const char *name;
     cl_mem buffer, root; /* root: the parent of a sub-buffer, else the buffer */
     size_t begin, end;   /* bytes in root */
-    int is_output;
+    int is_output;       /* 0 read, 1 written, FLASHCL__READ_WRITE both */
 } flashcl__range;
 #define FLASHCL__MAX_RANGES 24
 typedef struct flashcl__ranges {
@@ -194,8 +195,8 @@ void flashcl__range_add(flashcl__ranges *r, const char *name, cl_mem buf, size_t
 void flashcl__view_ranges(const flashcl_attention_desc *d, const flashcl__view_spec *views, int count,
                           const flashcl_tensor *resolved, const flashcl__lse_spec *lse, flashcl__ranges *r);
 void flashcl__variant_ranges(const flashcl_attention_desc *d, int backward, flashcl__ranges *r);
-/* Each buffer's access flags allow what the call does with it (CL_MEM_READ_ONLY outputs and
-   CL_MEM_WRITE_ONLY inputs refused); no output overlaps another range, except that pairs both
+/* Each buffer's access flags allow what the call does with it (CL_MEM_READ_ONLY buffers it writes,
+   CL_MEM_WRITE_ONLY ones it reads are refused); no output overlaps another range, except that pairs both
    before first_new (the views, compared element by element already) are not compared again. */
 flashcl_status flashcl__check_ranges(flashcl_context *ctx, const flashcl__ranges *r, int first_new);
 /* The two above for a call: its views and LSE, its variant buffers and `extra` (a KV cache's

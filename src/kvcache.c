@@ -216,8 +216,10 @@ static flashcl_status check_views(flashcl_context *ctx, const flashcl_attention_
     const flashcl__view_spec specs[6] = {
         {"q", q, d->heads_q, d->seqlen_q, d->head_dim, 0, 0, 0},
         {"o", o, d->heads_q, d->seqlen_q, d->head_dim_v, 1, 0, 0},
-        {"cache->k", &c->k, d->heads_kv, p->pool_rows, d->head_dim, append, p->pool_batch, elem},
-        {"cache->v", &c->v, d->heads_kv, p->pool_rows, d->head_dim_v, append, p->pool_batch, elem},
+        {"cache->k", &c->k, d->heads_kv, p->pool_rows, d->head_dim, append ? FLASHCL__READ_WRITE : 0, p->pool_batch,
+         elem},
+        {"cache->v", &c->v, d->heads_kv, p->pool_rows, d->head_dim_v, append ? FLASHCL__READ_WRITE : 0, p->pool_batch,
+         elem},
         {"cache->k_new", &c->k_new, d->heads_kv, c->seqlen_new, d->head_dim, 0, 0, 0},
         {"cache->v_new", &c->v_new, d->heads_kv, c->seqlen_new, d->head_dim_v, 0, 0, 0},
     };

@@ -18,7 +18,7 @@ static int by_page_then_row(const void *a, const void *b) {
 
 flashcl_status flashcl__kv_appends_disjoint(flashcl_context *ctx, int paged, const int32_t *table, int max_pages,
                                             long page_size, const int32_t *seqinfo, size_t batch, size_t seqlen_new) {
-    if (seqlen_new == 0 || batch < 2) return FLASHCL_SUCCESS;
+    if (seqlen_new == 0) return FLASHCL_SUCCESS;
     /* Pages a sequence's new rows span: at most seqlen_new / page_size + 2. */
     const size_t per_seq = seqlen_new / (size_t)page_size + 2;
     segment *seg = malloc(batch * per_seq * sizeof *seg);
@@ -36,9 +36,15 @@ flashcl_status flashcl__kv_appends_disjoint(flashcl_context *ctx, int paged, con
     flashcl_status st = FLASHCL_SUCCESS;
     for (size_t i = 1; i < n && st == FLASHCL_SUCCESS; ++i) {
         /* Sorted by start: a row written twice shows as a segment starting before its predecessor
-           (in the page) ends; segments of one sequence never overlap each other. */
+           (in the page) ends. Both may be one sequence's, when its block table names a page twice. */
         const segment *a = &seg[i - 1], *b = &seg[i];
-        if (a->page == b->page && b->lo < a->hi)
+        if (a->page != b->page || b->lo >= a->hi) continue;
+        if (a->seq == b->seq)
+            st = flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT,
+                               "cache->block_table: sequence %zu appends twice into row %ld of page %d (its table "
+                               "names the page twice)",
+                               a->seq, b->lo, (int)b->page);
+        else
             st = flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT,
                                paged ? "cache->block_table: sequences %zu and %zu both append into row %ld of page %d"
                                      : "cache->cache_batch_idx: sequences %zu and %zu both append into row %ld of "

@@ -84,6 +84,14 @@ static flashcl_status prepare_merge(flashcl_context *ctx, const flashcl_merge_de
     if (st == FLASHCL_SUCCESS)
         st = flashcl__validate_small(ctx, "lse_states", lse_states, sizeof(float), lse_states_offset,
                                      later * m.lse_state_stride + rows);
+    if (st == FLASHCL_SUCCESS) { /* lse_states against the outputs; every buffer's access flags */
+        flashcl__ranges r = {0};
+        flashcl__view_ranges(&d, specs, 3, views, &lse_spec, &r);
+        const int first_new = r.count;
+        flashcl__range_add(&r, "lse_states", lse_states, lse_states_offset * sizeof(float),
+                           (later * m.lse_state_stride + rows) * sizeof(float), 0);
+        st = flashcl__check_ranges(ctx, &r, first_new);
+    }
     return st;
 }
 

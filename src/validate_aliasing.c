@@ -74,7 +74,7 @@ static flashcl_status check_access(flashcl_context *ctx, const flashcl__range *e
     if (e->is_output && (flags & CL_MEM_READ_ONLY))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER,
                              "%s: its buffer is CL_MEM_READ_ONLY, but the call writes it", e->name);
-    if (!e->is_output && (flags & CL_MEM_WRITE_ONLY))
+    if (e->is_output != 1 && (flags & CL_MEM_WRITE_ONLY))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_BUFFER,
                              "%s: its buffer is CL_MEM_WRITE_ONLY, but the call reads it", e->name);
     return FLASHCL_SUCCESS;

@@ -455,6 +455,14 @@ static void check_still_usable(void) {
     /* 8 rows x 2 heads x 16 dims were written; the sentinel after them was not. */
     CHECK(!isnan(o[0]) && !isnan(o[8 * 2 * 16 - 1]));
     CHECK(memcmp(&o[8 * 2 * 16], &F.host[BUF_O][8 * 2 * 16], sizeof(float)) == 0);
+
+    /* Sharing without overlap stays legal: the LSE right after O's view, in O's buffer. */
+    d = base_desc();
+    CHECK_STATUS(flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_O], 8 * 2 * 16, 0, NULL, NULL),
+                 FLASHCL_SUCCESS);
+    tu_buffer_read(F.queue, F.buf[BUF_O], CAP, o, NULL);
+    for (int i = 0; i < 2 * 8; ++i) CHECK(isfinite(o[8 * 2 * 16 + i])); /* the LSE: [1, 2, 8] */
+    tu_buffer_write(F.queue, F.buf[BUF_O], CAP, F.host[BUF_O]);
 }
 
 int main(void) {

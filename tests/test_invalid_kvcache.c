@@ -160,6 +160,16 @@ static void cache_fields(void) {
     c.k = flashcl_tensor_bshd(F.buf[BUF_O], 32, 2, 16); /* the cache is written... */
     with_append(&c);
     expect("o overlaps the cache", &d, &c, FLASHCL_ERR_ALIASED_OUTPUT, "overlaps");
+    /* A cache appended to is written and then read: a write-only buffer will not do. */
+    cl_int err;
+    cl_mem write_only =
+        clCreateBuffer(flashcl_context_cl_context(F.ctx), CL_MEM_WRITE_ONLY, CAP * sizeof(float), NULL, &err);
+    REQUIRE_CL(err);
+    c = contiguous();
+    c.k = flashcl_tensor_bshd(write_only, 32, 2, 16);
+    with_append(&c);
+    expect("an appended cache in a write-only buffer", &d, &c, FLASHCL_ERR_INVALID_BUFFER, "CL_MEM_WRITE_ONLY");
+    clReleaseMemObject(write_only);
 }
 
 static void page_tables(void) {
@@ -210,6 +220,28 @@ static void page_tables(void) {
     with_append(&c);
     expect("two sequences append into one cache sequence's row", &d, &c, FLASHCL_ERR_INVALID_ARGUMENT,
            "cache_batch_idx");
+    /* One sequence whose table names a page twice, appending across both places. */
+    int32_t twice[2][4] = {{0, 1, 2, 3}, {4, 5, 6, 6}};
+    const int32_t at_end[2] = {10, 22}; /* sequence 1 writes rows 22..30: page 6 at offsets 6, 7, then 0..6 */
+    c = paged();
+    c.block_table = &twice[0][0];
+    c.cache_seqlens = at_end;
+    with_append(&c);
+    c.k_new = flashcl_tensor_bshd(F.buf[BUF_KN], 9, 2, 16);
+    c.v_new = flashcl_tensor_bshd(F.buf[BUF_VN], 9, 2, 16);
+    c.seqlen_new = 9;
+    expect("a table naming one page twice", &d, &c, FLASHCL_ERR_INVALID_ARGUMENT, "appends twice");
+    /* One cache sequence for both, appending at rows 10 and 20: no row twice, so allowed. */
+    c = contiguous();
+    c.cache_batch_idx = same;
+    with_append(&c);
+    CHECK_STATUS(flashcl_forward_kvcache(F.ctx, &d, &(flashcl_tensor){F.buf[BUF_Q], 0, 0, 0, 0}, &c,
+                                         &(flashcl_tensor){F.buf[BUF_O], 0, 0, 0, 0}, NULL, 0, 0, NULL, NULL),
+                 FLASHCL_SUCCESS);
+    REQUIRE_CL(clFinish(F.queue));
+    /* That call wrote o and the cache: put their contents back. */
+    for (int i = BUF_KC; i <= BUF_VC; i++) tu_buffer_write(F.queue, F.buf[i], CAP, F.host[i]);
+    tu_buffer_write(F.queue, F.buf[BUF_O], CAP, F.host[BUF_O]);
 }
 
 static void rotary(void) {
@@ -325,6 +357,11 @@ static void merge(void) {
     CHECK_STATUS(flashcl_merge_states(F.ctx, &m, &st, F.buf[BUF_VC], 0, &bad, NULL, 0, 0, NULL, NULL),
                  FLASHCL_ERR_ALIASED_OUTPUT);
     check_nothing_written("merge into its own states");
+    /* The merged LSE over the states' LSE. */
+    CHECK_STATUS(flashcl_merge_states(F.ctx, &m, &st, F.buf[BUF_LSE], 0, &o, F.buf[BUF_LSE], 0, 0, NULL, NULL),
+                 FLASHCL_ERR_ALIASED_OUTPUT);
+    CHECK(strstr(flashcl_last_error(F.ctx), "lse_states") != NULL);
+    check_nothing_written("merge LSE over the states' LSE");
 }
 
 int main(void) {

@@ -316,6 +316,10 @@ static void dropout_mask_buffers(void) {
     /* [b, h, sq, sk] = 256 bytes; the small buffer has 8. */
     expect_call(CALL_DROPOUT_MASK, "mask output too small", &d, &w, F.small, FLASHCL_ERR_OUT_OF_BOUNDS, "out");
     expect_call(CALL_DROPOUT_MASK, "mask output NULL", &d, &w, NULL, FLASHCL_ERR_INVALID_BUFFER, "out");
+    /* Over the offsets the kernel reads (varlen). */
+    d.cu_seqlens_q = d.cu_seqlens_k = F.big;
+    expect_call(CALL_DROPOUT_MASK, "mask output over cu_seqlens", &d, &w, F.big, FLASHCL_ERR_ALIASED_OUTPUT,
+                "cu_seqlens_q");
 }
 
 /* The standard path is the plain baseline: it refuses every variant (and f16/bf16). */

@@ -64,7 +64,10 @@ static char *destination(const char *path, char *err, size_t err_size) {
     }
     char *target = S_ISLNK(st.st_mode) ? realpath(path, NULL) : copy_string(path);
     if (target == NULL || stat(target, &st) != 0) {
-        snprintf(err, err_size, "'%s' is a symbolic link to a missing file", path);
+        if (errno == ENOENT)
+            snprintf(err, err_size, "'%s' is a symbolic link to a missing file", path);
+        else
+            snprintf(err, err_size, "cannot resolve '%s': %s", path, strerror(errno));
         free(target);
         return NULL;
     }

@@ -97,7 +97,7 @@ class Problem:
     """The sizes of a call, read from q, k, v and checked against each other."""
 
     __slots__ = ("varlen", "batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "head_dim_v",
-                 "max_seqlen_q", "max_seqlen_k", "used_q", "used_k", "dtype", "torch")
+                 "max_seqlen_q", "max_seqlen_k", "score_rows", "score_cols", "used_q", "used_k", "dtype", "torch")
 
     def __init__(self, q, k, v, spec):
         check_spec(spec)
@@ -119,10 +119,12 @@ class Problem:
             self.batch = cu_q[0] - 1
             self.seqlen_q, self.heads_q, self.head_dim = qs
             self.seqlen_k, self.heads_kv, _ = ks
-            # Bounds above the packed totals are taken as the totals: flash_attn only sizes its grid
-            # with them, and callers pass fixed ones (a model's maximum length) to small batches.
-            self.max_seqlen_q = min(int(spec.max_seqlen_q), self.seqlen_q)  # an int >= 1: check_spec
-            self.max_seqlen_k = min(int(spec.max_seqlen_k), self.seqlen_k)
+            # Bounds above the packed totals are taken as the totals for the library (flash_attn only
+            # sizes its grid with them, and callers pass fixed ones, a model's maximum length, to
+            # small batches); the score-shaped arrays keep the caller's bounds (score_rows/cols).
+            self.score_rows, self.score_cols = int(spec.max_seqlen_q), int(spec.max_seqlen_k)  # ints >= 1: check_spec
+            self.max_seqlen_q = min(self.score_rows, self.seqlen_q)
+            self.max_seqlen_k = min(self.score_cols, self.seqlen_k)
             self.used_q = _check_cu_seqlens("cu_seqlens_q", spec.cu_seqlens_q, self.seqlen_q, self.max_seqlen_q,
                                             "max_seqlen_q")
             self.used_k = _check_cu_seqlens("cu_seqlens_k", spec.cu_seqlens_k, self.seqlen_k, self.max_seqlen_k,
@@ -135,6 +137,7 @@ class Problem:
             _, self.seqlen_k, self.heads_kv, _ = ks
             _need(ks[0] == self.batch, lambda: f"k has batch {ks[0]}, q has {self.batch}")
             self.max_seqlen_q, self.max_seqlen_k = self.seqlen_q, self.seqlen_k
+            self.score_rows, self.score_cols = self.seqlen_q, self.seqlen_k
             self.used_q, self.used_k = self.seqlen_q, self.seqlen_k
             kv_rows = (0, 1)
         self.head_dim_v = vs[-1]
@@ -158,12 +161,14 @@ class Problem:
         return rows + (self.heads_q, self.head_dim_v)
 
     def score_shape(self):
-        """(b|1, h|1, rows, cols) of a bias or mask (per sequence with varlen)."""
-        return self.batch, self.heads_q, self.max_seqlen_q, self.max_seqlen_k
+        """(b, h, rows, cols) of a bias or mask (per sequence with varlen: the caller's max_seqlen)."""
+        return self.batch, self.heads_q, self.score_rows, self.score_cols
 
 
 def _check_features(p, spec):
-    """Shapes of the array-valued features (their dtypes: the extension checks)."""
+    """Shapes of the array-valued features (their dtypes: the extension checks). With varlen the
+    score-shaped ones may be sized by the caller's max_seqlen or by the bounds the library takes
+    (max_seqlen capped at the packed totals); the former are passed as views of the latter's size."""
     h, b = p.heads_q, p.batch
     if spec.alibi_slopes is not None:
         s = _shape(spec.alibi_slopes)
@@ -172,21 +177,29 @@ def _check_features(p, spec):
         s = _shape(spec.sinks)
         _need(s == (h,), lambda: f"sinks must be ({h},), got {s}")
     rows, cols = p.max_seqlen_q, p.max_seqlen_k
+    capped = (rows, cols) != (p.score_rows, p.score_cols)
+    note = f" (or ({rows}, {cols}): max_seqlen capped at the packed totals)" if capped else ""
     for name in ("bias", "mask"):
         x = getattr(spec, name)
         if x is not None:
             s = _shape(x)
-            _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] == (rows, cols),
-                  lambda: f"{name} must be ({_or_one(b)}, {_or_one(h)}, {rows}, {cols}), got {s}")
+            _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] in ((p.score_rows, p.score_cols),
+                                                                                  (rows, cols)),
+                  lambda: f"{name} must be ({_or_one(b)}, {_or_one(h)}, {p.score_rows}, {p.score_cols}){note}, "
+                          f"got {s}")
+            setattr(spec, name, x[:, :, :rows, :cols])
     if spec.block_mask is not None:
         _need(spec.block_size is not None, "block_mask needs block_size=(block_q, block_k)")
         bq, bk = spec.block_size
         _need(bq >= 1 and bk >= 1, lambda: f"block_size must be positive, got {spec.block_size}")
         nq, nk = -(-rows // bq), -(-cols // bk)
+        full = (-(-p.score_rows // bq), -(-p.score_cols // bk))
         s = _shape(spec.block_mask)
-        _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] == (nq, nk),
-              lambda: f"block_mask must be ({_or_one(b)}, {_or_one(h)}, {nq}, {nk}) for block_size "
-                      f"{tuple(spec.block_size)}, got {s}")
+        _need(len(s) == 4 and s[0] in (1, b) and s[1] in (1, h) and s[2:] in (full, (nq, nk)),
+              lambda: f"block_mask must be ({_or_one(b)}, {_or_one(h)}, {full[0]}, {full[1]}) for block_size "
+                      f"{tuple(spec.block_size)}" + (f" (or ({nq}, {nk}) for the capped max_seqlen)" if capped else "")
+                      + f", got {s}")
+        spec.block_mask = spec.block_mask[:, :, :nq, :nk]
 
 
 def _or_one(n):
@@ -281,6 +294,8 @@ def _forward_empty(p, spec, out, lse):
         sinks = np.asarray(_arrays.to_numpy(spec.sinks), np.float32)
         values = np.broadcast_to(sinks[:, None] if p.varlen else sinks[None, :, None], p.lse_shape())
         lse[...] = values if isinstance(lse, np.ndarray) else _arrays.torch_module().from_numpy(values.copy())
+        if p.varlen:
+            lse[:, p.used_q:] = -np.inf  # padding rows, as in forward()
     return out, lse
 
 
@@ -337,13 +352,20 @@ def dropout_mask(q, k, v, spec, context=None):
     """The keep mask (bool) a call with these arguments applies: (b, h, max_sq, max_sk)."""
     p, d = prepare(q, k, v, spec)
     _need(d.dropout_p > 0, "dropout_mask needs dropout_p > 0")
-    mask = _arrays.empty(q, p.score_shape(), "uint8")
+    # The library writes (b, h, max_seqlen_q, max_seqlen_k) as it takes them (capped at the packed
+    # totals); the caller's shape has zeros past them.
+    mask = _arrays.empty(q, (p.batch, p.heads_q, p.max_seqlen_q, p.max_seqlen_k), "uint8")
     if p.empty:
         mask[...] = 0
-        return mask.view(np.bool_) if isinstance(mask, np.ndarray) else mask.view(_arrays.torch_module().bool)
-    ctx = context or _context.current()
-    ctx._c.dropout_mask(d, _arrays.raw(mask), cu_seqlens_q=_arrays.raw(spec.cu_seqlens_q),
-                        cu_seqlens_k=_arrays.raw(spec.cu_seqlens_k))
+    else:
+        ctx = context or _context.current()
+        ctx._c.dropout_mask(d, _arrays.raw(mask), cu_seqlens_q=_arrays.raw(spec.cu_seqlens_q),
+                            cu_seqlens_k=_arrays.raw(spec.cu_seqlens_k))
+    if mask.shape != p.score_shape():
+        full = _arrays.empty(q, p.score_shape(), "uint8")
+        full[...] = 0
+        full[:, :, :p.max_seqlen_q, :p.max_seqlen_k] = mask
+        mask = full
     return mask.view(np.bool_) if isinstance(mask, np.ndarray) else mask.view(_arrays.torch_module().bool)
 
 

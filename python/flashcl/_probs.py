@@ -25,7 +25,7 @@ def probabilities(q, k, spec):
     p = _core.Problem(q32, k32, k32, spec)
     plain = _core.Spec(**{name: getattr(spec, name) for name in _core.Spec.__slots__})
     plain.dropout_p = 0.0
-    probs = np.zeros((p.batch, p.heads_q, p.max_seqlen_q, p.max_seqlen_k), np.float32)
+    probs = np.zeros(p.score_shape(), np.float32)  # the caller's max_seqlen: zeros past the totals
     cu_q = cu_k = None
     if p.varlen:
         cu_q, cu_k = (np.asarray(_arrays.to_numpy(c), np.int64) for c in (spec.cu_seqlens_q, spec.cu_seqlens_k))

@@ -66,7 +66,8 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
       float32, or float16/bfloat16 taken as float32; differentiable when it requires grad.
     bias: float32 (batch|1, nheads|1, seqlen_q, seqlen_k) added to the scores
       (after scale and softcap); mask: bool/uint8 of that shape, True = attend.
-      With varlen the last two dimensions are max_seqlen_q, max_seqlen_k.
+      With varlen the last two dimensions are max_seqlen_q, max_seqlen_k (or those capped at the
+      packed totals, the bounds the library takes).
     block_mask: bool/uint8 (batch|1, nheads|1, ceil(sq/bq), ceil(sk/bk)) with
       block_size=(bq, bk): a False block is neither loaded nor computed.
     dropout_seed/offset: the Philox key and counter offset, integers in [0, 2**63) (a seed is

@@ -108,6 +108,19 @@ def test_varlen_checks(rng):
     # with it; callers pass a model's maximum to small batches).
     np.testing.assert_array_equal(flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 4096, 11),
                                   flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 10, 10))
+    # Score-shaped arrays keep the caller's bounds: a bias for max_seqlen 16 is taken (as its view
+    # of the totals' size), and the dropout mask comes back at 16 x 16, zeros past the totals.
+    bias = rng.standard_normal((1, 1, 16, 16)).astype(np.float32)
+    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu)
+    np.testing.assert_array_equal(flashcl.attention(q, k, v, max_seqlen_q=16, max_seqlen_k=16, bias=bias, **kw),
+                                  flashcl.attention(q, k, v, max_seqlen_q=10, max_seqlen_k=10,
+                                                    bias=bias[:, :, :10, :10].copy(), **kw))
+    keep = flashcl.dropout_mask(q, k, 0.3, 5, max_seqlen_q=16, max_seqlen_k=16, **kw)
+    assert keep.shape == (2, 2, 16, 16) and not keep[:, :, 10:].any() and not keep[..., 10:].any()
+    np.testing.assert_array_equal(keep[:, :, :10, :10],
+                                  flashcl.dropout_mask(q, k, 0.3, 5, max_seqlen_q=10, max_seqlen_k=10, **kw))
+    with pytest.raises(ValueError, match=r"bias must be \(2 or 1, 2 or 1, 16, 16\) \(or \(10, 10\): max_seqlen capped"):
+        flashcl.attention(q, k, v, max_seqlen_q=16, max_seqlen_k=16, bias=bias[:, :, :12, :12], **kw)
     with pytest.raises(ValueError, match="cu_seqlens_q must not decrease"):
         flashcl.flash_attn_varlen_func(q, k, v, np.array([0, 8, 4, 10], np.int32), np.array([0, 4, 8, 10], np.int32),
                                        8, 8)
