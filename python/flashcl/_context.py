@@ -6,6 +6,7 @@ first GPU, else the first device). use_device() changes the device of the
 default contexts of every thread; `with Context(...)` runs the calls of one
 thread on a given context.
 """
+import os
 import threading
 
 from . import _flashcl
@@ -13,6 +14,18 @@ from . import _flashcl
 _local = threading.local()
 _default_spec = None
 _default_generation = 0  # bumped by use_device(): threads rebuild their default context
+_opened_in = None  # the process that made the first context
+
+
+def _check_not_forked():
+    """OpenCL drivers do not survive fork(): POCL's threads stay in the parent, and a child's first
+    call, even on a new context, waits for them forever. Refused as PyTorch refuses CUDA there."""
+    if _opened_in is not None and _opened_in != os.getpid():
+        raise RuntimeError(
+            "FlashCL cannot run in a process forked after it made an OpenCL context (the driver's threads and "
+            "state do not survive fork()): start child processes with the 'spawn' or 'forkserver' method "
+            "(multiprocessing.set_start_method('spawn'), DataLoader(multiprocessing_context='spawn')), or make "
+            "the first FlashCL call in the children only")
 
 
 class Context:
@@ -30,7 +43,11 @@ class Context:
     """
 
     def __init__(self, device=None, zero_copy=True):
+        global _opened_in
+        _check_not_forked()
         self._c = _flashcl.Context(device, zero_copy)
+        if _opened_in is None:
+            _opened_in = os.getpid()
 
     device_name = property(lambda self: self._c.device_name)
     platform_name = property(lambda self: self._c.platform_name)
@@ -66,8 +83,17 @@ def _stack():
     return s
 
 
+def resolve(context):
+    """The context a call runs on: the one given, else current()."""
+    if context is None:
+        return current()
+    _check_not_forked()
+    return context
+
+
 def current():
     """The context this thread's calls use now."""
+    _check_not_forked()
     s = getattr(_local, "stack", None)
     if s:
         return s[-1]

@@ -306,7 +306,7 @@ def forward(q, k, v, spec, context=None):
     lse = _arrays.empty(q, p.lse_shape(), "float32")
     if p.empty:
         return _forward_empty(p, spec, out, lse)
-    ctx = context or _context.current()
+    ctx = _context.resolve(context)
     ctx._c.forward(d, _arrays.raw(q), _arrays.raw(k), _arrays.raw(v), _arrays.raw(out), _arrays.raw(lse),
                    **_features(spec))
     # Varlen padding rows (past the last offset), which no kernel writes: zeros, and LSE -inf as for
@@ -336,7 +336,7 @@ def backward(dout, q, k, v, out, lse, spec, dq=None, dk=None, dv=None, want_dsin
             if x is not None:
                 x[...] = 0
         return dq, dk, dv, dsinks
-    ctx = context or _context.current()
+    ctx = _context.resolve(context)
     ctx._c.backward(d, _arrays.raw(q), _arrays.raw(k), _arrays.raw(v), _arrays.raw(out), _arrays.raw(dout),
                     _arrays.raw(lse), _arrays.raw(dq), _arrays.raw(dk), _arrays.raw(dv), dsinks=_arrays.raw(dsinks),
                     **_features(spec))
@@ -358,7 +358,7 @@ def dropout_mask(q, k, v, spec, context=None):
     if p.empty:
         mask[...] = 0
     else:
-        ctx = context or _context.current()
+        ctx = _context.resolve(context)
         ctx._c.dropout_mask(d, _arrays.raw(mask), cu_seqlens_q=_arrays.raw(spec.cu_seqlens_q),
                             cu_seqlens_k=_arrays.raw(spec.cu_seqlens_k))
     if mask.shape != p.score_shape():
@@ -372,5 +372,5 @@ def dropout_mask(q, k, v, spec, context=None):
 def plan(q, k, v, spec, backward=False, context=None):
     """What the forward (or backward) of this call runs on the context's device, and why."""
     _, d = prepare(q, k, v, spec)
-    ctx = context or _context.current()
+    ctx = _context.resolve(context)
     return ctx._c.plan(d, backward, **_features(spec))

@@ -210,7 +210,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     desc.num_splits = int(num_splits)
     out = _arrays.empty(q, (b, p.seqlen_q, p.heads_q, p.head_dim_v))
     lse = _arrays.empty(q, (b, p.heads_q, p.seqlen_q), "float32") if return_lse else None
-    ctx = context or _context.current()
+    ctx = _context.resolve(context)
     raw = _arrays.raw
     if not seqlen_new:  # k and v of 0 rows (a step with no new tokens) append nothing: none to pass
         k = v = None

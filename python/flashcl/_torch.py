@@ -19,6 +19,35 @@ from . import _core
 Tensor = torch.Tensor
 
 
+def _symbolic(tensors):
+    """Whether these tensors hold no data to compute with: traced by torch.compile or torch.jit.trace,
+    fake (FakeTensorMode) or on the meta device. Their calls go through the custom operators, whose
+    fake kernels give the outputs' shapes (eager calls skip the dispatcher, which such a trace would
+    not see: torch.jit.trace recorded only the outputs' allocation)."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return True
+    for x in tensors:
+        if x is not None and (x.device.type == "meta" or _is_fake(x)):
+            return True
+    return False
+
+
+def _is_fake(x):
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+    except ImportError:  # older torch: no fake tensors to see
+        return False
+    return is_fake(x)
+
+
+def _refuse_functorch(tensors):
+    """torch.func's transforms (vmap, jvp, grad) wrap the tensors; the extension cannot read those."""
+    is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    if is_wrapped is not None and any(x is not None and is_wrapped(x) for x in tensors):
+        raise NotImplementedError("FlashCL does not support torch.func transforms (vmap, jvp, grad, jacrev); call "
+                                  "it on plain tensors (loop over the batch dimension instead of vmap)")
+
+
 def _host(x):
     return x if x is None or x.device.type == "cpu" else x.cpu()
 
@@ -144,7 +173,7 @@ class AttentionFunction(torch.autograd.Function):
     def forward(ctx, packing, scalars, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
                 *inputs):
         q, k, v = _Packing.split(packing, inputs)
-        fwd = forward_op if torch.compiler.is_compiling() else _forward
+        fwd = forward_op if _symbolic(inputs) else _forward
         out, lse, rng_state = fwd(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
                                   *scalars)
         ctx.packing, ctx.scalars = packing, scalars
@@ -161,10 +190,30 @@ class AttentionFunction(torch.autograd.Function):
         grads, (dq, dk, dv) = _Packing.gradients(ctx.packing, inputs)
         dsinks = torch.empty_like(sinks, dtype=torch.float32) if ctx.sinks_grad else None
         (max_q, max_k, scale, causal, left, right, softcap, dropout_p, _seed, _offset, bq, bk, path) = ctx.scalars
-        bwd = backward_op if torch.compiler.is_compiling() else _backward
+        bwd = backward_op if _symbolic((dout,) + tuple(inputs)) else _backward
         bwd(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask, block_mask,
             cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk, path)
+        grads = tuple(grads)
+        anchor = next((x for x in inputs if x.requires_grad), None)
+        if torch.is_grad_enabled() and anchor is not None and not torch.compiler.is_compiling():
+            grads = _FirstOrderOnly.apply(anchor, *grads)  # backward(create_graph=True)
         return (None, None, None, dsinks, None, None, None, None, None) + tuple(grads)
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """The gradients as they are, tied to the graph (through `anchor`, an input that requires grad) by a
+    node that refuses to be differentiated: a second-order gradient through attention (double
+    backward) is refused, as SDPA's flash backward refuses it, rather than silently missing the
+    attention's term. A backward(create_graph=True) that never differentiates them is unaffected."""
+
+    @staticmethod
+    def forward(ctx, anchor, *grads):
+        return tuple(g.view_as(g) for g in grads)
+
+    @staticmethod
+    def backward(ctx, *unused):
+        raise RuntimeError("FlashCL's attention backward is not differentiable (a double backward through "
+                           "attention); use SDPA's math backend for second-order gradients")
 
 
 def _check_no_grad(spec):
@@ -189,6 +238,8 @@ def _distinct(tensors):
 
 def attention(inputs, spec, packing="none"):
     """(out, softmax_lse, rng_state) for tensors; differentiable in the inputs (and sinks)."""
+    if not torch.compiler.is_compiling():  # (dynamo cannot trace the check; its own tracing needs none)
+        _refuse_functorch(list(inputs) + [x for _, x in spec.arrays()])
     _check_no_grad(spec)
     _core.check_spec(spec)  # before _flat turns the scalars into ints
     needs_grad = torch.is_grad_enabled() and (
@@ -196,7 +247,7 @@ def attention(inputs, spec, packing="none"):
     flat = _flat(spec)
     if not needs_grad:
         q, k, v = _Packing.split(packing, inputs)
-        return (forward_op if torch.compiler.is_compiling() else _forward)(q, k, v, *flat)
+        return (forward_op if _symbolic(inputs) else _forward)(q, k, v, *flat)
     tensors = list(flat[:7]) + list(inputs)
     if torch.compiler.is_compiling():
         tensors = _distinct(tensors)

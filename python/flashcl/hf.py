@@ -11,42 +11,99 @@ package and tries to load it from its hub.
 
 Registers an attention function through transformers' AttentionInterface
 (called per layer with (batch, heads, seq, dim) tensors) and a mask function
-through AttentionMaskInterface. As with FlashAttention-2 in transformers, no
-4-D mask is built unless the batch has padding: causal masking, the sliding
-window (`sliding_window` W: the last W keys, i.e. window (W - 1, 0)) and
-softcap are the kernels' own, aligned bottom-right, which is also what each
-generate() step with a KV cache needs (seqlen_q < seqlen_k). With padding the
-boolean mask transformers builds is passed as FlashCL's mask. Sinks
-(gpt-oss's s_aux) are passed through; dropout during training too.
+through AttentionMaskInterface. No 4-D mask is built where the kernels' own
+masking gives the same attention: a plain causal or sliding-window causal
+mask (transformers allows skipping it: no or/and masks, no packed
+sequences), no padding, and the last query at the last key (the kernels
+align causal masks and windows bottom-right; a static cache's empty slots
+break that). Everywhere else (padding, static caches, packed sequences,
+chunked or bidirectional-overlay masks, encoders) transformers' boolean mask
+is built and is the whole rule: the kernels' window is off, and their causal
+mask is added only where the mask already hides everything above the
+bottom-right diagonal (it then just skips tiles). An additive float mask
+(older models' extended masks, (b, 1, 1, sk) broadcast too) and T5's
+position_bias go to FlashCL's bias. Sinks (gpt-oss's s_aux) are passed
+through; dropout during training too.
 """
+import torch
+
 from . import extras
 
 
+def _symbolic(x):
+    """Traced or fake: no values to branch on."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing() or x.device.type == "meta"
+
+
+def _as_rows(x, q_len, kv_len):
+    """A (b, 1|h, 1, sk) mask or bias broadcast over the query rows (older models' extended masks)."""
+    if x.dim() == 4 and x.shape[-2] == 1 and q_len > 1:
+        return x.expand(x.shape[0], x.shape[1], q_len, kv_len)
+    return x
+
+
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
-                      softcap=None, is_causal=None, s_aux=None, **kwargs):
+                      softcap=None, is_causal=None, s_aux=None, position_bias=None, **kwargs):
     """transformers' attention-function signature; returns ((batch, seq, heads, dim) output, None)."""
-    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    window = (-1, -1)
-    if sliding_window is not None:
-        window = (sliding_window - 1, 0 if causal else sliding_window - 1)
+    q_len, kv_len = query.shape[2], key.shape[2]
+    bias = None
+    if position_bias is not None:  # T5's relative attention bias (its padding mask included)
+        if position_bias.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError(
+                "position_bias (T5's learned relative attention bias) needs a gradient, which FlashCL does not "
+                "compute: train with attn_implementation='sdpa' or 'eager' (inference with FlashCL works)")
+        bias = _as_rows(position_bias.detach().float(), q_len, kv_len)
+        if bias.stride(-1) != 1:  # T5 builds it (1, h, q, k) from a (q, k, h) embedding
+            bias = bias.contiguous()
     mask = attention_mask
-    if mask is not None and mask.dtype.is_floating_point:  # an additive mask from elsewhere: 0 = attend
-        mask = mask == 0
+    if mask is None:  # the kernels' own masking (attention_mask() said it suffices)
+        causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+        window = (-1, -1)
+        if sliding_window is not None:
+            window = (sliding_window - 1, 0 if causal else sliding_window - 1)
+    else:  # the mask is the whole rule; a causal flag that changes nothing only skips tiles
+        window, causal = (-1, -1), False
+        if mask.dtype.is_floating_point:  # an additive mask: 0 attends, large negatives hide
+            added = _as_rows(mask.float(), q_len, kv_len)
+            bias, mask = (added if bias is None else bias + added), None
+        else:
+            mask = _as_rows(mask, q_len, kv_len)
+            if q_len > 1 and not _symbolic(mask):
+                causal = not bool(torch.triu(mask, diagonal=kv_len - q_len + 1).any())
     # (b, h, s, d) -> (b, s, h, d) is a view: FlashCL takes the strides as they are.
     out = extras.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), softmax_scale=scaling,
                            causal=causal, window_size=window, softcap=softcap or 0.0, dropout_p=dropout,
-                           sinks=s_aux, mask=mask)
+                           sinks=s_aux, mask=mask, bias=bias)
     return out, None
+
+
+def _kernels_mask_suffices(kv_length, q_length, q_offset, kv_offset, attention_mask, kwargs):
+    """Whether the kernels' causal mask and window (bottom-right) give the mask transformers asks for."""
+    if kwargs.get("allow_is_causal_skip") is not True:  # bidirectional, or/and masks, packed sequences
+        return False
+    local = kwargs.get("local_size")
+    if local is not None and local != getattr(kwargs.get("config"), "sliding_window", None):
+        return False  # chunked attention (Llama 4), not a sliding window
+    if isinstance(q_offset, torch.Tensor) or isinstance(kv_offset, torch.Tensor):
+        return False  # a static cache's position under torch.compile: no value to read
+    if q_offset + q_length != kv_offset + kv_length:
+        return False  # keys past the last query (a static cache's empty slots): not bottom-right
+    if attention_mask is None:
+        return True
+    if _symbolic(attention_mask) or attention_mask.dim() != 2 or attention_mask.shape[1] < kv_offset + kv_length:
+        return False
+    return bool(attention_mask[:, kv_offset:kv_offset + kv_length].all())
 
 
 def attention_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None, attention_mask=None,
                    **kwargs):
-    """None when there is no padding (the kernels mask by themselves), else transformers' 4-D boolean mask."""
+    """None where the kernels' own masking suffices (see the module's text), else transformers' 4-D boolean mask."""
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
-    if attention_mask is None or (attention_mask.shape[1] >= kv_length and bool(attention_mask[:, -kv_length:].all())):
+    if _kernels_mask_suffices(kv_length, q_length, q_offset, kv_offset, attention_mask, kwargs):
         return None
     kwargs["allow_is_causal_skip"] = False  # a mask is what is wanted here
+    kwargs["allow_is_bidirectional_skip"] = False
     return sdpa_mask(batch_size, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset,
                      mask_function=mask_function or causal_mask_function, attention_mask=attention_mask, **kwargs)
 

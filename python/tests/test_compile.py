@@ -56,3 +56,44 @@ def test_ops_are_registered():
     torch.library.opcheck(torch.ops.flashcl.forward.default,
                           (q, q, q, None, None, None, None, None, None, None, 0, 0, None, True, -1, -1, 0.0, 0.0, -1,
                            0, 0, 0, "flash"))
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace:FutureWarning")  # deprecated in torch, still used
+def test_jit_trace_records_the_operator():
+    """torch.jit.trace sees only what goes through the dispatcher: traced calls use the custom operator
+    (eager ones skip it; a trace of those recorded nothing but the output's allocation)."""
+    torch.manual_seed(0)
+
+    class Attention(torch.nn.Module):
+        def forward(self, x):
+            return flashcl.flash_attn_func(x, x, x, causal=True)
+
+    traced = torch.jit.trace(Attention(), (torch.randn(1, 8, 2, 16),), check_trace=False)
+    x = torch.randn(1, 8, 2, 16)
+    assert torch.equal(traced(x), flashcl.flash_attn_func(x, x, x, causal=True))
+
+
+def test_shapes_without_data():
+    """Meta and fake tensors (model sizing, FakeTensorMode tracing) get outputs of the right shapes from
+    the operators' fake kernels, as SDPA gives them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q, kv = torch.empty(2, 8, 4, 16), torch.empty(2, 11, 2, 16)
+        out = flashcl.flash_attn_func(q, kv, kv, causal=True)
+    assert out.shape == (2, 8, 4, 16)
+    q = torch.empty(2, 8, 4, 16, device="meta", requires_grad=True)
+    out = flashcl.flash_attn_func(q, q[:, :, :2], q[:, :, :2])
+    assert out.device.type == "meta" and out.shape == (2, 8, 4, 16)
+
+
+def test_unsupported_transforms_are_refused():
+    """vmap and double backward are refused with a message rather than a raw extension error or a
+    second-order gradient silently missing the attention term."""
+    x = torch.randn(3, 1, 8, 2, 16)
+    with pytest.raises(NotImplementedError, match="torch.func"):
+        torch.vmap(lambda t: flashcl.flash_attn_func(t, t, t))(x)
+    a = torch.randn(1, 8, 2, 16, requires_grad=True)
+    (g,) = torch.autograd.grad(flashcl.flash_attn_func(a, a, a, causal=True).sum(), a, create_graph=True)
+    with pytest.raises(RuntimeError, match="not differentiable"):
+        g.sum().backward()

@@ -176,3 +176,32 @@ def test_threads_sharing_one_context(rng):
     assert not errors
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def _call_in_child(conn):
+    try:
+        x = np.ones((1, 4, 2, 8), np.float32)
+        flashcl.flash_attn_func(x, x, x)
+        conn.send("ran")
+    except RuntimeError as e:
+        conn.send(str(e))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_forked_child_is_refused(rng):
+    """An OpenCL driver does not survive fork(): a child forked after the parent's first call used to
+    hang in its own first call (POCL waits for threads that stayed in the parent). It now gets an
+    error naming the way out, as PyTorch's CUDA does; the parent goes on working."""
+    import multiprocessing
+
+    x = rand(rng, (1, 4, 2, 8))
+    before = flashcl.flash_attn_func(x, x, x)
+    ctx = multiprocessing.get_context("fork")
+    parent_end, child_end = ctx.Pipe()
+    child = ctx.Process(target=_call_in_child, args=(child_end,))
+    child.start()
+    child.join(60)
+    assert not child.is_alive(), "the forked child hung"
+    message = parent_end.recv()
+    assert "forked" in message and "spawn" in message
+    np.testing.assert_array_equal(flashcl.flash_attn_func(x, x, x), before)

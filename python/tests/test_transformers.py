@@ -94,3 +94,72 @@ def test_generate_with_kv_cache(name):
         model.set_attn_implementation(IMPL)
         got = model.generate(prompt, **kw)
     assert want.shape[1] == 9 + 12 and torch.equal(got, want)
+
+
+def _same_logits(model, reference, **inputs):
+    with torch.no_grad():
+        model.set_attn_implementation(reference)
+        want = model(**inputs).logits
+        model.set_attn_implementation(IMPL)
+        got = model(**inputs).logits
+    return (got - want).abs().max().item()
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+def test_generate_with_a_static_cache(name):
+    """A static cache holds empty slots past the tokens so far: the last query is not at the last key,
+    so the kernels' bottom-right causal mask alone would let rows see them; the mask is built."""
+    model, reference = build(name)
+    prompt = torch.randint(2, 128, (1, 6), generator=torch.Generator().manual_seed(4))
+    kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=0, cache_implementation="static",
+              output_scores=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        model.set_attn_implementation(reference)
+        want = model.generate(prompt, **kw)
+        model.set_attn_implementation(IMPL)
+        got = model.generate(prompt, **kw)
+    assert torch.equal(got.sequences, want.sequences)
+    assert max((a - b).abs().max().item() for a, b in zip(got.scores, want.scores)) < 2e-4
+
+
+def test_packed_sequences():
+    """Padding-free training batches: two sequences in one row, position_ids restarting, no
+    attention_mask. transformers' mask keeps them apart; the kernels' causal mask alone would not."""
+    model, reference = build("llama")
+    ids = torch.randint(0, 128, (1, 20), generator=torch.Generator().manual_seed(5))
+    position_ids = torch.cat([torch.arange(8), torch.arange(12)])[None]
+    # (transformers detects packing only without a cache)
+    assert _same_logits(model, reference, input_ids=ids, position_ids=position_ids, use_cache=False) < 2e-4
+
+
+def test_t5_position_bias():
+    """T5's relative attention bias (position_bias) goes to FlashCL's bias; training it needs a gradient
+    FlashCL does not compute, which is refused."""
+    config = transformers.T5Config(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
+                                   decoder_start_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(6))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 9:] = 0
+    assert _same_logits(model, "eager", input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :7]) < 2e-4
+    model.train()
+    with pytest.raises(NotImplementedError, match="position_bias"):
+        model(input_ids=ids, decoder_input_ids=ids[:, :7], labels=ids[:, :7]).loss.backward()
+
+
+def test_broadcast_additive_mask():
+    """Older models pass an additive (b, 1, 1, sk) mask (0 attends, the dtype's minimum hides); it is
+    the whole rule, broadcast over the rows, with no causal mask of the kernels'."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 16) for _ in range(3))  # (b, h, s, d), as transformers calls it
+    keep = torch.ones(2, 6, dtype=torch.bool)
+    keep[1, 4:] = False
+    additive = torch.zeros(2, 1, 1, 6).masked_fill(~keep[:, None, None, :], torch.finfo(torch.float32).min)
+
+    class Encoder(torch.nn.Module):  # no is_causal attribute
+        pass
+
+    got, _ = flashcl.hf.attention_forward(Encoder(), q, k, v, additive, scaling=0.25)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :], scale=0.25)
+    assert (got - want.transpose(1, 2)).abs().max() < 1e-5
