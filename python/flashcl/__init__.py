@@ -8,7 +8,7 @@ flashcl.flash_attn_interface (also importable from here); FlashCL's own
 features are attention(), attention_backward(), dropout_mask(), merge_states() and plan();
 devices: devices(), Context, use_device(), FLASHCL_DEVICE.
 """
-from . import _flashcl
+from . import _context, _flashcl
 from ._context import Context, current as current_context, use_device
 from .errors import Error, InvalidArgumentError
 from .extras import attention, attention_backward, dropout_mask, merge_states, plan
@@ -29,6 +29,7 @@ MAX_HEAD_DIM = _flashcl.MAX_HEAD_DIM
 def devices():
     """The OpenCL devices: dicts with spec ("P:D", for Context and FLASHCL_DEVICE), name, vendor,
     platform, type and host_unified_memory. Empty when there is no OpenCL platform."""
+    _context.driver_used()  # the driver is loaded now: a process forked later cannot use it
     return _flashcl.devices()
 
 

@@ -14,7 +14,16 @@ from . import _flashcl
 _local = threading.local()
 _default_spec = None
 _default_generation = 0  # bumped by use_device(): threads rebuild their default context
-_opened_in = None  # the process that made the first context
+_opened_in = None  # the process that first loaded the OpenCL driver (a context, or the device list)
+
+
+def driver_used():
+    """Called before anything that loads the OpenCL driver: refused in a process forked after the
+    driver was loaded (see _check_not_forked); else remembers this process as the one that did."""
+    global _opened_in
+    _check_not_forked()
+    if _opened_in is None:
+        _opened_in = os.getpid()
 
 
 def _check_not_forked():
@@ -43,11 +52,8 @@ class Context:
     """
 
     def __init__(self, device=None, zero_copy=True):
-        global _opened_in
-        _check_not_forked()
+        driver_used()
         self._c = _flashcl.Context(device, zero_copy)
-        if _opened_in is None:
-            _opened_in = os.getpid()
 
     device_name = property(lambda self: self._c.device_name)
     platform_name = property(lambda self: self._c.platform_name)
@@ -58,10 +64,12 @@ class Context:
     scratch_bytes = property(lambda self: self._c.scratch_bytes)
 
     def release_scratch(self):
+        _check_not_forked()
         self._c.release_scratch()
 
     def transfer_stats(self):
         """Buffers made in place and by copying, and bytes copied, since the context was made."""
+        _check_not_forked()
         return self._c.transfer_stats()
 
     def __enter__(self):

@@ -208,7 +208,7 @@ class _FirstOrderOnly(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, anchor, *grads):
-        return tuple(g.view_as(g) for g in grads)
+        return tuple(g.clone() for g in grads)  # (copies: a caller may change a gradient in place)
 
     @staticmethod
     def backward(ctx, *unused):

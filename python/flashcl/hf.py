@@ -12,34 +12,83 @@ package and tries to load it from its hub.
 Registers an attention function through transformers' AttentionInterface
 (called per layer with (batch, heads, seq, dim) tensors) and a mask function
 through AttentionMaskInterface. No 4-D mask is built where the kernels' own
-masking gives the same attention: a plain causal or sliding-window causal
-mask (transformers allows skipping it: no or/and masks, no packed
-sequences), no padding, and the last query at the last key (the kernels
-align causal masks and windows bottom-right; a static cache's empty slots
-break that). Everywhere else (padding, static caches, packed sequences,
-chunked or bidirectional-overlay masks, encoders) transformers' boolean mask
-is built and is the whole rule: the kernels' window is off, and their causal
-mask is added only where the mask already hides everything above the
-bottom-right diagonal (it then just skips tiles). An additive float mask
+causal mask gives the same attention: a plain causal mask, or a sliding
+window that hides no key yet, that transformers allows skipping (no or/and
+masks, no packed sequences), no padding, and the last query at the last key
+(the kernels align causal masks bottom-right; a static cache's empty slots
+break that). Everywhere else (padding, windows that hide keys, static caches,
+packed sequences, chunked or bidirectional-overlay masks, encoders)
+transformers' boolean mask is built and is the whole rule, as SDPA's
+integration does; the kernels' causal mask and window are added only where
+the mask already hides everything they would hide (checked once per mask
+tensor, not while tracing), so they only skip tiles. An additive float mask
 (older models' extended masks, (b, 1, 1, sk) broadcast too) and T5's
 position_bias go to FlashCL's bias. Sinks (gpt-oss's s_aux) are passed
 through; dropout during training too.
 """
+import weakref
+
 import torch
 
-from . import extras
+from . import _torch, extras
 
 
 def _symbolic(x):
-    """Traced or fake: no values to branch on."""
-    return torch.compiler.is_compiling() or torch.jit.is_tracing() or x.device.type == "meta"
+    """Traced, fake or on the meta device: no values to branch on."""
+    return _torch._symbolic((x,))
 
 
 def _as_rows(x, q_len, kv_len):
-    """A (b, 1|h, 1, sk) mask or bias broadcast over the query rows (older models' extended masks)."""
+    """A mask or bias as FlashCL takes it: a (b, 1|h, 1, sk) one (older models' extended masks) broadcast
+    over the query rows, and rows contiguous (transformers expands masks with a stride-0 last dim)."""
     if x.dim() == 4 and x.shape[-2] == 1 and q_len > 1:
-        return x.expand(x.shape[0], x.shape[1], q_len, kv_len)
-    return x
+        x = x.expand(x.shape[0], x.shape[1], q_len, kv_len)
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+# What a boolean mask leaves to the kernels' own masking, for the last few mask tensors seen: the same
+# mask reaches every layer of a forward (a hybrid model alternates two), so each fact costs one pass
+# over it per forward. Entries: (weak reference, the tensor's version, {(diagonal, upper): fact}).
+_mask_facts = []
+
+
+def _hides(mask, diagonal, upper):
+    """Whether the mask hides every pair above (upper) or on and below (not upper) the diagonal."""
+    entry = next((e for e in _mask_facts if e[0]() is mask and e[1] == mask._version), None)
+    if entry is None:
+        entry = (weakref.ref(mask), mask._version, {})
+        _mask_facts[:] = [e for e in _mask_facts[-3:] if e[0]() is not None] + [entry]
+    key = (diagonal, upper)
+    if key not in entry[2]:
+        part = torch.triu(mask, diagonal=diagonal) if upper else torch.tril(mask, diagonal=diagonal)
+        entry[2][key] = not bool(part.any())
+    return entry[2][key]
+
+
+def _window_candidate(module, sliding_window):
+    """The layer's sliding window where known: given, the module's, or its config's (used only where the
+    mask is checked to hide everything outside it already)."""
+    if sliding_window is not None:
+        return sliding_window
+    w = getattr(module, "sliding_window", None)
+    return w if w is not None else getattr(getattr(module, "config", None), "sliding_window", None)
+
+
+class _NoBiasGradient(torch.autograd.Function):
+    """out as it is, tied to T5's learned position_bias: a backward that needs the bias's gradient
+    (training it) is refused; inference, with or without grad mode, is not affected."""
+
+    @staticmethod
+    def forward(ctx, out, position_bias):
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.needs_input_grad[1]:
+            raise NotImplementedError(
+                "position_bias (T5's learned relative attention bias) needs a gradient, which FlashCL does not "
+                "compute: train with attn_implementation='sdpa' or 'eager' (inference with FlashCL works)")
+        return grad, None
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
@@ -48,42 +97,43 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     q_len, kv_len = query.shape[2], key.shape[2]
     bias = None
     if position_bias is not None:  # T5's relative attention bias (its padding mask included)
-        if position_bias.requires_grad and torch.is_grad_enabled():
-            raise NotImplementedError(
-                "position_bias (T5's learned relative attention bias) needs a gradient, which FlashCL does not "
-                "compute: train with attn_implementation='sdpa' or 'eager' (inference with FlashCL works)")
-        bias = _as_rows(position_bias.detach().float(), q_len, kv_len)
-        if bias.stride(-1) != 1:  # T5 builds it (1, h, q, k) from a (q, k, h) embedding
-            bias = bias.contiguous()
+        bias = _as_rows(position_bias.detach().float(), q_len, kv_len)  # (T5 builds it from a (q, k, h) table)
     mask = attention_mask
     if mask is None:  # the kernels' own masking (attention_mask() said it suffices)
         causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
         window = (-1, -1)
         if sliding_window is not None:
             window = (sliding_window - 1, 0 if causal else sliding_window - 1)
-    else:  # the mask is the whole rule; a causal flag that changes nothing only skips tiles
+    else:  # the mask is the whole rule; flags that change nothing only skip tiles
         window, causal = (-1, -1), False
         if mask.dtype.is_floating_point:  # an additive mask: 0 attends, large negatives hide
             added = _as_rows(mask.float(), q_len, kv_len)
             bias, mask = (added if bias is None else bias + added), None
         else:
-            mask = _as_rows(mask, q_len, kv_len)
             if q_len > 1 and not _symbolic(mask):
-                causal = not bool(torch.triu(mask, diagonal=kv_len - q_len + 1).any())
+                causal = _hides(mask, kv_len - q_len + 1, True)
+                w = _window_candidate(module, sliding_window)
+                if causal and w is not None and _hides(mask, kv_len - q_len - w, False):
+                    window = (w - 1, 0)
+            mask = _as_rows(mask, q_len, kv_len)
     # (b, h, s, d) -> (b, s, h, d) is a view: FlashCL takes the strides as they are.
     out = extras.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), softmax_scale=scaling,
                            causal=causal, window_size=window, softcap=softcap or 0.0, dropout_p=dropout,
                            sinks=s_aux, mask=mask, bias=bias)
+    if position_bias is not None and position_bias.requires_grad and torch.is_grad_enabled():
+        out = _NoBiasGradient.apply(out, position_bias)
     return out, None
 
 
 def _kernels_mask_suffices(kv_length, q_length, q_offset, kv_offset, attention_mask, kwargs):
-    """Whether the kernels' causal mask and window (bottom-right) give the mask transformers asks for."""
+    """Whether the kernels' causal mask (bottom-right) gives the mask transformers asks for. Sliding
+    windows are built into the mask as soon as they hide a key (as SDPA's integration does): some
+    models (PhiMoE, Qwen2-MoE) pass their window only through the mask."""
     if kwargs.get("allow_is_causal_skip") is not True:  # bidirectional, or/and masks, packed sequences
         return False
     local = kwargs.get("local_size")
-    if local is not None and local != getattr(kwargs.get("config"), "sliding_window", None):
-        return False  # chunked attention (Llama 4), not a sliding window
+    if local is not None and (kv_length > local or local != getattr(kwargs.get("config"), "sliding_window", None)):
+        return False  # a window that hides keys, or chunked attention (Llama 4)
     if isinstance(q_offset, torch.Tensor) or isinstance(kv_offset, torch.Tensor):
         return False  # a static cache's position under torch.compile: no value to read
     if q_offset + q_length != kv_offset + kv_length:

@@ -97,3 +97,7 @@ def test_unsupported_transforms_are_refused():
     (g,) = torch.autograd.grad(flashcl.flash_attn_func(a, a, a, causal=True).sum(), a, create_graph=True)
     with pytest.raises(RuntimeError, match="not differentiable"):
         g.sum().backward()
+    # create_graph=True without differentiating the gradient again is fine, in place too.
+    (plain,) = torch.autograd.grad(flashcl.flash_attn_func(a, a, a, causal=True).sum(), a)
+    (g,) = torch.autograd.grad(flashcl.flash_attn_func(a, a, a, causal=True).sum(), a, create_graph=True)
+    assert torch.equal(g.mul_(2).detach(), plain * 2)

@@ -198,10 +198,34 @@ def test_forked_child_is_refused(rng):
     before = flashcl.flash_attn_func(x, x, x)
     ctx = multiprocessing.get_context("fork")
     parent_end, child_end = ctx.Pipe()
-    child = ctx.Process(target=_call_in_child, args=(child_end,))
+    child = ctx.Process(target=_call_in_child, args=(child_end,), daemon=True)
     child.start()
-    child.join(60)
-    assert not child.is_alive(), "the forked child hung"
+    try:
+        child.join(60)
+        assert not child.is_alive(), "the forked child hung"
+    finally:
+        if child.is_alive():
+            child.kill()
     message = parent_end.recv()
     assert "forked" in message and "spawn" in message
     np.testing.assert_array_equal(flashcl.flash_attn_func(x, x, x), before)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
+def test_fork_after_listing_devices_is_refused():
+    """Listing the devices loads the driver too: a child forked after only that is refused as well."""
+    script = (
+        "import multiprocessing, numpy as np, flashcl\n"
+        "flashcl.devices()\n"
+        "def child(conn):\n"
+        "    try:\n"
+        "        x = np.ones((1, 4, 2, 8), np.float32); flashcl.flash_attn_func(x, x, x); conn.send('ran')\n"
+        "    except RuntimeError as e:\n"
+        "        conn.send(str(e))\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = multiprocessing.get_context('fork'); a, b = ctx.Pipe()\n"
+        "    p = ctx.Process(target=child, args=(b,), daemon=True); p.start(); p.join(60)\n"
+        "    print('hung' if p.is_alive() else a.recv())\n"
+        "    if p.is_alive(): p.kill()\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "forked" in r.stdout, r.stdout + r.stderr

@@ -143,9 +143,11 @@ def test_t5_position_bias():
     mask = torch.ones(2, 12, dtype=torch.long)
     mask[1, 9:] = 0
     assert _same_logits(model, "eager", input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :7]) < 2e-4
+    model(input_ids=ids, decoder_input_ids=ids[:, :7])  # evaluation with grad mode on: fine
     model.train()
     with pytest.raises(NotImplementedError, match="position_bias"):
-        model(input_ids=ids, decoder_input_ids=ids[:, :7], labels=ids[:, :7]).loss.backward()
+        labels = ids[:, :7].contiguous()
+        model(input_ids=ids, decoder_input_ids=labels, labels=labels).loss.backward()
 
 
 def test_broadcast_additive_mask():
@@ -163,3 +165,29 @@ def test_broadcast_additive_mask():
     got, _ = flashcl.hf.attention_forward(Encoder(), q, k, v, additive, scaling=0.25)
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :], scale=0.25)
     assert (got - want.transpose(1, 2)).abs().max() < 1e-5
+
+
+def test_window_passed_only_through_the_mask():
+    """Qwen2-MoE builds sliding-window masks but does not pass its window to the attention function:
+    once the window hides keys, the mask is built (the kernels' causal mask alone attended to all)."""
+    config = transformers.Qwen2MoeConfig(use_sliding_window=True, sliding_window=4, max_window_layers=2,
+                                         num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32,
+                                         shared_expert_intermediate_size=32, **SMALL)
+    torch.manual_seed(0)
+    model = transformers.Qwen2MoeForCausalLM(config).eval()
+    assert any(t == "sliding_attention" for t in config.layer_types)
+    ids = torch.randint(0, 128, (1, 20), generator=torch.Generator().manual_seed(7))
+    assert _same_logits(model, "sdpa", input_ids=ids) < 2e-4
+
+
+def test_fake_tensors_through_the_hook():
+    """FakeTensorMode (shape-only tracing) with a padding mask: no data-dependent check on fake values."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model, _ = build("llama")
+    model.set_attn_implementation(IMPL)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        ids = torch.zeros(2, 10, dtype=torch.long)
+        mask = torch.ones(2, 10, dtype=torch.long)
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    assert tuple(logits.shape) == (2, 10, 128)
