@@ -42,10 +42,7 @@ flashcl_status flashcl_dropout_mask(flashcl_context *ctx, const flashcl_attentio
     /* out against cu_seqlens, which the kernel reads; the buffers' access flags. */
     flashcl__ranges ranges = {0};
     flashcl__range_add(&ranges, "out", out, out_offset, need - out_offset, 1);
-    if (flashcl__is_varlen(&d)) { /* checked by flashcl__validate_variant_buffers above */
-        flashcl__range_add(&ranges, "cu_seqlens_q", d.cu_seqlens_q, 0, (d.batch + 1) * sizeof(cl_int), 0);
-        flashcl__range_add(&ranges, "cu_seqlens_k", d.cu_seqlens_k, 0, (d.batch + 1) * sizeof(cl_int), 0);
-    }
+    flashcl__varlen_ranges(&d, &ranges); /* checked by flashcl__validate_variant_buffers above */
     st = flashcl__check_ranges(ctx, &ranges, 0);
     if (st != FLASHCL_SUCCESS) return st;
 

@@ -195,6 +195,8 @@ void flashcl__range_add(flashcl__ranges *r, const char *name, cl_mem buf, size_t
 void flashcl__view_ranges(const flashcl_attention_desc *d, const flashcl__view_spec *views, int count,
                           const flashcl_tensor *resolved, const flashcl__lse_spec *lse, flashcl__ranges *r);
 void flashcl__variant_ranges(const flashcl_attention_desc *d, int backward, flashcl__ranges *r);
+/* Just the cu_seqlens arrays (with varlen): what the dropout-mask kernel reads of the variants. */
+void flashcl__varlen_ranges(const flashcl_attention_desc *d, flashcl__ranges *r);
 /* Each buffer's access flags allow what the call does with it (CL_MEM_READ_ONLY buffers it writes,
    CL_MEM_WRITE_ONLY ones it reads are refused); no output overlaps another range, except that pairs both
    before first_new (the views, compared element by element already) are not compared again. */

@@ -57,10 +57,13 @@ void flashcl__variant_ranges(const flashcl_attention_desc *d, int backward, flas
     add_matrix(r, d, "mask", &d->mask, 1, d->max_seqlen_q, d->max_seqlen_k);
     if (d->block_mask.buffer)
         add_matrix(r, d, "block_mask", &d->block_mask, 1, flashcl__block_rows(d), flashcl__block_cols(d));
-    if (flashcl__is_varlen(d)) {
-        add_small(r, "cu_seqlens_q", d->cu_seqlens_q, sizeof(cl_int), 0, d->batch + 1, 0);
-        add_small(r, "cu_seqlens_k", d->cu_seqlens_k, sizeof(cl_int), 0, d->batch + 1, 0);
-    }
+    flashcl__varlen_ranges(d, r);
+}
+
+void flashcl__varlen_ranges(const flashcl_attention_desc *d, flashcl__ranges *r) {
+    if (!flashcl__is_varlen(d)) return;
+    add_small(r, "cu_seqlens_q", d->cu_seqlens_q, sizeof(cl_int), 0, d->batch + 1, 0);
+    add_small(r, "cu_seqlens_k", d->cu_seqlens_k, sizeof(cl_int), 0, d->batch + 1, 0);
 }
 
 /* What the buffer's flags forbid: writing a CL_MEM_READ_ONLY buffer, reading a CL_MEM_WRITE_ONLY

@@ -24,20 +24,22 @@ bool atomic_file_same(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* Cuts `copy` (a copy of a path) to its directory part and returns that directory's name: "." for
+   a bare file name, "/" for a name in the root directory. */
+static const char *directory_of(char *copy) {
+    char *slash = strrchr(copy, '/');
+    if (slash == NULL) return ".";
+    if (slash == copy) return "/";
+    *slash = '\0';
+    return copy;
+}
+
 /* The resolved directory of path (realpath of its directory part) and where its last component
    starts; false when the directory cannot be resolved. */
 static bool resolve_parent(const char *path, char *dir_out, const char **base) {
     char *dir = copy_string(path);
     if (dir == NULL) return false;
-    char *slash = strrchr(dir, '/');
-    const char *dir_name = ".";
-    if (slash == dir) {
-        dir_name = "/";
-    } else if (slash != NULL) {
-        *slash = '\0';
-        dir_name = dir;
-    }
-    const char *resolved = realpath(dir_name, dir_out);
+    const char *resolved = realpath(directory_of(dir), dir_out);
     free(dir);
     const char *last = strrchr(path, '/');
     *base = last ? last + 1 : path;
@@ -88,16 +90,9 @@ int atomic_file_check(const char *path, char *err, size_t err_size) {
         snprintf(err, err_size, "empty file name");
         return -1;
     }
-    char *dir = destination(path, err, err_size); /* cut to the directory the temporary file goes to */
+    char *dir = destination(path, err, err_size);
     if (dir == NULL) return -1;
-    char *slash = strrchr(dir, '/');
-    const char *dir_name = dir;
-    if (slash == NULL)
-        dir_name = ".";
-    else if (slash == dir)
-        slash[1] = '\0'; /* "/name": the root directory */
-    else
-        *slash = '\0';
+    const char *dir_name = directory_of(dir); /* where the temporary file goes */
     int rc = 0;
     if (access(dir_name, W_OK | X_OK) != 0) {
         snprintf(err, err_size, "cannot write to directory '%s': %s", dir_name, strerror(errno));

@@ -32,12 +32,12 @@ def _symbolic(tensors):
     return False
 
 
-def _is_fake(x):
-    try:
-        from torch._subclasses.fake_tensor import is_fake
-    except ImportError:  # older torch: no fake tensors to see
+try:
+    from torch._subclasses.fake_tensor import is_fake as _is_fake
+except ImportError:  # older torch: no fake tensors to see
+
+    def _is_fake(x):
         return False
-    return is_fake(x)
 
 
 def _refuse_functorch(tensors):
