@@ -27,10 +27,11 @@ Differences from flash_attn, all documented in the README:
     in-place append into k_cache/v_cache goes through host memory, so a cache
     on another torch device is copied whole to the host and back when k, v are
     appended; fp8 caches (k_scale, v_scale) are FlashCL's extra keywords;
-  - block_table in flash_attn_varlen_func (paged varlen prefill) is not here
-    (use flash_attn_with_kvcache's block_table).
+  - block_table in flash_attn_varlen_func (paged varlen prefill) takes any
+    page_block_size too; its queries go through the KV-cache call, padded to the
+    longest sequence (a copy of q, never of the cache).
 """
-from . import _arrays, _core, _kvcache, _probs
+from . import _arrays, _core, _kvcache, _paged_varlen, _probs
 
 
 def _split(packing, inputs):
@@ -81,12 +82,6 @@ def _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, 
                       alibi_slopes=alibi_slopes, dropout_p=dropout_p, **varlen)
 
 
-def _no_paging(block_table):
-    if block_table is not None:
-        raise NotImplementedError("block_table in flash_attn_varlen_func is not supported: flash_attn_with_kvcache "
-                                  "takes a paged cache")
-
-
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q (batch, seqlen_q, nheads, d), k (batch, seqlen_k, nheads_k, d), v (batch, seqlen_k, nheads_k, d_v).
@@ -127,8 +122,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens_q/k: int32 (batch + 1,) cumulative lengths; sequence b owns rows
     cu[b] .. cu[b+1]-1. max_seqlen_q/k bound the lengths. causal, window and
     ALiBi align per sequence. softmax_lse is (nheads, total_q).
+
+    With block_table (batch, max_num_blocks_per_seq) int32, k and v are a paged KV cache
+    (num_blocks, page_block_size, nheads_k, d[_v]) whose block block_table[b][j] holds key rows
+    j * page_block_size .. of sequence b, and cu_seqlens_k gives the key lengths (chunked
+    prefill); forward only, without dropout, as in flash_attn.
     """
-    _no_paging(block_table)
+    if block_table is not None:
+        for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            _paged_varlen.check_max_seqlen(name, value)
+        spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
+        return _paged_varlen.forward(q, k, v, cu_seqlens_q, cu_seqlens_k, spec, block_table, return_attn_probs)
     spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                  cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     return run((q, k, v), spec, "none", return_attn_probs)

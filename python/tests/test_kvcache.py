@@ -392,3 +392,65 @@ def test_numpy_attention_reference_agrees():
         o, l = numpy_attention(f64(a["q"])[i:i + 1], f64(a["k_cache"])[i:i + 1, :n], f64(a["v_cache"])[i:i + 1, :n])
         np.testing.assert_allclose(out[i], o[0])
         np.testing.assert_allclose(lse[i], l[0])
+
+
+def _paged_varlen_inputs(kind, seed=3):
+    """Three sequences (one with no query rows) over a shuffled pool of 4-row pages, plus two q rows
+    past cu_seqlens_q[-1] that belong to no sequence."""
+    rng = np.random.default_rng(seed)
+    lens_q, lens_k, page, hq, hkv = [3, 0, 5], [7, 4, 20], 4, 4, 2
+    max_blocks = -(-max(lens_k) // page)
+    num_blocks = 3 * max_blocks + 1
+    table = rng.permutation(num_blocks)[:3 * max_blocks].reshape(3, max_blocks).astype(np.int32)
+    cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    q = rand(rng, (int(cu_q[-1]) + 2, hq, D), "float32", kind)
+    k_pool, v_pool = (rand(rng, (num_blocks, page, hkv, D), "float32", kind) for _ in range(2))
+    return q, k_pool, v_pool, cu_q, cu_k, table, lens_q, lens_k
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("kw", [dict(causal=True), dict(window_size=(3, 1), softcap=5.0, alibi_slopes="h")],
+                         ids=["causal", "window_softcap_alibi"])
+def test_varlen_with_block_table(kind, kw):
+    """flash_attn_varlen_func over a paged cache (chunked prefill): each sequence's queries against its
+    first cu_seqlens_k-length rows of its pages, masks aligned bottom right per sequence."""
+    q, k_pool, v_pool, cu_q, cu_k, table, lens_q, lens_k = _paged_varlen_inputs(kind)
+    kw = dict(kw)
+    if kw.get("alibi_slopes") == "h":
+        kw["alibi_slopes"] = _like((0.5 ** (1 + np.arange(q.shape[1]))).astype(np.float32), kind)
+    out, lse, s_dmask = flashcl.flash_attn_varlen_func(
+        q, k_pool, v_pool, _like(cu_q, kind), _like(cu_k, kind), max(lens_q), max(lens_k),
+        block_table=_like(table, kind), return_attn_probs=True, **kw)
+    assert type(out) is type(q) and tuple(out.shape) == tuple(q.shape) and tuple(lse.shape) == (q.shape[1], q.shape[0])
+    assert tuple(s_dmask.shape) == (0,)
+    qn, kn, vn = f64(q), f64(k_pool), f64(v_pool)
+    alibi = kw.get("alibi_slopes")
+    for b in range(3):
+        if not lens_q[b]:
+            continue
+        rows = slice(cu_q[b], cu_q[b + 1])
+        keys = np.concatenate([kn[p] for p in table[b]])[:lens_k[b]]
+        values = np.concatenate([vn[p] for p in table[b]])[:lens_k[b]]
+        ref_out, ref_lse = numpy_attention(qn[None, rows], keys[None], values[None], causal=kw.get("causal", False),
+                                           window=kw.get("window_size", (-1, -1)), softcap=kw.get("softcap", 0.0),
+                                           alibi=None if alibi is None else f64(alibi))
+        assert_close(out[rows], ref_out[0])
+        assert_close(lse[:, rows], ref_lse[0], what="softmax_lse")
+    np.testing.assert_array_equal(f64(out[cu_q[-1]:]), 0.0)  # rows of no sequence
+    assert np.all(np.isneginf(f64(lse[:, cu_q[-1]:])))
+
+
+def test_varlen_with_block_table_refusals():
+    torch = _torch()
+    q, k_pool, v_pool, cu_q, cu_k, table, lens_q, lens_k = _paged_varlen_inputs("torch")
+    args = (q, k_pool, v_pool, torch.from_numpy(cu_q), torch.from_numpy(cu_k), 5, 20)
+    with pytest.raises(ValueError, match="dropout_p"):
+        flashcl.flash_attn_varlen_func(*args, dropout_p=0.1, block_table=torch.from_numpy(table))
+    with pytest.raises(NotImplementedError, match="no backward"):
+        flashcl.flash_attn_varlen_func(q.clone().requires_grad_(), *args[1:], block_table=torch.from_numpy(table))
+    short = torch.from_numpy(np.ascontiguousarray(table[:, :2]))
+    with pytest.raises(ValueError, match="sequence 2 has 20 keys"):
+        flashcl.flash_attn_varlen_func(*args, block_table=short)
+    with torch.no_grad():  # what inference runs: no error
+        flashcl.flash_attn_varlen_func(*args, block_table=torch.from_numpy(table))
