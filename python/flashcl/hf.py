@@ -16,8 +16,10 @@ causal mask gives the same attention: a plain causal mask, or a sliding
 window that hides no key yet, that transformers allows skipping (no or/and
 masks, no packed sequences), no padding, and the last query at the last key
 (the kernels align causal masks bottom-right; a static cache's empty slots
-break that). Everywhere else (padding, windows that hide keys, static caches,
-packed sequences, chunked or bidirectional-overlay masks, encoders)
+break that); nor for a bidirectional mask (encoders, cross-attention) without
+padding where transformers allows skipping it. Everywhere else (padding,
+windows that hide keys, static caches, packed sequences, chunked or
+bidirectional-overlay masks)
 transformers' boolean mask is built and is the whole rule, as SDPA's
 integration does; the kernels' causal mask and window are added only where
 the mask already hides everything they would hide (checked once per mask
@@ -128,8 +130,13 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
 def _kernels_mask_suffices(kv_length, q_length, q_offset, kv_offset, attention_mask, kwargs):
     """Whether the kernels' causal mask (bottom-right) gives the mask transformers asks for. Sliding
     windows are built into the mask as soon as they hide a key (as SDPA's integration does): some
-    models (PhiMoE, Qwen2-MoE) pass their window only through the mask."""
-    if kwargs.get("allow_is_causal_skip") is not True:  # bidirectional, or/and masks, packed sequences
+    models (PhiMoE, Qwen2-MoE) pass their window only through the mask. Bidirectional masks (encoders,
+    cross-attention) are skipped where transformers allows it and nothing is padded: the layer's
+    is_causal (False there) then decides, as in SDPA's integration."""
+    if kwargs.get("allow_is_bidirectional_skip") is True and kwargs.get("allow_is_causal_skip") is not True:
+        local = kwargs.get("local_size")
+        return (local is None or kv_length < local) and _nothing_padded(attention_mask, kv_offset, kv_length)
+    if kwargs.get("allow_is_causal_skip") is not True:  # or/and masks, packed sequences
         return False
     local = kwargs.get("local_size")
     if local is not None and (kv_length > local or local != getattr(kwargs.get("config"), "sliding_window", None)):
@@ -138,6 +145,11 @@ def _kernels_mask_suffices(kv_length, q_length, q_offset, kv_offset, attention_m
         return False  # a static cache's position under torch.compile: no value to read
     if q_offset + q_length != kv_offset + kv_length:
         return False  # keys past the last query (a static cache's empty slots): not bottom-right
+    return _nothing_padded(attention_mask, kv_offset, kv_length)
+
+
+def _nothing_padded(attention_mask, kv_offset, kv_length):
+    """Whether the 2-D padding mask (None: none) keeps every key of the range (not knowable while tracing)."""
     if attention_mask is None:
         return True
     if _symbolic(attention_mask) or attention_mask.dim() != 2 or attention_mask.shape[1] < kv_offset + kv_length:

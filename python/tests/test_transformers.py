@@ -191,3 +191,26 @@ def test_fake_tensors_through_the_hook():
         mask = torch.ones(2, 10, dtype=torch.long)
         logits = model(input_ids=ids, attention_mask=mask).logits
     assert tuple(logits.shape) == (2, 10, 128)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_encoder_and_cross_attention_masks(padded, monkeypatch):
+    """BART: a bidirectional encoder, causal decoder self-attention and cross-attention. Without padding
+    no mask is built (the layers' is_causal decides, as with SDPA); with padding the mask is passed."""
+    config = transformers.BartConfig(vocab_size=128, d_model=64, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                     decoder_ffn_dim=64)
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(config).eval()
+    ids = torch.randint(3, 128, (2, 9), generator=torch.Generator().manual_seed(8))
+    inputs = dict(input_ids=ids, decoder_input_ids=ids[:, :5])
+    if padded:
+        inputs["attention_mask"] = torch.ones(2, 9, dtype=torch.long)
+        inputs["attention_mask"][1, 6:] = 0
+    masks = []
+    attention = flashcl.hf.extras.attention
+    monkeypatch.setattr(flashcl.hf.extras, "attention",
+                        lambda *a, **kw: masks.append(kw.get("mask") is not None) or attention(*a, **kw))
+    assert _same_logits(model, "eager", **inputs) < 2e-4
+    # encoder, decoder self-attention, cross-attention: the padding mask reaches the two that see the encoder's keys
+    assert masks == ([True, False, True] if padded else [False, False, False])
