@@ -21,7 +21,7 @@ b1 hq32 hkv8 sk32768 d128 fp32, each size overridable, e.g. --seqlen-k 8192
 on a small machine): forward only, torch SDPA (its default CPU kernel and the
 MATH backend; GQA through enable_gqa, or K and V expanded to hq heads
 beforehand where the torch version lacks it) next to `flashcl bench` on the
-same shape. GB/s counts Q, K, V and O once (4 bytes an element, K and V at hkv
+same shape. GB/s counts Q, K, V and O once (bytes of the storage type, K and V at hkv
 heads) for both; %bw is flashcl's GB/s over the read bandwidth `flashcl bench`
 measures on the device with all cores. The issue's POCL goals: >= 60% of that
 read rate, and >= 3x torch's speed.
@@ -83,9 +83,12 @@ def parse_args():
 DECODE_MAX_SEQLEN_Q = 16
 
 
+ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
 def decode_bytes(a):
-    """Q, K, V and O once each, float32, as `flashcl bench` counts them."""
-    return 4.0 * (2 * a.batch * a.heads * a.seqlen * a.head_dim + 2 * a.batch * a.kv_heads * a.seqlen_k * a.head_dim)
+    """Q, K, V and O once each, in the storage type, as `flashcl bench` counts them."""
+    return ELEMENT_BYTES[a.dtype] * (2 * a.batch * a.heads * a.seqlen * a.head_dim + 2 * a.batch * a.kv_heads * a.seqlen_k * a.head_dim)
 
 
 def time_torch(fn, iters):
@@ -186,8 +189,8 @@ def report_decode(a, t, f):
     if f.get("bytes") is not None and abs(f["bytes"] - nbytes) > 0.5:
         print("note: flashcl bench counted %d bytes, this script %d" % (f["bytes"], nbytes))
     read = f.get("read")
-    print("problem  decode b%d hq%d hkv%d sq%d sk%d d%d fp32; %s; flashcl kernel %s"
-          % (a.batch, a.heads, a.kv_heads, a.seqlen, a.seqlen_k, a.head_dim,
+    print("problem  decode b%d hq%d hkv%d sq%d sk%d d%d %s; %s; flashcl kernel %s"
+          % (a.batch, a.heads, a.kv_heads, a.seqlen, a.seqlen_k, a.head_dim, a.dtype,
              "torch %s on %d threads (%s)" % (t["version"], t["threads"], t["gqa"]) if t else "no torch",
              f.get("kernel")))
     print("read bw  %s" % ("%.1f GB/s (measured by flashcl bench on the device, all cores, best round)" % read
