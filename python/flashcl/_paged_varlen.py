@@ -15,15 +15,16 @@ import numpy as np
 from . import _arrays, _core, _kvcache
 
 
-def _lengths(name, cu, batch=None):
-    """cu_seqlens as int64 numpy: nondecreasing from >= 0, (batch + 1,)."""
+def _offsets(name, cu, total, max_name, max_len, batch=None):
+    """cu_seqlens as int64 numpy, (batch + 1,) int32, checked as the varlen path checks them."""
     _core._need(_arrays.dtype_name(cu) == "int32", lambda: f"{name} must have dtype int32, got {_arrays.dtype_name(cu)}")
     values = _arrays.to_numpy(cu).astype(np.int64)
     _core._need(values.ndim == 1 and values.shape[0] >= 2 and (batch is None or values.shape[0] == batch + 1),
                 lambda: f"{name} must be (batch + 1,)" + (f" = ({batch + 1},)" if batch is not None else "") +
                 f", got shape {tuple(values.shape)}")
-    _core._need(values[0] >= 0 and bool(np.all(np.diff(values) >= 0)),
-                lambda: f"{name} must be nondecreasing from >= 0, got {values.tolist()}")
+    _core._need(isinstance(max_len, numbers.Integral) and max_len >= 0,
+                lambda: f"{max_name} must be an integer >= 0, got {max_len!r}")
+    _core._check_cu_seqlens(name, values, total, max_len, max_name)
     return values
 
 
@@ -35,7 +36,8 @@ def _refuse_gradient(arrays):
                                   "either): call it under torch.no_grad() or with tensors that need no gradient")
 
 
-def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, spec, block_table, return_attn_probs):
+def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec, block_table,
+            return_attn_probs):
     """out (total_q, nheads, d_v), or (out, softmax_lse (nheads, total_q), empty S_dmask)."""
     _core._need(not spec.dropout_p, "dropout_p must be 0 with block_table (a paged KV cache is for inference)")
     _refuse_gradient((q, k_cache, v_cache, spec.alibi_slopes))
@@ -44,13 +46,10 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, spec, block_table, 
     qs = _core._shape(q)
     _core._need(len(qs) == 3, lambda: f"q must be (total_q, nheads, headdim), got shape {qs}")
     total_q, heads, dim = qs
-    starts_q = _lengths("cu_seqlens_q", cu_seqlens_q)
+    starts_q = _offsets("cu_seqlens_q", cu_seqlens_q, total_q, "max_seqlen_q", max_seqlen_q)
     batch = starts_q.shape[0] - 1
-    starts_k = _lengths("cu_seqlens_k", cu_seqlens_k, batch)
-    _core._need(starts_q[-1] <= total_q,
-                lambda: f"cu_seqlens_q ends at {starts_q[-1]} but q has {total_q} rows (total_q)")
+    starts_k = _offsets("cu_seqlens_k", cu_seqlens_k, 2**31 - 1, "max_seqlen_k", max_seqlen_k, batch)  # (no packed rows: pages)
     lens_q, lens_k = np.diff(starts_q), np.diff(starts_k)
-    _core._need(bool(np.all(lens_k < 2**31)), "cu_seqlens_k's lengths must be below 2**31")
     for name, x in (("k", k_cache), ("v", v_cache)):
         s = _core._shape(x)
         _core._need(len(s) == 4, lambda: f"{name} must be (num_blocks, page_block_size, nheads_k, headdim) with "
@@ -89,8 +88,3 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, spec, block_table, 
     empty = np.empty((0,), np.float32)
     return out, lse, (_arrays.torch_module().from_numpy(empty) if _arrays.is_torch(out) else empty)
 
-
-def check_max_seqlen(name, value):
-    """max_seqlen_q/k are sizing hints here (the lengths come from cu_seqlens): integers >= 0."""
-    _core._need(isinstance(value, numbers.Integral) and value >= 0,
-                lambda: f"{name} must be an integer >= 0, got {value!r}")

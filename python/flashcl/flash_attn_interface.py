@@ -129,10 +129,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     prefill); forward only, without dropout, as in flash_attn.
     """
     if block_table is not None:
-        for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-            _paged_varlen.check_max_seqlen(name, value)
         spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
-        return _paged_varlen.forward(q, k, v, cu_seqlens_q, cu_seqlens_k, spec, block_table, return_attn_probs)
+        return _paged_varlen.forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec, block_table,
+                                     return_attn_probs)
     spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                  cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     return run((q, k, v), spec, "none", return_attn_probs)

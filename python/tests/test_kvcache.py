@@ -454,3 +454,5 @@ def test_varlen_with_block_table_refusals():
         flashcl.flash_attn_varlen_func(*args, block_table=short)
     with torch.no_grad():  # what inference runs: no error
         flashcl.flash_attn_varlen_func(*args, block_table=torch.from_numpy(table))
+    with pytest.raises(ValueError, match="max_seqlen_q"):  # a sequence longer than max_seqlen_q, as the varlen path
+        flashcl.flash_attn_varlen_func(q, k_pool, v_pool, *args[3:5], 4, 20, block_table=torch.from_numpy(table))
