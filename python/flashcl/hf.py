@@ -25,8 +25,11 @@ integration does; the kernels' causal mask and window are added only where
 the mask already hides everything they would hide (checked once per mask
 tensor, not while tracing), so they only skip tiles. An additive float mask
 (older models' extended masks, (b, 1, 1, sk) broadcast too) and T5's
-position_bias go to FlashCL's bias. Sinks (gpt-oss's s_aux) are passed
-through; dropout during training too.
+position_bias go to FlashCL's bias (detached: a backward that would train
+a learned bias is refused, since FlashCL computes no bias gradient). Sinks
+(gpt-oss's s_aux) are passed through; dropout during training too. Models
+whose code bypasses AttentionInterface (Bloom, GPT-J, Falcon, MPT, ...) are
+refused at construction, as transformers refuses SDPA for them.
 """
 import weakref
 
@@ -77,20 +80,23 @@ def _window_candidate(module, sliding_window):
 
 
 class _NoBiasGradient(torch.autograd.Function):
-    """out as it is, tied to T5's learned position_bias: a backward that needs the bias's gradient
-    (training it) is refused; inference, with or without grad mode, is not affected."""
+    """out as it is, tied to a learned additive bias the model computed (T5's or a conformer's
+    position_bias, BEiT's relative position bias or Doge's dynamic mask arriving as the float
+    attention_mask): a backward that needs the bias's gradient (training it) is refused;
+    inference, with or without grad mode, is not affected."""
 
     @staticmethod
-    def forward(ctx, out, position_bias):
+    def forward(ctx, out, bias, what):
+        ctx.what = what
         return out.clone()
 
     @staticmethod
     def backward(ctx, grad):
         if ctx.needs_input_grad[1]:
             raise NotImplementedError(
-                "position_bias (T5's learned relative attention bias) needs a gradient, which FlashCL does not "
-                "compute: train with attn_implementation='sdpa' or 'eager' (inference with FlashCL works)")
-        return grad, None
+                f"{ctx.what} is a learned attention bias and needs a gradient, which FlashCL does not compute: "
+                "train this model with attn_implementation='sdpa' or 'eager' (inference with FlashCL works)")
+        return grad, None, None
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
@@ -98,8 +104,10 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     """transformers' attention-function signature; returns ((batch, seq, heads, dim) output, None)."""
     q_len, kv_len = query.shape[2], key.shape[2]
     bias = None
+    learned = []  # (what, tensor): additive biases with a gradient, which FlashCL does not compute
     if position_bias is not None:  # T5's relative attention bias (its padding mask included)
         bias = _as_rows(position_bias.detach().float(), q_len, kv_len)  # (T5 builds it from a (q, k, h) table)
+        learned.append(("position_bias", position_bias))
     mask = attention_mask
     if mask is None:  # the kernels' own masking (attention_mask() said it suffices)
         causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
@@ -109,7 +117,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     else:  # the mask is the whole rule; flags that change nothing only skip tiles
         window, causal = (-1, -1), False
         if mask.dtype.is_floating_point:  # an additive mask: 0 attends, large negatives hide
-            added = _as_rows(mask.float(), q_len, kv_len)
+            added = _as_rows(mask.detach().float(), q_len, kv_len)
+            learned.append(("the float attention_mask", mask))
             bias, mask = (added if bias is None else bias + added), None
         else:
             if q_len > 1 and not _symbolic(mask):
@@ -122,8 +131,10 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     out = extras.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), softmax_scale=scaling,
                            causal=causal, window_size=window, softcap=softcap or 0.0, dropout_p=dropout,
                            sinks=s_aux, mask=mask, bias=bias)
-    if position_bias is not None and position_bias.requires_grad and torch.is_grad_enabled():
-        out = _NoBiasGradient.apply(out, position_bias)
+    if torch.is_grad_enabled():
+        for what, tensor in learned:
+            if tensor.requires_grad:
+                out = _NoBiasGradient.apply(out, tensor, what)
     return out, None
 
 
@@ -170,11 +181,40 @@ def attention_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mas
                      mask_function=mask_function or causal_mask_function, attention_mask=attention_mask, **kwargs)
 
 
+def _refuse_models_that_bypass_the_interface(name):
+    """Older model families (Bloom, GPT-J, Falcon, MPT, GPT-Neo, CodeGen, XGLM, MPNet) compute attention
+    in their own code and never call the AttentionInterface, yet still build their masks through the
+    registered mask function: with a custom name they would run without FlashCL and with masks not meant
+    for them (Bloom: wrong logits; others: KeyError). transformers refuses "sdpa" or "flex_attention"
+    for them; this does the same for FlashCL's name, with transformers' own test of a model's code."""
+    from transformers import PreTrainedModel
+
+    current = PreTrainedModel.get_correct_attn_implementation
+    names = getattr(current, "flashcl_names", None)
+    if names is not None:  # already wrapped (another name registered)
+        names.add(name)
+        return
+
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        supported = getattr(self, "_can_set_attn_implementation", None)
+        if requested_attention in get_correct_attn_implementation.flashcl_names and supported and not supported():
+            raise ValueError(
+                f'{type(self).__name__} does not use transformers\' AttentionInterface, so attn_implementation='
+                f'"{requested_attention}" (FlashCL) cannot run its attention: use "eager" (or "sdpa" where the '
+                "model supports it)")
+        return current(self, requested_attention, is_init_check)
+
+    get_correct_attn_implementation.flashcl_names = {name}
+    PreTrainedModel.get_correct_attn_implementation = get_correct_attn_implementation
+
+
 def register(name="opencl"):
-    """Makes attn_implementation=name use FlashCL in every transformers model."""
+    """Makes attn_implementation=name use FlashCL in every transformers model that dispatches its attention
+    through AttentionInterface (and refused, with a ValueError, by those that do not)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, attention_mask)
+    _refuse_models_that_bypass_the_interface(name)
     return name

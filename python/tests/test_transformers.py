@@ -214,3 +214,26 @@ def test_encoder_and_cross_attention_masks(padded, monkeypatch):
     assert _same_logits(model, "eager", **inputs) < 2e-4
     # encoder, decoder self-attention, cross-attention: the padding mask reaches the two that see the encoder's keys
     assert masks == ([True, False, True] if padded else [False, False, False])
+
+
+def test_models_that_bypass_the_attention_interface_are_refused():
+    """Bloom computes attention in its own code: FlashCL's name is refused at construction (as transformers
+    refuses SDPA for it), instead of running Bloom with masks meant for FlashCL (wrong logits)."""
+    config = transformers.BloomConfig(vocab_size=128, hidden_size=64, n_layer=1, n_head=4)
+    with pytest.raises(ValueError, match="BloomForCausalLM does not use transformers' AttentionInterface"):
+        transformers.BloomForCausalLM._from_config(config, attn_implementation=IMPL)
+
+
+def test_learned_float_mask():
+    """BEiT adds its learned relative position bias into the float mask: inference with grad mode on works
+    (the bias is detached for the kernels), a backward that would train the bias is refused by name."""
+    config = transformers.BeitConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                                     image_size=32, patch_size=8, num_labels=5, use_relative_position_bias=True)
+    torch.manual_seed(0)
+    model = transformers.BeitForImageClassification(config).eval()
+    pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(9))
+    assert _same_logits(model, "eager", pixel_values=pixels) < 2e-4
+    model.set_attn_implementation(IMPL)
+    loss = model(pixel_values=pixels, labels=torch.tensor([1, 2])).loss  # grad mode on: no error yet
+    with pytest.raises(NotImplementedError, match="the float attention_mask is a learned attention bias"):
+        loss.backward()
