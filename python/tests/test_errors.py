@@ -91,8 +91,8 @@ def test_varlen_checks(rng):
         flashcl.flash_attn_varlen_func(q[None], k, v, cu, cu, 6, 6)
     with pytest.raises(ValueError, match="cu_seqlens_k has shape"):
         flashcl.flash_attn_varlen_func(q, k, v, cu, cu[:2], 6, 6)
-    with pytest.raises(NotImplementedError, match="block_table"):
-        flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, block_table=cu)
+    with pytest.raises(ValueError, match=r"k must be \(num_blocks, page_block_size, nheads_k, headdim\) with"):
+        flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, block_table=cu[None])  # (block_table: not pages)
     # Offsets: from 0 to the packed rows, never decreasing, no sequence above max_seqlen (else rows
     # would come back unwritten, or a bias/mask be read past its rows).
     with pytest.raises(ValueError, match="cu_seqlens_q must run from 0 to at most the 10 packed rows, got 2 ... 10"):
