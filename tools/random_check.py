@@ -4,7 +4,8 @@
 What a new user does to a library: shapes, head dims, options and their
 combinations that no test names. Each case draws a call of flash_attn_func
 (forward and backward), flash_attn_varlen_func (forward and backward) or
-flash_attn_with_kvcache (contiguous or paged cache, append, rotary), runs it
+flash_attn_with_kvcache (contiguous or paged cache, append, rotary), or with
+--kinds paged_varlen flash_attn_varlen_func over a paged cache, runs it
 and compares it with python/tests/reference.py under the test suite's
 tolerances (float32: 2e-5 relative to the largest reference value; float16 and
 bfloat16: at most twice the error of a plain implementation in that storage
@@ -27,7 +28,7 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
-from reference import f64, kvcache_attention, max_err, tolerance, torch_attention  # noqa: E402
+from reference import f64, kvcache_attention, max_err, numpy_attention, tolerance, torch_attention  # noqa: E402
 
 import flashcl  # noqa: E402
 
@@ -193,12 +194,59 @@ def run_kvcache(c, torch, device):
     c.worst.append((float((err / lim).max()), "k_cache", float(err.max()), float(lim.max())))
 
 
+def run_paged_varlen(c, torch, device):
+    """flash_attn_varlen_func with block_table: packed queries of unequal lengths (some empty) against
+    their sequences' keys in a shuffled page pool, forward only (as flash_attn)."""
+    dtype = c.draw("dtype", DTYPES)
+    hkv = c.draw("hkv", (1, 2, 4))
+    hq = hkv * c.draw("group", (1, 4))
+    d = c.draw("d", HEAD_DIMS)
+    b = c.draw("b", (1, 2, 3, 5))
+    page = c.draw("page", (1, 3, 16, 256))
+    lens_q = [int(c.rng.integers(0, 40)) for _ in range(b)]
+    lens_k = [int(c.rng.integers(0, 700)) for _ in range(b)]
+    c.desc.update(lens_q=lens_q, lens_k=lens_k)
+    kw, ref_kw = common_options(c, torch, device, hq, d)
+    max_pages = max(1, -(-max(lens_k) // page))
+    pool = (b * max_pages + 1, page, hkv, d)
+    table = c.rng.permutation(pool[0])[:b * max_pages].reshape(b, max_pages).astype(np.int32)
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(x)]).astype(np.int32) for x in (lens_q, lens_k))
+    q, k_pool, v_pool = tensors(torch, c.rng, ((int(cu_q[-1]) + 1, hq, d), pool, pool), dtype, device)
+    to = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
+    with torch.no_grad():
+        out, lse, _ = flashcl.flash_attn_varlen_func(q, k_pool, v_pool, to(cu_q), to(cu_k), max(lens_q), max(lens_k),
+                                                     block_table=to(table), return_attn_probs=True, **kw)
+    store = None
+    if dtype != "float32":
+        import ml_dtypes
+
+        store = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    qn, kn, vn = f64(q), f64(k_pool), f64(v_pool)
+    refs, bases, lses, rows = [], [], [], []
+    for i in range(b):
+        if not lens_q[i]:
+            continue
+        sel = slice(int(cu_q[i]), int(cu_q[i + 1]))
+        keys, values = (np.concatenate([x[p] for p in table[i]])[None, :lens_k[i]] for x in (kn, vn))
+        ref_out, ref_lse = numpy_attention(qn[None, sel], keys, values, **ref_kw)
+        refs.append(ref_out[0]), lses.append(ref_lse[0]), rows.append(sel)
+        if store is not None:
+            bases.append(numpy_attention(qn[None, sel], keys, values, storage=store, **ref_kw)[0][0])
+    if refs:
+        got = np.concatenate([f64(out)[r] for r in rows])
+        c.check("out", got, np.concatenate(refs), dtype, np.concatenate(bases) if bases else None)
+        c.check("lse", np.concatenate([f64(lse)[:, r] for r in rows], axis=1), np.concatenate(lses, axis=1),
+                "float32")
+    c.check("padding row", f64(out)[int(cu_q[-1]):], np.zeros((1, hq, d)), "float32")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1, help="the first case's seed; case i uses seed + i")
     ap.add_argument("--device", default=None, help="as flashcl.Context: 'P:D' or a name (default FLASHCL_DEVICE)")
-    ap.add_argument("--kinds", default="func,kvcache", help="func (fixed and varlen batches), kvcache")
+    ap.add_argument("--kinds", default="func,kvcache",
+                    help="func (fixed and varlen batches), kvcache, paged_varlen (varlen over a paged cache)")
     ap.add_argument("--cuda", action="store_true", help="pass CUDA tensors (copied through the host by FlashCL)")
     args = ap.parse_args()
     import torch
@@ -207,7 +255,7 @@ def main():
         flashcl.use_device(args.device)
     device = "cuda" if args.cuda else "cpu"
     kinds = args.kinds.split(",")
-    runners = {"func": run_func, "kvcache": run_kvcache}
+    runners = {"func": run_func, "kvcache": run_kvcache, "paged_varlen": run_paged_varlen}
     print(f"device: {flashcl.current_context().device_name}; tensors on {device}", flush=True)
     failed = 0
     for i in range(args.cases):
