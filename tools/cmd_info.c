@@ -143,7 +143,7 @@ static int print_device_plans(const char *spec) {
         if (!tuning.path[0])
             printf("    %-22s (none)\n", "tuning file");
         else if (tuning.note[0])
-            printf("    %-22s %s\n", "tuning file", tuning.note);
+            printf("    %-22s %s\n", "tuning", tuning.note); /* the note names the file */
         else
             printf("    %-22s %s (%zu tuned plans read)\n", "tuning file", tuning.path, tuning.entries);
     }
