@@ -6,10 +6,12 @@
 See the README's "Python" section. FlashAttention-2's functions are in
 flashcl.flash_attn_interface (also importable from here); FlashCL's own
 features are attention(), attention_backward(), dropout_mask(), merge_states() and plan();
-devices: devices(), Context, use_device(), FLASHCL_DEVICE.
+devices: devices(), Context, use_device(), FLASHCL_DEVICE; to_device() makes a DeviceArray
+(a KV cache that stays on a discrete GPU between calls).
 """
 from . import _context, _flashcl
 from ._context import Context, current as current_context, use_device
+from ._device import DeviceArray, to_device
 from .errors import Error, InvalidArgumentError
 from .extras import attention, attention_backward, dropout_mask, merge_states, plan
 from .flash_attn_interface import (
@@ -34,8 +36,8 @@ def devices():
 
 
 __all__ = [
-    "Context", "Error", "InvalidArgumentError", "MAX_HEAD_DIM", "attention", "attention_backward", "current_context",
+    "Context", "DeviceArray", "Error", "InvalidArgumentError", "MAX_HEAD_DIM", "attention", "attention_backward", "current_context",
     "devices", "dropout_mask", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_with_kvcache", "merge_states", "plan", "use_device",
+    "flash_attn_with_kvcache", "merge_states", "plan", "to_device", "use_device",
 ]

@@ -81,6 +81,17 @@ def raw(x):
     return x.detach()
 
 
+_FP8_NAMES = ("float8_e4m3fn", "float8_e5m2")
+
+
+def raw_bits(x):
+    """raw(x), with 8-bit floats (which the extension does not know as floats) as their bytes: a view,
+    so that a write through it (an append into an fp8 cache) lands in x."""
+    if dtype_name(x) in _FP8_NAMES:
+        return x.view(np.uint8) if isinstance(x, np.ndarray) else x.detach().view(torch_module().uint8)
+    return raw(x)
+
+
 def to_numpy(x):
     """A numpy array of x's values (a tensor detached and copied to host memory; an array as is)."""
     return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from . import _arrays, _context, _core, _flashcl
+from . import _arrays, _context, _core, _device, _flashcl
 
 # 8-bit caches by dtype name (ml_dtypes and torch spell them alike).
 _FP8 = {"float8_e4m3fn": _flashcl.CACHE_DTYPE_FP8_E4M3, "float8_e5m2": _flashcl.CACHE_DTYPE_FP8_E5M2}
@@ -59,12 +59,11 @@ def _float32(name, x, shape=None):
 
 
 def _raw_cache(x):
-    """What the extension reads of a cache: fp8 ones as their bytes (a view: the append writes through it)."""
-    if _arrays.dtype_name(x) in _FP8:
-        if isinstance(x, np.ndarray):
-            return x.view(np.uint8)
-        return x.detach().view(_arrays.torch_module().uint8)
-    return _arrays.raw(x)
+    """What the extension reads of a cache: a DeviceArray's buffer, or the array (fp8 ones as their
+    bytes: a view, the append writes through it)."""
+    if isinstance(x, _device.DeviceArray):
+        return x._resident
+    return _arrays.raw_bits(x)
 
 
 def _scale(name, x, heads_kv):
@@ -88,9 +87,16 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     """(out, softmax_lse or None). k, v are appended into k_cache, v_cache in place."""
     spec = spec or _core.Spec()
     _core.check_spec(spec)
-    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
-             ("rotary_sin", rotary_sin), ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
-             ("block_table", block_table), ("alibi_slopes", spec.alibi_slopes)]
+    resident = [isinstance(x, _device.DeviceArray) for x in (k_cache, v_cache)]
+    _need(resident[0] == resident[1], "k_cache and v_cache must both be flashcl.DeviceArray, or neither")
+    if resident[0]:  # the call runs where the caches live
+        context = context or k_cache.context
+        _need(k_cache.context is context and v_cache.context is context,
+              "k_cache and v_cache are DeviceArrays of another flashcl.Context than the call's")
+    caches = [] if resident[0] else [("k_cache", k_cache), ("v_cache", v_cache)]
+    named = [("q", q)] + caches + [("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
+                                   ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
+                                   ("block_table", block_table), ("alibi_slopes", spec.alibi_slopes)]
     if not isinstance(cache_seqlens, numbers.Integral):
         named.append(("cache_seqlens", cache_seqlens))
     torch_kind = _arrays.kind_check(named)

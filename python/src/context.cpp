@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "resident_array.hpp"
 #include "status.hpp"
 
 namespace flashcl_py {
@@ -105,20 +106,47 @@ int add_lse(DeviceBuffers &b, const HostArray &h) {
     return b.add(h);
 }
 
-// A cache pool, [batch_cache | num_blocks, rows, heads_kv, d]. Written in
-// place when rows are appended: then it must be writable (a read-only numpy
-// array is refused rather than copied, since a copy would lose the append).
-HostArray cache_array(const char *name, nb::handle h, bool written, Elem elem, flashcl_dtype dt) {
+size_t storage_bytes(Elem elem, flashcl_dtype dt) {
+    if (elem == Elem::U8) return 1;
+    return dt == FLASHCL_DTYPE_F16 || dt == FLASHCL_DTYPE_BF16 ? 2 : 4;
+}
+
+// A cache pool, [batch_cache | num_blocks, rows, heads_kv, d], registered with the call's buffers.
+// A host array is written in place when rows are appended: then it must be writable (a read-only
+// numpy array is refused rather than copied, since a copy would lose the append). A DeviceArray's
+// buffer is used as it is (the append lands there).
+int add_cache(DeviceBuffers &b, const char *name, nb::handle h, bool written, Elem elem, flashcl_dtype dt,
+              cl_context context) {
+    ResidentArray *r = nullptr;
+    if (nb::try_cast(h, r, false) && r) {
+        if (r->context() != context)
+            throw nb::value_error((std::string(name) + " is a DeviceArray of another flashcl.Context").c_str());
+        if (r->shape().size() != 4 || r->elem_bytes() != storage_bytes(elem, dt))
+            throw nb::value_error((std::string(name) + ": a DeviceArray of 4 dimensions and the cache's "
+                                                       "element size is needed")
+                                      .c_str());
+        HostArray a;
+        a.name = name;
+        a.ndim = 4;
+        a.elem_bytes = r->elem_bytes();
+        size_t packed = 1;
+        for (int i = 3; i >= 0; --i) a.shape[i] = r->shape()[i], a.stride[i] = packed, packed *= a.shape[i];
+        a.span_bytes = r->bytes();
+        a.output = written;
+        a.read_too = written;
+        return b.add_resident(a, r->mem());
+    }
     InArray in;
     if (!nb::try_cast(h, in, false))
-        throw nb::value_error((std::string(name) + " must be a numpy array or a CPU tensor").c_str());
-    if (!written) return host_array(name, in, elem, dt, 4, 4);
+        throw nb::value_error(
+            (std::string(name) + " must be a numpy array, a CPU tensor or a flashcl.DeviceArray").c_str());
+    if (!written) return b.add(host_array(name, in, elem, dt, 4, 4));
     OutArray out;
     if (!nb::try_cast(h, out, false))
         throw nb::value_error((std::string(name) + " is read-only, but k and v are appended into it").c_str());
     HostArray a = host_array(name, out, elem, dt, 4, 4);
     a.read_too = true; // the rows before cache_seqlens are attended to: a copying buffer must start from them
-    return a;
+    return b.add(a);
 }
 
 // An int32 table the library reads on the host (block_table, cache_seqlens, ...): packed, so that
@@ -237,10 +265,11 @@ void Context::forward_kvcache(const flashcl_attention_desc &desc, const InArray 
     const bool append = kv.k_new.has_value() && kv.v_new.has_value();
     const Elem cache_elem = kv.cache_dtype == FLASHCL_CACHE_DTYPE_SAME ? Elem::STORAGE : Elem::U8; // fp8: bytes
     DeviceBuffers b(flashcl_context_cl_context(ctx_), flashcl_context_queue(ctx_), policy_, &stats_);
-    const HostArray hk = cache_array("k_cache", kv.k_cache, append, cache_elem, dt),
-                    hv = cache_array("v_cache", kv.v_cache, append, cache_elem, dt);
-    const int sq = add_view(b, "q", q, dt, false), so = add_view(b, "out", o, dt, false), sk = b.add(hk),
-              sv = b.add(hv);
+    const cl_context context = flashcl_context_cl_context(ctx_);
+    const int sq = add_view(b, "q", q, dt, false), so = add_view(b, "out", o, dt, false),
+              sk = add_cache(b, "k_cache", kv.k_cache, append, cache_elem, dt, context),
+              sv = add_cache(b, "v_cache", kv.v_cache, append, cache_elem, dt, context);
+    const HostArray hk = b.array(sk); // (a copy: later adds may move the entries)
     const int skn = append ? add_view(b, "k", *kv.k_new, dt, false) : -1,
               svn = append ? add_view(b, "v", *kv.v_new, dt, false) : -1;
     // Small float32 inputs the cache descriptor has no offset for: buffers of their own.
@@ -352,6 +381,44 @@ nb::dict Context::plan(const flashcl_attention_desc &desc, bool backward, const 
     r["build_options"] = std::string(p.build_options);
     r["reason"] = std::string(p.reason);
     return r;
+}
+
+ResidentArray *Context::to_device(const InArray &a) {
+    HostArray h = host_array("array", a, Elem::ANY, FLASHCL_DTYPE_F32, 1, 4);
+    require_packed(h);
+    std::vector<size_t> shape(h.shape, h.shape + h.ndim);
+    const cl_context context = flashcl_context_cl_context(ctx_);
+    cl_int err = CL_SUCCESS;
+    cl_mem mem;
+    {
+        nb::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> lock(mutex_);
+        // A buffer of its own, filled once: never over the caller's memory, which may go away.
+        mem = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, h.span_bytes, h.data, &err);
+        if (err == CL_SUCCESS) stats_.bytes_copied += h.span_bytes;
+    }
+    check(err, std::string("clCreateBuffer (") + std::to_string(h.span_bytes) + " bytes): " + flashcl_status_name(err));
+    return new ResidentArray(context, mem, std::move(shape), h.elem_bytes);
+}
+
+void Context::from_device(const ResidentArray &r, const OutArray &out) {
+    HostArray h = host_array("out", out, Elem::ANY, FLASHCL_DTYPE_F32, 1, 4);
+    require_packed(h);
+    if (r.context() != flashcl_context_cl_context(ctx_))
+        throw nb::value_error("the DeviceArray belongs to another flashcl.Context");
+    if (h.span_bytes != r.bytes())
+        throw nb::value_error(
+            ("out holds " + std::to_string(h.span_bytes) + " bytes, the DeviceArray " + std::to_string(r.bytes()))
+                .c_str());
+    cl_int err;
+    {
+        nb::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> lock(mutex_);
+        err = clEnqueueReadBuffer(flashcl_context_queue(ctx_), r.mem(), CL_TRUE, 0, r.bytes(), h.data, 0, nullptr,
+                                  nullptr);
+        if (err == CL_SUCCESS) stats_.bytes_copied += r.bytes();
+    }
+    check(err, std::string("clEnqueueReadBuffer (DeviceArray): ") + flashcl_status_name(err));
 }
 
 size_t Context::scratch_bytes() {

@@ -16,6 +16,7 @@
 
 #include "device_buffers.hpp"
 #include "host_array.hpp"
+#include "resident_array.hpp"
 
 namespace flashcl_py {
 
@@ -28,8 +29,9 @@ struct Features {
 
 // The KV-cache call's arrays beyond q and out (flashcl_kv_cache holds them as
 // cl_mem and host pointers; here they are the caller's arrays). The caches
-// come as Python objects: they are cast to writable arrays only when k_new and
-// v_new are appended into them, so that a read-only cache is fine otherwise.
+// come as Python objects: a flashcl.DeviceArray is used in place; a host array
+// is cast to a writable array only when k_new and v_new are appended into it,
+// so that a read-only cache is fine otherwise.
 struct KvCacheArgs {
     nb::handle k_cache, v_cache;
     std::optional<InArray> k_new, v_new, rotary_cos, rotary_sin, k_scale, v_scale;
@@ -57,6 +59,9 @@ class Context {
                          const std::optional<OutArray> &lse, const KvCacheArgs &kv, const Features &f);
     void dropout_mask(const flashcl_attention_desc &desc, const OutArray &out, const Features &f);
     nb::dict plan(const flashcl_attention_desc &desc, bool backward, const Features &f);
+    // flashcl.DeviceArray: a C-contiguous array copied into a device buffer of its own, and back.
+    ResidentArray *to_device(const InArray &a);
+    void from_device(const ResidentArray &r, const OutArray &out);
 
     std::string device_name() const { return device_name_; }
     std::string platform_name() const { return platform_name_; }

@@ -20,16 +20,25 @@ const char *cl_name(cl_int err) { return flashcl_status_name(err); }
 
 DeviceBuffers::~DeviceBuffers() {
     for (Group &g : groups_)
-        if (g.mem) clReleaseMemObject(g.mem);
+        if (g.mem && !g.resident) clReleaseMemObject(g.mem);
+    for (Entry &e : arrays_)
+        if (e.resident) clReleaseMemObject(e.resident);
 }
 
 int DeviceBuffers::add(const HostArray &a, bool own_buffer) {
-    arrays_.push_back({a, own_buffer, -1});
+    arrays_.push_back({a, own_buffer, nullptr, -1});
+    return (int)arrays_.size() - 1;
+}
+
+int DeviceBuffers::add_resident(const HostArray &a, cl_mem mem) {
+    clRetainMemObject(mem); // released with the groups, whether or not create() ran
+    arrays_.push_back({a, false, mem, -1});
     return (int)arrays_.size() - 1;
 }
 
 size_t DeviceBuffers::offset(int handle) const {
     const Entry &e = arrays_[handle];
+    if (e.resident) return 0; // the array is the whole buffer
     return (size_t)(e.a.data - groups_[e.group].begin) / e.a.elem_bytes;
 }
 
@@ -45,13 +54,21 @@ cl_int DeviceBuffers::create(std::string *what) {
     std::sort(order.begin(), order.end(), [&](int x, int y) { return arrays_[x].a.data < arrays_[y].a.data; });
     for (int i : order) {
         HostArray &a = arrays_[i].a;
-        if (arrays_[i].own_buffer) continue;
+        if (arrays_[i].own_buffer || arrays_[i].resident) continue;
         char *begin = align_down(a.data, align), *end = a.data + a.span_bytes;
         if (groups_.empty() || begin >= groups_.back().end) groups_.push_back({begin, end});
         Group &g = groups_.back();
         g.end = std::max(g.end, end);
         if (a.output) g.has_output = true;
         if (!a.output || a.read_too) g.has_input = true;
+        arrays_[i].group = (int)groups_.size() - 1;
+    }
+    for (size_t i = 0; i < arrays_.size(); ++i) { // resident arrays: their own buffers, as they are
+        if (!arrays_[i].resident) continue;
+        Group g;
+        g.resident = true;
+        g.mem = arrays_[i].resident;
+        groups_.push_back(g);
         arrays_[i].group = (int)groups_.size() - 1;
     }
     for (size_t i = 0; i < arrays_.size(); ++i) {
@@ -65,6 +82,7 @@ cl_int DeviceBuffers::create(std::string *what) {
         arrays_[i].group = (int)groups_.size() - 1;
     }
     for (Group &g : groups_) {
+        if (g.resident) continue;
         const size_t bytes = (size_t)(g.end - g.begin);
         cl_int err = CL_SUCCESS;
         if (zero_copy && !g.copy) {
@@ -90,7 +108,7 @@ cl_int DeviceBuffers::create(std::string *what) {
 cl_int DeviceBuffers::finish(std::string *what) {
     const bool zero_copy = policy_.zero_copy && policy_.base_align <= kPage;
     for (const Entry &e : arrays_) {
-        if (!e.a.output) continue;
+        if (!e.a.output || e.resident) continue; // a resident output stays where the kernels wrote it
         const Group &g = groups_[e.group];
         const size_t at = (size_t)(e.a.data - g.begin);
         cl_int err = CL_SUCCESS;

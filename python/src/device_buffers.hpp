@@ -44,6 +44,10 @@ class DeviceBuffers {
     // element (the descriptor's cu_seqlens have no offset field); it is
     // small, so it is copied.
     int add(const HostArray &a, bool own_buffer = false);
+    // Registers an array that already lives in a device buffer (flashcl.DeviceArray): `a`
+    // describes its shape and strides (its data pointer is unused); nothing is made, mapped or
+    // read back for it. The buffer is retained while the call runs.
+    int add_resident(const HostArray &a, cl_mem mem);
     // Creates the buffers. Runs without the GIL. Returns an OpenCL status.
     cl_int create(std::string *what);
     const HostArray &array(int handle) const { return arrays_[handle].a; }
@@ -58,6 +62,7 @@ class DeviceBuffers {
     struct Entry {
         HostArray a;
         bool own_buffer = false;
+        cl_mem resident = nullptr; // add_resident's buffer (retained); its group is made by create()
         int group = -1;
     };
     struct Group {
@@ -65,7 +70,8 @@ class DeviceBuffers {
         char *end = nullptr;
         bool has_output = false;
         bool has_input = false;
-        bool copy = false; // copied even where the device could use host memory
+        bool copy = false;     // copied even where the device could use host memory
+        bool resident = false; // a DeviceArray's own buffer: nothing to make or bring back
         cl_mem mem = nullptr;
     };
     cl_context context_;

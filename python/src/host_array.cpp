@@ -29,6 +29,8 @@ bool elem_matches(nb::dlpack::dtype t, Elem elem, flashcl_dtype storage) {
     const auto c = (code)t.code;
     if (t.lanes != 1) return false;
     switch (elem) {
+    case Elem::ANY:
+        return true;
     case Elem::F32:
         return c == code::Float && t.bits == 32;
     case Elem::U8:
@@ -57,6 +59,8 @@ const char *wanted_name(Elem elem, flashcl_dtype storage) {
         return "bool or uint8";
     case Elem::I32:
         return "int32";
+    case Elem::ANY:
+        return "any";
     case Elem::STORAGE:
         break;
     }

@@ -22,7 +22,8 @@ using OutArray = nb::ndarray<>;      // outputs: must be writable
 // What an array must hold. STORAGE is the call's q/k/v dtype (float32,
 // float16, bfloat16; bfloat16 may also come as 16-bit integers, which is how
 // numpy without a bfloat16 type carries ml_dtypes' bfloat16).
-enum class Elem { STORAGE, F32, U8, I32 };
+// ANY: whatever the array holds (a DeviceArray's bytes; the package names its dtype).
+enum class Elem { STORAGE, F32, U8, I32, ANY };
 
 struct HostArray {
     const char *name = nullptr;

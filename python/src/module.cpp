@@ -19,6 +19,7 @@ using flashcl_py::Features;
 using flashcl_py::InArray;
 using flashcl_py::KvCacheArgs;
 using flashcl_py::OutArray;
+using flashcl_py::ResidentArray;
 
 namespace {
 
@@ -111,6 +112,15 @@ NB_MODULE(_flashcl, m) {
     m.def("merge_states", &flashcl_py::merge_states_host, "desc"_a, "states"_a, "lse_states"_a, "out"_a,
           "lse"_a = nb::none());
 
+    nb::class_<ResidentArray>(m, "Resident")
+        .def_prop_ro("shape",
+                     [](const ResidentArray &r) {
+                         nb::list l;
+                         for (size_t n : r.shape()) l.append(n);
+                         return nb::tuple(l);
+                     })
+        .def_prop_ro("nbytes", &ResidentArray::bytes);
+
     nb::class_<Context>(m, "Context")
         .def(nb::init<std::optional<std::string>, bool>(), "device"_a = nb::none(), "zero_copy"_a = true)
         .def(
@@ -149,10 +159,10 @@ NB_MODULE(_flashcl, m) {
                 c.forward_kvcache(d, q, o, lse, kv, features(alibi, {}, {}, {}, {}, {}, {}));
             },
             "desc"_a, "q"_a, "k_cache"_a, "v_cache"_a, "out"_a, "lse"_a = nb::none(), "k"_a = nb::none(),
-            "v"_a = nb::none(), "rotary_cos"_a = nb::none(), "rotary_sin"_a = nb::none(),
-            "rotary_interleaved"_a = true, "cache_seqlens"_a = nb::none(), "cache_batch_idx"_a = nb::none(),
-            "cache_leftpad"_a = nb::none(), "block_table"_a = nb::none(), "cache_dtype"_a = 0,
-            "k_scale"_a = nb::none(), "v_scale"_a = nb::none(), "alibi_slopes"_a = nb::none())
+            "v"_a = nb::none(), "rotary_cos"_a = nb::none(), "rotary_sin"_a = nb::none(), "rotary_interleaved"_a = true,
+            "cache_seqlens"_a = nb::none(), "cache_batch_idx"_a = nb::none(), "cache_leftpad"_a = nb::none(),
+            "block_table"_a = nb::none(), "cache_dtype"_a = 0, "k_scale"_a = nb::none(), "v_scale"_a = nb::none(),
+            "alibi_slopes"_a = nb::none())
         .def(
             "dropout_mask",
             [](Context &c, const flashcl_attention_desc &d, const OutArray &out, Opt cu_q, Opt cu_k) {
@@ -165,6 +175,9 @@ NB_MODULE(_flashcl, m) {
                Opt bm, Opt cu_q,
                Opt cu_k) { return c.plan(d, backward, features(alibi, sinks, bias, mask, bm, cu_q, cu_k)); },
             "desc"_a, "backward"_a = false, FEATURE_ARGS)
+        // The array keeps its context (and so the cl_context its buffer belongs to) alive.
+        .def("to_device", &Context::to_device, "array"_a, nb::rv_policy::take_ownership, nb::keep_alive<0, 1>())
+        .def("from_device", &Context::from_device, "resident"_a, "out"_a)
         .def_prop_ro("device_name", &Context::device_name)
         .def_prop_ro("platform_name", &Context::platform_name)
         .def_prop_ro("device_type", &Context::device_type)

@@ -1,0 +1,92 @@
+"""flashcl.DeviceArray: KV caches that stay on the device between calls.
+
+Checked on a context that copies (zero_copy=False), which is what a discrete GPU does: the same
+decode loop with DeviceArray caches gives bit for bit the outputs and the caches of the loop with
+numpy caches, while only q, the new rows and the output cross to the device.
+"""
+import numpy as np
+import pytest
+
+import flashcl
+from conftest import rand
+
+B, HKV, HQ, D, PAGE, PAGES = 2, 2, 4, 32, 8, 8  # a paged pool of B * PAGES + 1 pages
+
+
+def _decode_loop(ctx, make_cache, dtype="float32", steps=(7, 1, 1, 2), **extra):
+    """A prefill then decode steps appending into a paged cache; (outputs, bytes copied per step, caches)."""
+    rng = np.random.default_rng(1)
+    pool = (B * PAGES + 1, PAGE, HKV, D)
+    table = np.random.default_rng(5).permutation(pool[0])[:B * PAGES].reshape(B, PAGES).astype(np.int32)
+    cache_dtype = extra.pop("cache_dtype", np.float32)
+    k_cache, v_cache = (make_cache(np.zeros(pool, cache_dtype)) for _ in range(2))
+    lens = np.zeros(B, np.int32)
+    outs, copied = [], []
+    for s in steps:
+        q, k, v = (rand(rng, (B, s, h, D), dtype) for h in (HQ, HKV, HKV))
+        before = ctx.transfer_stats()["bytes_copied"]
+        outs.append(flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=lens,
+                                                    block_table=table, causal=True, **extra))
+        copied.append(ctx.transfer_stats()["bytes_copied"] - before)
+        lens += s
+    return outs, copied, (k_cache, v_cache)
+
+
+def test_decode_loop_on_device_caches():
+    host_ctx = flashcl.Context(zero_copy=False)
+    with host_ctx:
+        want, copied_host, host_caches = _decode_loop(host_ctx, lambda x: x)
+    ctx = flashcl.Context(zero_copy=False)
+    got, copied, caches = _decode_loop(ctx, lambda x: flashcl.to_device(x, ctx))  # runs on the caches' context
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    for dev, host in zip(caches, host_caches):
+        assert isinstance(dev, flashcl.DeviceArray) and dev.shape == host.shape and dev.dtype == host.dtype
+        np.testing.assert_array_equal(dev.numpy(), host)
+    # A one-token step moves q, the new rows and the output (3 KB) instead of the caches (140 KB).
+    cache_bytes = sum(c.nbytes for c in caches)
+    assert max(copied[1:]) < cache_bytes / 10 < min(copied_host[1:])
+
+
+def test_fp8_device_cache():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    fp8 = np.dtype(ml_dtypes.float8_e4m3fn)
+    kw = dict(cache_dtype=fp8, k_scale=0.5, v_scale=0.75)
+    with flashcl.Context(zero_copy=False) as host_ctx:
+        want, _, host_caches = _decode_loop(host_ctx, lambda x: x, **kw)
+    ctx = flashcl.Context(zero_copy=False)
+    got, _, caches = _decode_loop(ctx, lambda x: flashcl.to_device(x, ctx), **kw)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert caches[0].dtype == fp8
+    np.testing.assert_array_equal(caches[0].numpy().view(np.uint8), host_caches[0].view(np.uint8))
+
+
+def test_torch_round_trip():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(3, 5, 2, 4).to(torch.bfloat16)
+    dev = flashcl.to_device(x.transpose(1, 2))  # made contiguous
+    back = dev.to_host()
+    assert isinstance(back, torch.Tensor) and back.dtype == torch.bfloat16 and dev.shape == (3, 2, 5, 4)
+    assert torch.equal(back, x.transpose(1, 2).contiguous())
+    assert dev.numpy().dtype.name == "bfloat16"
+
+
+def test_errors():
+    ctx, other = flashcl.Context(), flashcl.Context()
+    k = flashcl.to_device(np.zeros((2, 8, HKV, D), np.float32), ctx)
+    v_host = np.zeros((2, 8, HKV, D), np.float32)
+    q = np.zeros((2, 1, HQ, D), np.float32)
+    with pytest.raises(ValueError, match="both be flashcl.DeviceArray, or neither"):
+        flashcl.flash_attn_with_kvcache(q, k, v_host, cache_seqlens=3)
+    v = flashcl.to_device(v_host, other)
+    with pytest.raises(ValueError, match="another flashcl.Context"):
+        flashcl.flash_attn_with_kvcache(q, k, v, cache_seqlens=3)
+    with pytest.raises(ValueError, match=r"k_cache must be .* got shape \(16, 8\)"):
+        flat = flashcl.to_device(np.zeros((16, 8), np.float32), ctx)
+        flashcl.flash_attn_with_kvcache(q, flat, flat, cache_seqlens=3)
+    with pytest.raises(ValueError, match="none of them 0"):
+        flashcl.to_device(np.zeros((2, 0), np.float32))
+    with pytest.raises(ValueError, match="k_cache has dtype float16, q has float32"):
+        half = flashcl.to_device(np.zeros((2, 8, HKV, D), np.float16), ctx)
+        flashcl.flash_attn_with_kvcache(q, half, half, cache_seqlens=3)
