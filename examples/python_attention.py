@@ -30,6 +30,17 @@ mask = np.tril(np.ones((100, 120), bool), k=20)
 out = flashcl.attention(q, k, v, sinks=np.zeros(8, np.float32), mask=mask)
 print("mask + sinks:", out.shape, "plan:", flashcl.plan(q, k, v, causal=True)["kernel"])
 
+# Decoding: the KV cache as DeviceArrays stays on the device (on a discrete GPU only q, the new
+# rows and the output cross per step); flash_attn_with_kvcache appends k, v into it in place.
+k_cache, v_cache = (flashcl.to_device(np.zeros((2, 256, 2, 64), np.float32)) for _ in range(2))
+lens = np.zeros(2, np.int32)
+for step_rows in (100, 1, 1):  # a prefill, then two decode steps
+    q_step = rng.standard_normal((2, step_rows, 8, 64), dtype=np.float32)
+    k_step, v_step = (rng.standard_normal((2, step_rows, 2, 64), dtype=np.float32) for _ in range(2))
+    out = flashcl.flash_attn_with_kvcache(q_step, k_cache, v_cache, k=k_step, v=v_step, cache_seqlens=lens, causal=True)
+    lens += step_rows
+print("decode:", out.shape, "cache rows", lens.tolist(), "cache back on the host", k_cache.numpy().shape)
+
 try:
     import torch
 except ImportError:

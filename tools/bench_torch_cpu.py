@@ -88,7 +88,8 @@ ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 
 def decode_bytes(a):
     """Q, K, V and O once each, in the storage type, as `flashcl bench` counts them."""
-    return ELEMENT_BYTES[a.dtype] * (2 * a.batch * a.heads * a.seqlen * a.head_dim + 2 * a.batch * a.kv_heads * a.seqlen_k * a.head_dim)
+    return ELEMENT_BYTES[a.dtype] * (2 * a.batch * a.heads * a.seqlen * a.head_dim +
+                                     2 * a.batch * a.kv_heads * a.seqlen_k * a.head_dim)
 
 
 def time_torch(fn, iters):

@@ -36,7 +36,8 @@ def devices():
 
 
 __all__ = [
-    "Context", "DeviceArray", "Error", "InvalidArgumentError", "MAX_HEAD_DIM", "attention", "attention_backward", "current_context",
+    "Context", "DeviceArray", "Error", "InvalidArgumentError", "MAX_HEAD_DIM", "attention", "attention_backward",
+    "current_context",
     "devices", "dropout_mask", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache", "merge_states", "plan", "to_device", "use_device",

@@ -17,7 +17,8 @@ from . import _arrays, _core, _kvcache
 
 def _offsets(name, cu, total, max_name, max_len, batch=None):
     """cu_seqlens as int64 numpy, (batch + 1,) int32, checked as the varlen path checks them."""
-    _core._need(_arrays.dtype_name(cu) == "int32", lambda: f"{name} must have dtype int32, got {_arrays.dtype_name(cu)}")
+    _core._need(_arrays.dtype_name(cu) == "int32",
+                lambda: f"{name} must have dtype int32, got {_arrays.dtype_name(cu)}")
     values = _arrays.to_numpy(cu).astype(np.int64)
     _core._need(values.ndim == 1 and values.shape[0] >= 2 and (batch is None or values.shape[0] == batch + 1),
                 lambda: f"{name} must be (batch + 1,)" + (f" = ({batch + 1},)" if batch is not None else "") +
@@ -48,7 +49,8 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     total_q, heads, dim = qs
     starts_q = _offsets("cu_seqlens_q", cu_seqlens_q, total_q, "max_seqlen_q", max_seqlen_q)
     batch = starts_q.shape[0] - 1
-    starts_k = _offsets("cu_seqlens_k", cu_seqlens_k, 2**31 - 1, "max_seqlen_k", max_seqlen_k, batch)  # (no packed rows: pages)
+    # (k and v are pages, not packed rows: no total to end within)
+    starts_k = _offsets("cu_seqlens_k", cu_seqlens_k, 2**31 - 1, "max_seqlen_k", max_seqlen_k, batch)
     lens_q, lens_k = np.diff(starts_q), np.diff(starts_k)
     for name, x in (("k", k_cache), ("v", v_cache)):
         s = _core._shape(x)

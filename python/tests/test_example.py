@@ -11,3 +11,4 @@ def test_example_runs():
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "numpy: (2, 100, 8, 64) float32 lse (2, 8, 100)" in r.stdout and "varlen: (100, 8, 64)" in r.stdout
+    assert "decode: (2, 1, 8, 64) cache rows [102, 102]" in r.stdout
