@@ -1,8 +1,8 @@
 /*
  * flashcl_forward_kvcache's preparation: the new K/V rows written into the
  * cache (rotated first when rotary is on; quantised when the cache is fp8),
- * and the query rows rotated into scratch. One work-item per element; the
- * positions are counted from each sequence's first cache row (cache_leftpad).
+ * and the query rows rotated into scratch. One work-item per element; a rotary
+ * position is a cache row (FlashAttention's rule: cache_leftpad does not shift it).
  *
  * Rotary on the first ROTARY_DIM dims with cos/sin [seqlen_ro, ROTARY_DIM / 2]:
  *   INTERLEAVED (GPT-J): pairs (x[2i], x[2i+1]) turn by angle i;

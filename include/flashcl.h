@@ -491,12 +491,13 @@ typedef enum flashcl_cache_dtype {
  * which share them, write them once; the arrays are free again when the call returns).
  * cache_seqlens[b] rows are in the cache before the call (NULL: every sequence is full:
  * capacity, or max_pages * page_size); the keys of sequence b are rows
- * [cache_leftpad[b], cache_seqlens[b] + seqlen_new), positions counted from cache_leftpad[b].
+ * [cache_leftpad[b], cache_seqlens[b] + seqlen_new) (the masks and ALiBi align to them).
  * k_new / v_new ([batch, seqlen_new, heads_kv, d], buffer NULL = none) are written into the
  * cache at rows cache_seqlens[b] .. in the same call (in place, as FlashAttention does; the
- * caller advances its cache_seqlens), rotated first when rotary is set; q is rotated too
- * (into scratch, never in place): at positions cache_seqlens[b] + i when causal or windowed,
- * else all at cache_seqlens[b] (FlashAttention's rule).
+ * caller advances its cache_seqlens), rotated first when rotary is set, new row t at position
+ * cache_seqlens[b] + t (its cache row: cache_leftpad does not shift rotary positions); q is
+ * rotated too (into scratch, never in place): at positions cache_seqlens[b] + i when causal or
+ * windowed, else all at cache_seqlens[b] (FlashAttention's rules).
  */
 typedef struct flashcl_kv_cache {
     size_t struct_size; /* FLASHCL_KV_CACHE_INIT */

@@ -148,7 +148,8 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
         p->seqinfo[4 * s] = (int32_t)pad;             /* the sequence's first key row */
         p->seqinfo[4 * s + 1] = (int32_t)(end - pad); /* its keys after the append */
         p->seqinfo[4 * s + 2] = (int32_t)len;         /* where the new rows go */
-        p->seqinfo[4 * s + 3] = (int32_t)(len - pad); /* the position of the first new row */
+        p->seqinfo[4 * s + 3] = (int32_t)len; /* the rotary position of the first new row: its cache row, as
+                                                 FlashAttention rotates (cache_leftpad does not shift it) */
         if ((size_t)(end - pad) > p->max_kv) p->max_kv = (size_t)(end - pad);
     }
     return FLASHCL_SUCCESS;

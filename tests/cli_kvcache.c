@@ -191,7 +191,7 @@ static void host_append(const kv_cli_case *c, float *kc, float *vc) {
                 const float *krow = c->kn + ((s * c->s_new + t) * c->hkv + h) * c->d;
                 const float *vrow = c->vn + ((s * c->s_new + t) * c->hkv + h) * c->dv;
                 const size_t j = (size_t)c->seqlens[s] + t;
-                const size_t pos = (size_t)(c->seqlens[s] - (c->has_leftpad ? c->leftpad[s] : 0)) + t;
+                const size_t pos = (size_t)c->seqlens[s] + t; /* the cache row (cache_leftpad does not shift it) */
                 for (size_t e = 0; e < c->d; e++)
                     kc[pool_at(c, s, j, h, c->d) + e] = c->rotary_dim ? rotate(c, krow, e, pos) : krow[e];
                 memcpy(vc + pool_at(c, s, j, h, c->dv), vrow, c->dv * sizeof(float));

@@ -872,7 +872,7 @@ static void host_append(kv_run *r) {
             for (size_t h = 0; h < c->hkv; ++h) {
                 const float *krow = r->knew + ((s * c->seqlen_new + t) * c->hkv + h) * c->d;
                 const float *vrow = r->vnew + ((s * c->seqlen_new + t) * c->hkv + h) * c->dv;
-                const long pos = r->seqlens[s] - r->leftpad[s] + (long)t;
+                const long pos = r->seqlens[s] + (long)t; /* the cache row, as FlashAttention rotates */
                 const size_t j = (size_t)r->seqlens[s] + t;
                 for (size_t e = 0; e < c->d; ++e)
                     cache_store(r, r->kcache, cache_at(r, s, j, h, c->d) + e,
@@ -947,7 +947,7 @@ static int check_output(kv_run *r, cl_command_queue queue, const char *label) {
         for (size_t i = 0; i < c->sq; ++i)
             for (size_t h = 0; h < c->hq; ++h) {
                 const float *row = r->q + ((s * c->sq + i) * c->hq + h) * c->d;
-                const long pos = r->seqlens[s] - r->leftpad[s] + (per_row ? (long)i : 0);
+                const long pos = r->seqlens[s] + (per_row ? (long)i : 0);
                 for (size_t e = 0; e < c->d; ++e)
                     q[((s * c->sq + i) * c->hq + h) * c->d + e] =
                         c->rotary_dim ? st_round(c->dtype, rotate(r, row, e, pos)) : row[e];

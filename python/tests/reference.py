@@ -182,9 +182,9 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rota
 
     Sequence b's row j lives in k_cache[cache_batch_idx[b], j], or paged in
     k_cache[block_table[b, j // page], j % page]. k, v rows go to rows cache_seqlens[b] + t,
-    k rotated to position cache_seqlens[b] - cache_leftpad[b] + t; the keys are rows
+    k rotated to position cache_seqlens[b] + t; the keys are rows
     cache_leftpad[b] .. cache_seqlens[b] + seqlen_new; q is rotated to position
-    cache_seqlens[b] - cache_leftpad[b] (+ i when causal or windowed). round_k / round_q: what
+    cache_seqlens[b] (+ i when causal or windowed). round_k / round_q: what
     storing a row does (the cache's rounding: k after its rotation; the library keeps the rotated q in q's dtype).
     attention: numpy_attention's keywords (scale, causal, window, softcap, alibi, storage);
     alibi may be (b, h).
@@ -211,7 +211,7 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rota
     alibi = attention.pop("alibi", None)
     outs, lses = [], []
     for i in range(b):
-        start = int(lens[i] - pad[i])
+        start = int(lens[i])  # rotary positions are cache rows, as flash_attn rotates (leftpad does not shift them)
         for t in range(s_new):
             row = np.asarray(k[i, t:t + 1], np.float64)
             if rotary_cos is not None:
