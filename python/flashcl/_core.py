@@ -225,8 +225,8 @@ def check_spec(spec):
           lambda: f"window_size must be a pair (left, right), got {spec.window_size!r}")
     left, right = spec.window_size
     _need(_is_int(left) and _is_int(right), lambda: f"window_size entries must be integers, got {tuple(spec.window_size)!r}")
-    _need(-1 <= left < 2**31 and -1 <= right < 2**31,
-          lambda: f"window_size entries must be >= -1 and below 2**31, got {tuple(spec.window_size)}")
+    _need(-2**31 <= left < 2**31 and -2**31 <= right < 2**31,
+          lambda: f"window_size entries must be 32-bit integers, got {tuple(spec.window_size)}")
     # Seeds and offsets travel as int64 through torch (rng_state); 2**63 values are plenty.
     for name, x in (("dropout_seed", spec.dropout_seed), ("dropout_offset", spec.dropout_offset)):
         _need(x is None or (_is_int(x) and 0 <= x < 2**63),
@@ -254,11 +254,10 @@ def make_desc(p, spec):
     _need(scale > 0 and math.isfinite(scale), lambda: f"softmax_scale must be positive and finite, got {scale}")
     d.scale = scale
     d.causal = 1 if spec.causal else 0
-    left, right = spec.window_size  # checked by check_spec (Problem, or the caller)
+    left, right = (max(int(w), -1) for w in spec.window_size)  # any negative: unbounded, as flash_attn reads it
     if (left, right) != (-1, -1):
         d.window, d.window_left, d.window_right = 1, int(left), int(right)
-    d.softcap = float(spec.softcap or 0.0)
-    _need(d.softcap >= 0, lambda: f"softcap must be >= 0, got {spec.softcap}")
+    d.softcap = max(float(spec.softcap or 0.0), 0.0)  # <= 0: off, as flash_attn documents it
     if spec.dropout_p:
         _need(0 <= spec.dropout_p < 1, lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
         d.dropout_p = float(spec.dropout_p)

@@ -212,6 +212,9 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     _need(isinstance(num_splits, numbers.Integral) and num_splits >= 0,
           lambda: f"num_splits must be an integer >= 0 (0: automatic), got {num_splits!r}")
 
+    # flash_attn drops a window side as wide as the cache (so a non-causal call then rotates q as an
+    # unwindowed one, all rows at cache_seqlens); the attention itself is the same either way.
+    spec.window_size = tuple(-1 if w >= capacity else w for w in spec.window_size)
     desc = _core.make_desc(p, spec)
     desc.num_splits = int(num_splits)
     out = _arrays.empty(q, (b, p.seqlen_q, p.heads_q, p.head_dim_v))

@@ -29,19 +29,31 @@ def _offsets(name, cu, total, max_name, max_len, batch=None):
     return values
 
 
-def _refuse_gradient(arrays):
+def _no_backward(out, arrays):
+    """out, tied (for torch with grad mode on) to the inputs that require grad through a node whose
+    backward raises: flash_attn's paged varlen call has no backward either, and fails only there."""
     torch = _arrays.torch_module()
-    if torch is not None and torch.is_grad_enabled() and any(
-            _arrays.is_torch(x) and x.requires_grad for x in arrays if x is not None):
-        raise NotImplementedError("flash_attn_varlen_func with block_table has no backward (flash_attn has none "
-                                  "either): call it under torch.no_grad() or with tensors that need no gradient")
+    needs = [x for x in arrays if x is not None and _arrays.is_torch(x) and x.requires_grad]
+    if not needs or not torch.is_grad_enabled():
+        return out
+
+    class NoBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, out, *inputs):
+            return out.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise NotImplementedError("flash_attn_varlen_func with block_table has no backward (a paged KV "
+                                      "cache is for inference; flash_attn has none either)")
+
+    return NoBackward.apply(out, *needs)
 
 
 def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec, block_table,
             return_attn_probs):
     """out (total_q, nheads, d_v), or (out, softmax_lse (nheads, total_q), empty S_dmask)."""
     _core._need(not spec.dropout_p, "dropout_p must be 0 with block_table (a paged KV cache is for inference)")
-    _refuse_gradient((q, k_cache, v_cache, spec.alibi_slopes))
     _arrays.kind_check([("q", q), ("k", k_cache), ("v", v_cache), ("cu_seqlens_q", cu_seqlens_q),
                         ("cu_seqlens_k", cu_seqlens_k), ("block_table", block_table)])
     qs = _core._shape(q)
@@ -85,6 +97,7 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             lse[:, rows] = lse_p[b, :, first:]
     if out_device is not None:
         out, lse = out.to(out_device), lse.to(out_device)
+    out = _no_backward(out, (q, k_cache, v_cache, spec.alibi_slopes))
     if not return_attn_probs:
         return out
     empty = np.empty((0,), np.float32)
