@@ -18,6 +18,7 @@
  */
 #include "tuning.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,18 +75,20 @@ static void tuning_path(flashcl_context *ctx, const char *ident) {
     if (n < 0 || (size_t)n >= sizeof ctx->tuning_path) ctx->tuning_path[0] = '\0';
 }
 
-/* The whole file, NUL-terminated, or NULL (absent or too large; *missing says which). */
+/* The whole file, NUL-terminated, or NULL (absent, or unreadable or too large; *missing says
+   which). A path that opens but cannot be read (a directory: fread fails) is unreadable, not empty. */
 static char *read_file(const char *path, size_t *len, int *missing) {
     *missing = 0;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        *missing = 1;
+        *missing = errno == ENOENT; /* another failure (no permission) is a file we cannot read */
         return NULL;
     }
     char *buf = malloc(MAX_TUNING_BYTES + 1);
     size_t n = buf ? fread(buf, 1, MAX_TUNING_BYTES + 1, f) : 0;
+    const int failed = ferror(f);
     fclose(f);
-    if (!buf || n > MAX_TUNING_BYTES) {
+    if (!buf || failed || n > MAX_TUNING_BYTES) {
         free(buf);
         return NULL;
     }

@@ -17,11 +17,20 @@ static void csv_rows(FILE *out, const bench_job *job, const bench_results *r) {
             const bench_pass_result *x = &pr->passes[i];
             if (!x->ran && !x->skipped) continue;
             const double s = x->ran ? x->timing.ms * 1e-3 : NAN;
+            /* The pass's kernels: the backward's for "bwd", both for "fwd+bwd". */
+            const char *name = job->passes[i]->name;
+            char kernel[2 * sizeof pr->fwd_plan.kernel + 2] = "", origin[2 * sizeof pr->fwd_plan.origin + 2] = "";
+            if (pr->planned) {
+                const int fwd = strcmp(name, "bwd") != 0, bwd = strstr(name, "bwd") != NULL;
+                snprintf(kernel, sizeof kernel, "%s%s%s", fwd ? pr->fwd_plan.kernel : "", fwd && bwd ? "+" : "",
+                         bwd ? pr->bwd_plan.kernel : "");
+                snprintf(origin, sizeof origin, "%s%s%s", fwd ? pr->fwd_plan.origin : "", fwd && bwd ? "+" : "",
+                         bwd ? pr->bwd_plan.origin : "");
+            }
             fprintf(out, "%zu,%zu,%zu,%zu,%zu,%d,%s,%s,%s,%.6g,%.6g,%.6g,%zu,%s,%s\n", job->base.batch,
                     job->base.heads_q, job->base.seqlen_q, job->base.seqlen_k, job->base.head_dim, job->base.causal,
-                    job->paths[p].name, job->passes[i]->name, x->ran ? "ran" : "skipped", x->ran ? x->timing.ms : NAN,
-                    x->flops / s * 1e-12, x->bytes / s * 1e-9, x->bytes_extra, pr->planned ? pr->fwd_plan.kernel : "",
-                    pr->planned ? pr->fwd_plan.origin : "");
+                    job->paths[p].name, name, x->ran ? "ran" : "skipped", x->ran ? x->timing.ms : NAN,
+                    x->flops / s * 1e-12, x->bytes / s * 1e-9, x->bytes_extra, kernel, origin);
         }
     }
 }

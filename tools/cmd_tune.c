@@ -262,7 +262,13 @@ int cmd_tune(int argc, char **argv) {
     const bool is_cpu = device_is_cpu(ctx, &max_wg);
     flashcl_context_destroy(ctx);
     if (st != FLASHCL_SUCCESS) return tool_status_error("tune: tuning file", st, "");
-    if (!info.path[0]) return tool_failure("tune: no tuning file location (no cache directory): give --output FILE");
+    if (!info.path[0]) {
+        const char *off = getenv("FLASHCL_TUNING");
+        return tool_failure(off && !strcmp(off, "off") ? "tune: FLASHCL_TUNING=off turns tuning files off: unset it, "
+                                                         "or give --output FILE"
+                                                       : "tune: no tuning file location (no cache directory): give "
+                                                         "--output FILE");
+    }
 
     tune_log log = {0};
     if (info.note[0])
@@ -398,6 +404,7 @@ int cmd_tune(int argc, char **argv) {
             r.verified = m.ran && m.verified;
             if (!r.verified) fprintf(stderr, "\nflashcl: note: %s: %s\n", what, m.error[0] ? m.error : "not verified");
             if (tune_log_add(&log, &r) != 0 || tune_log_write(&log, info.path, info.identity, err, sizeof err) != 0) {
+                fputc('\n', stderr); /* off the progress line */
                 rc = tool_failure("tune: %s", err[0] ? err : "out of host memory");
                 stop = "error";
             }
@@ -433,8 +440,11 @@ int cmd_tune(int argc, char **argv) {
                 snprintf(r.size, sizeof r.size, "%s", confirm);
                 r.ms = m.ran ? m.ms : NAN;
                 r.verified = m.ran && m.verified;
-                if (tune_log_add(&log, &r) != 0 || tune_log_write(&log, info.path, info.identity, err, sizeof err) != 0)
+                if (tune_log_add(&log, &r) != 0 ||
+                    tune_log_write(&log, info.path, info.identity, err, sizeof err) != 0) {
+                    fputc('\n', stderr); /* off the progress line */
                     rc = tool_failure("tune: %s", err[0] ? err : "out of host memory");
+                }
             }
     }
     progress(done, total, stop ? stop : "done", wall_seconds() - start, 0.0);

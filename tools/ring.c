@@ -14,6 +14,8 @@
 #include "flashcl_mpi.h"
 #include "storage_codec.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,40 +28,52 @@ typedef struct options {
     flashcl_dtype dtype;
 } options;
 
+/* A whole decimal number from 1 up (a typo such as "--dim abc" is a usage error, not 0). */
+static int count(const char *s, size_t *out) {
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (s[0] < '0' || s[0] > '9' || *end || errno || v == 0 || v > SIZE_MAX) return 0;
+    *out = (size_t)v;
+    return 1;
+}
+
 static int parse(int argc, char **argv, options *o, int rank) {
     *o = (options){1, 4096, 8, 0, 64, 0, 0, 3, 0, -1, -1, FLASHCL_RING_ZIGZAG, FLASHCL_DTYPE_F32};
+    size_t n = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--causal"))
             o->causal = 1;
         else if (!strcmp(a, "--backward"))
             o->backward = 1;
-        else if (val && !strcmp(a, "--layout"))
+        else if (val && !strcmp(a, "--layout") && (!strcmp(val, "contiguous") || !strcmp(val, "zigzag")))
             o->layout = !strcmp(val, "contiguous") ? FLASHCL_RING_CONTIGUOUS : FLASHCL_RING_ZIGZAG, ++i;
         else if (val && !strcmp(a, "--dtype") && (!strcmp(val, "f32") || !strcmp(val, "f16") || !strcmp(val, "bf16")))
             o->dtype = !strcmp(val, "f16")    ? FLASHCL_DTYPE_F16
                        : !strcmp(val, "bf16") ? FLASHCL_DTYPE_BF16
                                               : FLASHCL_DTYPE_F32,
             ++i;
-        else if (val && !strcmp(a, "--batch"))
-            o->batch = strtoul(val, NULL, 10), ++i;
-        else if (val && !strcmp(a, "--seqlen"))
-            o->seqlen = strtoul(val, NULL, 10), ++i;
-        else if (val && !strcmp(a, "--heads"))
-            o->heads = strtoul(val, NULL, 10), ++i;
-        else if (val && !strcmp(a, "--heads-kv"))
-            o->heads_kv = strtoul(val, NULL, 10), ++i;
-        else if (val && !strcmp(a, "--dim"))
-            o->dim = strtoul(val, NULL, 10), ++i;
-        else if (val && !strcmp(a, "--iters"))
-            o->iters = atoi(val), ++i;
+        else if (val && !strcmp(a, "--batch") && count(val, &o->batch))
+            ++i;
+        else if (val && !strcmp(a, "--seqlen") && count(val, &o->seqlen))
+            ++i;
+        else if (val && !strcmp(a, "--heads") && count(val, &o->heads))
+            ++i;
+        else if (val && (!strcmp(a, "--kv-heads") || !strcmp(a, "--heads-kv")) && count(val, &o->heads_kv))
+            ++i;
+        else if (val && (!strcmp(a, "--head-dim") || !strcmp(a, "--dim")) && count(val, &o->dim))
+            ++i;
+        else if (val && !strcmp(a, "--iters") && count(val, &n) && n <= 1000000)
+            o->iters = (int)n, ++i;
         else if (val && !strcmp(a, "--window") && sscanf(val, "%d,%d", &o->wl, &o->wr) == 2)
             o->window = 1, ++i;
         else {
             if (rank == 0)
-                fprintf(stderr, "usage: flashcl_ring [--seqlen N] [--batch B] [--heads H] [--heads-kv H] [--dim D] "
-                                "[--causal] [--window L,R] [--layout zigzag|contiguous] [--dtype f32|f16|bf16] "
-                                "[--backward] [--iters I]\n");
+                fprintf(stderr,
+                        "usage: flashcl_ring [--seqlen N] [--batch B] [--heads H] [--kv-heads H] [--head-dim D] "
+                        "[--causal] [--window L,R] [--layout zigzag|contiguous] [--dtype f32|f16|bf16] "
+                        "[--backward] [--iters I]\n(times random data; the tests check results: ctest -L mpi)\n");
             return 0;
         }
     }
@@ -118,9 +132,13 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     options o;
-    if (!parse(argc, argv, &o, rank) || o.seqlen % (size_t)(2 * size)) {
-        if (rank == 0 && o.seqlen % (size_t)(2 * size))
-            fprintf(stderr, "flashcl_ring: --seqlen must be a multiple of 2 x the number of ranks\n");
+    const int parsed = parse(argc, argv, &o, rank);
+    /* Each rank holds N / P rows; the zigzag layout cuts them into two chunks of N / (2P). */
+    const size_t split = o.layout == FLASHCL_RING_ZIGZAG ? 2 * (size_t)size : (size_t)size;
+    if (!parsed || o.seqlen % split) {
+        if (rank == 0 && parsed)
+            fprintf(stderr, "flashcl_ring: --seqlen must be a multiple of %s the number of ranks (%zu)\n",
+                    o.layout == FLASHCL_RING_ZIGZAG ? "2 x" : "", split);
         MPI_Finalize();
         return 2;
     }
