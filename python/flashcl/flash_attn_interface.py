@@ -126,7 +126,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     With block_table (batch, max_num_blocks_per_seq) int32, k and v are a paged KV cache
     (num_blocks, page_block_size, nheads_k, d[_v]) whose block block_table[b][j] holds key rows
     j * page_block_size .. of sequence b, and cu_seqlens_k gives the key lengths (chunked
-    prefill); forward only, without dropout, as in flash_attn.
+    prefill); forward only, as in flash_attn (a backward raises), and dropout_p must be 0
+    (flash_attn ignores it there).
     """
     if block_table is not None:
         spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes)
