@@ -212,9 +212,12 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     _need(isinstance(num_splits, numbers.Integral) and num_splits >= 0,
           lambda: f"num_splits must be an integer >= 0 (0: automatic), got {num_splits!r}")
 
-    # flash_attn drops a window side as wide as the cache (so a non-causal call then rotates q as an
-    # unwindowed one, all rows at cache_seqlens); the attention itself is the same either way.
-    spec.window_size = tuple(-1 if w >= capacity else w for w in spec.window_size)
+    # flash_attn drops a window side as wide as the cache, which decides how it rotates q (a call left
+    # unwindowed rotates every row at cache_seqlens): done here too for that, where the side hides
+    # nothing (the left always; the right while it reaches past the last row's keys for the first query).
+    left, right = spec.window_size
+    spec.window_size = (-1 if left >= capacity else left,
+                        -1 if right >= capacity and right >= p.seqlen_q - 1 else right)
     desc = _core.make_desc(p, spec)
     desc.num_splits = int(num_splits)
     out = _arrays.empty(q, (b, p.seqlen_q, p.heads_q, p.head_dim_v))

@@ -6,13 +6,16 @@ laid out as (batch, longest, heads, d) with each sequence's rows at the END of i
 keeps every mask exact: causal, the window and ALiBi align query row i of a sequence of
 seqlen_q rows with key i + seqlen_k - seqlen_q (bottom right), and a row placed at slot index
 longest - seqlen_q + i gets that same offset against the slot's length. The slot's first rows
-are zeros whose results are dropped. One call for the whole batch, no copy of the cache.
+are zeros whose results are dropped. One call for the whole batch; the cache is handled as by
+flash_attn_with_kvcache (in place where the device shares host memory or it is a DeviceArray). The
+work is batch x longest rows: a batch mixing one long chunk with many one-row sequences pays for
+padding (flash_attn's grid pays for max_seqlen_q the same way).
 """
 import numbers
 
 import numpy as np
 
-from . import _arrays, _core, _kvcache
+from . import _arrays, _core, _device, _kvcache
 
 
 def _offsets(name, cu, total, max_name, max_len, batch=None):
@@ -54,8 +57,10 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             return_attn_probs):
     """out (total_q, nheads, d_v), or (out, softmax_lse (nheads, total_q), empty S_dmask)."""
     _core._need(not spec.dropout_p, "dropout_p must be 0 with block_table (a paged KV cache is for inference)")
-    _arrays.kind_check([("q", q), ("k", k_cache), ("v", v_cache), ("cu_seqlens_q", cu_seqlens_q),
-                        ("cu_seqlens_k", cu_seqlens_k), ("block_table", block_table)])
+    resident = isinstance(k_cache, _device.DeviceArray)  # device-resident pools: checked by forward_kvcache
+    pools = [] if resident else [("k", k_cache), ("v", v_cache)]
+    _arrays.kind_check([("q", q)] + pools + [("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                                            ("block_table", block_table)])
     qs = _core._shape(q)
     _core._need(len(qs) == 3, lambda: f"q must be (total_q, nheads, headdim), got shape {qs}")
     total_q, heads, dim = qs
@@ -97,7 +102,7 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             lse[:, rows] = lse_p[b, :, first:]
     if out_device is not None:
         out, lse = out.to(out_device), lse.to(out_device)
-    out = _no_backward(out, (q, k_cache, v_cache, spec.alibi_slopes))
+    out = _no_backward(out, (q, spec.alibi_slopes) + (() if resident else (k_cache, v_cache)))
     if not return_attn_probs:
         return out
     empty = np.empty((0,), np.float32)

@@ -29,7 +29,7 @@ Differences from flash_attn, all documented in the README:
     appended; fp8 caches (k_scale, v_scale) are FlashCL's extra keywords;
   - block_table in flash_attn_varlen_func (paged varlen prefill) takes any
     page_block_size too; its queries go through the KV-cache call, padded to the
-    longest sequence (a copy of q, never of the cache).
+    longest sequence (a padded copy of q).
 """
 from . import _arrays, _core, _kvcache, _paged_varlen, _probs
 

@@ -16,8 +16,9 @@ causal mask gives the same attention: a plain causal mask, or a sliding
 window that hides no key yet, that transformers allows skipping (no or/and
 masks, no packed sequences), no padding, and the last query at the last key
 (the kernels align causal masks bottom-right; a static cache's empty slots
-break that); nor for a bidirectional mask (encoders, cross-attention) without
-padding where transformers allows skipping it. Everywhere else (padding,
+break that). A bidirectional mask (encoders, cross-attention) without
+padding, where transformers allows skipping it, becomes one True behind
+stride-0 dims: no mask and not causal for the kernels. Everywhere else (padding,
 windows that hide keys, static caches, packed sequences, chunked or
 bidirectional-overlay masks)
 transformers' boolean mask is built and is the whole rule, as SDPA's
@@ -120,6 +121,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             added = _as_rows(mask.detach().float(), q_len, kv_len)
             learned.append(("the float attention_mask", mask))
             bias, mask = (added if bias is None else bias + added), None
+        elif _all_visible_sentinel(mask):
+            mask = None
         else:
             if q_len > 1 and not _symbolic(mask):
                 causal = _hides(mask, kv_len - q_len + 1, True)
@@ -141,13 +144,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
 def _kernels_mask_suffices(kv_length, q_length, q_offset, kv_offset, attention_mask, kwargs):
     """Whether the kernels' causal mask (bottom-right) gives the mask transformers asks for. Sliding
     windows are built into the mask as soon as they hide a key (as SDPA's integration does): some
-    models (PhiMoE, Qwen2-MoE) pass their window only through the mask. Bidirectional masks (encoders,
-    cross-attention) are skipped where transformers allows it and nothing is padded: the layer's
-    is_causal (False there) then decides, as in SDPA's integration."""
-    if kwargs.get("allow_is_bidirectional_skip") is True and kwargs.get("allow_is_causal_skip") is not True:
-        local = kwargs.get("local_size")
-        return (local is None or kv_length < local) and _nothing_padded(attention_mask, kv_offset, kv_length)
-    if kwargs.get("allow_is_causal_skip") is not True:  # or/and masks, packed sequences
+    models (PhiMoE, Qwen2-MoE) pass their window only through the mask."""
+    if kwargs.get("allow_is_causal_skip") is not True:  # bidirectional, or/and masks, packed sequences
         return False
     local = kwargs.get("local_size")
     if local is not None and (kv_length > local or local != getattr(kwargs.get("config"), "sliding_window", None)):
@@ -168,6 +166,21 @@ def _nothing_padded(attention_mask, kv_offset, kv_length):
     return bool(attention_mask[:, kv_offset:kv_offset + kv_length].all())
 
 
+def _every_key_visible(kv_length, kv_offset, attention_mask, kwargs):
+    """A bidirectional mask (encoders, cross-attention) that transformers allows skipping and that hides
+    nothing: no padding, no window narrower than the keys."""
+    if kwargs.get("allow_is_bidirectional_skip") is not True or kwargs.get("allow_is_causal_skip") is True:
+        return False
+    local = kwargs.get("local_size")
+    return (local is None or kv_length < local) and _nothing_padded(attention_mask, kv_offset, kv_length)
+
+
+def _all_visible_sentinel(mask):
+    """Whether mask is attention_mask()'s "every key visible" answer: one True behind stride-0 dims."""
+    return (mask.dtype == torch.bool and not _symbolic(mask)
+            and all(s == 0 or n == 1 for s, n in zip(mask.stride(), mask.shape)) and bool(mask[(0,) * mask.dim()]))
+
+
 def attention_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None, attention_mask=None,
                    **kwargs):
     """None where the kernels' own masking suffices (see the module's text), else transformers' 4-D boolean mask."""
@@ -175,10 +188,37 @@ def attention_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mas
 
     if _kernels_mask_suffices(kv_length, q_length, q_offset, kv_offset, attention_mask, kwargs):
         return None
+    if _every_key_visible(kv_length, kv_offset, attention_mask, kwargs):
+        # Not None: with None the layer's is_causal would decide, and some encoders (Splinter) have none,
+        # which reads as causal. A single True behind stride-0 dims costs no memory and says "no mask,
+        # not causal" to attention_forward.
+        device = kwargs.get("device") or (attention_mask.device if attention_mask is not None else "cpu")
+        return torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device).expand(batch_size, 1, q_length, kv_length)
     kwargs["allow_is_causal_skip"] = False  # a mask is what is wanted here
     kwargs["allow_is_bidirectional_skip"] = False
     return sdpa_mask(batch_size, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset,
                      mask_function=mask_function or causal_mask_function, attention_mask=attention_mask, **kwargs)
+
+
+def _bypasses(cls):
+    """Whether the model class's code computes attention without AttentionInterface, on evidence:
+    transformers' test reads a class's module source and answers False where it cannot (a class made
+    in a notebook or by exec), so the first class up the MRO whose source can be read is asked."""
+    import inspect
+    import sys
+
+    from transformers import PreTrainedModel
+
+    for c in cls.__mro__:
+        if c is PreTrainedModel or not issubclass(c, PreTrainedModel):
+            break
+        try:
+            inspect.getsource(sys.modules[c.__module__])
+        except (KeyError, OSError, TypeError):
+            continue
+        test = getattr(c, "_can_set_attn_implementation", None)
+        return test is not None and not test()
+    return False  # no readable code: let transformers decide
 
 
 def _refuse_models_that_bypass_the_interface(name):
@@ -196,8 +236,7 @@ def _refuse_models_that_bypass_the_interface(name):
         return
 
     def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
-        supported = getattr(self, "_can_set_attn_implementation", None)
-        if requested_attention in get_correct_attn_implementation.flashcl_names and supported and not supported():
+        if requested_attention in get_correct_attn_implementation.flashcl_names and _bypasses(type(self)):
             raise ValueError(
                 f'{type(self).__name__} does not use transformers\' AttentionInterface, so attn_implementation='
                 f'"{requested_attention}" (FlashCL) cannot run its attention: use "eager" (or "sdpa" where the '

@@ -90,3 +90,15 @@ def test_errors():
     with pytest.raises(ValueError, match="k_cache has dtype float16, q has float32"):
         half = flashcl.to_device(np.zeros((2, 8, HKV, D), np.float16), ctx)
         flashcl.flash_attn_with_kvcache(q, half, half, cache_seqlens=3)
+
+
+def test_paged_varlen_on_device_pools():
+    """flash_attn_varlen_func with block_table reads DeviceArray pools as flash_attn_with_kvcache does."""
+    rng = np.random.default_rng(12)
+    q, pool = rand(rng, (9, HQ, D)), rand(rng, (B * PAGES + 1, PAGE, HKV, D))
+    cu_q, cu_k = np.array([0, 4, 9], np.int32), np.array([0, 30, 41], np.int32)
+    table = np.arange(B * PAGES, dtype=np.int32).reshape(B, PAGES)
+    want = flashcl.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 5, 30, causal=True, block_table=table)
+    dev = flashcl.to_device(pool)
+    got = flashcl.flash_attn_varlen_func(q, dev, dev, cu_q, cu_k, 5, 30, causal=True, block_table=table)
+    np.testing.assert_array_equal(got, want)

@@ -216,6 +216,22 @@ def test_encoder_and_cross_attention_masks(padded, monkeypatch):
     assert masks == ([True, False, True] if padded else [False, False, False])
 
 
+def test_encoder_without_is_causal():
+    """Splinter's attention layers have no is_causal attribute (which reads as causal); unpadded, its
+    bidirectional mask is skipped all the same and the encoder stays bidirectional."""
+    config = transformers.SplinterConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                         intermediate_size=64)
+    torch.manual_seed(0)
+    model = transformers.SplinterModel(config).eval()
+    ids = torch.randint(3, 128, (2, 9), generator=torch.Generator().manual_seed(10))
+    with torch.no_grad():
+        model.set_attn_implementation("eager")
+        want = model(input_ids=ids).last_hidden_state
+        model.set_attn_implementation(IMPL)
+        got = model(input_ids=ids).last_hidden_state
+    assert (got - want).abs().max().item() < 2e-4
+
+
 def test_models_that_bypass_the_attention_interface_are_refused():
     """Bloom computes attention in its own code: FlashCL's name is refused at construction (as transformers
     refuses SDPA for it), instead of running Bloom with masks meant for FlashCL (wrong logits)."""
