@@ -153,9 +153,9 @@ def plot_roofline(rows, s, title, out, peak_arg):
     peak = peak_arg or max((r["roof_gflops"] for r in summary if r.get("roof_gflops")), default=None)
     bw = max((r["read_gbps"] for r in summary if r.get("read_gbps")), default=None)
     if not peak or not bw:
-        missing = [w for w, v in (("a compute roof", peak), ("a read rate", bw)) if not v]
-        print(f"skipped {out}: the sweep has no {' and no '.join(missing)}: run it with --read-bw measure for the "
-              "read rate; for the compute roof give plot.py --peak-gflops G, or sweep with --roof (OpenBLAS on a CPU)")
+        hints = [h for h, v in (("for the compute roof give plot.py --peak-gflops G, or sweep with --roof (OpenBLAS "
+                                 "on a CPU)", peak), ("for the read rate sweep with --read-bw measure", bw)) if not v]
+        print(f"skipped {out}: {'; '.join(hints)}")
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [2 ** (i / 4) for i in range(-8, 48)]

@@ -137,8 +137,8 @@ int main(int argc, char **argv) {
     const size_t split = o.layout == FLASHCL_RING_ZIGZAG ? 2 * (size_t)size : (size_t)size;
     if (!parsed || o.seqlen % split) {
         if (rank == 0 && parsed)
-            fprintf(stderr, "flashcl_ring: --seqlen must be a multiple of %s the number of ranks (%zu)\n",
-                    o.layout == FLASHCL_RING_ZIGZAG ? "2 x" : "", split);
+            fprintf(stderr, "flashcl_ring: --seqlen must be a multiple of %sthe number of ranks (%zu)\n",
+                    o.layout == FLASHCL_RING_ZIGZAG ? "2 x " : "", split);
         MPI_Finalize();
         return 2;
     }

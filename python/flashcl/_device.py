@@ -53,7 +53,7 @@ class DeviceArray:
 def _to_numpy(t):
     """A CPU tensor as numpy (bfloat16 and fp8 through ml_dtypes, which numpy needs for them)."""
     name = _arrays.dtype_name(t)
-    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+    if name == "bfloat16" or name in _arrays._FP8_NAMES:
         import ml_dtypes
 
         torch = _arrays.torch_module()

@@ -19,7 +19,7 @@ from . import _arrays, _core, _device, _kvcache
 
 
 def _offsets(name, cu, total, max_name, max_len, batch=None):
-    """cu_seqlens as int64 numpy, (batch + 1,) int32, checked as the varlen path checks them."""
+    """An int32 (batch + 1,) cu_seqlens as int64 numpy, checked as the varlen path checks it."""
     _core._need(_arrays.dtype_name(cu) == "int32",
                 lambda: f"{name} must have dtype int32, got {_arrays.dtype_name(cu)}")
     values = _arrays.to_numpy(cu).astype(np.int64)
@@ -30,27 +30,6 @@ def _offsets(name, cu, total, max_name, max_len, batch=None):
                 lambda: f"{max_name} must be an integer >= 0, got {max_len!r}")
     _core._check_cu_seqlens(name, values, total, max_len, max_name)
     return values
-
-
-def _no_backward(out, arrays):
-    """out, tied (for torch with grad mode on) to the inputs that require grad through a node whose
-    backward raises: flash_attn's paged varlen call has no backward either, and fails only there."""
-    torch = _arrays.torch_module()
-    needs = [x for x in arrays if x is not None and _arrays.is_torch(x) and x.requires_grad]
-    if not needs or not torch.is_grad_enabled():
-        return out
-
-    class NoBackward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, out, *inputs):
-            return out.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            raise NotImplementedError("flash_attn_varlen_func with block_table has no backward (a paged KV "
-                                      "cache is for inference; flash_attn has none either)")
-
-    return NoBackward.apply(out, *needs)
 
 
 def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec, block_table,
@@ -86,7 +65,7 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     out = _arrays.zeros(q_host, (total_q, heads, dim_v))
     lse = _arrays.empty(q_host, (heads, total_q), "float32")
     lse[...] = -np.inf  # rows past cu_seqlens_q[-1] belong to no sequence: out 0, LSE -inf (as the varlen path)
-    longest = int(lens_q.max()) if batch else 0
+    longest = int(lens_q.max())  # (batch >= 1: cu_seqlens has at least two entries)
     if longest:
         padded = _arrays.zeros(q_host, (batch, longest, heads, dim))
         for b in range(batch):
@@ -102,7 +81,12 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
             lse[:, rows] = lse_p[b, :, first:]
     if out_device is not None:
         out, lse = out.to(out_device), lse.to(out_device)
-    out = _no_backward(out, (q, spec.alibi_slopes) + (() if resident else (k_cache, v_cache)))
+    if _arrays.is_torch(out):  # flash_attn's paged varlen call has no backward either, and fails only there
+        from . import _torch
+
+        out = _torch.refuse_backward(out, "flash_attn_varlen_func with block_table has no backward (a paged KV "
+                                     "cache is for inference; flash_attn has none either)",
+                                     (q, spec.alibi_slopes) + (() if resident else (k_cache, v_cache)))
     if not return_attn_probs:
         return out
     empty = np.empty((0,), np.float32)

@@ -200,6 +200,28 @@ class AttentionFunction(torch.autograd.Function):
         return (None, None, None, dsinks, None, None, None, None, None) + tuple(grads)
 
 
+class _RefusedBackward(torch.autograd.Function):
+    """out as it is, tied to tensors whose gradient FlashCL does not compute: a backward through it
+    raises the message (the forward, with or without grad mode, is not affected)."""
+
+    @staticmethod
+    def forward(ctx, out, message, *tensors):
+        ctx.message = message
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError(ctx.message)
+
+
+def refuse_backward(out, message, tensors):
+    """out, or (grad mode on, one of tensors requiring grad) out tied to them through _RefusedBackward."""
+    needs = [t for t in tensors if t is not None and isinstance(t, torch.Tensor) and t.requires_grad]
+    if not needs or not torch.is_grad_enabled():
+        return out
+    return _RefusedBackward.apply(out, message, *needs)
+
+
 class _FirstOrderOnly(torch.autograd.Function):
     """The gradients as they are, tied to the graph (through `anchor`, an input that requires grad) by a
     node that refuses to be differentiated: a second-order gradient through attention (double

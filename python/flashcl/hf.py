@@ -80,26 +80,6 @@ def _window_candidate(module, sliding_window):
     return w if w is not None else getattr(getattr(module, "config", None), "sliding_window", None)
 
 
-class _NoBiasGradient(torch.autograd.Function):
-    """out as it is, tied to a learned additive bias the model computed (T5's or a conformer's
-    position_bias, BEiT's relative position bias or Doge's dynamic mask arriving as the float
-    attention_mask): a backward that needs the bias's gradient (training it) is refused;
-    inference, with or without grad mode, is not affected."""
-
-    @staticmethod
-    def forward(ctx, out, bias, what):
-        ctx.what = what
-        return out.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        if ctx.needs_input_grad[1]:
-            raise NotImplementedError(
-                f"{ctx.what} is a learned attention bias and needs a gradient, which FlashCL does not compute: "
-                "train this model with attn_implementation='sdpa' or 'eager' (inference with FlashCL works)")
-        return grad, None, None
-
-
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
                       softcap=None, is_causal=None, s_aux=None, position_bias=None, **kwargs):
     """transformers' attention-function signature; returns ((batch, seq, heads, dim) output, None)."""
@@ -134,10 +114,12 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     out = extras.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), softmax_scale=scaling,
                            causal=causal, window_size=window, softcap=softcap or 0.0, dropout_p=dropout,
                            sinks=s_aux, mask=mask, bias=bias)
-    if torch.is_grad_enabled():
-        for what, tensor in learned:
-            if tensor.requires_grad:
-                out = _NoBiasGradient.apply(out, tensor, what)
+    # Learned biases (T5's or a conformer's position_bias, BEiT's relative position bias or Doge's dynamic
+    # mask in the float attention_mask) go to the kernels detached: training one is refused by name.
+    for what, tensor in learned:
+        out = _torch.refuse_backward(out, f"{what} is a learned attention bias and needs a gradient, which FlashCL "
+                                          "does not compute: train this model with attn_implementation='sdpa' or "
+                                          "'eager' (inference with FlashCL works)", (tensor,))
     return out, None
 
 
