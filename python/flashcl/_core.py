@@ -148,6 +148,11 @@ class Problem:
               lambda: f"v has shape {vs}, k {ks}: they must agree but for the last dimension")
 
     @property
+    def window_bound(self):
+        """The seqlen_k flash_attn clips the window against: k's length, or the caller's max_seqlen_k."""
+        return self.score_cols
+
+    @property
     def empty(self):
         """No query rows or no keys (a batch of 0, a sequence dimension or varlen total of 0): the
         library refuses empty arrays; the call is answered here, as flash_attn answers it."""
@@ -237,6 +242,14 @@ def check_spec(spec):
                   lambda: f"{name} must be an integer >= 1 (the longest sequence) with cu_seqlens, got {x!r}")
 
 
+def clip_window(window_size, seqlen_k):
+    """The window as flash_attn's C++ reads it: any negative side is unbounded (-1), and so is a side
+    >= seqlen_k (flash_api.cpp drops it before the kernel: k's length, the varlen max_seqlen_k as
+    given, the KV cache's capacity). Only the right side of a window can hide a key past that bound
+    (with seqlen_q > seqlen_k), so dropping it changes the result there, as in flash_attn."""
+    return tuple(-1 if w < 0 or w >= seqlen_k else int(w) for w in (int(x) for x in window_size))
+
+
 def make_desc(p, spec):
     """The C descriptor for a checked problem (Problem, or the KV-cache call, ran check_spec)."""
     d = _flashcl.Desc()
@@ -254,7 +267,7 @@ def make_desc(p, spec):
     _need(scale > 0 and math.isfinite(scale), lambda: f"softmax_scale must be positive and finite, got {scale}")
     d.scale = scale
     d.causal = 1 if spec.causal else 0
-    left, right = (max(int(w), -1) for w in spec.window_size)  # any negative: unbounded, as flash_attn reads it
+    left, right = clip_window(spec.window_size, p.window_bound)
     if (left, right) != (-1, -1):
         d.window, d.window_left, d.window_right = 1, int(left), int(right)
     d.softcap = max(float(spec.softcap or 0.0), 0.0)  # <= 0: off, as flash_attn documents it

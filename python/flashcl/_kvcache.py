@@ -23,7 +23,8 @@ _shape = _core._shape
 class _Sizes:
     """What _core.make_desc reads of a problem."""
 
-    __slots__ = ("dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "head_dim_v", "varlen")
+    __slots__ = ("dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "head_dim_v", "varlen",
+                 "window_bound")
 
 
 def _contiguous(x):
@@ -83,8 +84,9 @@ def _scale(name, x, heads_kv):
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                     cache_batch_idx=None, cache_leftpad=None, block_table=None, spec=None, rotary_interleaved=True,
-                    num_splits=0, return_lse=False, k_scale=None, v_scale=None, context=None):
-    """(out, softmax_lse or None). k, v are appended into k_cache, v_cache in place."""
+                    num_splits=0, return_lse=False, k_scale=None, v_scale=None, context=None, window_bound=None):
+    """(out, softmax_lse or None). k, v are appended into k_cache, v_cache in place. window_bound: the
+    seqlen_k a window side is clipped against (default: the cache's capacity, as flash_attn's)."""
     spec = spec or _core.Spec()
     _core.check_spec(spec)
     resident = [isinstance(x, _device.DeviceArray) for x in (k_cache, v_cache)]
@@ -212,12 +214,9 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     _need(isinstance(num_splits, numbers.Integral) and num_splits >= 0,
           lambda: f"num_splits must be an integer >= 0 (0: automatic), got {num_splits!r}")
 
-    # flash_attn drops a window side as wide as the cache, which decides how it rotates q (a call left
-    # unwindowed rotates every row at cache_seqlens): done here too for that, where the side hides
-    # nothing (the left always; the right while it reaches past the last row's keys for the first query).
-    left, right = spec.window_size
-    spec.window_size = (-1 if left >= capacity else left,
-                        -1 if right >= capacity and right >= p.seqlen_q - 1 else right)
+    # flash_attn drops a window side as wide as the cache (make_desc: which also decides how q is rotated,
+    # every row at cache_seqlens without a window); the paged varlen call clips against its max_seqlen_k.
+    p.window_bound = capacity if window_bound is None else window_bound
     desc = _core.make_desc(p, spec)
     desc.num_splits = int(num_splits)
     out = _arrays.empty(q, (b, p.seqlen_q, p.heads_q, p.head_dim_v))

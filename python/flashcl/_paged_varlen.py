@@ -74,7 +74,8 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         if _arrays.is_torch(q):
             cache_seqlens = _arrays.torch_module().from_numpy(cache_seqlens)
         out_p, lse_p = _kvcache.forward_kvcache(padded, k_cache, v_cache, cache_seqlens=cache_seqlens,
-                                                block_table=block_table, spec=spec, return_lse=True)
+                                                block_table=block_table, spec=spec, return_lse=True,
+                                                window_bound=int(max_seqlen_k))
         for b in range(batch):
             rows, first = slice(int(starts_q[b]), int(starts_q[b + 1])), longest - int(lens_q[b])
             out[rows] = out_p[b, first:]

@@ -88,7 +88,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
     nheads % nheads_k == 0 (GQA/MQA). causal is aligned to the bottom right
     (key j visible to query i iff j <= i + seqlen_k - seqlen_q); a query row
-    that sees no key gets out = 0. window_size (left, right), -1 = unbounded.
+    that sees no key gets out = 0. window_size (left, right), -1 (or any negative, or a side >= seqlen_k, as
+    flash_attn clips it; max_seqlen_k for varlen, the cache's rows for the KV cache) = unbounded.
     softcap > 0: scores become softcap * tanh(scores / softcap). alibi_slopes
     (nheads,) or (batch, nheads) float32: bias -slope * |i + seqlen_k - seqlen_q - j|.
     softmax_scale defaults to 1 / sqrt(d).

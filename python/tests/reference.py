@@ -184,7 +184,7 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rota
     k_cache[block_table[b, j // page], j % page]. k, v rows go to rows cache_seqlens[b] + t,
     k rotated to position cache_seqlens[b] + t; the keys are rows
     cache_leftpad[b] .. cache_seqlens[b] + seqlen_new; q is rotated to position
-    cache_seqlens[b] (+ i when causal or windowed). round_k / round_q: what
+    cache_seqlens[b] (+ i when causal or windowed; a window side >= the capacity is dropped). round_k / round_q: what
     storing a row does (the cache's rounding: k after its rotation; the library keeps the rotated q in q's dtype).
     attention: numpy_attention's keywords (scale, causal, window, softcap, alibi, storage);
     alibi may be (b, h).
@@ -206,7 +206,8 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rota
     def at(i, j):
         return (int(block_table[i][j // rows]), j % rows) if paged else (int(seq[i]), j)
 
-    window = attention.get("window", (-1, -1))
+    # flash_attn drops a window side as wide as the cache (its seqlen_k) before anything else
+    window = attention["window"] = tuple(-1 if w >= capacity else w for w in attention.get("window", (-1, -1)))
     per_row = attention.get("causal", False) or tuple(window) != (-1, -1)
     alibi = attention.pop("alibi", None)
     outs, lses = [], []

@@ -460,15 +460,15 @@ def test_varlen_with_block_table_refusals():
 
 
 def test_varlen_with_block_table_more_queries_than_rows():
-    """More query rows than the table's rows (8 against 2 keys in one 4-row page): a right window as wide
-    as the table still hides every key from the first rows, whatever the table's width."""
+    """More query rows than the table's rows (8 against 2 keys in one 4-row page): a right window narrower than
+    max_seqlen_k (5; flash_attn drops a side >= it) hides every key from the first rows, whatever the table's width."""
     rng = np.random.default_rng(11)
     q = rand(rng, (8, 2, 8))
     pool = rand(rng, (5, 4, 2, 8))
     cu_q, cu_k = np.array([0, 8], np.int32), np.array([0, 2], np.int32)
     ref, _ = numpy_attention(f64(q)[None], f64(pool)[0][None, :2], f64(pool)[0][None, :2], window=(-1, 4))
     for width in (1, 4):
-        out = flashcl.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 8, 2, window_size=(-1, 4),
+        out = flashcl.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 8, 5, window_size=(-1, 4),
                                              block_table=np.arange(width, dtype=np.int32)[None])
         assert_close(out, ref[0])
         np.testing.assert_array_equal(out[:2], 0.0)

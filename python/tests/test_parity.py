@@ -1,0 +1,82 @@
+"""Parity with flash_attn 2.8's argument handling (csrc/flash_attn/flash_api.cpp and
+flash_attn_interface.py): window sides clipped to seqlen_k, the LSE as an autograd output, max_seqlen 0,
+negative num_splits, dropout_p < 0 and softmax_scale <= 0.
+
+Head dim 8 and tiny shapes: each distinct call is a kernel build on POCL."""
+import numpy as np
+import pytest
+
+import flashcl
+from conftest import assert_close, f64, rand
+from reference import numpy_attention
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+# --- window sides >= seqlen_k are unbounded, as flash_api.cpp clips them ------------------------------------------
+
+def test_window_side_as_wide_as_the_keys_is_unbounded(rng):
+    """seqlen_q 6 > seqlen_k 3, not causal: (-1, 3) is no window at all in flash_attn (3 >= seqlen_k), though
+    the right side read literally hides keys from the first rows; (-1, 2) stays a window."""
+    q, k, v = rand(rng, (1, 6, 2, 8)), rand(rng, (1, 3, 2, 8)), rand(rng, (1, 3, 2, 8))
+    plain, _ = numpy_attention(f64(q), f64(k), f64(v))
+    assert_close(flashcl.flash_attn_func(q, k, v, window_size=(-1, 3)), plain)
+    assert_close(flashcl.flash_attn_func(q, k, v, window_size=(7, 5)), plain)
+    narrow, _ = numpy_attention(f64(q), f64(k), f64(v), window=(-1, 2))
+    assert_close(flashcl.flash_attn_func(q, k, v, window_size=(-1, 2)), narrow)
+    assert np.abs(narrow - plain).max() > 0.1  # (the case tells the two apart)
+
+
+def test_window_clipped_in_the_backward_too(rng):
+    torch = _torch()
+    q, k, v = (rand(rng, s, kind="torch").requires_grad_() for s in ((1, 6, 2, 8), (1, 3, 2, 8), (1, 3, 2, 8)))
+    out = flashcl.flash_attn_func(q, k, v, window_size=(-1, 3))
+    out.backward(torch.ones_like(out))
+    qq, kk, vv = (x.detach().double().requires_grad_() for x in (q, k, v))
+    from reference import torch_attention
+
+    ref = torch_attention(qq, kk, vv)
+    ref.backward(torch.ones_like(ref))
+    for mine, theirs in ((out, ref), (q.grad, qq.grad), (k.grad, kk.grad), (v.grad, vv.grad)):
+        assert_close(mine.detach().numpy(), theirs.detach().numpy())
+
+
+def test_varlen_window_clipped_against_max_seqlen_k(rng):
+    """flash_attn clips against max_seqlen_k as given, not each sequence's length: with max_seqlen_k 3 a right side
+    of 3 is dropped; with max_seqlen_k 5 (the caller's bound) the same side is kept."""
+    q, k, v = rand(rng, (6, 2, 8)), rand(rng, (3, 2, 8)), rand(rng, (3, 2, 8))
+    cu_q, cu_k = np.array([0, 6], np.int32), np.array([0, 3], np.int32)
+    plain, _ = numpy_attention(f64(q)[None], f64(k)[None], f64(v)[None])
+    kept, _ = numpy_attention(f64(q)[None], f64(k)[None], f64(v)[None], window=(-1, 3))
+    assert_close(flashcl.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 3, window_size=(-1, 3)), plain[0])
+    assert_close(flashcl.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 5, window_size=(-1, 3)), kept[0])
+
+
+def test_kvcache_window_clipped_against_the_capacity(rng):
+    """flash_attn_with_kvcache clips against the cache's rows (seqlen_k there): 6 queries, 3 keys in a 4-row cache;
+    (-1, 4) is no window, (-1, 3) is one."""
+    q = rand(rng, (1, 6, 2, 8))
+    k_cache, v_cache = rand(rng, (1, 4, 2, 8)), rand(rng, (1, 4, 2, 8))
+    keys = (f64(k_cache)[:, :3], f64(v_cache)[:, :3])
+    plain, _ = numpy_attention(f64(q), *keys)
+    kept, _ = numpy_attention(f64(q), *keys, window=(-1, 3))
+    assert_close(flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=3, window_size=(-1, 4)), plain)
+    assert_close(flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=3, window_size=(-1, 3)), kept)
+
+
+def test_paged_varlen_window_clipped_against_max_seqlen_k(rng):
+    """The paged varlen call clips as the varlen one (max_seqlen_k), whatever the table's width."""
+    q = rand(rng, (6, 2, 8))
+    pool = rand(rng, (3, 4, 2, 8))
+    cu_q, cu_k = np.array([0, 6], np.int32), np.array([0, 3], np.int32)
+    keys = (f64(pool)[0][None, :3],) * 2
+    plain, _ = numpy_attention(f64(q)[None], *keys)
+    kept, _ = numpy_attention(f64(q)[None], *keys, window=(-1, 3))
+    for width in (1, 3):
+        table = np.arange(width, dtype=np.int32)[None]
+        assert_close(flashcl.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 6, 3, window_size=(-1, 3),
+                                                    block_table=table), plain[0])
+        assert_close(flashcl.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 6, 8, window_size=(-1, 3),
+                                                    block_table=table), kept[0])
