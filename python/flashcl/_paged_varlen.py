@@ -85,9 +85,11 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     if _arrays.is_torch(out):  # flash_attn's paged varlen call has no backward either, and fails only there
         from . import _torch
 
-        out = _torch.refuse_backward(out, "flash_attn_varlen_func with block_table has no backward (a paged KV "
-                                     "cache is for inference; flash_attn has none either)",
-                                     (q, spec.alibi_slopes) + (() if resident else (k_cache, v_cache)))
+        message = ("flash_attn_varlen_func with block_table has no backward (a paged KV cache is for inference; "
+                   "flash_attn has none either)")
+        tensors = (q, spec.alibi_slopes) + (() if resident else (k_cache, v_cache))
+        out = _torch.refuse_backward(out, message, tensors)
+        lse = _torch.refuse_backward(lse, message, tensors)  # an output as out (flash_attn's), refused alike
     if not return_attn_probs:
         return out
     empty = np.empty((0,), np.float32)

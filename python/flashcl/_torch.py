@@ -180,7 +180,9 @@ class AttentionFunction(torch.autograd.Function):
         ctx.sinks_grad = sinks is not None and sinks.requires_grad
         ctx.save_for_backward(out, lse, rng_state, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q,
                               cu_seqlens_k, *inputs)
-        ctx.mark_non_differentiable(lse, rng_state)
+        # softmax_lse stays an output autograd tracks, as flash_attn's FlashAttnFunc returns it: a loss through
+        # it runs the backward, which ignores its gradient there as flash_attn's does (out's alone is used).
+        ctx.mark_non_differentiable(rng_state)
         return out, lse, rng_state
 
     @staticmethod
@@ -212,6 +214,29 @@ class _RefusedBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         raise NotImplementedError(ctx.message)
+
+
+class _IgnoredGradient(torch.autograd.Function):
+    """value as it is (a copy), an output of the attention as far as autograd goes: it requires grad when
+    `tensors` do, and a loss through it gives them zero gradients (flash_attn's S_dmask, an output of its
+    autograd Function whose gradient the backward ignores)."""
+
+    @staticmethod
+    def forward(ctx, value, *tensors):
+        ctx.shapes = [(t.shape, t.dtype, t.device) for t in tensors]
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (None,) + tuple(torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.shapes)
+
+
+def ignored_gradient(value, tensors):
+    """value, or (grad mode on, one of tensors requiring grad) value tied to them through _IgnoredGradient."""
+    needs = [t for t in tensors if t is not None and isinstance(t, torch.Tensor) and t.requires_grad]
+    if not needs or not torch.is_grad_enabled():
+        return value
+    return _IgnoredGradient.apply(value, *needs)
 
 
 def refuse_backward(out, message, tensors):

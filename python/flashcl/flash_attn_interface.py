@@ -73,7 +73,10 @@ def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False)
         q, k, v = _split(packing, inputs)
         out, lse = _core.forward(q, k, v, spec)
     if return_attn_probs:
-        return out, lse, _probs.s_dmask(q, k, spec)
+        s_dmask = _probs.s_dmask(q, k, spec)
+        if is_torch:  # an output autograd tracks, as flash_attn's (its gradient ignored)
+            s_dmask = _torch.ignored_gradient(s_dmask, inputs)
+        return out, lse, s_dmask
     return (out, lse) if return_lse else out
 
 

@@ -80,3 +80,49 @@ def test_paged_varlen_window_clipped_against_max_seqlen_k(rng):
                                                     block_table=table), plain[0])
         assert_close(flashcl.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 6, 8, window_size=(-1, 3),
                                                     block_table=table), kept[0])
+
+
+# --- softmax_lse and S_dmask are outputs autograd tracks, their gradient ignored (flash_attn's FlashAttnFunc) -------
+
+def test_lse_is_an_output_of_the_autograd_function(rng):
+    """A loss through softmax_lse runs (flash_attn: no error, zero gradients from it); with out's it adds nothing."""
+    torch = _torch()
+    q, k, v = (rand(rng, s, kind="torch").requires_grad_() for s in ((1, 4, 2, 8), (1, 5, 2, 8), (1, 5, 2, 8)))
+    out, lse, _ = flashcl.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert lse.requires_grad and out.grad_fn is not None
+    lse.sum().backward(retain_graph=True)
+    for x in (q, k, v):
+        assert torch.count_nonzero(x.grad) == 0
+        x.grad = None
+    out.sum().backward(retain_graph=True)
+    alone = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    (out.sum() + lse.sum()).backward()
+    for x, g in zip((q, k, v), alone):
+        torch.testing.assert_close(x.grad, g, rtol=0, atol=0)
+    with torch.no_grad():
+        assert not flashcl.flash_attn_func(q, k, v, return_attn_probs=True)[1].requires_grad
+
+
+def test_varlen_lse_and_s_dmask_take_part_in_autograd(rng):
+    torch = _torch()
+    q, k, v = (rand(rng, (5, 2, 8), kind="torch").requires_grad_() for _ in range(3))
+    cu = torch.tensor([0, 2, 5], dtype=torch.int32)
+    out, lse, s_dmask = flashcl.flash_attn_varlen_func(q, k, v, cu, cu, 3, 3, dropout_p=0.3, return_attn_probs=True)
+    assert lse.requires_grad and s_dmask.requires_grad and s_dmask.shape == (2, 2, 3, 3)
+    (lse.sum() + s_dmask.sum()).backward()
+    for x in (q, k, v):
+        assert torch.count_nonzero(x.grad) == 0
+
+
+def test_paged_varlen_lse_refuses_the_backward_as_out_does(rng):
+    torch = _torch()
+    q = rand(rng, (3, 2, 8), kind="torch").requires_grad_()
+    pool = rand(rng, (2, 4, 2, 8), kind="torch")
+    cu_q, cu_k = torch.tensor([0, 3], dtype=torch.int32), torch.tensor([0, 4], dtype=torch.int32)
+    _, lse, _ = flashcl.flash_attn_varlen_func(q, pool, pool, cu_q, cu_k, 3, 4, return_attn_probs=True,
+                                               block_table=torch.tensor([[1]], dtype=torch.int32))
+    assert lse.requires_grad
+    with pytest.raises(NotImplementedError, match="no backward"):
+        lse.sum().backward()
