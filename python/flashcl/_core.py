@@ -122,7 +122,7 @@ class Problem:
             # Bounds above the packed totals are taken as the totals for the library (flash_attn only
             # sizes its grid with them, and callers pass fixed ones, a model's maximum length, to
             # small batches); the score-shaped arrays keep the caller's bounds (score_rows/cols).
-            self.score_rows, self.score_cols = int(spec.max_seqlen_q), int(spec.max_seqlen_k)  # ints >= 1: check_spec
+            self.score_rows, self.score_cols = int(spec.max_seqlen_q), int(spec.max_seqlen_k)  # ints >= 0: check_spec
             self.max_seqlen_q = min(self.score_rows, self.seqlen_q)
             self.max_seqlen_k = min(self.score_cols, self.seqlen_k)
             self.used_q = _check_cu_seqlens("cu_seqlens_q", spec.cu_seqlens_q, self.seqlen_q, self.max_seqlen_q,
@@ -154,9 +154,11 @@ class Problem:
 
     @property
     def empty(self):
-        """No query rows or no keys (a batch of 0, a sequence dimension or varlen total of 0): the
-        library refuses empty arrays; the call is answered here, as flash_attn answers it."""
-        return self.batch == 0 or self.seqlen_q == 0 or self.seqlen_k == 0
+        """No query rows or no keys (a batch of 0, a sequence dimension or varlen total of 0, a varlen
+        max_seqlen of 0: every sequence empty there): the library refuses empty arrays; the call is
+        answered here, as flash_attn answers it."""
+        return self.batch == 0 or self.seqlen_q == 0 or self.seqlen_k == 0 or self.max_seqlen_q == 0 or \
+            self.max_seqlen_k == 0
 
     def lse_shape(self):
         return (self.heads_q, self.seqlen_q) if self.varlen else (self.batch, self.heads_q, self.seqlen_q)
@@ -238,8 +240,14 @@ def check_spec(spec):
               lambda: f"{name} must be an integer in [0, 2**63), got {x!r}")
     if spec.varlen:
         for name, x in (("max_seqlen_q", spec.max_seqlen_q), ("max_seqlen_k", spec.max_seqlen_k)):
-            _need(x is not None and _is_int(x) and x >= 1,
-                  lambda: f"{name} must be an integer >= 1 (the longest sequence) with cu_seqlens, got {x!r}")
+            check_max_seqlen(name, x)
+
+
+def check_max_seqlen(name, x):
+    """A varlen bound: an integer >= 0, 0 when every sequence is empty there (flash_attn answers that
+    call without its kernel)."""
+    _need(x is not None and _is_int(x) and x >= 0,
+          lambda: f"{name} must be an integer >= 0 (the longest sequence) with cu_seqlens, got {x!r}")
 
 
 def clip_window(window_size, seqlen_k):

@@ -11,8 +11,6 @@ flash_attn_with_kvcache (in place where the device shares host memory or it is a
 work is batch x longest rows: a batch mixing one long chunk with many one-row sequences pays for
 padding (flash_attn's grid pays for max_seqlen_q the same way).
 """
-import numbers
-
 import numpy as np
 
 from . import _arrays, _core, _device, _kvcache
@@ -26,9 +24,8 @@ def _offsets(name, cu, total, max_name, max_len, batch=None):
     _core._need(values.ndim == 1 and values.shape[0] >= 2 and (batch is None or values.shape[0] == batch + 1),
                 lambda: f"{name} must be (batch + 1,)" + (f" = ({batch + 1},)" if batch is not None else "") +
                 f", got shape {tuple(values.shape)}")
-    _core._need(isinstance(max_len, numbers.Integral) and max_len >= 0,
-                lambda: f"{max_name} must be an integer >= 0, got {max_len!r}")
-    _core._check_cu_seqlens(name, values, total, max_len, max_name)
+    _core.check_max_seqlen(max_name, max_len)
+    _core._check_cu_seqlens(name, values, total, int(max_len), max_name)
     return values
 
 

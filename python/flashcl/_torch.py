@@ -62,8 +62,13 @@ def _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_
                       sinks=_host(sinks), bias=_host(bias), mask=_host(mask), block_mask=_host(block_mask),
                       block_size=(block_q, block_k) if block_mask is not None else None,
                       cu_seqlens_q=_host(cu_seqlens_q), cu_seqlens_k=_host(cu_seqlens_k),
-                      max_seqlen_q=max_seqlen_q if max_seqlen_q > 0 else None,
-                      max_seqlen_k=max_seqlen_k if max_seqlen_k > 0 else None, path=path)
+                      max_seqlen_q=max_seqlen_q if max_seqlen_q >= 0 else None,
+                      max_seqlen_k=max_seqlen_k if max_seqlen_k >= 0 else None, path=path)
+
+
+def _or_minus_one(n):
+    """A max_seqlen for the operators' schema: -1 for None (0 is a bound: every sequence empty)."""
+    return -1 if n is None else int(n)
 
 
 def _flat(spec):
@@ -72,8 +77,8 @@ def _flat(spec):
     bq, bk = spec.block_size if spec.block_size is not None else (0, 0)
     seed = -1 if spec.dropout_seed is None else int(spec.dropout_seed)
     return (spec.alibi_slopes, spec.sinks, spec.bias, spec.mask, spec.block_mask, spec.cu_seqlens_q,
-            spec.cu_seqlens_k, int(spec.max_seqlen_q or 0), int(spec.max_seqlen_k or 0), spec.softmax_scale,
-            bool(spec.causal), int(left), int(right), float(spec.softcap or 0.0), float(spec.dropout_p or 0.0), seed,
+            spec.cu_seqlens_k, _or_minus_one(spec.max_seqlen_q), _or_minus_one(spec.max_seqlen_k),
+            spec.softmax_scale, bool(spec.causal), int(left), int(right), float(spec.softcap or 0.0), float(spec.dropout_p or 0.0), seed,
             int(spec.dropout_offset or 0), int(bq), int(bk), spec.path)
 
 

@@ -187,8 +187,8 @@ def test_torch_checks_match_numpy():
             flashcl.flash_attn_func(q, q, q, window_size=window)
     cu = torch.tensor([0, 8], dtype=torch.int32)
     q3 = torch.zeros(8, 2, 16)
-    with pytest.raises(ValueError, match=r"max_seqlen_q must be an integer >= 1 \(the longest sequence\)"):
-        flashcl.flash_attn_varlen_func(q3, q3, q3, cu, cu, 0, 8)
+    with pytest.raises(ValueError, match=r"max_seqlen_q must be an integer >= 0 \(the longest sequence\)"):
+        flashcl.flash_attn_varlen_func(q3, q3, q3, cu, cu, -1, 8)
     flashcl.flash_attn_varlen_func(q3, q3, q3, cu, cu, torch.tensor(8), 8)  # a 0-d integer tensor is an integer
 
 

@@ -126,3 +126,31 @@ def test_paged_varlen_lse_refuses_the_backward_as_out_does(rng):
     assert lse.requires_grad
     with pytest.raises(NotImplementedError, match="no backward"):
         lse.sum().backward()
+
+
+# --- max_seqlen 0: every sequence empty there, accepted as flash_attn answers it (no kernel) ----------------------
+
+def test_varlen_max_seqlen_zero_is_an_empty_call(rng):
+    """flash_attn's varlen forward answers max_seqlen_k == 0 without its kernel (and its backward max_seqlen_q == 0);
+    the unpadded call accepts 0 where every sequence is empty there, as the paged one does: out 0, LSE -inf."""
+    q, k = rand(rng, (3, 2, 8)), rand(rng, (4, 2, 8))
+    table = np.zeros((2, 1), np.int32)
+    pool = k.reshape(1, 4, 2, 8)
+    for cu_q, cu_k, max_q, max_k in (([0, 1, 3], [0, 0, 0], 2, 0), ([0, 0, 0], [0, 2, 4], 0, 2)):
+        cu_q, cu_k = np.array(cu_q, np.int32), np.array(cu_k, np.int32)
+        out, lse, _ = flashcl.flash_attn_varlen_func(q, k, k, cu_q, cu_k, max_q, max_k, return_attn_probs=True)
+        np.testing.assert_array_equal(out, 0.0)
+        np.testing.assert_array_equal(lse, -np.inf)
+        paged = flashcl.flash_attn_varlen_func(q, pool, pool, cu_q, np.minimum(cu_k, 0), max_q, 0, block_table=table)
+        np.testing.assert_array_equal(paged, out)
+    with pytest.raises(ValueError, match=r"sequence 0 has 2 rows, more than max_seqlen_k \(0\)"):
+        flashcl.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 2, 0)
+
+
+def test_varlen_max_seqlen_zero_through_autograd(rng):
+    torch = _torch()
+    q, k, v = (rand(rng, (3, 2, 8), kind="torch").requires_grad_() for _ in range(3))
+    cu_q, cu_k = torch.tensor([0, 3], dtype=torch.int32), torch.tensor([0, 0], dtype=torch.int32)
+    out = flashcl.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 3, 0)
+    out.sum().backward()
+    assert torch.count_nonzero(out) == 0 and all(torch.count_nonzero(x.grad) == 0 for x in (q, k, v))
