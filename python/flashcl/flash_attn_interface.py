@@ -180,7 +180,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     sequence of each batch entry (contiguous caches). cache_leftpad int32 (batch,): the keys of
     sequence b start at row cache_leftpad[b] (positions counted from there). causal is bottom-right
     against each sequence's keys; window_size, softcap, alibi_slopes, softmax_scale as in
-    flash_attn_func. num_splits: split-KV partitions (0: chosen by the library).
+    flash_attn_func. num_splits: split-KV partitions (0, or any value below 1 as in flash_attn: chosen by the
+    library).
 
     FlashCL's extras (keyword only): a float8_e4m3fn or float8_e5m2 cache (ml_dtypes or torch) holds
     x / scale; k_scale, v_scale: a number, (1,) or (nheads_k,) floats (default 1); k, v are quantised

@@ -319,7 +319,7 @@ ERRORS = [
     (lambda a: _bad(a, rotary_cos=np.ones((50, 8), np.float32)), "rotary_cos and rotary_sin go together"),
     (lambda a: _bad(a, rotary_cos=np.ones((50, 20), np.float32), rotary_sin=np.ones((50, 20), np.float32)),
      r"rotary_dim \(2 x 20\) must be at most headdim \(32\)"),
-    (lambda a: _bad(a, num_splits=-1), "num_splits must be an integer >= 0"),
+    (lambda a: _bad(a, num_splits=1.5), r"num_splits must be an integer \(0 or less: automatic\), got 1.5"),
     (lambda a: _bad(a, cache_seqlens=2**31), r"cache_seqlens must be from 0 to 2\*\*31 - 1, got 2147483648"),
     (lambda a: _bad(a, k_scale=2.0), "k_scale and v_scale are for float8 caches"),
 ]

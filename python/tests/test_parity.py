@@ -154,3 +154,26 @@ def test_varlen_max_seqlen_zero_through_autograd(rng):
     out = flashcl.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 3, 0)
     out.sum().backward()
     assert torch.count_nonzero(out) == 0 and all(torch.count_nonzero(x.grad) == 0 for x in (q, k, v))
+
+
+# --- num_splits < 1 is automatic (flash_attn's set_params_splitkv); dropout_p < 0 stays refused -------------------
+
+def test_negative_num_splits_is_automatic(rng):
+    q, k_cache = rand(rng, (1, 1, 2, 8)), rand(rng, (1, 20, 2, 8))
+    auto = flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=17)
+    np.testing.assert_array_equal(flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=17,
+                                                                  num_splits=-3), auto)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_negative_dropout_is_refused(rng, kind):
+    """flash_attn takes dropout_p < 0 without a word: its forward drops nothing (keep probability 1 - p > 1), but its
+    backward scales dq, dk by 1 / (1 - p) and D by 1 - p, so the gradients are wrong. FlashCL refuses it."""
+    cu = np.array([0, 4], np.int32)
+    if kind == "torch":
+        cu = _torch().from_numpy(cu)
+    q = rand(rng, (1, 4, 2, 8), kind=kind)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got -0.1"):
+        flashcl.flash_attn_func(q, q, q, dropout_p=-0.1)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got -0.1"):
+        flashcl.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 4, 4, dropout_p=-0.1)
