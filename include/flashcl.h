@@ -88,7 +88,7 @@ extern "C" {
     XX(ERR_INVALID_SHAPE, -10003, "batch, heads or sequence length is zero or too large")                              \
     XX(ERR_INVALID_HEADS, -10004, "heads_q is not a multiple of heads_kv")                                             \
     XX(ERR_INVALID_HEAD_DIM, -10005, "head_dim is zero or larger than FLASHCL_MAX_HEAD_DIM")                           \
-    XX(ERR_INVALID_SCALE, -10006, "scale is negative, infinite or NaN")                                                \
+    XX(ERR_INVALID_SCALE, -10006, "scale is infinite or NaN")                                                          \
     XX(ERR_INVALID_BUFFER, -10007, "a tensor buffer is NULL or belongs to another OpenCL context")                     \
     XX(ERR_INVALID_STRIDE, -10008, "a tensor stride lets rows or heads overlap")                                       \
     XX(ERR_OUT_OF_BOUNDS, -10009, "a tensor view reaches past the end of its buffer")                                  \
@@ -296,7 +296,7 @@ typedef struct flashcl_attention_desc {
     size_t seqlen_q; /* >= 1 (with varlen: total query rows of the packed views) */
     size_t seqlen_k; /* 0 = seqlen_q (with varlen: total key rows) */
     size_t head_dim; /* of q and k: 1..FLASHCL_MAX_HEAD_DIM */
-    float scale;     /* 0 = 1/sqrt(head_dim) */
+    float scale;     /* 0 = 1/sqrt(head_dim); any other finite value, negative too */
     int causal;      /* nonzero: bottom-right aligned causal mask (= window (-1, 0), or (left, 0) with a window) */
 
     size_t head_dim_v; /* of v, o (and dv, dout): 0 = head_dim; 1..FLASHCL_MAX_HEAD_DIM */

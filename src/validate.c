@@ -83,9 +83,11 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
     if (d.head_dim == 0 || d.head_dim > FLASHCL_MAX_HEAD_DIM)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_HEAD_DIM, "head_dim (%zu) must be in 1..%d", d.head_dim,
                              FLASHCL_MAX_HEAD_DIM);
-    if (!(d.scale >= 0.0f) || !isfinite(d.scale))
+    /* Any finite scale: a negative one is a softmax of the negated logits (every kernel scales the
+       scores before their running max; the tensor-core path, which does not, declines scale <= 0). */
+    if (!isfinite(d.scale))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SCALE,
-                             "scale (%g) must be a finite number >= 0 (0 = 1/sqrt(head_dim))", (double)d.scale);
+                             "scale (%g) must be a finite number (0 = 1/sqrt(head_dim))", (double)d.scale);
     if (d.scale == 0.0f) d.scale = (float)(1.0 / sqrt((double)d.head_dim));
     st = flashcl__resolve_variants(ctx, &d);
     if (st != FLASHCL_SUCCESS) return st;
@@ -341,7 +343,8 @@ flashcl_status flashcl__validate_apart(flashcl_context *ctx, const flashcl_atten
     flashcl__view_ranges(d, views, count, resolved, lse, &r);
     const int first_new = r.count;
     flashcl__variant_ranges(d, backward, &r);
-    for (int i = 0; extra && i < extra->count && r.count < FLASHCL__MAX_RANGES; ++i) r.items[r.count++] = extra->items[i];
+    for (int i = 0; extra && i < extra->count && r.count < FLASHCL__MAX_RANGES; ++i)
+        r.items[r.count++] = extra->items[i];
     return flashcl__check_ranges(ctx, &r, first_new);
 }
 

@@ -10,7 +10,10 @@
  *    empty); every other row of every head and batch stays finite and
  *    matches the reference; the gradients of batch 1 stay finite;
  *  - +inf in one V element (batch 0, kv head 0, key j, dim c): only column c
- *    of O may be non-finite; every other element and all of batch 1 is finite.
+ *    of O may be non-finite; every other element and all of batch 1 is finite;
+ *  - a negative scale (a softmax of the negated logits): O, LSE and the
+ *    gradients match the reference, also with logits of magnitude 1e4 (the
+ *    running max is of the scaled scores).
  */
 #include <math.h>
 #include <stdio.h>
@@ -230,6 +233,52 @@ static void inf_in_v(flashcl_context *ctx) {
     }
 }
 
+/* dQ, dK, dV (packed [b, s, h, d]) against the reference's ([b, h, s, d]). */
+static int compare_gradients(const host_problem *p) {
+    const ref_problem *r = &p->ref;
+    size_t nq = r->batch * r->heads_q * r->seqlen_q * r->head_dim,
+           nk = r->batch * r->heads_kv * r->seqlen_k * r->head_dim;
+    double *dq = calloc(nq, sizeof(double)), *dk = calloc(nk, sizeof(double)), *dv = calloc(nk, sizeof(double));
+    REQUIRE(dq && dk && dv);
+    flashcl_tensor z = {0};
+    flashcl_tensor qv = ref_resolve_view(&z, r->seqlen_q, r->heads_q, r->head_dim);
+    flashcl_tensor kv = ref_resolve_view(&z, r->seqlen_k, r->heads_kv, r->head_dim);
+    ref_attention_backward(r, p->q, &qv, p->k, &kv, p->v, &kv, p->dout, &qv, dq, dk, dv);
+    int ok = 1;
+    for (size_t b = 0; b < r->batch; ++b)
+        for (size_t c = 0; c < r->head_dim; ++c) {
+            for (size_t h = 0; h < r->heads_q; ++h)
+                for (size_t i = 0; i < r->seqlen_q; ++i)
+                    ok &= close_to(p->dq[o_index(r, b, h, i, c)], dq[ref_o_index(r, b, h, i, c)], 1e-4, 1e-4);
+            for (size_t h = 0; h < r->heads_kv; ++h)
+                for (size_t j = 0; j < r->seqlen_k; ++j) {
+                    size_t got = ((b * r->seqlen_k + j) * r->heads_kv + h) * r->head_dim + c;
+                    size_t ref = ((b * r->heads_kv + h) * r->seqlen_k + j) * r->head_dim + c;
+                    ok &= close_to(p->dk[got], dk[ref], 1e-4, 1e-4) && close_to(p->dv[got], dv[ref], 1e-4, 1e-4);
+                }
+        }
+    free(dq), free(dk), free(dv);
+    return ok;
+}
+
+static void negative_scale(flashcl_context *ctx) {
+    for (int path = 0; path < 2; ++path) {
+        host_problem p;
+        hp_init(&p, 2, 4, 2, 7, 11, 8, 1, -0.7f, 1.0f, 16); /* GQA, causal */
+        hp_reference(&p);
+        if (CHECK_STATUS(hp_run(ctx, &p, path, 1), FLASHCL_SUCCESS)) {
+            CHECK(compare_rows(&p, SIZE_MAX));
+            CHECK(compare_gradients(&p));
+        }
+        hp_free(&p);
+        hp_init(&p, 2, 2, 1, 9, 13, 2, 0, -1.0f, 100.0f, 17); /* logits up to 2e4, negated */
+        hp_reference(&p);
+        if (CHECK_STATUS(hp_run(ctx, &p, path, 0), FLASHCL_SUCCESS)) CHECK(compare_rows(&p, SIZE_MAX));
+        printf("negative scale (%s): O, LSE and gradients match the reference, large logits too\n", k_path_names[path]);
+        hp_free(&p);
+    }
+}
+
 int main(void) {
     flashcl_context *ctx = tu_context_create();
     large_logits(ctx);
@@ -237,6 +286,7 @@ int main(void) {
     seqlen_one(ctx);
     nan_in_q(ctx);
     inf_in_v(ctx);
+    negative_scale(ctx);
     flashcl_context_destroy(ctx);
     return tu_finish("test_edge_cases");
 }

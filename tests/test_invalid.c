@@ -195,13 +195,22 @@ static void check_desc_fields(void) {
     d.head_dim = FLASHCL_MAX_HEAD_DIM + 1;
     expect_desc(d, "head_dim 257", FLASHCL_ERR_INVALID_HEAD_DIM, "head_dim");
 
-    const float scales[] = {-1.0f, -1e-30f, NAN, INFINITY, -INFINITY};
+    const float scales[] = {NAN, INFINITY, -INFINITY};
     for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++) {
         char what[64];
         d = base_desc();
         d.scale = scales[i];
         snprintf(what, sizeof what, "scale %g", (double)scales[i]);
         expect_desc(d, what, FLASHCL_ERR_INVALID_SCALE, "scale");
+    }
+    /* Any finite scale is valid, a negative one too (test_edge_cases checks its results). */
+    const float finite[] = {-1.0f, -1e-30f, 1e-30f, -3e38f};
+    for (size_t i = 0; i < sizeof finite / sizeof finite[0]; i++) {
+        flashcl_plan plan;
+        d = base_desc();
+        d.scale = finite[i];
+        if (!CHECK_STATUS(flashcl_plan_query(F.ctx, &d, &plan), FLASHCL_SUCCESS))
+            fprintf(stderr, "  scale %g refused: %s\n", (double)finite[i], flashcl_last_error(F.ctx));
     }
 
     d = base_desc();
