@@ -270,9 +270,11 @@ def make_desc(p, spec):
     scale = spec.softmax_scale
     if scale is None:
         scale = 1.0 / math.sqrt(p.head_dim)
-    # The C descriptor reads 0 as "the default"; an explicit 0 (or a negative
-    # or NaN scale) is refused here rather than silently replaced.
-    _need(scale > 0 and math.isfinite(scale), lambda: f"softmax_scale must be positive and finite, got {scale}")
+    # Any finite scale, a negative one too (the library's kernels scale the scores before their max). The C
+    # descriptor reads 0 as "the default": an explicit 0 (flash_attn's would attend uniformly) is refused here
+    # rather than silently replaced, and so are NaN and infinities.
+    _need(scale != 0 and math.isfinite(scale),
+          lambda: f"softmax_scale must be a finite nonzero number, got {scale} (0 would be taken as 1/sqrt(head_dim))")
     d.scale = scale
     d.causal = 1 if spec.causal else 0
     left, right = clip_window(spec.window_size, p.window_bound)

@@ -52,7 +52,8 @@ def test_library_checks_name_the_field(rng):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(softmax_scale=0.0), "softmax_scale must be positive"),
+    (dict(softmax_scale=0.0), "softmax_scale must be a finite nonzero number, got 0.0"),
+    (dict(softmax_scale=float("nan")), "softmax_scale must be a finite nonzero number, got nan"),
     (dict(dropout_p=1.0), r"dropout_p must be in \[0, 1\)"),
     (dict(window_size=(2**31, 0)), r"window_size entries must be 32-bit integers"),
     (dict(window_size=(1.5, 2)), r"window_size entries must be integers, got \(1.5, 2\)"),
@@ -148,7 +149,7 @@ def test_nothing_written_on_error(rng):
     assert np.all(out == 7.0) and np.all(lse == 7.0)
     o, l = flashcl.attention(q, k, v, causal=True, return_lse=True)
     dq, dk, dv = (np.full_like(x, 7.0) for x in (q, k, v))
-    spec = _core.Spec(causal=True, softmax_scale=-1.0)
+    spec = _core.Spec(causal=True, softmax_scale=0.0)
     with pytest.raises(ValueError, match="softmax_scale"):
         _core.backward(o, q, k, v, o, l, spec, dq, dk, dv)
     desc.heads_kv = 2

@@ -177,3 +177,29 @@ def test_negative_dropout_is_refused(rng, kind):
         flashcl.flash_attn_func(q, q, q, dropout_p=-0.1)
     with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got -0.1"):
         flashcl.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 4, 4, dropout_p=-0.1)
+
+
+# --- a negative softmax_scale is legal math, as flash_attn takes it ----------------------------------------------
+
+def test_negative_softmax_scale(rng):
+    """flash_attn passes any float scale to its kernel; a negative one attends to the least similar keys."""
+    torch = _torch()
+    from reference import torch_attention
+
+    q, k, v = (rand(rng, s, kind="torch").requires_grad_() for s in ((1, 5, 2, 8), (1, 7, 1, 8), (1, 7, 1, 8)))
+    out = flashcl.flash_attn_func(q, k, v, softmax_scale=-0.6, causal=True)
+    out.backward(torch.ones_like(out))
+    qq, kk, vv = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref = torch_attention(qq, kk, vv, scale=-0.6, causal=True)
+    ref.backward(torch.ones_like(ref))
+    for mine, theirs in ((out, ref), (q.grad, qq.grad), (k.grad, kk.grad), (v.grad, vv.grad)):
+        assert_close(mine.detach().numpy(), theirs.detach().numpy())
+
+
+def test_negative_softmax_scale_kvcache(rng):
+    q, k_cache, v_cache = rand(rng, (1, 1, 2, 8)), rand(rng, (1, 12, 2, 8)), rand(rng, (1, 12, 2, 8))
+    ref, ref_lse = numpy_attention(f64(q), f64(k_cache)[:, :9], f64(v_cache)[:, :9], scale=-2.0)
+    out, lse = flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=9, softmax_scale=-2.0,
+                                               return_softmax_lse=True)
+    assert_close(out, ref)
+    assert_close(lse, ref_lse, what="lse")
