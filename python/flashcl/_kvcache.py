@@ -212,7 +212,8 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
             k_scale, v_scale = (np.full((p.heads_kv,), x[0], np.float32) if x.shape[0] == 1 else x
                                 for x in (k_scale, v_scale))
     # flash_attn's set_params_splitkv picks the split itself for any num_splits < 1 (documented: 0)
-    _need(_core._is_int(num_splits), lambda: f"num_splits must be an integer (0 or less: automatic), got {num_splits!r}")
+    _need(_core._is_int(num_splits),
+          lambda: f"num_splits must be an integer (0 or less: automatic), got {num_splits!r}")
     num_splits = max(int(num_splits), 0)
 
     # flash_attn drops a window side as wide as the cache (make_desc: which also decides how q is rotated,

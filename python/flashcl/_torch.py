@@ -78,8 +78,8 @@ def _flat(spec):
     seed = -1 if spec.dropout_seed is None else int(spec.dropout_seed)
     return (spec.alibi_slopes, spec.sinks, spec.bias, spec.mask, spec.block_mask, spec.cu_seqlens_q,
             spec.cu_seqlens_k, _or_minus_one(spec.max_seqlen_q), _or_minus_one(spec.max_seqlen_k),
-            spec.softmax_scale, bool(spec.causal), int(left), int(right), float(spec.softcap or 0.0), float(spec.dropout_p or 0.0), seed,
-            int(spec.dropout_offset or 0), int(bq), int(bk), spec.path)
+            spec.softmax_scale, bool(spec.causal), int(left), int(right), float(spec.softcap or 0.0),
+            float(spec.dropout_p or 0.0), seed, int(spec.dropout_offset or 0), int(bq), int(bk), spec.path)
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], sinks: Optional[Tensor],
