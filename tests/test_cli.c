@@ -196,7 +196,7 @@ static void check_bad_inputs(const tu_problem *p) {
     expect_usage_error("heads_q not a multiple of heads_kv", "Q.npy", "K_3heads.npy", "V_3heads.npy", "");
     expect_usage_error("unknown option", "Q.npy", "K.npy", "V.npy", "--bogus");
     expect_usage_error("--scale nan", "Q.npy", "K.npy", "V.npy", "--scale nan");
-    expect_usage_error("--scale -1", "Q.npy", "K.npy", "V.npy", "--scale -1");
+    expect_usage_error("--scale inf", "Q.npy", "K.npy", "V.npy", "--scale -inf");
     /* attention computes one path; --standard became --path standard. */
     expect_usage_error("--path both", "Q.npy", "K.npy", "V.npy", "--path both");
     expect_usage_error("--standard (retired)", "Q.npy", "K.npy", "V.npy", "--standard");
@@ -438,8 +438,8 @@ static void check_output_destinations(const tu_problem *p) {
     size_t shape[4] = {0};
     int rank = 0;
     float *o = rc == 0 ? npy_read_f32(target, shape, &rank) : NULL;
-    if (rc != 0 || lstat(link, &st) != 0 || !S_ISLNK(st.st_mode) || !o || rank != 4 ||
-        shape[1] != r->seqlen_q || shape[3] != r->head_dim) {
+    if (rc != 0 || lstat(link, &st) != 0 || !S_ISLNK(st.st_mode) || !o || rank != 4 || shape[1] != r->seqlen_q ||
+        shape[3] != r->head_dim) {
         fprintf(stderr, "FAIL --out through a symbolic link: exit %d, link kept %d, target rank %d (%s)\n", rc,
                 lstat(link, &st) == 0 && S_ISLNK(st.st_mode), rank, err ? err : "");
         tu_fail_count();
@@ -581,6 +581,11 @@ int main(int argc, char **argv) {
     tu_problem ps;
     tu_problem_init(&ps, flashcl_context_cl_context(ctx), &scaled);
     expect_success(&ps, "--causal --scale 0.5", "attention --scale 0.5");
+    tu_problem_free(&ps);
+    /* A negative scale is a softmax of the negated logits, as flash_attn takes it. */
+    scaled.desc.scale = -0.5f;
+    tu_problem_init(&ps, flashcl_context_cl_context(ctx), &scaled);
+    expect_success(&ps, "--causal --scale -0.5", "attention --scale -0.5");
     tu_problem_free(&ps);
 
     check_bad_inputs(&p);

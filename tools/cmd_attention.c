@@ -7,6 +7,7 @@
  * after the whole computation succeeded, each through a temporary file renamed
  * into place: a bad input or a failure leaves no output file behind.
  */
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +63,8 @@ void cmd_attention_help(FILE *out) {
           "--dout, --dq, --dk and --dv go together: give all four or none.\n"
           "\n"
           "  --causal       bottom-right aligned causal mask (FlashAttention 2.1+)\n"
-          "  --scale S      softmax scale, a finite number >= 0; 0 (the default)\n"
-          "                 means 1/sqrt(head_dim)\n"
+          "  --scale S      softmax scale, any finite number (negative too); 0 (the\n"
+          "                 default) means 1/sqrt(head_dim)\n"
           "  --path P       flash (the default: FlashCL's kernels) or standard (S and P\n"
           "                 through global memory), forward and backward\n"
           "  --device SPEC  \"P:D\" from `flashcl info`, or text matching the device's or\n"
@@ -255,7 +256,7 @@ static int parse_args(int argc, char **argv, attention_args *a) {
         } else if (options_is_help(&c)) {
             return TOOL_SHOW_HELP;
         } else if (options_is(&c, "--scale")) {
-            ok = options_float(&c, 0.0f, &a->scale);
+            ok = options_float(&c, -INFINITY, &a->scale); /* negative too, as the library takes it */
         } else if (options_is(&c, "--causal")) {
             ok = options_flag(&c);
             a->causal = true;

@@ -115,7 +115,10 @@ bool options_float(option_cursor *c, float min, float *out) {
     bool ok = text[0] != '\0' && text[0] != ' ' && text[0] != '\t' && end != NULL && *end == '\0' && errno != ERANGE &&
               isfinite(value) && value >= min;
     if (!ok) {
-        tool_usage_error("%s: expected a finite number >= %g, got '%s'", c->name, (double)min, text);
+        if (isfinite(min))
+            tool_usage_error("%s: expected a finite number >= %g, got '%s'", c->name, (double)min, text);
+        else
+            tool_usage_error("%s: expected a finite number, got '%s'", c->name, text);
         return false;
     }
     *out = value;
