@@ -147,10 +147,24 @@ int main(void) {
     write_text("FLASHCLB\1\0\0\0", 12);
     expect_ignored("binary", "truncated");
 
-    /* Sizes the grammar accepts but the CPU family does not (br=17): the untuned plan, untrusted. */
+    /* Sizes the grammar accepts but the CPU family does not (br=17): the untuned plan, untrusted, and the
+       reason says the tuned plan was not used and why. */
     write_sealed(identity, "tuned d=32 dtype=f32 causal=0 tile=kernel=cpu,br=17,bc=96\n");
     plan_now(&info, &plan, 0);
     CHECK(strcmp(plan.origin, "tuned") != 0 && plan.block_rows == untuned_rows);
+    if (!strstr(plan.reason, "tuned plan was not used") || !strstr(plan.reason, "br in {16, 32, 64, 128} (got 17)") ||
+        !strstr(plan.reason, "kernel=cpu,br=17,bc=96")) {
+        fprintf(stderr, "rejected sizes: reason \"%s\"\n", plan.reason);
+        tu_fail_count();
+    }
+    /* Another family's entry (the tensor cores') on this CPU device: not used, and said. */
+    write_sealed(identity, "tuned d=32 dtype=f32 causal=0 tile=kernel=mma,warps=4,bc=32\n");
+    plan_now(&info, &plan, 0);
+    CHECK(strcmp(plan.origin, "tuned") != 0 && plan.block_rows == untuned_rows);
+    if (!strstr(plan.reason, "tuned plan was not used: kernel=mma")) {
+        fprintf(stderr, "another family's entry: reason \"%s\"\n", plan.reason);
+        tu_fail_count();
+    }
 
     /* FLASHCL_TILE still wins over the file. */
     write_sealed(identity, good);

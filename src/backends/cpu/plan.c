@@ -194,15 +194,27 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
     if (st != FLASHCL_SUCCESS) return st;
     /* Not forced: a tuned plan of this family (tuning.h), if its sizes are legal, else the table's. */
     const char *tuned_origin = NULL;
-    char tuned_why[sizeof out->pub.reason] = "";
+    char tuned_why[sizeof out->pub.reason] = "", untuned[sizeof out->pub.reason] = "table: CPU device";
     flashcl__tile_override tuned;
-    if (!present && forward && flashcl__tuned_plan(ctx, desc, &tuned, &tuned_origin, tuned_why, sizeof tuned_why) &&
-        tuned.kernel == FLASHCL__TILE_KERNEL_CPU) {
+    if (!present && forward && flashcl__tuned_plan(ctx, desc, &tuned, &tuned_origin, tuned_why, sizeof tuned_why)) {
+        /* An entry this family cannot run is not used; the reason says so, and why (the portable kernels'
+           entries never get here: flashcl__cpu_wanted leaves those calls to their family). */
         int tg = groups, tc = chunk;
-        if (sizes_from(NULL, tuned.block_rows, tuned.block_cols, &tg, &tc) == FLASHCL_SUCCESS)
-            groups = tg, chunk = tc;
-        else
+        if (tuned.kernel != FLASHCL__TILE_KERNEL_CPU) {
+            snprintf(untuned, sizeof untuned, "table: CPU device (the tuned plan was not used: %s; %s)",
+                     tuned.kernel < 0                           ? "it names no kernel"
+                     : tuned.kernel == FLASHCL__TILE_KERNEL_MMA ? "kernel=mma is the tensor cores'"
+                                                                : "its kernel is another family's",
+                     tuned_why);
             tuned_origin = NULL;
+        } else if (sizes_from(ctx, tuned.block_rows, tuned.block_cols, &tg, &tc) == FLASHCL_SUCCESS) {
+            groups = tg, chunk = tc;
+        } else {
+            snprintf(untuned, sizeof untuned, "table: CPU device (the tuned plan was not used: %s; %s)",
+                     flashcl_last_error(ctx), tuned_why);
+            flashcl__clear_error(ctx);
+            tuned_origin = NULL;
+        }
     } else {
         tuned_origin = NULL;
     }
@@ -228,7 +240,7 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
                                : "table");
     const char *origin = present        ? (forward ? "FLASHCL_TILE=kernel=cpu" : "FLASHCL_BWD_KERNEL=cpu")
                          : tuned_origin ? tuned_why
-                                        : "table: CPU device";
+                                        : untuned;
     if (forward)
         snprintf(out->pub.reason, sizeof out->pub.reason,
                  "%s: CPU kernel family (%s), %d rows per work-item, %d keys per pass%s", origin, family_reason, lanes,
