@@ -137,16 +137,43 @@ static int parse_entry(const char *line, flashcl__tuned_entry *e) {
     return 1;
 }
 
-/* The identity's value of `field` in a foreign header, for the note. */
-static void field_of(const char *text, const char *field, char *out, size_t cap) {
+/* The identity's value of `field` in a foreign header, for the note; 0 when the header has none. */
+static int field_of(const char *text, const char *field, char *out, size_t cap) {
     out[0] = '\0';
     size_t fl = strlen(field);
     for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
         if (strncmp(p, field, fl) == 0 && p[fl] == '=') {
             size_t n = strcspn(p + fl + 1, "\n");
             snprintf(out, cap, "%.*s", (int)(n < 80 ? n : 80), p + fl + 1);
-            return;
+            return 1;
         }
+    return 0;
+}
+
+/* Appends each identity field whose value in the file's header differs from this context's, with both
+   values ("driver: the file's 'X', this context's 'Y'"); the header's fields in ident's order. */
+static void foreign_fields(const char *text, const char *ident, char *note, size_t cap) {
+    int named = 0;
+    for (const char *p = ident + strlen(TUNING_MAGIC); *p;) {
+        const size_t len = strcspn(p, "\n"), kl = strcspn(p, "=\n");
+        if (kl < len && kl < 32) {
+            char key[32], ours[96], theirs[96];
+            memcpy(key, p, kl);
+            key[kl] = '\0';
+            snprintf(ours, sizeof ours, "%.*s", (int)(len - kl - 1 < 80 ? len - kl - 1 : 80), p + kl + 1);
+            const int found = field_of(text, key, theirs, sizeof theirs);
+            if (!found || strcmp(ours, theirs) != 0) {
+                flashcl__appendf(note, cap, "%s%s: ", named++ ? "; " : "", key);
+                if (found)
+                    flashcl__appendf(note, cap, "the file's '%s', this context's '%s'", theirs, ours);
+                else
+                    flashcl__appendf(note, cap, "not in the file, this context's '%s'", ours);
+            }
+        }
+        p += len + (p[len] == '\n');
+    }
+    /* Every value the same (a value longer than the 80 characters compared, or a field out of order). */
+    if (!named) flashcl__appendf(note, cap, "the header differs from this context's identity");
 }
 
 /* Parses text into ctx's entries, or says in ctx->tuning_note why not (and keeps none). */
@@ -179,15 +206,10 @@ static void parse_file(flashcl_context *ctx, const char *ident, char *text, size
         return;
     }
     if (body < il || memcmp(text, ident, il) != 0) {
-        char dev[96], drv[96], lib[96];
         text[body] = '\0';
-        field_of(text, "device", dev, sizeof dev);
-        field_of(text, "driver", drv, sizeof drv);
-        field_of(text, "library", lib, sizeof lib);
-        flashcl__appendf(note, cap,
-                         "tuning file %s ignored: written for another device, driver or library (device=%s driver=%s "
-                         "library=%s; this is device=%s driver=%s library=%s)",
-                         path, dev, drv, lib, ctx->info.name, ctx->info.driver, FLASHCL_VERSION_STRING);
+        flashcl__appendf(note, cap, "tuning file %s ignored: written for another device, driver or library (", path);
+        foreign_fields(text, ident, note, cap);
+        flashcl__appendf(note, cap, ")");
         return;
     }
     text[body] = '\0';

@@ -125,6 +125,12 @@ int main(void) {
         drv[8] = drv[8] == 'X' ? 'Y' : 'X';
         write_sealed(foreign, good);
         expect_ignored("foreign driver", "another device");
+        /* The note names the field that differs, with the file's value and this context's. */
+        char want[512], ours[128];
+        const char *drv_ours = strstr(identity, "\ndriver=") + 8;
+        snprintf(ours, sizeof ours, "%.*s", (int)strcspn(drv_ours, "\n"), drv_ours);
+        snprintf(want, sizeof want, "driver: the file's '%c%s', this context's '%s')", drv[8], ours + 1, ours);
+        expect_ignored("foreign driver, named", want);
         /* ... and another library version. */
         snprintf(foreign, sizeof foreign, "%s", identity);
         char *lib = strstr(foreign, "\nlibrary=");
@@ -132,6 +138,16 @@ int main(void) {
         lib[9] = '9';
         write_sealed(foreign, good);
         expect_ignored("foreign library", "another device");
+        snprintf(want, sizeof want, "library: the file's '9%s', this context's '%s')", FLASHCL_VERSION_STRING + 1,
+                 FLASHCL_VERSION_STRING);
+        expect_ignored("foreign library, named", want);
+        /* ... and a field the old note never named (the platform's version), left out of the file altogether. */
+        snprintf(foreign, sizeof foreign, "%s", identity);
+        char *pv = strstr(foreign, "\nplatform_version=");
+        REQUIRE(pv != NULL);
+        pv[1] = 'x';
+        write_sealed(foreign, good);
+        expect_ignored("foreign platform version", "(platform_version: not in the file, this context's '");
     }
 
     /* Sealed and ours, but a line that does not parse, or a plan the grammar rejects. */
