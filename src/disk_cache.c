@@ -38,6 +38,7 @@ static void make_dirs(char *path) {
 
 void flashcl__cache_dir_init(flashcl_context *ctx) {
     ctx->cache_dir[0] = '\0';
+    ctx->cache_dir_named[0] = '\0';
     const char *env = getenv("FLASHCL_CACHE_DIR");
     char dir[sizeof ctx->cache_dir];
     if (env && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0)) return;
@@ -56,6 +57,7 @@ void flashcl__cache_dir_init(flashcl_context *ctx) {
         if (n < 0 || (size_t)n >= sizeof dir) return;
     }
     make_dirs(dir);
+    flashcl__copy_str(ctx->cache_dir_named, sizeof ctx->cache_dir_named, dir); /* the tuning file's, even read-only */
     if (access(dir, W_OK | X_OK) != 0) return; /* unwritable: run without a disk cache */
     flashcl__copy_str(ctx->cache_dir, sizeof ctx->cache_dir, dir);
 }

@@ -57,6 +57,9 @@ struct flashcl_context {
     flashcl__device_info info;
     flashcl__program *programs;
     char cache_dir[1024]; /* "" = disk cache disabled */
+    /* The cache directory named (FLASHCL_CACHE_DIR or the default), writable or not: where the tuning file is
+       read from, which a read-only directory must not hide. "" when off or none can be named. */
+    char cache_dir_named[1024];
     /* Device scratch (standard path's S/P and dS, backward's D): grows on
        demand, freed on destroy. Calls that use it wait for its last user. */
     cl_mem scratch[FLASHCL__SCRATCH_SLOTS];
@@ -139,8 +142,8 @@ typedef struct flashcl__view_spec {
     const flashcl_tensor *t;
     size_t heads, rows, dim; /* dim: head_dim or head_dim_v */
     int is_output;           /* 1: written; FLASHCL__READ_WRITE: written, then read (a cache appended to) */
-    size_t batch; /* 0: the descriptor's batch (1 with varlen); a KV cache's pages or sequences */
-    size_t elem;  /* bytes per element; 0: the descriptor's dtype (an fp8 cache has 1) */
+    size_t batch;            /* 0: the descriptor's batch (1 with varlen); a KV cache's pages or sequences */
+    size_t elem;             /* bytes per element; 0: the descriptor's dtype (an fp8 cache has 1) */
 } flashcl__view_spec;
 typedef struct flashcl__lse_spec {
     cl_mem buffer;

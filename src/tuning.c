@@ -68,9 +68,10 @@ static void tuning_path(flashcl_context *ctx, const char *ident) {
         flashcl__copy_str(ctx->tuning_path, sizeof ctx->tuning_path, env);
         return;
     }
-    if (!ctx->cache_dir[0]) return;
+    /* The cache directory even where it is read-only (the program cache is off there): reading needs no write. */
+    if (!ctx->cache_dir_named[0]) return;
     uint64_t h = flashcl__fnv1a(FLASHCL__FNV_SEED, ident, strlen(ident));
-    int n = snprintf(ctx->tuning_path, sizeof ctx->tuning_path, "%s/tuning-%016llx.txt", ctx->cache_dir,
+    int n = snprintf(ctx->tuning_path, sizeof ctx->tuning_path, "%s/tuning-%016llx.txt", ctx->cache_dir_named,
                      (unsigned long long)h);
     if (n < 0 || (size_t)n >= sizeof ctx->tuning_path) ctx->tuning_path[0] = '\0';
 }

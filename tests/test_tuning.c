@@ -10,6 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#endif
 
 #include <flashcl.h>
 
@@ -37,6 +44,25 @@ static void plan_now(flashcl_tuning_info *info, flashcl_plan *plan, int causal) 
     d.causal = causal;
     CHECK_STATUS(flashcl_plan_query(ctx, &d, plan), FLASHCL_SUCCESS);
     flashcl_context_destroy(ctx);
+}
+
+/* Makes dir unwritable (on) or writable again (off); returns whether it is unwritable now. Root passes
+   permission bits, so as root the directory is made immutable (Linux, CAP_LINUX_IMMUTABLE), which
+   stops root's writes too; where neither works the check is skipped. */
+static int read_only(const char *dir, int on) {
+    if (geteuid() != 0) {
+        REQUIRE(chmod(dir, on ? 0500 : 0700) == 0);
+    } else {
+#ifdef __linux__
+        int fd = open(dir, O_RDONLY | O_DIRECTORY), flags = 0;
+        if (fd >= 0 && ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+            flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
+            (void)ioctl(fd, FS_IOC_SETFLAGS, &flags);
+        }
+        if (fd >= 0) close(fd);
+#endif
+    }
+    return access(dir, W_OK | X_OK) != 0;
 }
 
 static void expect_ignored(const char *what, const char *note_part) {
@@ -188,6 +214,36 @@ int main(void) {
     plan_now(&info, &plan, 0);
     CHECK(strcmp(plan.origin, "env") == 0 && plan.block_rows == 64 && plan.block_cols == 24);
     unsetenv("FLASHCL_TILE");
+
+    /* The device's own file in a read-only cache directory: read (the program cache is off there, the
+       tuning file is not). */
+    {
+        char cache[1200];
+        snprintf(cache, sizeof cache, "%s/cache", dir);
+        unsetenv("FLASHCL_TUNING");
+        const char *old_cache = getenv("FLASHCL_CACHE_DIR");
+        char *saved = old_cache ? strdup(old_cache) : NULL;
+        setenv("FLASHCL_CACHE_DIR", cache, 1);
+        plan_now(&info, &plan, 0); /* makes the directory, names the file */
+        REQUIRE(strncmp(info.path, cache, strlen(cache)) == 0);
+        tt_write_sealed(info.path, identity, good);
+        if (!read_only(cache, 1)) {
+            printf("test_tuning: read-only cache directory not checked (%s stays writable here)\n", cache);
+        } else {
+            plan_now(&info, &plan, 0);
+            if (strncmp(info.path, cache, strlen(cache)) != 0 || info.entries != 1 || strcmp(plan.origin, "tuned")) {
+                fprintf(stderr, "read-only cache directory: path \"%s\", %zu entries, origin %s, note \"%s\"\n",
+                        info.path, info.entries, plan.origin, info.note);
+                tu_fail_count();
+            }
+        }
+        read_only(cache, 0);
+        if (saved)
+            setenv("FLASHCL_CACHE_DIR", saved, 1);
+        else
+            unsetenv("FLASHCL_CACHE_DIR");
+        free(saved);
+    }
 
     /* FLASHCL_TUNING=off: no file, no note. */
     setenv("FLASHCL_TUNING", "off", 1);
