@@ -196,7 +196,7 @@ FLASHCL_API const char *flashcl_context_cache_dir(const flashcl_context *ctx);
  * read once when the context is created; the plan chain consults it after
  * FLASHCL_TILE and before the built-in table (plan origin "tuned").
  * FLASHCL_TUNING=PATH reads (and `flashcl tune` writes) another file,
- * FLASHCL_TUNING=off none. A file is used only if it starts with `identity`
+ * FLASHCL_TUNING=off (or 0) none. A file is used only if it starts with `identity`
  * (device, driver, platform and library version) and ends with the line
  * "checksum=<16 hex digits of flashcl_tuning_checksum(every byte before it)>";
  * otherwise it is ignored and `note` (also appended to every plan's reason)
@@ -208,6 +208,7 @@ typedef struct flashcl_tuning_info {
     char identity[4096]; /* the header lines a file must start with, newline-terminated */
     size_t entries;      /* tuned plans read from it */
     char note[640];      /* why the file was ignored; "" when read or absent */
+    int off;             /* 1 when FLASHCL_TUNING turns tuning files off ("off" or "0"; path is then "") */
 } flashcl_tuning_info;
 
 FLASHCL_API flashcl_status flashcl_tuning_query(const flashcl_context *ctx, flashcl_tuning_info *out);

@@ -41,7 +41,7 @@ void flashcl__cache_dir_init(flashcl_context *ctx) {
     ctx->cache_dir_named[0] = '\0';
     const char *env = getenv("FLASHCL_CACHE_DIR");
     char dir[sizeof ctx->cache_dir];
-    if (env && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0)) return;
+    if (flashcl__env_off(env)) return;
     if (env && *env) {
         flashcl__copy_str(dir, sizeof dir, env);
     } else {

@@ -62,6 +62,8 @@ void flashcl__copy_str(char *dst, size_t cap, const char *src) {
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
+int flashcl__env_off(const char *value) { return value && (strcmp(value, "off") == 0 || strcmp(value, "0") == 0); }
+
 void flashcl__appendf(char *dst, size_t cap, const char *fmt, ...) {
     size_t have = strnlen(dst, cap);
     if (have + 1 >= cap) return;

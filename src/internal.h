@@ -75,6 +75,7 @@ struct flashcl_context {
     struct flashcl__tuned_entry *tuned;
     size_t tuned_count;
     char tuning_path[1100]; /* "" = none */
+    int tuning_off;         /* FLASHCL_TUNING turned tuning files off (at creation) */
     char tuning_note[640];  /* why the file was ignored; "" when read or absent */
     char *error;            /* last detailed error message */
     size_t error_cap;
@@ -300,5 +301,8 @@ const char *flashcl__cl_error_name(cl_int err);
 
 /* snprintf into a fixed buffer that never overflows and always terminates. */
 void flashcl__copy_str(char *dst, size_t cap, const char *src);
+
+/* Whether an environment value turns a file off: "off" or "0" (FLASHCL_CACHE_DIR, FLASHCL_TUNING). */
+int flashcl__env_off(const char *value);
 
 #endif

@@ -63,7 +63,8 @@ static char *identity(const flashcl_context *ctx) {
 static void tuning_path(flashcl_context *ctx, const char *ident) {
     ctx->tuning_path[0] = '\0';
     const char *env = getenv("FLASHCL_TUNING");
-    if (env && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0)) return;
+    ctx->tuning_off = flashcl__env_off(env);
+    if (ctx->tuning_off) return;
     if (env && *env) {
         flashcl__copy_str(ctx->tuning_path, sizeof ctx->tuning_path, env);
         return;
@@ -342,6 +343,7 @@ flashcl_status flashcl_tuning_query(const flashcl_context *ctx, flashcl_tuning_i
     flashcl__copy_str(out->identity, sizeof out->identity, ident);
     flashcl__copy_str(out->note, sizeof out->note, ctx->tuning_note);
     out->entries = ctx->tuned_count;
+    out->off = ctx->tuning_off;
     free(ident);
     return FLASHCL_SUCCESS;
 }

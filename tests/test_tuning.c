@@ -88,7 +88,7 @@ int main(void) {
     flashcl_plan plan;
     plan_now(&info, &plan, 0); /* no file yet: the untuned plan, no note */
     CHECK(strcmp(info.path, g_path) == 0);
-    CHECK(info.note[0] == '\0');
+    CHECK(info.note[0] == '\0' && info.off == 0);
     if (strcmp(plan.kernel, "flash_fwd_cpu") != 0) {
         printf("test_tuning: skipped (the device runs %s, not the CPU family)\n", plan.kernel);
         tu_tmpdir_remove(dir);
@@ -249,6 +249,10 @@ int main(void) {
     setenv("FLASHCL_TUNING", "off", 1);
     plan_now(&info, &plan, 0);
     CHECK(info.path[0] == '\0' && info.note[0] == '\0' && strcmp(plan.origin, "tuned") != 0);
+    CHECK(info.off == 1); /* the query says why there is no path (the tuner words its message from it) */
+    setenv("FLASHCL_TUNING", "0", 1);
+    plan_now(&info, &plan, 0);
+    CHECK(info.path[0] == '\0' && info.off == 1);
 
     tu_tmpdir_remove(dir);
     free(dir);

@@ -262,13 +262,14 @@ int cmd_tune(int argc, char **argv) {
     const bool is_cpu = device_is_cpu(ctx, &max_wg);
     flashcl_context_destroy(ctx);
     if (st != FLASHCL_SUCCESS) return tool_status_error("tune: tuning file", st, "");
-    if (!info.path[0]) {
-        const char *off = getenv("FLASHCL_TUNING");
-        return tool_failure(off && !strcmp(off, "off") ? "tune: FLASHCL_TUNING=off turns tuning files off: unset it, "
-                                                         "or give --output FILE"
-                                                       : "tune: no tuning file location (no cache directory): give "
-                                                         "--output FILE");
-    }
+    /* The library says whether FLASHCL_TUNING turned the files off (its spellings, not a copy of them here). */
+    if (info.off && a.output)
+        return tool_usage_error("--output %s: the library reads that name as tuning files off; give ./%s", a.output,
+                                a.output);
+    if (info.off)
+        return tool_failure("tune: FLASHCL_TUNING=%s turns tuning files off: unset it, or give --output FILE",
+                            getenv("FLASHCL_TUNING") ? getenv("FLASHCL_TUNING") : "off");
+    if (!info.path[0]) return tool_failure("tune: no tuning file location (no cache directory): give --output FILE");
 
     tune_log log = {0};
     if (info.note[0])

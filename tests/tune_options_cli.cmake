@@ -1,0 +1,23 @@
+# `flashcl tune`'s options and output, quickly (cmake -P, TOOL=<flashcl>, DIR=<scratch dir>):
+#  1. FLASHCL_TUNING=off and =0 (every spelling the library takes as off) are named as such, not as
+#     "no cache directory".
+cmake_minimum_required(VERSION 3.16)
+file(REMOVE_RECURSE ${DIR})
+file(MAKE_DIRECTORY ${DIR})
+set(SHAPE --head-dims 32 --seqlen 128 --heads 2)
+
+foreach(off off 0)
+  set(ENV{FLASHCL_TUNING} ${off})
+  execute_process(COMMAND ${TOOL} tune --list ${SHAPE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  unset(ENV{FLASHCL_TUNING})
+  if(NOT rc EQUAL 1 OR NOT err MATCHES "FLASHCL_TUNING=${off} turns tuning files off" OR err MATCHES "cache directory")
+    message(FATAL_ERROR "FLASHCL_TUNING=${off}: not reported as off (exit ${rc}):\n${err}")
+  endif()
+endforeach()
+# --output 0 would read as off to the library: refused, naming the option.
+execute_process(COMMAND ${TOOL} tune --list ${SHAPE} --output 0 RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--output 0")
+  message(FATAL_ERROR "--output 0 was not refused (exit ${rc}):\n${err}")
+endif()
+
+file(REMOVE_RECURSE ${DIR})
