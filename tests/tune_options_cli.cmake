@@ -1,6 +1,7 @@
 # `flashcl tune`'s options and output, quickly (cmake -P, TOOL=<flashcl>, DIR=<scratch dir>):
 #  1. FLASHCL_TUNING=off and =0 (every spelling the library takes as off) are named as such, not as
-#     "no cache directory".
+#     "no cache directory";
+#  2. a value given twice in a list option (--head-dims, --dtypes) is tuned once, with a note.
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
@@ -18,6 +19,14 @@ endforeach()
 execute_process(COMMAND ${TOOL} tune --list ${SHAPE} --output 0 RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 2 OR NOT err MATCHES "--output 0")
   message(FATAL_ERROR "--output 0 was not refused (exit ${rc}):\n${err}")
+endif()
+
+execute_process(COMMAND ${TOOL} tune --list ${SHAPE} --output ${DIR}/once.txt RESULT_VARIABLE rc OUTPUT_VARIABLE once)
+execute_process(COMMAND ${TOOL} tune --list --head-dims 32,32 --dtypes f32,f32 --seqlen 128 --heads 2
+  --output ${DIR}/twice.txt RESULT_VARIABLE rc2 OUTPUT_VARIABLE twice ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0 OR NOT once STREQUAL twice OR NOT err MATCHES "--head-dims: 32 given more than once"
+   OR NOT err MATCHES "--dtypes: f32 given more than once")
+  message(FATAL_ERROR "duplicates in the lists are not tuned once (exit ${rc}, ${rc2}):\n${err}\n${once}\n--\n${twice}")
 endif()
 
 file(REMOVE_RECURSE ${DIR})

@@ -48,7 +48,8 @@ void cmd_tune_help(FILE *out) {
           "measured, and running again resumes.\n"
           "\n"
           "  --head-dims LIST  default 64,128\n"
-          "  --dtypes LIST     f32, f16, bf16; default f32\n"
+          "  --dtypes LIST     f32, f16, bf16; default f32 (a value given twice in a\n"
+          "                    list is tuned once)\n"
           "  --causal          tune the causal forward as well\n"
           "  --decode          tune the decode family (short queries, split-KV) instead of the\n"
           "                    forward: its kernel's rows, keys per step, lanes and work-group\n"
@@ -89,14 +90,30 @@ typedef struct tune_args {
     const char *device, *output;
 } tune_args;
 
+/* A value the list already has is taken once (every list option alike), with a note: tuning a shape twice
+   would measure every candidate twice and count it twice in the progress. */
+static bool already_listed(const char *option, const char *value, bool listed) {
+    if (listed) fprintf(stderr, "flashcl: note: %s: %s given more than once; tuned once\n", option, value);
+    return listed;
+}
+
 static int parse_dims(const char *text, tune_args *a) {
     a->dim_count = 0;
     for (const char *p = text; *p;) {
         char *end = NULL;
         unsigned long v = strtoul(p, &end, 10);
-        if (end == p || v < 1 || v > 256 || a->dim_count == MAX_DIMS || (*end && *end != ','))
+        if (end == p || *p < '0' || *p > '9' || v < 1 || v > 256 || (*end && *end != ','))
             return tool_usage_error("--head-dims: expected a list of 1..256 (at most %d), got '%s'", MAX_DIMS, text);
-        a->dims[a->dim_count++] = v;
+        bool listed = false;
+        for (size_t i = 0; i < a->dim_count; ++i) listed = listed || a->dims[i] == v;
+        char value[24];
+        snprintf(value, sizeof value, "%lu", v);
+        if (!already_listed("--head-dims", value, listed)) {
+            if (a->dim_count == MAX_DIMS)
+                return tool_usage_error("--head-dims: expected a list of 1..256 (at most %d), got '%s'", MAX_DIMS,
+                                        text);
+            a->dims[a->dim_count++] = v;
+        }
         p = *end ? end + 1 : end;
     }
     return a->dim_count ? 0 : tool_usage_error("--head-dims: empty list");
@@ -110,9 +127,16 @@ static int parse_dtypes(const char *text, tune_args *a) {
                            : n == 3 && !strncmp(p, "f16", 3)  ? FLASHCL_DTYPE_F16
                            : n == 4 && !strncmp(p, "bf16", 4) ? FLASHCL_DTYPE_BF16
                                                               : FLASHCL_DTYPE_DEFAULT;
-        if (dt == FLASHCL_DTYPE_DEFAULT || a->dtype_count == 3)
+        if (dt == FLASHCL_DTYPE_DEFAULT)
             return tool_usage_error("--dtypes: expected f32, f16 and/or bf16, got '%s'", text);
-        a->dtypes[a->dtype_count++] = dt;
+        bool listed = false;
+        for (size_t i = 0; i < a->dtype_count; ++i) listed = listed || a->dtypes[i] == dt;
+        if (!already_listed("--dtypes",
+                            dt == FLASHCL_DTYPE_BF16  ? "bf16"
+                            : dt == FLASHCL_DTYPE_F16 ? "f16"
+                                                      : "f32",
+                            listed))
+            a->dtypes[a->dtype_count++] = dt; /* three distinct at most: the array's size */
         p += n;
         if (*p) ++p;
     }
