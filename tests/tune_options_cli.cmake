@@ -1,7 +1,8 @@
 # `flashcl tune`'s options and output, quickly (cmake -P, TOOL=<flashcl>, DIR=<scratch dir>):
 #  1. FLASHCL_TUNING=off and =0 (every spelling the library takes as off) are named as such, not as
 #     "no cache directory";
-#  2. a value given twice in a list option (--head-dims, --dtypes) is tuned once, with a note.
+#  2. a value given twice in a list option (--head-dims, --dtypes) is tuned once, with a note;
+#  3. with stderr not a terminal (captured here), progress comes as plain lines, no '\r' redraws.
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
@@ -29,4 +30,10 @@ if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0 OR NOT once STREQUAL twice OR NOT err MATCH
   message(FATAL_ERROR "duplicates in the lists are not tuned once (exit ${rc}, ${rc2}):\n${err}\n${once}\n--\n${twice}")
 endif()
 
+execute_process(COMMAND ${TOOL} tune ${SHAPE} --budget 1 --output ${DIR}/progress.txt
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(FIND "${err}" "\r" cr)
+if(NOT rc EQUAL 0 OR NOT cr EQUAL -1 OR NOT err MATCHES "flashcl: tune: [0-9]+/[0-9]+ ")
+  message(FATAL_ERROR "progress into a file (exit ${rc}) is not plain lines:\n${err}")
+endif()
 file(REMOVE_RECURSE ${DIR})

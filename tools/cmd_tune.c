@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <flashcl.h>
 
@@ -210,15 +211,33 @@ typedef struct tune_key {
     tune_candidates cands;
 } tune_key;
 
-static void progress(size_t done, size_t total, const char *what, double elapsed, double eta) {
+/* Progress on stderr: a bar redrawn in place (\r) on a terminal; elsewhere (a log, a pipe, a test) one plain
+   line per step, since a file would collect every redraw on one line. */
+typedef struct progress_line {
+    bool tty;  /* stderr is a terminal */
+    bool open; /* a bar is drawn and the cursor is still on its line */
+} progress_line;
+
+static void progress(progress_line *pl, size_t done, size_t total, const char *what, double elapsed, double eta) {
+    char eta_text[32] = "?";
+    if (isfinite(eta)) snprintf(eta_text, sizeof eta_text, "%.0fs", eta < 0 ? 0.0 : eta);
+    if (!pl->tty) {
+        fprintf(stderr, "flashcl: tune: %zu/%zu %.0fs, ETA %s  %s\n", done, total, elapsed, eta_text, what);
+        return;
+    }
     char bar[31];
     size_t fill = total ? done * 30 / total : 30;
     for (size_t i = 0; i < 30; ++i) bar[i] = i < fill ? '#' : '-';
     bar[30] = '\0';
-    char eta_text[32] = "?";
-    if (isfinite(eta)) snprintf(eta_text, sizeof eta_text, "%.0fs", eta < 0 ? 0.0 : eta);
     fprintf(stderr, "\r[%s] %zu/%zu %.0fs, ETA %s  %-60.60s", bar, done, total, elapsed, eta_text, what);
     fflush(stderr);
+    pl->open = true;
+}
+
+/* Ends a drawn bar's line, so that what follows starts on its own. */
+static void progress_break(progress_line *pl) {
+    if (pl->open) fputc('\n', stderr);
+    pl->open = false;
 }
 
 /* The packed rows of a decode key: a power of two, at most 16 (src/tuning.h). */
@@ -384,6 +403,7 @@ int cmd_tune(int argc, char **argv) {
     }
     if (done) fprintf(stderr, "flashcl: resuming: %zu of %zu measurements already in %s\n", done, total, info.path);
 
+    progress_line pl = {isatty(fileno(stderr)) != 0, false};
     signal(SIGINT, on_sigint);
     const double target = is_cpu ? 0.2 : 0.1;
     double slowest = first_estimate, spent = 0.0;
@@ -411,7 +431,7 @@ int cmd_tune(int argc, char **argv) {
             snprintf(what, sizeof what, "%s %s", k->key, k->cands.tile[rank]);
             double eta = measured ? spent / (double)measured * (double)(total - done) : NAN;
             if (eta > a.budget - elapsed) eta = a.budget - elapsed;
-            progress(done, total, what, elapsed, eta);
+            progress(&pl, done, total, what, elapsed, eta);
             const double t0 = wall_seconds();
             tune_measurement m;
             tune_measure(a.device, k->cands.tile[rank], &k->shape, target, &m);
@@ -427,9 +447,12 @@ int cmd_tune(int argc, char **argv) {
             snprintf(r.size, sizeof r.size, "%s", k->size);
             r.ms = m.ran ? m.ms : NAN;
             r.verified = m.ran && m.verified;
-            if (!r.verified) fprintf(stderr, "\nflashcl: note: %s: %s\n", what, m.error[0] ? m.error : "not verified");
+            if (!r.verified) {
+                progress_break(&pl);
+                fprintf(stderr, "flashcl: note: %s: %s\n", what, m.error[0] ? m.error : "not verified");
+            }
             if (tune_log_add(&log, &r) != 0 || tune_log_write(&log, info.path, info.identity, err, sizeof err) != 0) {
-                fputc('\n', stderr); /* off the progress line */
+                progress_break(&pl);
                 rc = tool_failure("tune: %s", err[0] ? err : "out of host memory");
                 stop = "error";
             }
@@ -447,7 +470,8 @@ int cmd_tune(int argc, char **argv) {
         snprintf(tiles[1], sizeof tiles[1], "%s", best->tile);
         const double per = measured ? spent / (double)measured : 1.0;
         if (wall_seconds() - start + 2.0 * CONFIRM_ROUNDS * per * 1.25 > a.budget) {
-            fprintf(stderr, "\nflashcl: note: %s: no time left to confirm %s against %s in turns\n", k->key, tiles[1],
+            progress_break(&pl);
+            fprintf(stderr, "flashcl: note: %s: no time left to confirm %s against %s in turns\n", k->key, tiles[1],
                     tiles[0]);
             continue;
         }
@@ -455,7 +479,7 @@ int cmd_tune(int argc, char **argv) {
             for (int t = 0; t < 2 && rc == TOOL_EXIT_OK; ++t) {
                 char what[256];
                 snprintf(what, sizeof what, "confirm %s %s", k->key, tiles[t]);
-                progress(done, total, what, wall_seconds() - start, NAN);
+                progress(&pl, done, total, what, wall_seconds() - start, NAN);
                 tune_measurement m;
                 tune_measure(a.device, tiles[t], &k->shape, target, &m);
                 tune_record r;
@@ -467,13 +491,13 @@ int cmd_tune(int argc, char **argv) {
                 r.verified = m.ran && m.verified;
                 if (tune_log_add(&log, &r) != 0 ||
                     tune_log_write(&log, info.path, info.identity, err, sizeof err) != 0) {
-                    fputc('\n', stderr); /* off the progress line */
+                    progress_break(&pl);
                     rc = tool_failure("tune: %s", err[0] ? err : "out of host memory");
                 }
             }
     }
-    progress(done, total, stop ? stop : "done", wall_seconds() - start, 0.0);
-    fputc('\n', stderr);
+    progress(&pl, done, total, stop ? stop : "done", wall_seconds() - start, 0.0);
+    progress_break(&pl);
     print_summary(keys, nkeys, &log);
     printf("measured %zu this run, %zu of %zu in all, %.1f s (budget %.0f s, slowest measurement %.1f s)%s%s; "
            "tuning file %s\n",
