@@ -4,7 +4,7 @@
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
-execute_process(COMMAND ${TOOL} bench --sweep --sweep-min 64 --sweep-max 128 --heads 2 --head-dim 32 --iters 1
+execute_process(COMMAND ${TOOL} bench --sweep --sweep-min 64 --sweep-max 128 --heads 2 --kv-heads 1 --head-dim 32 --iters 1
   --roof 1 --sweep-out ${DIR}/s RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "bench --sweep failed (${rc}):\n${err}")
@@ -19,6 +19,11 @@ if(NOT nj EQUAL 6 OR NOT nc EQUAL 5)
 endif()
 if(NOT json MATCHES "\"seqlen\":128" OR NOT csv MATCHES "128,128,32,0,standard,fwd,ran")
   message(FATAL_ERROR "the second point is missing:\n${json}\n${csv}")
+endif()
+# The CSV names the storage, the KV heads and V's head dim (last, after the columns of the first sweeps).
+list(GET csv 0 header)
+if(NOT header MATCHES ",kernel,origin,dtype,kv_heads,head_dim_v$" OR NOT csv MATCHES ",float32,1,32;")
+  message(FATAL_ERROR "the CSV lacks dtype, kv_heads and head_dim_v:\n${csv}")
 endif()
 execute_process(COMMAND ${TOOL} bench --sweep --sweep-min 100 --sweep-out ${DIR}/t RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 2 OR EXISTS ${DIR}/t.json)

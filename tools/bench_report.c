@@ -47,7 +47,7 @@ static int name_width(const bench_job *job) {
     return (int)width + 1;
 }
 
-static const char *dtype_name(flashcl_dtype dtype) {
+const char *bench_dtype_name(flashcl_dtype dtype) {
     return dtype == FLASHCL_DTYPE_F16 ? "float16" : dtype == FLASHCL_DTYPE_BF16 ? "bfloat16" : "float32";
 }
 
@@ -230,7 +230,7 @@ static void json_problem_fields(FILE *out, const char *device, const flashcl_att
                  {"seqlen", d->seqlen_q}, {"seqlen_k", d->seqlen_k}, {"head_dim", d->head_dim}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) json_member_size(out, sizes[i].key, sizes[i].value);
     json_member_literal(out, "causal", d->causal ? "true" : "false");
-    json_member_string(out, "dtype", dtype_name(p->dtype));
+    json_member_string(out, "dtype", bench_dtype_name(p->dtype));
     json_member_size(out, "head_dim_v", p->head_dim_v ? p->head_dim_v : d->head_dim);
     json_member_size(out, "num_splits", d->num_splits);
     const bench_cache_spec *cache = path->cache;

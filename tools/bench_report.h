@@ -13,5 +13,7 @@
 
 void bench_print_table(FILE *out, const bench_job *job, const bench_results *results);
 void bench_print_json(FILE *out, const bench_job *job, const bench_results *results);
+/* A path's storage type as the JSON and the sweep's CSV name it: "float32", "float16", "bfloat16". */
+const char *bench_dtype_name(flashcl_dtype dtype);
 
 #endif

@@ -27,10 +27,14 @@ static void csv_rows(FILE *out, const bench_job *job, const bench_results *r) {
                 snprintf(origin, sizeof origin, "%s%s%s", fwd ? pr->fwd_plan.origin : "", fwd && bwd ? "+" : "",
                          bwd ? pr->bwd_plan.origin : "");
             }
-            fprintf(out, "%zu,%zu,%zu,%zu,%zu,%d,%s,%s,%s,%.6g,%.6g,%.6g,%zu,%s,%s\n", job->base.batch,
+            /* The storage, KV heads and V's head dim last (columns added after the first sweeps: a reader by
+               position of the old ones still reads them). The path's own storage and d_v, as the JSON gives. */
+            fprintf(out, "%zu,%zu,%zu,%zu,%zu,%d,%s,%s,%s,%.6g,%.6g,%.6g,%zu,%s,%s,%s,%zu,%zu\n", job->base.batch,
                     job->base.heads_q, job->base.seqlen_q, job->base.seqlen_k, job->base.head_dim, job->base.causal,
                     job->paths[p].name, name, x->ran ? "ran" : "skipped", x->ran ? x->timing.ms : NAN,
-                    x->flops / s * 1e-12, x->bytes / s * 1e-9, x->bytes_extra, kernel, origin);
+                    x->flops / s * 1e-12, x->bytes / s * 1e-9, x->bytes_extra, kernel, origin,
+                    bench_dtype_name(pr->dtype), job->base.heads_kv,
+                    pr->head_dim_v ? pr->head_dim_v : job->base.head_dim);
         }
     }
 }
@@ -45,7 +49,8 @@ int bench_sweep(bench_job *job, const bench_sweep_spec *spec) {
         atomic_file_abort(&json);
         return tool_failure("bench --sweep: %s", err);
     }
-    fputs("batch,heads,seqlen,seqlen_k,head_dim,causal,path,pass,status,ms,tflops,gbps,bytes_extra,kernel,origin\n",
+    fputs("batch,heads,seqlen,seqlen_k,head_dim,causal,path,pass,status,ms,tflops,gbps,bytes_extra,kernel,origin,"
+          "dtype,kv_heads,head_dim_v\n",
           csv.stream);
     bench_results *results = calloc(1, sizeof *results);
     int rc = results ? TOOL_EXIT_OK : tool_failure("bench: out of host memory");
