@@ -1,6 +1,7 @@
 # `flashcl bench --sweep` (cmake -P, TOOL=<flashcl>, DIR=<scratch dir>): a two-point sweep writes
 # PREFIX.json (every point's --json lines: rows for both paths and a summary each) and PREFIX.csv
-# (a header and a row per path and pass), and bad ranges are usage errors.
+# (a header and a row per path and pass), with --json stdout is a JSON array of those rows, and bad
+# ranges are usage errors.
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
@@ -24,6 +25,14 @@ endif()
 list(GET csv 0 header)
 if(NOT header MATCHES ",kernel,origin,dtype,kv_heads,head_dim_v$" OR NOT csv MATCHES ",float32,1,32;")
   message(FATAL_ERROR "the CSV lacks dtype, kv_heads and head_dim_v:\n${csv}")
+endif()
+# --json: stdout is a JSON array of the CSV's rows (no tables), the files as without it.
+execute_process(COMMAND ${TOOL} bench --sweep --json --sweep-min 64 --sweep-max 128 --heads 2 --kv-heads 1 --head-dim 32
+  --iters 1 --roof 1 --sweep-out ${DIR}/j RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(REGEX MATCHALL "{\"batch\":1,\"heads\":2,\"kv_heads\":1,\"seqlen\":(64|128),[^}]*\"dtype\":\"float32\",\"path\":\"(flash|standard)\",\"pass\":\"fwd\",\"status\":\"ran\"" objects "${out}")
+list(LENGTH objects no)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^\\[\n{.*}\n\\]\n$" OR NOT no EQUAL 4 OR out MATCHES "device " OR NOT EXISTS ${DIR}/j.csv)
+  message(FATAL_ERROR "bench --sweep --json printed no JSON array of 4 rows (exit ${rc}):\n${out}\n${err}")
 endif()
 execute_process(COMMAND ${TOOL} bench --sweep --sweep-min 100 --sweep-out ${DIR}/t RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 2 OR EXISTS ${DIR}/t.json)

@@ -7,10 +7,13 @@
 
 #include "atomic_file.h"
 #include "bench_report.h"
+#include "json_print.h"
 #include "timing.h"
 #include "tool_errors.h"
 
-static void csv_rows(FILE *out, const bench_job *job, const bench_results *r) {
+/* One row per path and pass that ran or was skipped: to the CSV, and with --json as an object of the same
+   fields (numbers as numbers, NaN as null) into stdout's array; *rows counts the objects so far. */
+static void sweep_rows(FILE *csv, FILE *json, size_t *rows, const bench_job *job, const bench_results *r) {
     for (size_t p = 0; p < job->path_count; ++p) {
         const bench_path_result *pr = &r->paths[p];
         for (size_t i = 0; i < job->pass_count; ++i) {
@@ -27,14 +30,40 @@ static void csv_rows(FILE *out, const bench_job *job, const bench_results *r) {
                 snprintf(origin, sizeof origin, "%s%s%s", fwd ? pr->fwd_plan.origin : "", fwd && bwd ? "+" : "",
                          bwd ? pr->bwd_plan.origin : "");
             }
+            const flashcl_attention_desc *d = &job->base;
+            const char *status = x->ran ? "ran" : "skipped", *dtype = bench_dtype_name(pr->dtype);
+            const double ms = x->ran ? x->timing.ms : NAN, tflops = x->flops / s * 1e-12, gbps = x->bytes / s * 1e-9;
+            const size_t dv = pr->head_dim_v ? pr->head_dim_v : d->head_dim;
             /* The storage, KV heads and V's head dim last (columns added after the first sweeps: a reader by
                position of the old ones still reads them). The path's own storage and d_v, as the JSON gives. */
-            fprintf(out, "%zu,%zu,%zu,%zu,%zu,%d,%s,%s,%s,%.6g,%.6g,%.6g,%zu,%s,%s,%s,%zu,%zu\n", job->base.batch,
-                    job->base.heads_q, job->base.seqlen_q, job->base.seqlen_k, job->base.head_dim, job->base.causal,
-                    job->paths[p].name, name, x->ran ? "ran" : "skipped", x->ran ? x->timing.ms : NAN,
-                    x->flops / s * 1e-12, x->bytes / s * 1e-9, x->bytes_extra, kernel, origin,
-                    bench_dtype_name(pr->dtype), job->base.heads_kv,
-                    pr->head_dim_v ? pr->head_dim_v : job->base.head_dim);
+            fprintf(csv, "%zu,%zu,%zu,%zu,%zu,%d,%s,%s,%s,%.6g,%.6g,%.6g,%zu,%s,%s,%s,%zu,%zu\n", d->batch, d->heads_q,
+                    d->seqlen_q, d->seqlen_k, d->head_dim, d->causal, job->paths[p].name, name, status, ms, tflops,
+                    gbps, x->bytes_extra, kernel, origin, dtype, d->heads_kv, dv);
+            if (!json) continue;
+            fputs(*rows ? ",\n{" : "[\n{", json);
+            ++*rows;
+            const struct {
+                const char *key;
+                size_t value;
+            } sizes[] = {{"batch", d->batch},     {"heads", d->heads_q},     {"kv_heads", d->heads_kv},
+                         {"seqlen", d->seqlen_q}, {"seqlen_k", d->seqlen_k}, {"head_dim", d->head_dim},
+                         {"head_dim_v", dv}};
+            json_key(json, sizes[0].key, true);
+            fprintf(json, "%zu", sizes[0].value);
+            for (size_t k = 1; k < sizeof sizes / sizeof sizes[0]; ++k)
+                json_member_size(json, sizes[k].key, sizes[k].value);
+            json_member_literal(json, "causal", d->causal ? "true" : "false");
+            json_member_string(json, "dtype", dtype);
+            json_member_string(json, "path", job->paths[p].name);
+            json_member_string(json, "pass", name);
+            json_member_string(json, "status", status);
+            json_member_number(json, "ms", ms);
+            json_member_number(json, "tflops", tflops);
+            json_member_number(json, "gbps", gbps);
+            json_member_size(json, "bytes_extra", x->bytes_extra);
+            json_member_string(json, "kernel", kernel);
+            json_member_string(json, "origin", origin);
+            fputc('}', json);
         }
     }
 }
@@ -55,6 +84,7 @@ int bench_sweep(bench_job *job, const bench_sweep_spec *spec) {
     bench_results *results = calloc(1, sizeof *results);
     int rc = results ? TOOL_EXIT_OK : tool_failure("bench: out of host memory");
     const double growth = spec->keys_only ? 2.0 : 4.0;
+    size_t rows = 0; /* objects in stdout's array (--json) */
     for (size_t n = spec->min; n <= spec->max && rc == TOOL_EXIT_OK; n *= 2) {
         job->base.seqlen_k = n;
         if (!spec->keys_only) job->base.seqlen_q = n;
@@ -63,9 +93,9 @@ int bench_sweep(bench_job *job, const bench_sweep_spec *spec) {
         rc = bench_run(job, results);
         if (rc != TOOL_EXIT_OK) break;
         const double took = wall_seconds() - t0;
-        bench_print_table(stdout, job, results);
+        if (!spec->json_stdout) bench_print_table(stdout, job, results); /* stdout is the JSON array alone */
         bench_print_json(json.stream, job, results);
-        csv_rows(csv.stream, job, results);
+        sweep_rows(csv.stream, spec->json_stdout ? stdout : NULL, &rows, job, results);
         fflush(stdout);
         if (n < spec->max && took * growth > spec->max_seconds) {
             fprintf(stderr,
@@ -76,6 +106,7 @@ int bench_sweep(bench_job *job, const bench_sweep_spec *spec) {
         }
     }
     free(results);
+    if (spec->json_stdout) fputs(rows ? "\n]\n" : "[]\n", stdout); /* closed even after a failed point */
     if (rc == TOOL_EXIT_OK &&
         (atomic_file_finish(&json, err, sizeof err) != 0 || atomic_file_finish(&csv, err, sizeof err) != 0 ||
          atomic_file_publish(&json, err, sizeof err) != 0 || atomic_file_publish(&csv, err, sizeof err) != 0))

@@ -62,7 +62,9 @@ void cmd_bench_help(FILE *out) {
           "                   <= 16) of seqlen-k alone. Writes PREFIX.json (the --json\n"
           "                   lines of every point) and PREFIX.csv (--sweep-out PREFIX,\n"
           "                   default bench-sweep); stops before a point that would take\n"
-          "                   more than --sweep-seconds (120), judged from the last one\n"
+          "                   more than --sweep-seconds (120), judged from the last one;\n"
+          "                   with --json, stdout is a JSON array of the CSV's rows (one\n"
+          "                   object each) instead of the tables\n"
           "\n"
           "ms is the mean wall-clock time per call, calls enqueued back to back.\n"
           "TFLOP/s counts 4*b*hq*sq*sk*d flops (halved when causal); GB/s counts the\n"
@@ -395,7 +397,8 @@ int cmd_bench(int argc, char **argv) {
         snprintf(json, sizeof json, "%s.json", a.sweep_out);
         snprintf(csv, sizeof csv, "%s.csv", a.sweep_out);
         const bench_sweep_spec spec = {
-            a.sweep_min, a.sweep_max, a.seqlen <= BENCH_DECODE_MAX_SEQLEN_Q, (double)a.sweep_seconds, json, csv};
+            a.sweep_min, a.sweep_max, a.seqlen <= BENCH_DECODE_MAX_SEQLEN_Q, (double)a.sweep_seconds, json,
+            csv,         a.json};
         rc = bench_sweep(&job, &spec);
     } else {
         rc = run_job(&job, a.json);
