@@ -15,6 +15,7 @@
 #include "storage_codec.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,47 +39,100 @@ static int count(const char *s, size_t *out) {
     return 1;
 }
 
+/* A whole number >= -1 (-1: unbounded) up to *end, which must be `stop` (strict, as tools/options.c parses
+   flashcl's options: "3,4x" or "3 ,4" is refused, not read as 3,4). */
+static int window_side(const char *s, char stop, const char **end, int *out) {
+    const char *digits = s[0] == '-' ? s + 1 : s;
+    char *e = NULL;
+    errno = 0;
+    const long v = strtol(s, &e, 10);
+    if (digits[0] < '0' || digits[0] > '9' || *e != stop || errno || v < -1 || v > INT_MAX) return 0;
+    *out = (int)v;
+    *end = e;
+    return 1;
+}
+
+/* "L,R": the window's left and right extents. */
+static int window(const char *s, int *wl, int *wr) {
+    const char *end = NULL;
+    return window_side(s, ',', &end, wl) && window_side(end + 1, '\0', &end, wr);
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: flashcl_ring [--seqlen N] [--batch B] [--heads H] [--kv-heads H] [--head-dim D] "
+                    "[--causal] [--window L,R] [--layout zigzag|contiguous] [--dtype f32|f16|bf16] "
+                    "[--backward] [--iters I]\n(times random data; the tests check results: ctest -L mpi)\n");
+}
+
+/* One line naming the option and what it takes, as flashcl's own options say it (rank 0 only). */
+static int bad_value(int rank, const char *option, const char *expected, const char *got) {
+    if (rank != 0) return 0;
+    if (got)
+        fprintf(stderr, "flashcl_ring: %s: expected %s, got '%s'\n", option, expected, got);
+    else
+        fprintf(stderr, "flashcl_ring: %s: missing value: expected %s\n", option, expected);
+    return 0;
+}
+
 static int parse(int argc, char **argv, options *o, int rank) {
     *o = (options){1, 4096, 8, 0, 64, 0, 0, 3, 0, -1, -1, FLASHCL_RING_ZIGZAG, FLASHCL_DTYPE_F32};
-    size_t n = 0;
+    const struct {
+        const char *name, *alias;
+        size_t *value;
+    } counts[] = {{"--batch", NULL, &o->batch},
+                  {"--seqlen", NULL, &o->seqlen},
+                  {"--heads", NULL, &o->heads},
+                  {"--kv-heads", "--heads-kv", &o->heads_kv},
+                  {"--head-dim", "--dim", &o->dim}};
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--causal"))
+        if (!strcmp(a, "--causal")) {
             o->causal = 1;
-        else if (!strcmp(a, "--backward"))
+            continue;
+        }
+        if (!strcmp(a, "--backward")) {
             o->backward = 1;
-        else if (val && !strcmp(a, "--layout") && (!strcmp(val, "contiguous") || !strcmp(val, "zigzag")))
-            o->layout = !strcmp(val, "contiguous") ? FLASHCL_RING_CONTIGUOUS : FLASHCL_RING_ZIGZAG, ++i;
-        else if (val && !strcmp(a, "--dtype") && (!strcmp(val, "f32") || !strcmp(val, "f16") || !strcmp(val, "bf16")))
+            continue;
+        }
+        int known = 0;
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; ++c) {
+            if (strcmp(a, counts[c].name) != 0 && !(counts[c].alias && !strcmp(a, counts[c].alias))) continue;
+            if (!val || !count(val, counts[c].value)) return bad_value(rank, a, "a whole number from 1", val);
+            known = 1;
+        }
+        if (known) {
+            ++i;
+            continue;
+        }
+        size_t n = 0;
+        if (!strcmp(a, "--layout")) {
+            if (!val || (strcmp(val, "contiguous") != 0 && strcmp(val, "zigzag") != 0))
+                return bad_value(rank, a, "zigzag or contiguous", val);
+            o->layout = !strcmp(val, "contiguous") ? FLASHCL_RING_CONTIGUOUS : FLASHCL_RING_ZIGZAG;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!val || (strcmp(val, "f32") != 0 && strcmp(val, "f16") != 0 && strcmp(val, "bf16") != 0))
+                return bad_value(rank, a, "f32, f16 or bf16", val);
             o->dtype = !strcmp(val, "f16")    ? FLASHCL_DTYPE_F16
                        : !strcmp(val, "bf16") ? FLASHCL_DTYPE_BF16
-                                              : FLASHCL_DTYPE_F32,
-            ++i;
-        else if (val && !strcmp(a, "--batch") && count(val, &o->batch))
-            ++i;
-        else if (val && !strcmp(a, "--seqlen") && count(val, &o->seqlen))
-            ++i;
-        else if (val && !strcmp(a, "--heads") && count(val, &o->heads))
-            ++i;
-        else if (val && (!strcmp(a, "--kv-heads") || !strcmp(a, "--heads-kv")) && count(val, &o->heads_kv))
-            ++i;
-        else if (val && (!strcmp(a, "--head-dim") || !strcmp(a, "--dim")) && count(val, &o->dim))
-            ++i;
-        else if (val && !strcmp(a, "--iters") && count(val, &n) && n <= 1000000)
-            o->iters = (int)n, ++i;
-        else if (val && !strcmp(a, "--window") && sscanf(val, "%d,%d", &o->wl, &o->wr) == 2)
-            o->window = 1, ++i;
-        else {
-            if (rank == 0)
-                fprintf(stderr,
-                        "usage: flashcl_ring [--seqlen N] [--batch B] [--heads H] [--kv-heads H] [--head-dim D] "
-                        "[--causal] [--window L,R] [--layout zigzag|contiguous] [--dtype f32|f16|bf16] "
-                        "[--backward] [--iters I]\n(times random data; the tests check results: ctest -L mpi)\n");
+                                              : FLASHCL_DTYPE_F32;
+        } else if (!strcmp(a, "--iters")) {
+            if (!val || !count(val, &n) || n > 1000000)
+                return bad_value(rank, a, "a whole number from 1 to 1000000", val);
+            o->iters = (int)n;
+        } else if (!strcmp(a, "--window")) {
+            if (!val || !window(val, &o->wl, &o->wr))
+                return bad_value(rank, a, "L,R: two whole numbers >= -1 (-1 unbounded)", val);
+            o->window = 1;
+        } else {
+            const int help = !strcmp(a, "--help") || !strcmp(a, "-h");
+            if (rank == 0 && !help) fprintf(stderr, "flashcl_ring: unknown option '%s'\n", a);
+            if (rank == 0) usage();
             return 0;
         }
+        ++i;
     }
     if (!o->heads_kv) o->heads_kv = o->heads;
-    return o->iters > 0;
+    return 1;
 }
 
 static const char *dtype_name(flashcl_dtype dt) {
