@@ -22,17 +22,26 @@ tools/bench_torch_sweep.py writes them (the same fields). Figures:
                          standard also writes and reads S and P (N^2 each).
   <prefix>-decode.png    decode GB/s against the context length, with the read roof
 
-matplotlib is an optional tool dependency (pip install matplotlib).
+Rows of different problems at the same N are different lines: where the inputs mix causal and
+non-causal rows, KV head counts or V head dims, each line's label names its own ("flash causal",
+"flash hkv=2", "flash dv=64"), and the title names what all rows share (hkv, dv, causal).
+
+matplotlib is an optional tool dependency (pip install matplotlib); the grouping above needs none.
 """
 import argparse
 import json
 import math
 import os
 
-import matplotlib
+plt = None  # matplotlib.pyplot, imported by load_pyplot() when pictures are drawn
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+def load_pyplot():
+    global plt
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+    plt = pyplot
 
 
 def load(path):
@@ -52,10 +61,38 @@ def dtype_of(r):
     return DTYPE_NAMES.get(r.get("dtype", "float32"), r.get("dtype"))
 
 
-def series(rows, pas="fwd", key="seqlen", with_dtype=False):
+SHAPE_FIELDS = ("causal", "kv_heads", "head_dim_v")
+
+
+def shape_of(r):
+    """What makes rows of one N different problems besides the storage: causal, KV heads and V's head dim
+    (files from before bench wrote kv_heads and head_dim_v, and peers', mean heads and head_dim)."""
+    return {"causal": bool(r.get("causal")), "kv_heads": r.get("kv_heads", r.get("heads")),
+            "head_dim_v": r.get("head_dim_v", r.get("head_dim"))}
+
+
+def varying(rows):
+    """The shape fields whose values differ between the rows: their lines are kept apart and named."""
+    data = [shape_of(r) for r in rows if r.get("path") not in (None, "summary")]
+    return tuple(k for k in SHAPE_FIELDS if len({d[k] for d in data}) > 1)
+
+
+def shape_label(r, fields):
+    words = []
+    sh = shape_of(r)
+    for k in fields:
+        if k == "causal":
+            words.append("causal" if sh[k] else "non-causal")
+        else:
+            words.append(f"{'hkv' if k == 'kv_heads' else 'dv'}={sh[k]}")
+    return " ".join(words)
+
+
+def series(rows, pas="fwd", key="seqlen", with_dtype=False, split=()):
     """{label: [(n, row)]} of the rows that ran, sorted by n. The label is the path, with the
     storage type when the picture mixes types (a 16-bit flash sweep is "flash+variants" to
-    bench, since the type is its only variant)."""
+    bench, since the type is its only variant), and the shape fields in split (varying(rows)),
+    so that causal and non-causal rows (or other KV heads, other d_v) never share a line."""
     out = {}
     for r in rows:
         if r.get("path") in (None, "summary") or r.get("pass", "fwd") != pas or r.get("ms") in (None, 0):
@@ -65,6 +102,8 @@ def series(rows, pas="fwd", key="seqlen", with_dtype=False):
             if label == "flash+variants" and r.get("features", "") in ("", "f16", "bf16"):
                 label = "flash"
             label = f"{label} {dtype_of(r)}"
+        if split:
+            label = f"{label} {shape_label(r, split)}"
         out.setdefault(label, []).append((r[key], r))
     return {p: sorted(v, key=lambda t: t[0]) for p, v in out.items()}
 
@@ -74,10 +113,16 @@ def mixed_dtypes(rows):
 
 
 def title_of(rows):
+    """The device and what every row shares: b, h, KV heads, d, V's head dim, storage, causal (a field
+    that varies is left to the lines' labels)."""
     r = next((r for r in rows if r.get("path") not in (None, "summary")), {})
     kind = "" if mixed_dtypes(rows) else f" {r.get('dtype', 'float32')}"
-    return (f"{r.get('device', '?')}: b={r.get('batch')} h={r.get('heads')} d={r.get('head_dim')}"
-            f"{kind}{' causal' if r.get('causal') else ''}")
+    sh, split = shape_of(r), varying(rows)
+    hkv = "" if "kv_heads" in split else f" hkv={sh['kv_heads']}"
+    dv = "" if "head_dim_v" in split else f" dv={sh['head_dim_v']}"
+    causal = " causal" if "causal" not in split and sh["causal"] else ""
+    return (f"{r.get('device', '?')}: b={r.get('batch')} h={r.get('heads')}{hkv} d={r.get('head_dim')}{dv}"
+            f"{kind}{causal}")
 
 
 STYLE = {"flash": ("C0", "o"), "standard": ("C3", "s")}
@@ -161,15 +206,16 @@ def plot_roofline(rows, s, title, out, peak_arg):
     xs = [2 ** (i / 4) for i in range(-8, 48)]
     ax.plot(xs, [min(peak, x * bw) for x in xs], color="k", label=f"roofs: {peak:.0f} GFLOP/s, {bw:.0f} GB/s")
     common = None
-    for path in ("flash", "standard"):
-        ns = {n for n, _ in s.get(path, [])}
-        common = ns if common is None else common & ns
+    for path, pts in s.items():  # the lines of flash and standard (one per shape where the shapes vary)
+        if path.split()[0] in ("flash", "standard"):
+            ns = {n for n, _ in pts}
+            common = ns if common is None else common & ns
     for i, (path, pts) in enumerate(s.items()):
-        if path not in ("flash", "standard"):
+        if path.split()[0] not in ("flash", "standard"):
             continue
         pick = [(n, r) for n, r in pts if not common or n == max(common)] or pts[-1:]
         n, r = pick[-1]
-        hb = hbm_bytes(path, r)
+        hb = hbm_bytes(path.split()[0], r)
         ai = r["flops"] / hb
         c, m = style(path, i)
         ax.plot([ai], [r["gflops"]], marker=m, color=c, ms=9, ls="none",
@@ -182,7 +228,7 @@ def plot_roofline(rows, s, title, out, peak_arg):
 
 
 def plot_decode(rows, title, out):
-    s = series(rows, key="seqlen_k")
+    s = series(rows, key="seqlen_k", split=varying(rows))
     summary = [r for r in rows if r.get("path") == "summary"]
     bw = max((r["read_gbps"] for r in summary if r.get("read_gbps")), default=None)
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -207,12 +253,14 @@ def main():
     p.add_argument("--prefix", required=True)
     p.add_argument("--out", default="docs/img")
     a = p.parse_args()
+    load_pyplot()
     os.makedirs(a.out, exist_ok=True)
     rows = [r for f in a.sweep for r in load(f)]
     peers = [r for f in a.peers for r in load(f)]
     mixed = mixed_dtypes(rows + peers)
-    s = series(rows, with_dtype=mixed)
-    both = dict(s, **series(peers, with_dtype=mixed))
+    split = varying(rows + peers)
+    s = series(rows, with_dtype=mixed, split=split)
+    both = dict(s, **series(peers, with_dtype=mixed, split=split))
     t = title_of(rows + peers)
     o = lambda name: os.path.join(a.out, f"{a.prefix}-{name}.png")  # noqa: E731
     plot_xy(both, "ms", "ms per forward", t, o("time"))
@@ -220,7 +268,7 @@ def main():
     plot_memory(s, t, o("memory"))
     # The roofs are float32 ones (SGEMM, the FMA kernel): only the float32 kernels are placed.
     f32 = [r for r in rows if r.get("path") == "summary" or dtype_of(r) == "f32"]
-    plot_roofline(rows, series(f32), title_of(f32) if mixed else t, o("roofline"), a.peak_gflops)
+    plot_roofline(rows, series(f32, split=varying(f32)), title_of(f32) if mixed else t, o("roofline"), a.peak_gflops)
     if a.decode:
         d = load(a.decode)
         plot_decode(d, title_of(d), o("decode"))
