@@ -164,7 +164,7 @@ int main(void) {
         lib[9] = '9';
         write_sealed(foreign, good);
         expect_ignored("foreign library", "another device");
-        snprintf(want, sizeof want, "library: the file's '9%s', this context's '%s')", FLASHCL_VERSION_STRING + 1,
+        snprintf(want, sizeof want, "library: the file's '9%s', this context's '%s')", &FLASHCL_VERSION_STRING[1],
                  FLASHCL_VERSION_STRING);
         expect_ignored("foreign library, named", want);
         /* ... and a field the old note never named (the platform's version), left out of the file altogether. */
