@@ -30,7 +30,7 @@ static void write_text(const char *text, size_t n) { tt_write_text(g_path, text,
 static void write_sealed(const char *identity, const char *body) { tt_write_sealed(g_path, identity, body); }
 
 /* A fresh context (it reads the file at creation), its tuning info and the d=32 forward plan. */
-static void plan_now(flashcl_tuning_info *info, flashcl_plan *plan, int causal) {
+static void plan_at(flashcl_tuning_info *info, flashcl_plan *plan, int causal, size_t head_dim) {
     flashcl_context *ctx = tu_context_create();
     REQUIRE(ctx != NULL);
     memset(info, 0, sizeof *info);
@@ -40,11 +40,13 @@ static void plan_now(flashcl_tuning_info *info, flashcl_plan *plan, int causal) 
     d.batch = 1;
     d.heads_q = 2;
     d.seqlen_q = 256;
-    d.head_dim = 32;
+    d.head_dim = head_dim;
     d.causal = causal;
     CHECK_STATUS(flashcl_plan_query(ctx, &d, plan), FLASHCL_SUCCESS);
     flashcl_context_destroy(ctx);
 }
+
+static void plan_now(flashcl_tuning_info *info, flashcl_plan *plan, int causal) { plan_at(info, plan, causal, 32); }
 
 /* Makes dir unwritable (on) or writable again (off); returns whether it is unwritable now. Root passes
    permission bits, so as root the directory is made immutable (Linux, CAP_LINUX_IMMUTABLE), which
@@ -205,6 +207,16 @@ int main(void) {
     CHECK(strcmp(plan.origin, "tuned") != 0 && plan.block_rows == untuned_rows);
     if (!strstr(plan.reason, "tuned plan was not used: kernel=mma")) {
         fprintf(stderr, "another family's entry: reason \"%s\"\n", plan.reason);
+        tu_fail_count();
+    }
+
+    /* A CPU-family entry above the family's d 256 (written by hand): the portable kernels run the call from
+       their table, and the reason says the entry was not used. */
+    write_sealed(identity, "tuned d=320 dtype=f32 causal=0 tile=kernel=cpu,br=32,bc=48\n");
+    plan_at(&info, &plan, 0, 320);
+    CHECK(strcmp(plan.origin, "tuned") != 0);
+    if (!strstr(plan.reason, "kernel=cpu,br=32,bc=48") || !strstr(plan.reason, "not used")) {
+        fprintf(stderr, "kernel=cpu entry above d 256: reason \"%s\"\n", plan.reason);
         tu_fail_count();
     }
 

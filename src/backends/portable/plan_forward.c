@@ -268,6 +268,15 @@ static flashcl_status build_halving(flashcl_context *ctx, shape s, int d, const 
                          d);
 }
 
+/* Puts a note on a tuned entry that was not used before the plan's own text, which a long reason cuts first. */
+static void lead_with(char *reason, size_t cap, const char *note) {
+    if (!note[0]) return;
+    char rest[512];
+    flashcl__copy_str(rest, sizeof rest, reason);
+    reason[0] = '\0';
+    flashcl__appendf(reason, cap, "%s%s", note, rest);
+}
+
 /* FLASHCL_TILE (origin "env") or a tuned plan: exactly what was asked, or an error that says why not. */
 static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_override *ov, int d, const shape *proto,
                                     const char *origin, const char *source, flashcl__flash_plan *out) {
@@ -371,14 +380,19 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
        (a file from an older build of the kernels) falls through to the table, saying so. */
     const char *tuned_origin = NULL;
     char rejected[sizeof out->pub.reason] = "";
-    if (flashcl__tuned_plan(ctx, desc, &ov, &tuned_origin, why, sizeof why) && ov.kernel >= KERNEL_ROWS &&
-        ov.kernel <= KERNEL_TILES) {
-        st = plan_from_env(ctx, &ov, d, &proto, tuned_origin, "the tuned plan", out);
-        if (st == FLASHCL_SUCCESS) return st;
-        if (out->kernel) clReleaseKernel(out->kernel);
-        memset(out, 0, sizeof *out);
-        flashcl__appendf(rejected, sizeof rejected, "; %s rejected: %s", why, flashcl_last_error(ctx));
-        flashcl__clear_error(ctx);
+    if (flashcl__tuned_plan(ctx, desc, &ov, &tuned_origin, why, sizeof why)) {
+        if (ov.kernel >= KERNEL_ROWS && ov.kernel <= KERNEL_TILES) {
+            st = plan_from_env(ctx, &ov, d, &proto, tuned_origin, "the tuned plan", out);
+            if (st == FLASHCL_SUCCESS) return st;
+            if (out->kernel) clReleaseKernel(out->kernel);
+            memset(out, 0, sizeof *out);
+            flashcl__appendf(rejected, sizeof rejected, "%s rejected: %s; ", why, flashcl_last_error(ctx));
+            flashcl__clear_error(ctx);
+        } else {
+            /* Another family's entry that its family declined for this call (a hand-written kernel=cpu entry
+               above d 256, say): the table's plan, and the reason says the entry was not used. */
+            flashcl__appendf(rejected, sizeof rejected, "%s not used: its family does not run this call; ", why);
+        }
     }
     shape s = proto;
     if (table_shape(ctx, &s, why, sizeof why)) {
@@ -391,13 +405,13 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
             if (st != FLASHCL_SUCCESS) return st;
             if (fits) {
                 describe(out, &s, "table", why);
-                flashcl__appendf(out->pub.reason, sizeof out->pub.reason, "%s", rejected);
+                lead_with(out->pub.reason, sizeof out->pub.reason, rejected);
                 return FLASHCL_SUCCESS;
             }
         }
     }
     st = plan_from_formula(ctx, d, &proto, out);
-    if (st == FLASHCL_SUCCESS) flashcl__appendf(out->pub.reason, sizeof out->pub.reason, "%s", rejected);
+    if (st == FLASHCL_SUCCESS) lead_with(out->pub.reason, sizeof out->pub.reason, rejected);
     return st;
 }
 
