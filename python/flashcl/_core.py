@@ -241,6 +241,28 @@ def check_spec(spec):
     if spec.varlen:
         for name, x in (("max_seqlen_q", spec.max_seqlen_q), ("max_seqlen_k", spec.max_seqlen_k)):
             check_max_seqlen(name, x)
+    # Floats: the torch operators take them through float(), which reads "0.1" as 0.1 where the numpy
+    # path failed with an error naming nothing; both paths refuse a non-number here, by name.
+    for name, x in (("softmax_scale", spec.softmax_scale), ("softcap", spec.softcap), ("dropout_p", spec.dropout_p)):
+        _need(x is None or _is_real(x), lambda: f"{name} must be a number, got {x!r}")
+    _need(not spec.dropout_p or 0 <= float(spec.dropout_p) < 1,
+          lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
+    if spec.block_mask is not None:  # (the operators flatten block_size to ints, None to (0, 0))
+        _need(spec.block_size is not None, "block_mask needs block_size=(block_q, block_k)")
+        bs = spec.block_size
+        _need(isinstance(bs, (tuple, list)) and len(bs) == 2 and all(_is_int(n) for n in bs),
+              lambda: f"block_size must be a pair of integers (block_q, block_k), got {bs!r}")
+
+
+def _is_real(x):
+    """A real number: a float, an integer, a numpy scalar or a one-element tensor; not a string."""
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__float__"):
+        return False
+    try:
+        float(x)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def check_max_seqlen(name, x):

@@ -212,3 +212,33 @@ def test_dropout_seed_and_offset_are_checked(rng, seed, offset):
     name = "dropout_seed" if offset == 0 else "dropout_offset"
     with pytest.raises(ValueError, match=rf"{name} must be an integer in \[0, 2\*\*63\)"):
         flashcl.dropout_mask(q, k, 0.5, seed, offset)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_scalar_arguments_are_named(rng, kind):
+    """softmax_scale, softcap, dropout_p and block_size that are not numbers raise a ValueError naming them on
+    both paths (the torch path took dropout_p="0.1" as 0.1 and block_size (2.5, 2) as (2, 2) through float()
+    and int(), where numpy raised a TypeError naming nothing)."""
+    q, k, v = qkv(rng)
+    block_mask = np.ones((1, 1, 2, 2), bool)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        q, k, v, block_mask = (torch.from_numpy(x) for x in (q, k, v, block_mask))
+    for kwargs, match in ((dict(softmax_scale="0.5"), "softmax_scale must be a number, got '0.5'"),
+                          (dict(softmax_scale=[0.5]), r"softmax_scale must be a number, got \[0.5\]"),
+                          (dict(softcap="x"), "softcap must be a number, got 'x'"),
+                          (dict(dropout_p="0.1"), "dropout_p must be a number, got '0.1'"),
+                          (dict(dropout_p=[0.1]), "dropout_p must be a number"),
+                          (dict(dropout_p=float("nan")), r"dropout_p must be in \[0, 1\), got nan")):
+        with pytest.raises(ValueError, match=match):
+            flashcl.flash_attn_func(q, k, v, **kwargs)
+    with pytest.raises(ValueError, match="softcap must be a number"):
+        flashcl.flash_attn_with_kvcache(q, k, v, cache_seqlens=4, softcap="x")
+    with pytest.raises(ValueError, match="block_mask needs block_size"):
+        flashcl.attention(q, k, v, block_mask=block_mask)
+    for size in ((2.5, 2), 4, (4, 4, 4)):
+        with pytest.raises(ValueError, match="block_size must be a pair of integers"):
+            flashcl.attention(q, k, v, block_mask=block_mask, block_size=size)
+    # numbers of any kind still pass: numpy scalars, 0-d tensors, None meaning the default
+    out = flashcl.flash_attn_func(q, k, v, softmax_scale=np.float32(0.25), softcap=np.float64(0), dropout_p=None)
+    assert out.shape == q.shape
