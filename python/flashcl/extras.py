@@ -160,6 +160,10 @@ def merge_states(states, lse_states):
             if not x:
                 raise ValueError(f"{name} is empty: merge_states needs at least one state")
             _arrays.kind_check([(f"{name}[{i}]", part) for i, part in enumerate(x)])
+            for i, part in enumerate(x):
+                if tuple(part.shape) != tuple(x[0].shape):
+                    raise ValueError(f"{name}[{i}] has shape {tuple(part.shape)}, {name}[0] {tuple(x[0].shape)}: the "
+                                     "states must have one shape")
             x = torch.stack([_arrays.host(p).detach() for p in x]) if torch_kind else np.stack(x)
         _arrays.kind_check([(name, x)])
         if _arrays.is_torch(x) != torch_kind:
@@ -168,6 +172,8 @@ def merge_states(states, lse_states):
             layout = "(num_states, batch, seqlen_q, nheads, d)" if rank == 5 else "(num_states, batch, nheads, seqlen_q)"
             raise ValueError(f"{name} must be {layout} or a list of its states, got shape {tuple(x.shape)}")
         if torch_kind:
+            if not x.is_floating_point():  # (numpy's integers are refused below; .float() took these)
+                raise ValueError(f"{name} must be floating-point, got dtype {x.dtype}")
             return _arrays.host(x).detach().float().contiguous()
         if not (x.dtype.kind == "f" or x.dtype.name == "bfloat16"):
             raise ValueError(f"{name} must be floating-point, got dtype {x.dtype}")

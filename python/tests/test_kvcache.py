@@ -294,6 +294,23 @@ def test_merge_states_errors():
         flashcl.merge_states([], [])
 
 
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_merge_states_errors_name_the_argument(kind):
+    """Integer states are refused in both kinds (torch's went through .float()), and a list of states of two
+    shapes names the state (numpy's and torch's stacking errors named neither the argument nor the state)."""
+    states, lses = np.zeros((2, 1, 3, 2, 8), np.int32), np.zeros((2, 1, 2, 3), np.float32)
+    with pytest.raises(ValueError, match="states must be floating-point, got dtype"):
+        flashcl.merge_states(_like(states, kind), _like(lses, kind))
+    with pytest.raises(ValueError, match="lse_states must be floating-point, got dtype"):
+        flashcl.merge_states(_like(states.astype(np.float32), kind), _like(lses.astype(np.int32), kind))
+    parts = [_like(np.zeros((1, 3, 2, 8), np.float32), kind), _like(np.zeros((1, 3, 2, 4), np.float32), kind)]
+    lse_parts = [_like(x, kind) for x in lses]
+    with pytest.raises(ValueError, match=r"states\[1\] has shape \(1, 3, 2, 4\), states\[0\] \(1, 3, 2, 8\)"):
+        flashcl.merge_states(parts, lse_parts)
+    with pytest.raises(ValueError, match=r"lse_states\[1\] has shape \(1, 2, 2\)"):
+        flashcl.merge_states(parts[:1] * 2, [lse_parts[0], lse_parts[1][:, :, :2]])
+
+
 # ------------------------------------------------------------------------------------------------ errors
 
 def _bad(a, **changes):
