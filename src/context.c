@@ -4,6 +4,8 @@
 #include "tuning.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,13 +39,18 @@ static int contains_ci(const char *hay, const char *needle) {
 }
 
 /* "P:D" with both parts decimal. */
+/* Each index is decimal digits only: strtoul alone also takes a sign ("-1" wrapped to 4294967295) and
+   leading spaces, and a value above UINT_MAX was cast down ("4294967296:0" picked platform 0). */
 static int parse_index_pair(const char *spec, unsigned *p, unsigned *d) {
     char *end = NULL;
+    if (!isdigit((unsigned char)spec[0])) return 0;
+    errno = 0;
     unsigned long a = strtoul(spec, &end, 10);
-    if (end == spec || *end != ':') return 0;
+    if (errno == ERANGE || a > UINT_MAX || *end != ':') return 0;
     const char *rest = end + 1;
+    if (!isdigit((unsigned char)rest[0])) return 0;
     unsigned long b = strtoul(rest, &end, 10);
-    if (end == rest || *end != '\0') return 0;
+    if (errno == ERANGE || b > UINT_MAX || *end != '\0') return 0;
     *p = (unsigned)a;
     *d = (unsigned)b;
     return 1;

@@ -397,7 +397,9 @@ static void check_other_entry_points(void) {
 }
 
 static void check_context_create(void) {
-    static const char *specs[] = {"no-such-device-xyzzy", "99:99", "0:99"};
+    /* Indices that wrap (a sign, a value above UINT_MAX) are no index: "4294967296:0" picked platform 0. */
+    static const char *specs[] = {"no-such-device-xyzzy", "99:99",        "0:99",
+                                  "4294967296:0",         "0:4294967296", "-4294967295:0"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         flashcl_context *out = (flashcl_context *)&F; /* must be reset to NULL */
         char err[256] = "";
