@@ -10,7 +10,7 @@ import contextlib
 
 import numpy as np
 
-from . import _arrays, _core, _flashcl, flash_attn_interface
+from . import _arrays, _context, _core, _flashcl, flash_attn_interface
 
 
 def _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset, sinks,
@@ -51,9 +51,12 @@ def _matrix(x):
 def _using(context):
     if context is None:
         yield
-    else:
-        with context:
-            yield
+        return
+    if not isinstance(context, _context.Context):  # (a device spec string failed as "not a context manager")
+        raise ValueError(f"context must be a flashcl.Context (flashcl.Context(spec) opens one), not "
+                         f"{type(context).__name__}")
+    with context:
+        yield
 
 
 def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,

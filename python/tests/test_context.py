@@ -26,6 +26,20 @@ def test_bad_device_spec():
     assert e.value.name == "FLASHCL_ERR_INVALID_DEVICE_SPEC"
 
 
+def test_context_argument_must_be_a_context():
+    """attention(), attention_backward(), dropout_mask() and plan() name a context= that is not a Context (a
+    device spec string failed with "'str' object does not support the context manager protocol")."""
+    q = np.zeros((1, 4, 1, 8), np.float32)
+    calls = (lambda c: flashcl.attention(q, q, q, context=c),
+             lambda c: flashcl.attention_backward(q, q, q, q, q, np.zeros((1, 1, 4), np.float32), context=c),
+             lambda c: flashcl.dropout_mask(q, q, 0.5, 1, context=c),
+             lambda c: flashcl.plan(q, q, q, context=c))
+    for call in calls:
+        with pytest.raises(ValueError, match="context must be a flashcl.Context .*, not str"):
+            call(flashcl.devices()[0]["spec"])
+        call(flashcl.Context(flashcl.devices()[0]["spec"]))
+
+
 def test_flashcl_device_is_respected():
     """The default context reads FLASHCL_DEVICE (in a fresh process: the default is made once per thread)."""
     code = "import flashcl, numpy as np; q = np.zeros((1, 4, 1, 8), np.float32); flashcl.flash_attn_func(q, q, q)"
