@@ -34,15 +34,18 @@ def _float32_sinks(sinks):
 
 def _matrix(x):
     """A bias or mask as (b|1, h|1, rows, cols): a (rows, cols) matrix gets two leading
-    dimensions of 1; a broadcast row (stride 0, e.g. from expand) is materialised.
+    dimensions of 1; one broadcast over its rows or its columns (stride 0, e.g. from expand: a key
+    padding mask over the queries, a query mask over the keys) is materialised, since the library
+    takes neither (a zero row stride, a last dimension not contiguous).
     Masks are bytes, nonzero = attend: bool and uint8 arrays pass as they are."""
     if x is None:
         return None
     if x.ndim == 2:
         x = x[None, None]
-    if x.ndim == 4 and x.shape[2] > 1:
+    if x.ndim == 4:
         torch_kind = _arrays.is_torch(x)
-        if (x.stride()[2] if torch_kind else x.strides[2]) == 0:
+        strides = x.stride() if torch_kind else x.strides
+        if any(x.shape[i] > 1 and strides[i] == 0 for i in (2, 3)):
             x = x.contiguous() if torch_kind else x.copy()
     return x
 

@@ -50,6 +50,27 @@ def test_mask_as_uint8_and_2d(rng):
     np.testing.assert_allclose(a, c, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_masks_broadcast_over_keys(rng, kind):
+    """A mask or bias broadcast over the keys (stride 0 in the last dimension: a per-query mask expanded, as
+    SDPA takes it) is materialised as one broadcast over the queries is (it was refused: "mask must be
+    contiguous in its last dimension (stride 0)")."""
+    if kind == "torch":
+        pytest.importorskip("torch")
+    q, k, v = _qkv(rng, kind)
+    rows = rng.random((B, 1, SQ, 1)) > 0.3
+    shift = rng.standard_normal((1, HQ, SQ, 1)).astype(np.float32)
+    if kind == "torch":
+        mask, bias = (_as(kind, x).expand(x.shape[0], x.shape[1], SQ, SK) for x in (rows, shift))
+    else:
+        mask, bias = (np.broadcast_to(x, (x.shape[0], x.shape[1], SQ, SK)) for x in (rows, shift))
+    out = flashcl.attention(q, k, v, mask=mask, bias=bias, causal=True)
+    full_mask, full_bias = np.broadcast_to(rows, (B, 1, SQ, SK)), np.broadcast_to(shift, (1, HQ, SQ, SK))
+    ref, _ = numpy_attention(f64(q), f64(k), f64(v), causal=True, bias=full_bias, mask=full_mask)
+    assert_close(out, ref)
+    assert np.all(f64(out)[~rows[:, 0, :, 0]] == 0)  # the rows the mask hides see nothing
+
+
 def test_block_mask(rng):
     q, k, v = _qkv(rng)
     bq, bk = 16, 16
