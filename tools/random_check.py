@@ -78,6 +78,14 @@ def common_options(c, torch, device, hq, d):
     return kw, ref
 
 
+def clip_window(ref_kw, seqlen_k):
+    """The reference's window as flash_attn (and FlashCL) take it: a side >= seqlen_k (k's length, the
+    max_seqlen_k passed for varlen) is dropped before anything else. Only a right side can hide a key
+    past that bound (with seqlen_q > seqlen_k): unclipped, the reference hid keys the call does not."""
+    if "window" in ref_kw:
+        ref_kw["window"] = tuple(-1 if w >= seqlen_k else w for w in ref_kw["window"])
+
+
 def run_func(c, torch, device):
     """flash_attn_func or flash_attn_varlen_func: forward, then the backward through autograd."""
     dtype = c.draw("dtype", DTYPES)
@@ -102,11 +110,13 @@ def run_func(c, torch, device):
         cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32)
         cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32)
         out = flashcl.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), **kw)
+        clip_window(ref_kw, max(lens_k))
         seqs = [(slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))) for i in range(b)]
     else:
         q, k, v = tensors(torch, c.rng, ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)), dtype, device, grad=True)
         out = flashcl.flash_attn_func(q, k, v, **kw)
         seqs = [(slice(None), slice(None))]
+        clip_window(ref_kw, sk)
     assert tuple(out.shape) == tuple(q.shape) and out.dtype == q.dtype and out.device == q.device, "out's form"
     dout = tensors(torch, c.rng, (tuple(out.shape),), dtype, device)[0]
     out.backward(dout)
@@ -216,6 +226,7 @@ def run_paged_varlen(c, torch, device):
     with torch.no_grad():
         out, lse, _ = flashcl.flash_attn_varlen_func(q, k_pool, v_pool, to(cu_q), to(cu_k), max(lens_q), max(lens_k),
                                                      block_table=to(table), return_attn_probs=True, **kw)
+    clip_window(ref_kw, max(lens_k))
     store = None
     if dtype != "float32":
         import ml_dtypes
