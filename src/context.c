@@ -203,6 +203,14 @@ static flashcl_status finish_init(flashcl_context *ctx, char *err_buf, size_t er
     return FLASHCL_SUCCESS;
 }
 
+/* FLASHCL_PROFILING=0 makes the context's own queue a queue without profiling, =1 (the default) one with it.
+ * Profiling lets callers and `flashcl tune` time calls with events; on NVIDIA's driver it also costs about 7 us
+ * more per launch (README, "What a launch costs"). */
+static cl_command_queue_properties queue_profiling(void) {
+    const char *env = getenv("FLASHCL_PROFILING");
+    return env && strcmp(env, "0") == 0 ? 0 : CL_QUEUE_PROFILING_ENABLE;
+}
+
 flashcl_status flashcl_context_create(flashcl_context **out, const char *device_spec, char *err_buf,
                                       size_t err_buf_size) {
     if (err_buf && err_buf_size) err_buf[0] = '\0';
@@ -228,12 +236,12 @@ flashcl_status flashcl_context_create(flashcl_context **out, const char *device_
     ctx->cl_ctx = clCreateContext(props, 1, &device, NULL, NULL, &err);
     if (err == CL_SUCCESS) {
         failed_call = "clCreateCommandQueue";
-        /* Profiling on: tools time FlashCL's own queue with events. */
+        const cl_command_queue_properties profiling = queue_profiling();
 #if defined(CL_VERSION_2_0) && CL_TARGET_OPENCL_VERSION >= 200
-        cl_queue_properties qp[] = {CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0};
+        cl_queue_properties qp[] = {CL_QUEUE_PROPERTIES, profiling, 0};
         ctx->queue = clCreateCommandQueueWithProperties(ctx->cl_ctx, device, qp, &err);
 #else
-        ctx->queue = clCreateCommandQueue(ctx->cl_ctx, device, CL_QUEUE_PROFILING_ENABLE, &err);
+        ctx->queue = clCreateCommandQueue(ctx->cl_ctx, device, profiling, &err);
 #endif
     }
     if (err == CL_SUCCESS)

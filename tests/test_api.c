@@ -283,10 +283,35 @@ static void check_deterministic(flashcl_context *ctx) {
     tu_problem_free(&p);
 }
 
+/* FLASHCL_PROFILING picks the profiling property of the queue flashcl_context_create makes: on by default
+   (events carry times), off with 0. */
+static void check_queue_profiling(void) {
+    const char *cases[3] = {NULL, "0", "1"};
+    const cl_command_queue_properties want[3] = {CL_QUEUE_PROFILING_ENABLE, 0, CL_QUEUE_PROFILING_ENABLE};
+    for (int i = 0; i < 3; ++i) {
+        if (cases[i])
+            setenv("FLASHCL_PROFILING", cases[i], 1);
+        else
+            unsetenv("FLASHCL_PROFILING");
+        flashcl_context *ctx = tu_context_create();
+        cl_command_queue_properties props = 0;
+        CHECK(clGetCommandQueueInfo(flashcl_context_queue(ctx), CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) ==
+              CL_SUCCESS);
+        if ((props & CL_QUEUE_PROFILING_ENABLE) != want[i]) {
+            fprintf(stderr, "FLASHCL_PROFILING=%s: queue properties 0x%llx\n", cases[i] ? cases[i] : "(unset)",
+                    (unsigned long long)props);
+            tu_fail_count();
+        }
+        flashcl_context_destroy(ctx);
+    }
+    unsetenv("FLASHCL_PROFILING");
+}
+
 int main(void) {
     flashcl_context *ctx = tu_context_create();
     cl_device_id dev = flashcl_context_device(ctx);
 
+    check_queue_profiling();
     check_from_queue(dev);
     check_out_of_order(dev);
     check_user_event_gate(ctx);
