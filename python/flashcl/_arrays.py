@@ -104,6 +104,14 @@ def host(x):
     return x
 
 
+def to_device_of(like, *results):
+    """The results (computed in host memory) moved to the device of `like`, a tensor on CUDA, MPS, ...;
+    as they are for numpy inputs and CPU tensors."""
+    if like is None or not is_torch(like) or like.device.type == "cpu":
+        return results
+    return tuple(None if x is None else x.to(like.device) for x in results)
+
+
 def empty(like, shape, dtype=None):
     """An uninitialised array of `like`'s kind (in host memory) and dtype (or one named)."""
     if isinstance(like, np.ndarray):

@@ -109,7 +109,8 @@ def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, c
     args = [_arrays.host(x) for x in (dout, q, k, v, out, softmax_lse)]
     with _using(context):
         dq, dk, dv, dsinks = _core.backward(*args, spec, want_dsinks=sinks is not None)
-    return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
+    dq, dk, dv = _arrays.to_device_of(q, dq, dk, dv)
+    return (dq, dk, dv) if sinks is None else (dq, dk, dv, *_arrays.to_device_of(sinks, dsinks))
 
 
 def dropout_mask(q, k, dropout_p, dropout_seed, dropout_offset=0, *, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -121,7 +122,8 @@ def dropout_mask(q, k, dropout_p, dropout_seed, dropout_offset=0, *, cu_seqlens_
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                       max_seqlen_k=max_seqlen_k)
     with _using(context):
-        return _core.dropout_mask(_arrays.host(q), _arrays.host(k), _arrays.host(k), spec)
+        keep = _core.dropout_mask(_arrays.host(q), _arrays.host(k), _arrays.host(k), spec)
+    return _arrays.to_device_of(q, keep)[0]
 
 
 def plan(q, k, v, *, backward=False, context=None, **features):
@@ -158,7 +160,8 @@ def merge_states(states, lse_states):
       lse = log sum_i exp(lse_i), out = sum_i exp(lse_i - lse) out_i; a row whose every
       lse_i is -inf gets out = 0 and lse = -inf.
     """
-    torch_kind = _arrays.is_torch(states[0] if isinstance(states, (list, tuple)) and states else states)
+    first = states[0] if isinstance(states, (list, tuple)) and states else states
+    torch_kind = _arrays.is_torch(first)
     torch = _arrays.torch_module() if torch_kind else None
 
     def stacked(name, x, rank):
@@ -197,4 +200,4 @@ def merge_states(states, lse_states):
     out_lse = _arrays.empty(o, (b, h, s))
     # Flattened: the extension's arrays have at most 4 dimensions; all four are packed.
     _flashcl.merge_states(m, o.reshape(n, b * s, h, d), lse.reshape(n, b * h, s), out, out_lse)
-    return out, out_lse
+    return _arrays.to_device_of(first, out, out_lse)

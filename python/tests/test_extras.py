@@ -7,6 +7,14 @@ import flashcl
 from conftest import assert_close, f64, max_err, rand
 from reference import numpy_attention
 
+
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
 B, SQ, SK, HQ, HKV, D = 2, 37, 53, 4, 2, 32
 
 
@@ -137,3 +145,28 @@ def test_allow_tf32(rng):
     # Inputs and P rounded to a 10-bit mantissa (2^-11 relative each), float32 accumulation.
     assert max_err(out, ref) <= 4e-3, (kernel, max_err(out, ref))
     assert max_err(lse, ref_lse) <= 4e-3, (kernel, max_err(lse, ref_lse))
+
+
+def test_results_go_back_to_the_inputs_device():
+    """merge_states, attention_backward and dropout_mask compute in host memory; like the attention calls, they
+    return tensors on the device of their inputs (checked with the meta device, which any tensor can move to)."""
+    torch = pytest.importorskip("torch")
+    from flashcl import _arrays
+    like = torch.empty(1, device="meta")
+    moved = _arrays.to_device_of(like, torch.ones(2), None)
+    assert moved[0].device.type == "meta" and moved[1] is None
+    kept = torch.ones(2)
+    assert _arrays.to_device_of(torch.ones(1), kept)[0] is kept
+    assert _arrays.to_device_of(np.ones(1), kept)[0] is kept
+
+
+@pytest.mark.skipif(not _torch_cuda(), reason="needs torch with a CUDA device")
+def test_extras_on_cuda_tensors_return_cuda_tensors():
+    import torch
+    q, k, v = (torch.randn(1, 8, 2, 16, device="cuda") for _ in range(3))
+    out, lse, _ = flashcl.flash_attn_func(q, k, v, return_attn_probs=True)
+    dq, dk, dv = flashcl.attention_backward(torch.ones_like(out), q, k, v, out, lse)
+    keep = flashcl.dropout_mask(q, k, 0.5, 1)
+    merged, merged_lse = flashcl.merge_states([out, out], [lse, lse])
+    for x in (out, dq, dk, dv, keep, merged, merged_lse):
+        assert x.device.type == "cuda"
