@@ -444,6 +444,8 @@ FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_a
  * way out. Variant buffers (bias, masks, slopes, sinks, dsinks, cu_seqlens)
  * are the descriptor's cl_mem fields, as for flashcl_forward.
  * Copies in, runs desc->path, copies out, and returns when the results are on the host.
+ * An output may overlap an input (the inputs are copied in first); outputs that overlap
+ * each other (o and lse; dq, dk and dv) are FLASHCL_ERR_ALIASED_OUTPUT.
  */
 FLASHCL_API flashcl_status flashcl_forward_host(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                                 const float *q, const float *k, const float *v, float *o, float *lse);

@@ -7,6 +7,7 @@
  */
 #include "backend.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /* One host array of a call. */
@@ -81,9 +82,45 @@ static flashcl_tensor packed_view(const flashcl_attention_desc *d, const host_ar
     return t;
 }
 
+/* Host bytes of an array ([b, s, h, d] float32 or the LSE), SIZE_MAX when the product wraps. */
+static size_t host_bytes_of(const flashcl_attention_desc *d, const host_array *a) {
+    const size_t dims[4] = {batch_of(d), a->heads, a->rows, a->dim};
+    size_t bytes = sizeof(float);
+    for (int i = 0; i < 4; ++i) {
+        if (dims[i] != 0 && bytes > SIZE_MAX / dims[i]) return SIZE_MAX;
+        bytes *= dims[i];
+    }
+    return bytes;
+}
+
+/*
+ * Two outputs in overlapping host memory would each be read back over the other, so one
+ * result would be lost without a word: refused as the device calls refuse aliased outputs.
+ * An output over an input is fine here (every input is copied to the device first).
+ */
+static flashcl_status check_host_outputs(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                         const host_array *arrays, int n) {
+    for (int i = 0; i < n; ++i) {
+        if (!arrays[i].out) continue;
+        const uintptr_t a0 = (uintptr_t)arrays[i].out, a_len = host_bytes_of(d, &arrays[i]);
+        for (int j = i + 1; j < n; ++j) {
+            if (!arrays[j].out) continue;
+            const uintptr_t b0 = (uintptr_t)arrays[j].out, b_len = host_bytes_of(d, &arrays[j]);
+            const int overlap = a0 <= b0 ? b0 - a0 < a_len : a0 - b0 < b_len;
+            if (overlap)
+                return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT,
+                                     "%s and %s overlap (host output arrays of %zu and %zu bytes)", arrays[j].name,
+                                     arrays[i].name, (size_t)b_len, (size_t)a_len);
+        }
+    }
+    return FLASHCL_SUCCESS;
+}
+
 static flashcl_status run_host(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
                                const host_array *arrays, int n, int lse_index) {
-    flashcl_status st = flashcl__validate_variant_buffers(ctx, d, backward, 0, NULL);
+    flashcl_status st = check_host_outputs(ctx, d, arrays, n);
+    if (st != FLASHCL_SUCCESS) return st;
+    st = flashcl__validate_variant_buffers(ctx, d, backward, 0, NULL);
     if (st != FLASHCL_SUCCESS) return st;
     cl_mem bufs[9] = {NULL};
     flashcl_tensor views[8];

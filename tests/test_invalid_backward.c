@@ -248,10 +248,33 @@ static void check_host_and_plan(void) {
     CHECK(strstr(flashcl_last_error(F.ctx), "path") != NULL);
     CHECK_STATUS(flashcl_backward_host(NULL, &d, in, in, in, in, in, in, out[0], out[1], out[2]),
                  FLASHCL_ERR_INVALID_CONTEXT);
+    /* Host outputs that overlap one another (each would be read back over the other):
+       dk inside dq, dv over dk's last float, the forward's LSE over O's last rows. */
+    const size_t nk = d.batch * d.seqlen_k * d.heads_kv * d.head_dim;
+    CHECK_STATUS(flashcl_backward_host(F.ctx, &d, in, in, in, in, in, in, out[0], out[0] + 64, out[2]),
+                 FLASHCL_ERR_ALIASED_OUTPUT);
+    CHECK(strstr(flashcl_last_error(F.ctx), "dk and dq overlap") != NULL);
+    CHECK_STATUS(flashcl_backward_host(F.ctx, &d, in, in, in, in, in, in, out[0], out[1], out[1] + nk - 1),
+                 FLASHCL_ERR_ALIASED_OUTPUT);
+    CHECK(strstr(flashcl_last_error(F.ctx), "dv and dk overlap") != NULL);
+    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, in, in, in, out[0], out[0] + nq - d.heads_q * d.seqlen_q),
+                 FLASHCL_ERR_ALIASED_OUTPUT);
+    CHECK(strstr(flashcl_last_error(F.ctx), "lse and o overlap") != NULL);
     for (int i = 0; i < 3; i++) {
         tu_check_untouched("backward_host rejected: outputs", out[i], before, NULL, nq);
         free(out[i]);
     }
+    /* Adjacent outputs, and an output over an input (inputs are copied in first), are fine. */
+    float *packed = malloc((nq + 2 * nk) * sizeof(float));
+    REQUIRE(packed != NULL);
+    CHECK_STATUS(flashcl_backward_host(F.ctx, &d, in, in, in, in, in, in, packed, packed + nq, packed + nq + nk),
+                 FLASHCL_SUCCESS);
+    float *io = malloc(nq * sizeof(float));
+    REQUIRE(io != NULL);
+    memcpy(io, in, nq * sizeof(float));
+    CHECK_STATUS(flashcl_forward_host(F.ctx, &d, io, in, in, io, NULL), FLASHCL_SUCCESS);
+    free(io);
+    free(packed);
     free(in);
     free(before);
 
