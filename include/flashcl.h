@@ -211,6 +211,8 @@ typedef struct flashcl_tuning_info {
     int off;             /* 1 when FLASHCL_TUNING turns tuning files off ("off" or "0"; path is then "") */
 } flashcl_tuning_info;
 
+/* out NULL: FLASHCL_ERR_INVALID_ARGUMENT; out->struct_size not sizeof(flashcl_tuning_info):
+   FLASHCL_ERR_INVALID_STRUCT_SIZE; either is named in flashcl_last_error(ctx). */
 FLASHCL_API flashcl_status flashcl_tuning_query(const flashcl_context *ctx, flashcl_tuning_info *out);
 /* FNV-1a (64-bit) of text, the tuning file's checksum. */
 FLASHCL_API uint64_t flashcl_tuning_checksum(const char *text, size_t length);

@@ -332,11 +332,20 @@ int flashcl__tuned_decode_plan(const flashcl_context *ctx, const flashcl_attenti
 
 /* ---- public */
 
-flashcl_status flashcl_tuning_query(const flashcl_context *ctx, flashcl_tuning_info *out) {
-    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
-    if (!out || out->struct_size != sizeof *out) return FLASHCL_ERR_INVALID_ARGUMENT;
+flashcl_status flashcl_tuning_query(const flashcl_context *cctx, flashcl_tuning_info *out) {
+    if (!cctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    /* Only the last-error message changes, as for every other call (the context itself was
+       allocated writable by flashcl_context_create): a refusal names its field and a success
+       clears what an earlier call left. */
+    flashcl_context *ctx = (flashcl_context *)cctx;
+    flashcl__clear_error(ctx);
+    if (!out) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "out is NULL");
+    if (out->struct_size != sizeof *out)
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRUCT_SIZE,
+                             "out->struct_size (%zu) is not sizeof(flashcl_tuning_info) (%zu): set it before the call",
+                             out->struct_size, sizeof *out);
     char *ident = identity(ctx);
-    if (!ident) return FLASHCL_ERR_OUT_OF_HOST_MEMORY;
+    if (!ident) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "out of host memory for the identity");
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     flashcl__copy_str(out->path, sizeof out->path, ctx->tuning_path);

@@ -391,6 +391,21 @@ static void check_other_entry_points(void) {
     std_cap.softcap = 0.0f;
     CHECK_STATUS(flashcl_plan_query(F.ctx, &std_cap, &plan), FLASHCL_SUCCESS);
 
+    /* flashcl_tuning_query: the refusal is named in the context's message (not the stale one
+       of the call before), struct_size unset is its own status, and a success clears the message. */
+    flashcl_tuning_info info;
+    memset(&info, 0, sizeof info);
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, &plan), FLASHCL_ERR_INVALID_HEAD_DIM);
+    CHECK_STATUS(flashcl_tuning_query(F.ctx, NULL), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(flashcl_last_error(F.ctx), "out is NULL") != NULL);
+    CHECK_STATUS(flashcl_tuning_query(F.ctx, &info), FLASHCL_ERR_INVALID_STRUCT_SIZE);
+    CHECK(strstr(flashcl_last_error(F.ctx), "out->struct_size (0)") != NULL);
+    info.struct_size = sizeof info + 1;
+    CHECK_STATUS(flashcl_tuning_query(F.ctx, &info), FLASHCL_ERR_INVALID_STRUCT_SIZE);
+    info.struct_size = sizeof info;
+    CHECK_STATUS(flashcl_tuning_query(F.ctx, &info), FLASHCL_SUCCESS);
+    CHECK(flashcl_last_error(F.ctx)[0] == '\0');
+
     float host[256] = {0};
     CHECK_STATUS(flashcl_forward_host(F.ctx, &d, NULL, host, host, host, NULL), FLASHCL_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(flashcl_forward_host(F.ctx, &bad_path, host, host, host, host, NULL), FLASHCL_ERR_INVALID_PATH);
