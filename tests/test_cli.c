@@ -189,6 +189,11 @@ static void check_bad_inputs(const tu_problem *p) {
     free(k3);
 
     expect_usage_error("missing file", "no_such_file.npy", "K.npy", "V.npy", "");
+    /* A directory opens (fopen) but reading it fails: the read error, not a truncated file. */
+    char dir_args[2048];
+    snprintf(dir_args, sizeof dir_args, "attention --q '%s' --k '%s' --v '%s' --out '%s'", cli_work,
+             cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"), cli_path_in(cli_work, "O.npy"));
+    cli_expect_usage_error_naming("--q names a directory", dir_args, "Is a directory");
     expect_usage_error("float64 Q", "Q_f8.npy", "K.npy", "V.npy", "");
     expect_usage_error("rank-3 Q", "Q_rank3.npy", "K.npy", "V.npy", "");
     expect_usage_error("V shaped unlike K", "Q.npy", "K.npy", "V_halfd.npy", "");

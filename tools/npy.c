@@ -426,7 +426,10 @@ static size_t read_some(FILE *f, void *buf, size_t n) { return fread(buf, 1, n, 
 /* Reads the header of an open file into a fresh buffer and parses it. */
 static int read_header(FILE *f, npy_header *hdr, char *err, size_t err_size) {
     unsigned char start[NPY_PREAMBLE + 4];
+    errno = 0;
     size_t got = read_some(f, start, NPY_PREAMBLE);
+    /* A directory opens but cannot be read (EISDIR): say so, not "truncated". */
+    if (got < NPY_PREAMBLE && ferror(f)) return fail(err, err_size, "read error: %s", strerror(errno));
     size_t length_field_size;
     if (parse_preamble(start, got, hdr, &length_field_size, err, err_size) != 0) return -1;
     got += read_some(f, start + NPY_PREAMBLE, length_field_size);
