@@ -21,6 +21,7 @@
 
 #include <flashcl.h>
 
+#include "atomic_file.h"
 #include "commands.h"
 #include "options.h"
 #include "timing.h"
@@ -198,6 +199,14 @@ static int parse_args(int argc, char **argv, tune_args *a) {
         return tool_usage_error("--seqlen: at most 16 query rows with --decode (got %zu)", a->seqlen);
     if (!a->decode && (a->heads_kv || a->seqlen_k))
         return tool_usage_error("--kv-heads and --seqlen-k apply with --decode only");
+    /* An empty name would read as FLASHCL_TUNING unset (the device's own file); a destination that
+       cannot be written (a directory, a missing directory) is caught now, not after the first
+       measurement. --list writes nothing. */
+    if (a->output && a->output[0] == '\0') return tool_usage_error("--output: empty file name");
+    if (a->output && !a->list) {
+        char err[512];
+        if (atomic_file_check(a->output, err, sizeof err) != 0) return tool_usage_error("--output: %s", err);
+    }
     if (a->decode && a->heads && a->heads_kv && a->heads % a->heads_kv != 0)
         return tool_usage_error("--heads %zu: not a multiple of --kv-heads %zu", a->heads, a->heads_kv);
     return 0;
