@@ -1,7 +1,7 @@
 # `flashcl bench --sweep` (cmake -P, TOOL=<flashcl>, DIR=<scratch dir>): a two-point sweep writes
 # PREFIX.json (every point's --json lines: rows for both paths and a summary each) and PREFIX.csv
 # (a header and a row per path and pass), with --json stdout is a JSON array of those rows, and bad
-# ranges are usage errors.
+# ranges and an empty or unwritable --sweep-out are usage errors.
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
@@ -38,4 +38,13 @@ execute_process(COMMAND ${TOOL} bench --sweep --sweep-min 100 --sweep-out ${DIR}
 if(NOT rc EQUAL 2 OR EXISTS ${DIR}/t.json)
   message(FATAL_ERROR "--sweep-min 100 was not refused (${rc}): ${err}")
 endif()
+# --sweep-out: an empty prefix (it wrote the hidden files .json and .csv) and a missing directory
+# (exit 1 when the files were opened) are usage errors (exit 2) before the first point.
+foreach(bad "" "${DIR}/missing/s")
+  execute_process(COMMAND ${TOOL} bench --sweep --sweep-min 64 --sweep-max 64 --heads 2 --iters 1 --roof 1
+    --sweep-out "${bad}" WORKING_DIRECTORY ${DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "--sweep-out: " OR EXISTS ${DIR}/.json OR EXISTS ${DIR}/.csv OR out MATCHES "ms")
+    message(FATAL_ERROR "--sweep-out '${bad}' was not refused up front (exit ${rc}):\n${out}\n${err}")
+  endif()
+endforeach()
 file(REMOVE_RECURSE ${DIR})

@@ -7,11 +7,13 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <flashcl.h>
 
+#include "atomic_file.h"
 #include "bench_report.h"
 #include "bench_runner.h"
 #include "bench_sweep.h"
@@ -238,6 +240,16 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         (a->sweep_min & (a->sweep_min - 1) || a->sweep_max & (a->sweep_max - 1) || a->sweep_min > a->sweep_max))
         return tool_usage_error("--sweep-min/--sweep-max: powers of two, min <= max (got %zu, %zu)", a->sweep_min,
                                 a->sweep_max);
+    if (a->sweep) {
+        /* PREFIX.json and PREFIX.csv: an empty prefix would write the hidden files ".json" and
+           ".csv"; an unwritable place is caught now, not after every point has run. */
+        if (a->sweep_out[0] == '\0') return tool_usage_error("--sweep-out: empty prefix");
+        char path[1200], err[512];
+        for (int i = 0; i < 2; ++i) {
+            snprintf(path, sizeof path, "%s.%s", a->sweep_out, i ? "csv" : "json");
+            if (atomic_file_check(path, err, sizeof err) != 0) return tool_usage_error("--sweep-out: %s", err);
+        }
+    }
     if (a->heads % a->kv_heads != 0)
         return tool_usage_error("--kv-heads: %zu query heads are not a multiple of %zu kv heads", a->heads,
                                 a->kv_heads);
