@@ -1,7 +1,8 @@
 # `flashcl bench --sweep` (cmake -P, TOOL=<flashcl>, DIR=<scratch dir>): a two-point sweep writes
 # PREFIX.json (every point's --json lines: rows for both paths and a summary each) and PREFIX.csv
 # (a header and a row per path and pass), with --json stdout is a JSON array of those rows, and bad
-# ranges and an empty or unwritable --sweep-out are usage errors.
+# ranges, an empty or unwritable --sweep-out and a --sweep-* option without --sweep are usage
+# errors.
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
@@ -47,4 +48,10 @@ foreach(bad "" "${DIR}/missing/s")
     message(FATAL_ERROR "--sweep-out '${bad}' was not refused up front (exit ${rc}):\n${out}\n${err}")
   endif()
 endforeach()
+# A --sweep-* option without --sweep ran the plain bench at --seqlen instead: refused, naming it.
+execute_process(COMMAND ${TOOL} bench --sweep-max 128 --heads 2 --iters 1 --roof 1
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--sweep-max: only applies with --sweep" OR out MATCHES "ms")
+  message(FATAL_ERROR "--sweep-max without --sweep was not refused (exit ${rc}):\n${out}\n${err}")
+endif()
 file(REMOVE_RECURSE ${DIR})

@@ -128,8 +128,9 @@ typedef struct bench_args {
     bool sweep;                  /* --sweep: seqlen over powers of two (bench_sweep.h) */
     size_t sweep_min, sweep_max;
     size_t sweep_seconds;
-    const char *sweep_out; /* PREFIX of PREFIX.json and PREFIX.csv */
-    double read_bw_gbps;   /* --read-bw GBPS */
+    const char *sweep_out;    /* PREFIX of PREFIX.json and PREFIX.csv */
+    const char *sweep_option; /* the last --sweep-* option given (refused without --sweep) */
+    double read_bw_gbps;      /* --read-bw GBPS */
 } bench_args;
 
 static const char *const read_bw_choices[] = {"auto", "measure", "off"};
@@ -187,7 +188,10 @@ static int parse_bench_option(option_cursor *c, bench_args *a) {
                  {"--sweep-seconds", 1, 86400, &a->sweep_seconds},
                  {"--warmup", 0, BENCH_MAX_ITERS, &a->warmup}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
-        if (options_is(c, sizes[i].name)) return options_size(c, sizes[i].min, sizes[i].max, sizes[i].value) ? 1 : -1;
+        if (options_is(c, sizes[i].name)) {
+            if (strncmp(sizes[i].name, "--sweep-", 8) == 0) a->sweep_option = sizes[i].name;
+            return options_size(c, sizes[i].min, sizes[i].max, sizes[i].value) ? 1 : -1;
+        }
     bool *flag = options_is(c, "--causal")     ? &a->causal
                  : options_is(c, "--json")     ? &a->json
                  : options_is(c, "--backward") ? &a->backward
@@ -202,7 +206,10 @@ static int parse_bench_option(option_cursor *c, bench_args *a) {
     if (options_is(c, "--path"))
         return options_choice(c, path_choices, sizeof path_choices / sizeof path_choices[0], &a->path) ? 1 : -1;
     if (options_is(c, "--device")) return options_value(c, &a->device) ? 1 : -1;
-    if (options_is(c, "--sweep-out")) return options_value(c, &a->sweep_out) ? 1 : -1;
+    if (options_is(c, "--sweep-out")) {
+        a->sweep_option = "--sweep-out";
+        return options_value(c, &a->sweep_out) ? 1 : -1;
+    }
     if (options_is(c, "--read-bw")) return parse_read_bw(c, a);
     int taken = kv_parse_option(c, KV_FOR_BENCH, &a->kv);
     return taken != 0 ? taken : variant_parse_option(c, &a->var);
@@ -240,6 +247,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         (a->sweep_min & (a->sweep_min - 1) || a->sweep_max & (a->sweep_max - 1) || a->sweep_min > a->sweep_max))
         return tool_usage_error("--sweep-min/--sweep-max: powers of two, min <= max (got %zu, %zu)", a->sweep_min,
                                 a->sweep_max);
+    /* Without --sweep they would be ignored: a plain run at --seqlen instead of the sweep asked for. */
+    if (!a->sweep && a->sweep_option) return tool_usage_error("%s: only applies with --sweep", a->sweep_option);
     if (a->sweep) {
         /* PREFIX.json and PREFIX.csv: an empty prefix would write the hidden files ".json" and
            ".csv"; an unwritable place is caught now, not after every point has run. */
