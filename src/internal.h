@@ -161,6 +161,15 @@ flashcl_status flashcl__validate_call(flashcl_context *ctx, const flashcl_attent
                                       cl_mem lse, size_t lse_offset, cl_uint num_wait, const cl_event *wait_list,
                                       flashcl_tensor resolved[4]);
 
+/* After flashcl__validate_views passed with state 0 (first, resolved) and the last state of a
+   stack of states (the merge's o_states, state i at first->offset + i * state_stride): the output
+   view o and an output LSE share no element with states from .. to - 1 (to + 1 states in all). */
+flashcl_status flashcl__validate_states_apart(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                              const flashcl__view_spec *states, const flashcl_tensor *first,
+                                              size_t state_stride, size_t from, size_t to,
+                                              const flashcl__view_spec *out, const flashcl_tensor *o,
+                                              const flashcl__lse_spec *lse);
+
 /* num_wait and wait_list agree, and every event is one of this context's OpenCL context. */
 flashcl_status flashcl__validate_wait_list(flashcl_context *ctx, cl_uint num_wait, const cl_event *wait_list);
 

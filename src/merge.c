@@ -92,6 +92,10 @@ static flashcl_status prepare_merge(flashcl_context *ctx, const flashcl_merge_de
                            (later * m.lse_state_stride + rows) * sizeof(float), 0);
         st = flashcl__check_ranges(ctx, &r, first_new);
     }
+    /* The states between the first and the last (views[0] and [1] above) against the outputs. */
+    if (st == FLASHCL_SUCCESS && later > 1)
+        st = flashcl__validate_states_apart(ctx, &d, &specs[0], &views[0], m.o_state_stride, 1, later, &specs[2],
+                                            &views[2], &lse_spec);
     return st;
 }
 

@@ -320,6 +320,68 @@ flashcl_status flashcl__validate_views(flashcl_context *ctx, const flashcl_atten
     return flashcl__validate_wait_list(ctx, num_wait, wait_list);
 }
 
+/* floor(a / b) and ceil(a / b) for b > 0. */
+static long long floor_div(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+static long long ceil_div(long long a, long long b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
+
+/* Most states compared element by element with one output; past it, overlapping extents are refused. */
+#define FLASHCL__STATES_COMPARED 4096
+
+flashcl_status flashcl__validate_states_apart(flashcl_context *ctx, const flashcl_attention_desc *d,
+                                              const flashcl__view_spec *states, const flashcl_tensor *first,
+                                              size_t state_stride, size_t from, size_t to,
+                                              const flashcl__view_spec *out, const flashcl_tensor *o,
+                                              const flashcl__lse_spec *lse) {
+    if (from >= to) return FLASHCL_SUCCESS;
+    cl_mem s_root;
+    size_t s_shift;
+    flashcl__memory_root(first->buffer, &s_root, &s_shift);
+    const size_t se = spec_elem(states, d);
+    const size_t s_begin = first->offset,
+                 s_end = view_end(first, spec_batch(states, d), states->heads, states->rows, states->dim);
+    /* Byte offsets in the root buffer: every state was checked to lie inside it (and so to fit). */
+    const long long step = (long long)(state_stride * se), s0 = (long long)(s_begin * se + s_shift),
+                    s1 = (long long)(s_end * se + s_shift);
+    for (int k = 0; k < 2; ++k) {
+        cl_mem root;
+        size_t shift, oe = spec_elem(out, d), o_end = 0;
+        long long b0, b1;
+        if (k == 0) {
+            flashcl__memory_root(o->buffer, &root, &shift);
+            o_end = view_end(o, spec_batch(out, d), out->heads, out->rows, out->dim);
+            b0 = (long long)(o->offset * oe + shift);
+            b1 = (long long)(o_end * oe + shift);
+        } else {
+            if (!lse->buffer || !lse->is_output) continue;
+            flashcl__memory_root(lse->buffer, &root, &shift);
+            const size_t rows = (flashcl__is_varlen(d) ? 1 : d->batch) * d->heads_q * d->seqlen_q;
+            b0 = (long long)(lse->offset * sizeof(float) + shift);
+            b1 = b0 + (long long)(rows * sizeof(float));
+        }
+        if (root != s_root) continue;
+        /* State s covers bytes [s0 + s*step, s1 + s*step): it meets [b0, b1) for s in [lo, hi]. */
+        long long lo = floor_div(b0 - s1, step) + 1, hi = ceil_div(b1 - s0, step) - 1;
+        if (lo < (long long)from) lo = (long long)from;
+        if (hi > (long long)to - 1) hi = (long long)to - 1;
+        if (lo > hi) continue;
+        const char *name = k == 0 ? out->name : "lse";
+        if (k == 1 || hi - lo >= FLASHCL__STATES_COMPARED)
+            return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT,
+                                 "%s overlaps %s (state %lld of %zu) in the same buffer", name, states->name, lo,
+                                 to + 1);
+        for (long long i = lo; i <= hi; ++i) {
+            flashcl_tensor t = *first;
+            t.offset += (size_t)i * state_stride;
+            const size_t begin[2] = {o->offset, t.offset}, end[2] = {o_end, s_end + (size_t)i * state_stride};
+            if (views_share_element(out, o, shift / oe, states, &t, s_shift / se, d, begin, end, 0, 1))
+                return flashcl__fail(ctx, FLASHCL_ERR_ALIASED_OUTPUT,
+                                     "%s overlaps %s (state %lld of %zu) in the same buffer", name, states->name, i,
+                                     to + 1);
+        }
+    }
+    return FLASHCL_SUCCESS;
+}
+
 void flashcl__view_ranges(const flashcl_attention_desc *d, const flashcl__view_spec *views, int count,
                           const flashcl_tensor *resolved, const flashcl__lse_spec *lse, flashcl__ranges *r) {
     for (int i = 0; i < count; ++i) {

@@ -362,6 +362,26 @@ static void merge(void) {
                  FLASHCL_ERR_ALIASED_OUTPUT);
     CHECK(strstr(flashcl_last_error(F.ctx), "lse_states") != NULL);
     check_nothing_written("merge LSE over the states' LSE");
+    /* Three states: o, or the merged LSE, over state 1 (neither the first nor the last) was taken,
+       and the merge wrote over its own input. */
+    flashcl_merge_desc m3 = m;
+    m3.num_states = 3;
+    const size_t state = 1 * 4 * 2 * 16;
+    bad.offset = state;
+    CHECK_STATUS(flashcl_merge_states(F.ctx, &m3, &st, F.buf[BUF_VC], 0, &bad, NULL, 0, 0, NULL, NULL),
+                 FLASHCL_ERR_ALIASED_OUTPUT);
+    CHECK(strstr(flashcl_last_error(F.ctx), "o overlaps o_states (state 1 of 3)") != NULL);
+    check_nothing_written("merge into its middle state");
+    CHECK_STATUS(flashcl_merge_states(F.ctx, &m3, &st, F.buf[BUF_VC], 0, &o, F.buf[BUF_KC], state + 5, 0, NULL, NULL),
+                 FLASHCL_ERR_ALIASED_OUTPUT);
+    CHECK(strstr(flashcl_last_error(F.ctx), "lse overlaps o_states (state 1 of 3)") != NULL);
+    check_nothing_written("merge LSE over the middle state");
+    /* States two apart with o in the gap between states 0 and 1: no element shared, so it runs. */
+    m3.o_state_stride = 2 * state;
+    CHECK_STATUS(flashcl_merge_states(F.ctx, &m3, &st, F.buf[BUF_VC], 0, &bad, NULL, 0, 0, NULL, NULL),
+                 FLASHCL_SUCCESS);
+    REQUIRE_CL(clFinish(F.queue));
+    tu_buffer_write(F.queue, F.buf[BUF_KC], CAP, F.host[BUF_KC]);
 }
 
 int main(void) {
