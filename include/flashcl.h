@@ -310,7 +310,7 @@ typedef struct flashcl_attention_desc {
     int window;
     int window_left, window_right;
 
-    float softcap; /* > 0: s = softcap * tanh(scale * q.k / softcap); 0 = off */
+    float softcap; /* > 0 (at most 1e37): s = softcap * tanh(scale * q.k / softcap); 0 = off */
 
     /* ALiBi: float32 slopes, [heads_q] (alibi_stride_batch 0) or [batch, heads_q]
        (alibi_stride_batch = heads_q); bias -slope * |i + sk - sq - j| after scale and softcap. */

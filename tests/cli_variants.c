@@ -353,6 +353,8 @@ void cli_check_variant_errors(void) {
     refused("--window words", "--window a,b", "--window", 0);
     refused("--softcap -1", "--softcap -1", "--softcap", 0);
     refused("--softcap nan", "--softcap nan", "--softcap", 0);
+    /* Finite, but past the library's 1e37: a usage error, not the library's exit 1. */
+    refused("--softcap 1e38", "--softcap 1e38", "--softcap", 0);
     refused("--dropout 1", "--dropout 1", "--dropout", 0);
     refused("--dropout bad seed", "--dropout 0.5,x", "--dropout", 0);
     refused("--dropout four fields", "--dropout 0.1,1,2,3", "--dropout", 0);

@@ -147,7 +147,15 @@ int variant_parse_option(option_cursor *c, variant_options *v) {
         return 1;
     }
     if (options_is(c, "--window")) return parse_window(c, v);
-    if (options_is(c, "--softcap")) return options_float(c, 0.0f, &v->softcap) ? 1 : -1;
+    if (options_is(c, "--softcap")) {
+        if (!options_float(c, 0.0f, &v->softcap)) return -1;
+        /* The library's range (src/variants.c): past it the call would fail (exit 1) on an option. */
+        if (v->softcap > 1e37f) {
+            tool_usage_error("--softcap: expected a number from 0 to 1e37 (0 = off), got %g", (double)v->softcap);
+            return -1;
+        }
+        return 1;
+    }
     if (options_is(c, "--dropout")) return parse_dropout(c, v);
     if (options_is(c, "--block-size")) return parse_block_size(c, v);
     if (options_is(c, "--block-sparse")) return parse_block_sparse(c, v);
@@ -238,7 +246,7 @@ void variant_help(FILE *out) {
           "                         (NVIDIA sm_80+; 10-bit mantissa products)\n"
           "  --window L,R           sliding window: key j is visible to query i iff\n"
           "                         i+sk-sq-L <= j <= i+sk-sq+R; -1 = unbounded side\n"
-          "  --softcap C            scores become C*tanh(s/C); 0 = off\n"
+          "  --softcap C            scores become C*tanh(s/C), C up to 1e37; 0 = off\n"
           "  --dropout P[,SEED[,OFFSET]]  dropout on the probabilities (Philox4x32-10\n"
           "                         keyed on seed, offset (both default 0) and the\n"
           "                         absolute position)\n"
