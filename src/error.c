@@ -62,6 +62,11 @@ void flashcl__copy_str(char *dst, size_t cap, const char *src) {
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
+void flashcl__mark_truncated(char *dst, size_t cap) {
+    if (cap < 4) return;
+    memcpy(dst + cap - 4, "...", 4);
+}
+
 int flashcl__env_off(const char *value) { return value && (strcmp(value, "off") == 0 || strcmp(value, "0") == 0); }
 
 void flashcl__appendf(char *dst, size_t cap, const char *fmt, ...) {

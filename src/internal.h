@@ -311,6 +311,10 @@ const char *flashcl__cl_error_name(cl_int err);
 /* snprintf into a fixed buffer that never overflows and always terminates. */
 void flashcl__copy_str(char *dst, size_t cap, const char *src);
 
+/* For text cut short on purpose (a plan's reason): ends the full buffer dst[cap] with "..." so that a
+   reader sees it was truncated. Callers test snprintf's result: if (snprintf(...) >= (int)cap) ... */
+void flashcl__mark_truncated(char *dst, size_t cap);
+
 /* Whether an environment value turns a file off: "off" or "0" (FLASHCL_CACHE_DIR, FLASHCL_TUNING). */
 int flashcl__env_off(const char *value);
 

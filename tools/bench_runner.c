@@ -138,8 +138,17 @@ static int time_passes(const bench_job *job, const bench_path *path, const bench
         s->bytes = kind->bytes(problem);
         if (blocked < job->pass_count) {
             s->skipped = true;
-            snprintf(s->reason, sizeof s->reason, "not run, as %s could not allocate: %s", job->passes[blocked]->name,
-                     out->passes[blocked].reason);
+            /* The blocked pass's reason, cut to what is left of this one's (it is another element of
+               out->passes: blocked < pass). */
+            const char *cause = out->passes[blocked].reason;
+            int n = snprintf(s->reason, sizeof s->reason,
+                             "not run, as %s could not allocate: ", job->passes[blocked]->name);
+            if (n >= 0 && (size_t)n < sizeof s->reason) {
+                size_t len = 0;
+                while (cause[len] && (size_t)n + len + 1 < sizeof s->reason) ++len;
+                memcpy(s->reason + n, cause, len);
+                s->reason[(size_t)n + len] = '\0';
+            }
             continue;
         }
         char label[64];

@@ -215,7 +215,8 @@ static int parse_args(int argc, char **argv, tune_args *a) {
 typedef struct tune_key {
     tune_shape shape;
     char key[64];
-    char size[96];
+    /* Room for TUNE_CONFIRM_SUFFIX after it within a tune_record's size (the confirmation rounds' key). */
+    char size[sizeof((tune_record *)0)->size - (sizeof TUNE_CONFIRM_SUFFIX - 1)];
     char untuned[TUNE_TILE_CAP];
     tune_candidates cands;
 } tune_key;
@@ -283,7 +284,7 @@ static void print_summary(const tune_key *keys, size_t n, const tune_log *log) {
            "timed");
     for (size_t i = 0; i < n; ++i) {
         const tune_key *k = &keys[i];
-        char confirm[96];
+        char confirm[sizeof((tune_record *)0)->size];
         snprintf(confirm, sizeof confirm, "%s%s", k->size, TUNE_CONFIRM_SUFFIX);
         const tune_record *best = tune_log_winner(log, k->key, k->size);
         const bool confirmed = best && strstr(best->size, TUNE_CONFIRM_SUFFIX);
@@ -470,7 +471,7 @@ int cmd_tune(int argc, char **argv) {
        CONFIRM_ROUNDS each), so a win owed to a noisy first measurement does not stand. */
     for (size_t i = 0; i < nkeys && rc == TOOL_EXIT_OK && !g_interrupted; ++i) {
         tune_key *k = &keys[i];
-        char confirm[96];
+        char confirm[sizeof((tune_record *)0)->size];
         snprintf(confirm, sizeof confirm, "%s%s", k->size, TUNE_CONFIRM_SUFFIX);
         const tune_record *best = tune_log_best(&log, k->key, k->size);
         if (!best || !strcmp(best->tile, k->untuned) || tune_log_best(&log, k->key, confirm)) continue;

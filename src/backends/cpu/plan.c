@@ -201,17 +201,19 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
            entries never get here: flashcl__cpu_wanted leaves those calls to their family). */
         int tg = groups, tc = chunk;
         if (tuned.kernel != FLASHCL__TILE_KERNEL_CPU) {
-            snprintf(untuned, sizeof untuned, "table: CPU device (the tuned plan was not used: %s; %s)",
-                     tuned.kernel < 0                           ? "it names no kernel"
-                     : tuned.kernel == FLASHCL__TILE_KERNEL_MMA ? "kernel=mma is the tensor cores'"
-                                                                : "its kernel is another family's",
-                     tuned_why);
+            if (snprintf(untuned, sizeof untuned, "table: CPU device (the tuned plan was not used: %s; %s)",
+                         tuned.kernel < 0                           ? "it names no kernel"
+                         : tuned.kernel == FLASHCL__TILE_KERNEL_MMA ? "kernel=mma is the tensor cores'"
+                                                                    : "its kernel is another family's",
+                         tuned_why) >= (int)sizeof untuned)
+                flashcl__mark_truncated(untuned, sizeof untuned);
             tuned_origin = NULL;
         } else if (sizes_from(ctx, tuned.block_rows, tuned.block_cols, &tg, &tc) == FLASHCL_SUCCESS) {
             groups = tg, chunk = tc;
         } else {
-            snprintf(untuned, sizeof untuned, "table: CPU device (the tuned plan was not used: %s; %s)",
-                     flashcl_last_error(ctx), tuned_why);
+            if (snprintf(untuned, sizeof untuned, "table: CPU device (the tuned plan was not used: %s; %s)",
+                         flashcl_last_error(ctx), tuned_why) >= (int)sizeof untuned)
+                flashcl__mark_truncated(untuned, sizeof untuned);
             flashcl__clear_error(ctx);
             tuned_origin = NULL;
         }
@@ -241,16 +243,19 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
     const char *origin = present        ? (forward ? "FLASHCL_TILE=kernel=cpu" : "FLASHCL_BWD_KERNEL=cpu")
                          : tuned_origin ? tuned_why
                                         : untuned;
+    int full; /* the reason's whole length: a long origin (a tuned entry's rejection) may not leave room */
     if (forward)
-        snprintf(out->pub.reason, sizeof out->pub.reason,
-                 "%s: CPU kernel family (%s), %d rows per work-item, %d keys per pass%s", origin, family_reason, lanes,
-                 chunk, present ? "" : "; FLASHCL_TILE=kernel=rows forces the portable row kernel");
+        full = snprintf(out->pub.reason, sizeof out->pub.reason,
+                        "%s: CPU kernel family (%s), %d rows per work-item, %d keys per pass%s", origin, family_reason,
+                        lanes, chunk, present ? "" : "; FLASHCL_TILE=kernel=rows forces the portable row kernel");
     else
-        snprintf(out->pub.reason, sizeof out->pub.reason,
-                 "%s: CPU kernel family (%s); flash_bwd_cpu_dkdv owns %d keys and passes over %d query rows at a time, "
-                 "flash_bwd_cpu_dq %d rows and %d keys%s",
-                 origin, family_reason, lanes, chunk, lanes, chunk,
-                 present ? "" : "; FLASHCL_BWD_KERNEL=rows forces the portable row kernels");
+        full =
+            snprintf(out->pub.reason, sizeof out->pub.reason,
+                     "%s: CPU kernel family (%s); flash_bwd_cpu_dkdv owns %d keys and passes over %d query rows at a "
+                     "time, flash_bwd_cpu_dq %d rows and %d keys%s",
+                     origin, family_reason, lanes, chunk, lanes, chunk,
+                     present ? "" : "; FLASHCL_BWD_KERNEL=rows forces the portable row kernels");
+    if (full >= (int)sizeof out->pub.reason) flashcl__mark_truncated(out->pub.reason, sizeof out->pub.reason);
     flashcl__append_variants(desc, out->pub.reason, sizeof out->pub.reason);
     out->head_dim = d;
     flashcl__copy_str(out->variants, sizeof out->variants, variants);

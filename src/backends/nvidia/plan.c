@@ -389,19 +389,21 @@ flashcl_status flashcl__mma_plan_for(flashcl_context *ctx, const flashcl_attenti
     p->pub.private_mem_bytes = (size_t)pm;
     snprintf(p->pub.origin, sizeof p->pub.origin, "%s", origin);
     /* Where the shape came from goes first, so that a long reason's truncation never hides it. */
-    snprintf(p->pub.reason, sizeof p->pub.reason,
-             "%s%sNVIDIA tensor cores (%s): %s %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
-             "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of %zu)",
-             note, note[0] ? "; " : "", sh.wg ? state->wg_why : state->why, sh.wg ? "wgmma (sm_90a PTX)" : "mma.sync",
-             tf32   ? "tf32 (allow_tf32: inputs and P rounded to a 10-bit mantissa, float32 accumulation)"
-             : slot ? "f16"
-                    : "bf16",
-             sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
-             sh.wg && !sh.qlocal ? "in registers (wgmma's A operand)"
-             : sh.wg             ? "in __local (128-byte swizzle, wgmma reads it there)"
-             : sh.qlocal         ? "in swizzled __local, reloaded per key tile"
-                                 : "in registers",
-             state->sm75 ? "loaded into" : "via cp.async in", 16 / esize);
+    if (snprintf(p->pub.reason, sizeof p->pub.reason,
+                 "%s%sNVIDIA tensor cores (%s): %s %s, %d warps x %d query rows, Br=%d, Bc=%d, Q %s, "
+                 "K/V %s __local; needs views 16-byte aligned (offsets and strides multiples of %zu)",
+                 note, note[0] ? "; " : "", sh.wg ? state->wg_why : state->why,
+                 sh.wg ? "wgmma (sm_90a PTX)" : "mma.sync",
+                 tf32   ? "tf32 (allow_tf32: inputs and P rounded to a 10-bit mantissa, float32 accumulation)"
+                 : slot ? "f16"
+                        : "bf16",
+                 sh.warps, 16 * sh.mt, p->pub.block_rows, sh.bc,
+                 sh.wg && !sh.qlocal ? "in registers (wgmma's A operand)"
+                 : sh.wg             ? "in __local (128-byte swizzle, wgmma reads it there)"
+                 : sh.qlocal         ? "in swizzled __local, reloaded per key tile"
+                                     : "in registers",
+                 state->sm75 ? "loaded into" : "via cp.async in", 16 / esize) >= (int)sizeof p->pub.reason)
+        flashcl__mark_truncated(p->pub.reason, sizeof p->pub.reason);
     if (dk != d->head_dim || dv != d->head_dim_v)
         flashcl__appendf(p->pub.reason, sizeof p->pub.reason, "; head dims padded to %zu/%zu inside the kernel", dk,
                          dv);
