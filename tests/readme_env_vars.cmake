@@ -1,0 +1,27 @@
+# Every FLASHCL_* environment variable that the library, the CLI, the MPI component or a fuzz target
+# reads (getenv("FLASHCL_...")) has a row in README.md's environment-variable table. The test shims
+# (tests/) are not scanned: their variables are not the user's.
+# Usage: cmake -DSOURCE_DIR=<repo> -P readme_env_vars.cmake
+file(READ ${SOURCE_DIR}/README.md readme)
+set(missing "")
+foreach(dir src tools fuzz mpi)
+  file(GLOB_RECURSE sources ${SOURCE_DIR}/${dir}/*.c ${SOURCE_DIR}/${dir}/*.h)
+  foreach(source ${sources})
+    file(STRINGS ${source} lines REGEX "getenv\\(\"FLASHCL_[A-Z0-9_]+\"")
+    foreach(line ${lines})
+      string(REGEX MATCHALL "getenv\\(\"FLASHCL_[A-Z0-9_]+\"" calls "${line}")
+      foreach(call ${calls})
+        string(REGEX REPLACE "getenv\\(\"(FLASHCL_[A-Z0-9_]+)\"" "\\1" name "${call}")
+        string(REGEX MATCH "\n\\|[^\n]*`${name}`[^\n]*\\|" row "${readme}")
+        if(NOT row)
+          list(APPEND missing "${name} (${source})")
+        endif()
+      endforeach()
+    endforeach()
+  endforeach()
+endforeach()
+if(missing)
+  list(REMOVE_DUPLICATES missing)
+  string(REPLACE ";" "\n  " missing "${missing}")
+  message(FATAL_ERROR "README.md's environment-variable table has no row for:\n  ${missing}")
+endif()
