@@ -32,7 +32,7 @@ void cmd_attention_help(FILE *out) {
     fputs("usage: flashcl attention --q Q.npy --k K.npy --v V.npy --out O.npy\n"
           "                         [--lse LSE.npy] [--causal] [--scale S] [--path flash|standard]\n"
           "                         [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
-          "                         [--dtype f32|f16|bf16] [--window L,R] [--softcap C]\n"
+          "                         [--dtype f32|f16|bf16] [--allow-tf32] [--window L,R] [--softcap C]\n"
           "                         [--alibi SLOPES] [--sinks SINKS [--dsinks OUT.npy]]\n"
           "                         [--dropout P[,SEED[,OFFSET]]] [--bias BIAS] [--mask MASK]\n"
           "                         [--block-mask BM.npy | --block-sparse F] [--block-size BQ,BK]\n"

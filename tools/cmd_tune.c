@@ -57,7 +57,7 @@ void cmd_tune_help(FILE *out) {
           "                    forward: its kernel's rows, keys per step, lanes and work-group\n"
           "                    (GPU kernel) or rows, keys per chunk and KV heads per work-item\n"
           "                    (CPU kernel), per head dim, storage and packed rows (--causal\n"
-          "                    does not apply)\n"
+          "                    does not apply: giving both is a usage error)\n"
           "  --budget S        stop starting measurements that would end after S seconds, as\n"
           "                    predicted from the slowest so far (default 600); one that has\n"
           "                    started runs to its end, so a run can end up to one\n"
@@ -116,6 +116,9 @@ static int parse_dims(const char *text, tune_args *a) {
                                         text);
             a->dims[a->dim_count++] = v;
         }
+        if (*end == ',' && end[1] == '\0')
+            return tool_usage_error("--head-dims: expected a list of 1..256 (at most %d), got '%s' (a trailing comma)",
+                                    MAX_DIMS, text);
         p = *end ? end + 1 : end;
     }
     return a->dim_count ? 0 : tool_usage_error("--head-dims: empty list");
@@ -302,8 +305,8 @@ int cmd_tune(int argc, char **argv) {
     const double start = wall_seconds();
     if (a.output) setenv("FLASHCL_TUNING", a.output, 1);
     if (a.decode && a.causal)
-        fprintf(stderr, "flashcl: note: --causal: decode keys have no causal (a decode row sees every key either "
-                        "way); ignored\n");
+        return tool_usage_error("--causal: does not apply with --decode (decode shapes have no causal form: a decode "
+                                "row sees every key either way)");
 
     flashcl_context *ctx = NULL;
     char err[1024] = "";
@@ -322,6 +325,11 @@ int cmd_tune(int argc, char **argv) {
     if (info.off)
         return tool_failure("tune: FLASHCL_TUNING=%s turns tuning files off: unset it, or give --output FILE",
                             getenv("FLASHCL_TUNING") ? getenv("FLASHCL_TUNING") : "off");
+    if (!info.path[0] && getenv("FLASHCL_CACHE_DIR") &&
+        (!strcmp(getenv("FLASHCL_CACHE_DIR"), "off") || !strcmp(getenv("FLASHCL_CACHE_DIR"), "0")))
+        return tool_usage_error("tune: no tuning file location: FLASHCL_CACHE_DIR=%s turns the cache directory (where "
+                                "the tuning file lives) off; give --output FILE, or FLASHCL_TUNING=FILE",
+                                getenv("FLASHCL_CACHE_DIR"));
     if (!info.path[0]) return tool_failure("tune: no tuning file location (no cache directory): give --output FILE");
 
     tune_log log = {0};

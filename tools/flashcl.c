@@ -74,6 +74,10 @@ int main(int argc, char **argv) {
         return TOOL_EXIT_OK;
     }
     if (strcmp(name, "--version") == 0) {
+        if (argc > 2) {
+            fprintf(stderr, "flashcl: --version takes no arguments, got '%s'\n", argv[2]);
+            return TOOL_EXIT_USAGE;
+        }
         /* Both versions: the header the tool was built with and the library it runs with. */
         printf("flashcl %s (library %s)\n", FLASHCL_VERSION_STRING, flashcl_version_string());
         return TOOL_EXIT_OK;

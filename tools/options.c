@@ -2,6 +2,7 @@
 #include "options.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -114,6 +115,16 @@ bool options_float(option_cursor *c, float min, float *out) {
     float value = strtof(text, &end);
     bool ok = text[0] != '\0' && text[0] != ' ' && text[0] != '\t' && end != NULL && *end == '\0' && errno != ERANGE &&
               isfinite(value) && value >= min;
+    if (!ok && end != NULL && *end == '\0' && errno == ERANGE && isfinite(value) && value >= min) {
+        /* Underflow: the text is a number, nonzero and finite, but below float32's normal range. */
+        tool_usage_error("%s: '%s' is too small for float32 (it underflows); give 0 or a magnitude of at least %g",
+                         c->name, text, (double)FLT_MIN);
+        return false;
+    }
+    if (!ok && end != NULL && *end == '\0' && errno == ERANGE && !isfinite(value)) {
+        tool_usage_error("%s: '%s' is beyond float32's range (largest %g)", c->name, text, (double)FLT_MAX);
+        return false;
+    }
     if (!ok) {
         if (isfinite(min))
             tool_usage_error("%s: expected a finite number >= %g, got '%s'", c->name, (double)min, text);
