@@ -233,6 +233,9 @@ int flashcl__dtype_code(flashcl_dtype dtype);
 const char *flashcl__dtype_name(flashcl_dtype dtype);
 /* "bf16, window (128, 0), ALiBi": the features in use, for plan reasons and messages. */
 void flashcl__describe_variants(const flashcl_attention_desc *d, char *out, size_t cap);
+/* As flashcl__describe_variants, without the storage type unless it is not float32 ("f16 storage"):
+   what a call uses beyond the plain float32 baseline ("softcap, ALiBi"). */
+void flashcl__describe_features(const flashcl_attention_desc *d, char *out, size_t cap);
 /* Appends "; variants: ..." to a plan's reason unless the call is plain. */
 void flashcl__append_variants(const flashcl_attention_desc *d, char *reason, size_t cap);
 /* The -D switches of cl/variants.cl this descriptor needs (plus HEAD_DIM_V). */

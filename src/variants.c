@@ -92,9 +92,8 @@ int flashcl__desc_is_plain(const flashcl_attention_desc *d) {
            !matrix_set(&d->block_mask) && !flashcl__is_varlen(d);
 }
 
-void flashcl__describe_variants(const flashcl_attention_desc *d, char *out, size_t cap) {
-    out[0] = '\0';
-    flashcl__appendf(out, cap, "%s", flashcl__dtype_name(d->dtype));
+/* The features past plain attention, each after ", " (the storage type is not one of them). */
+static void append_features(const flashcl_attention_desc *d, char *out, size_t cap) {
     if (d->head_dim_v != d->head_dim) flashcl__appendf(out, cap, ", d_v=%zu", d->head_dim_v);
     if (d->window_left >= 0 || d->window_right > 0 || (d->window_right == 0 && !d->causal))
         flashcl__appendf(out, cap, ", window (%d, %d)", d->window_left, d->window_right);
@@ -106,6 +105,20 @@ void flashcl__describe_variants(const flashcl_attention_desc *d, char *out, size
     if (matrix_set(&d->mask)) flashcl__appendf(out, cap, ", mask");
     if (matrix_set(&d->block_mask)) flashcl__appendf(out, cap, ", block mask");
     if (flashcl__is_varlen(d)) flashcl__appendf(out, cap, ", varlen");
+}
+
+void flashcl__describe_variants(const flashcl_attention_desc *d, char *out, size_t cap) {
+    out[0] = '\0';
+    flashcl__appendf(out, cap, "%s", flashcl__dtype_name(d->dtype));
+    append_features(d, out, cap);
+}
+
+void flashcl__describe_features(const flashcl_attention_desc *d, char *out, size_t cap) {
+    char features[160] = "";
+    if (d->dtype != FLASHCL_DTYPE_F32)
+        snprintf(features, sizeof features, ", %s storage", flashcl__dtype_name(d->dtype));
+    append_features(d, features, sizeof features);
+    flashcl__copy_str(out, cap, features[0] ? features + 2 : "");
 }
 
 void flashcl__append_variants(const flashcl_attention_desc *d, char *reason, size_t cap) {
@@ -199,7 +212,7 @@ flashcl_status flashcl__require_plain(flashcl_context *ctx, const flashcl_attent
                              flashcl__dtype_name(d->dtype));
     if (!flashcl__desc_is_plain(d)) {
         char features[160];
-        flashcl__describe_variants(d, features, sizeof features);
+        flashcl__describe_features(d, features, sizeof features);
         return flashcl__fail(ctx, FLASHCL_ERR_UNSUPPORTED_VARIANT,
                              "the %s is the plain-attention baseline (causal at most); this call uses: %s", path,
                              features);

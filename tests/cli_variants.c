@@ -355,6 +355,15 @@ void cli_check_variant_errors(void) {
     refused("--softcap nan", "--softcap nan", "--softcap", 0);
     /* Finite, but past the library's 1e37: a usage error, not the library's exit 1. */
     refused("--softcap 1e38", "--softcap 1e38", "--softcap", 0);
+    /* The standard path takes no variant and no separate V head dim: a usage error as in bench, not the
+       library's refusal (exit 1). */
+    refused("attention --path standard --softcap 2", "--path standard --softcap 2", "--path standard", 0);
+    refused("attention --path standard --dtype bf16", "--path standard --dtype bf16", "this call uses: bf16", 0);
+    size_t vs8[4] = {1, 8, 1, 8};
+    REQUIRE(npy_write_f32(work("Ve_dv8.npy"), vs8, 4, zeros));
+    snprintf(x, sizeof x, "attention --q '%s' --k '%s' --v '%s' --out '%s' --path standard", work("Qe.npy"),
+             work("Ke.npy"), work("Ve_dv8.npy"), work("O.npy"));
+    cli_expect_usage_error_naming("attention --path standard, d_v 8 != d 16", x, "d_v=8");
     refused("--dropout 1", "--dropout 1", "--dropout", 0);
     refused("--dropout bad seed", "--dropout 0.5,x", "--dropout", 0);
     refused("--dropout four fields", "--dropout 0.1,1,2,3", "--dropout", 0);

@@ -332,6 +332,13 @@ static void standard_refuses(void) {
     CHECK_STATUS(flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL, &ev),
                  FLASHCL_ERR_UNSUPPORTED_VARIANT);
     CHECK(ev == NULL && strstr(flashcl_last_error(F.ctx), "softcap") != NULL);
+    /* float32 storage is what the standard path runs: not named among what it lacks. */
+    CHECK(strstr(flashcl_last_error(F.ctx), "f32") == NULL);
+    CHECK(strstr(flashcl_last_error(F.ctx), "this call uses: softcap") != NULL);
+    d.dtype = FLASHCL_DTYPE_F16; /* with a variant, a 16-bit storage type is one more thing it lacks */
+    CHECK_STATUS(flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL, &ev),
+                 FLASHCL_ERR_UNSUPPORTED_VARIANT);
+    CHECK(ev == NULL && strstr(flashcl_last_error(F.ctx), "this call uses: f16 storage, softcap") != NULL);
     d = base_desc();
     d.path = FLASHCL_PATH_STANDARD;
     d.window = 1, d.window_left = 2, d.window_right = 0;

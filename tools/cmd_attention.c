@@ -293,6 +293,11 @@ static int parse_args(int argc, char **argv, attention_args *a) {
     if (rc == 0) rc = variant_check(&a->var);
     if (rc == 0 && a->var.dsinks && !wants_backward(a))
         rc = tool_usage_error("--dsinks: needs --dout (the gradient is computed by the backward pass)");
+    if (rc == 0 && path_values[a->path] == FLASHCL_PATH_STANDARD && variant_any(&a->var)) {
+        char used[256];
+        variant_describe(&a->var, used, sizeof used);
+        rc = tool_usage_error("--path standard: the standard path supports no variant (this call uses: %s)", used);
+    }
     return rc != 0 ? rc : check_outputs(a);
 }
 
@@ -444,6 +449,11 @@ static int load_inputs(const attention_args *a, attention_inputs *in, flashcl_at
         (rc = attention_load("--v", a->v_path, &in->v)) != 0 ||
         (rc = attention_check_shapes(&in->q, &in->k, &in->v, varlen, desc)) != 0)
         return rc;
+    /* V's head dim is known only now; the standard path takes d_v = d only (as bench's --head-dim-v). */
+    if (path_values[a->path] == FLASHCL_PATH_STANDARD && desc->head_dim_v != desc->head_dim)
+        return tool_usage_error("--path standard: the standard path takes no separate V head dim (V has d_v=%zu, Q "
+                                "and K d=%zu)",
+                                desc->head_dim_v, desc->head_dim);
     /* 'random' variant data starts from the same seed as bench's inputs. */
     uint64_t state = VARIANT_RANDOM_SEED;
     if ((rc = variant_arrays_prepare(&a->var, desc, &state, &in->var)) != 0) return rc;
