@@ -51,12 +51,8 @@ flashcl_status flashcl__dispatch_plan(flashcl_context *ctx, flashcl__pass pass, 
         if (keep < have) memcpy(out->reason + keep, "...", 4);
     }
     flashcl__appendf(out->reason, sizeof out->reason, "%s", skipped);
-    if (ctx->tuning_note[0]) { /* first, so that a long reason's truncation never hides it */
-        char rest[sizeof out->reason];
-        flashcl__copy_str(rest, sizeof rest, out->reason);
-        out->reason[0] = '\0';
-        flashcl__appendf(out->reason, sizeof out->reason, "%s; %s", ctx->tuning_note, rest);
-    }
+    /* first, so that a long reason's truncation never hides it */
+    flashcl__prepend(out->reason, sizeof out->reason, ctx->tuning_note, "; ");
     return FLASHCL_SUCCESS;
 }
 

@@ -67,6 +67,14 @@ void flashcl__mark_truncated(char *dst, size_t cap) {
     memcpy(dst + cap - 4, "...", 4);
 }
 
+void flashcl__prepend(char *dst, size_t cap, const char *prefix, const char *separator) {
+    if (!prefix[0]) return;
+    char rest[512];
+    flashcl__copy_str(rest, sizeof rest, dst);
+    dst[0] = '\0';
+    flashcl__appendf(dst, cap, "%s%s%s", prefix, separator, rest);
+}
+
 int flashcl__env_off(const char *value) { return value && (strcmp(value, "off") == 0 || strcmp(value, "0") == 0); }
 
 void flashcl__appendf(char *dst, size_t cap, const char *fmt, ...) {

@@ -302,6 +302,10 @@ flashcl_status flashcl__check_merge_states(flashcl_context *ctx, const flashcl_m
 #define FLASHCL__LOG2E 1.4426950408889634
 
 /* printf-style append to a fixed buffer, truncating safely. */
+/* Puts prefix, then separator, before dst's text (a plan's reason: what comes first survives truncation);
+   dst holds at most 512 bytes. Nothing happens when prefix is empty. */
+void flashcl__prepend(char *dst, size_t cap, const char *prefix, const char *separator);
+
 void flashcl__appendf(char *dst, size_t cap, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))

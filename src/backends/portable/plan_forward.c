@@ -268,15 +268,6 @@ static flashcl_status build_halving(flashcl_context *ctx, shape s, int d, const 
                          d);
 }
 
-/* Puts a note on a tuned entry that was not used before the plan's own text, which a long reason cuts first. */
-static void lead_with(char *reason, size_t cap, const char *note) {
-    if (!note[0]) return;
-    char rest[512];
-    flashcl__copy_str(rest, sizeof rest, reason);
-    reason[0] = '\0';
-    flashcl__appendf(reason, cap, "%s%s", note, rest);
-}
-
 /* FLASHCL_TILE (origin "env") or a tuned plan: exactly what was asked, or an error that says why not. */
 static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_override *ov, int d, const shape *proto,
                                     const char *origin, const char *source, flashcl__flash_plan *out) {
@@ -379,7 +370,7 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
     /* A tuned plan of this family (the CPU family's are its own). One the device or the build rejects
        (a file from an older build of the kernels) falls through to the table, saying so. */
     const char *tuned_origin = NULL;
-    char rejected[sizeof out->pub.reason] = "";
+    char rejected[sizeof out->pub.reason] = ""; /* put first in the reason, which a long one cuts at its end */
     if (flashcl__tuned_plan(ctx, desc, &ov, &tuned_origin, why, sizeof why)) {
         if (ov.kernel >= KERNEL_ROWS && ov.kernel <= KERNEL_TILES) {
             st = plan_from_env(ctx, &ov, d, &proto, tuned_origin, "the tuned plan", out);
@@ -405,13 +396,13 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
             if (st != FLASHCL_SUCCESS) return st;
             if (fits) {
                 describe(out, &s, "table", why);
-                lead_with(out->pub.reason, sizeof out->pub.reason, rejected);
+                flashcl__prepend(out->pub.reason, sizeof out->pub.reason, rejected, "");
                 return FLASHCL_SUCCESS;
             }
         }
     }
     st = plan_from_formula(ctx, d, &proto, out);
-    if (st == FLASHCL_SUCCESS) lead_with(out->pub.reason, sizeof out->pub.reason, rejected);
+    if (st == FLASHCL_SUCCESS) flashcl__prepend(out->pub.reason, sizeof out->pub.reason, rejected, "");
     return st;
 }
 
