@@ -50,8 +50,8 @@ static flashcl_status build_from_source(flashcl_context *ctx, const char *name, 
     snprintf(what, sizeof what, "%s with \"%s\"", name, options);
     /* -w (an OpenCL build option; no effect on the code): POCL's clang, on a host without AVX-512,
        warns that the float16 arguments of the common prelude's helpers change the ABI and prints
-       "15 warnings generated." to the application's stderr for every program it compiles (the CPU
-       families already passed -w); the library must not print. Errors still reach the build log. */
+       "15 warnings generated." to the application's stderr for every program it compiles; the library
+       must not print. Errors still reach the build log. */
     const size_t n = strlen(options) + 4;
     char *quiet = malloc(n);
     if (!quiet) {

@@ -102,13 +102,10 @@ static flashcl_status refuse_forced(flashcl_context *ctx, const flashcl_attentio
                          reason, desc->head_dim, features);
 }
 
-/* -w: POCL's clang warns that every float16 argument of the (always inlined)
-   helpers "changes the ABI" without AVX-512, and prints "N warnings
-   generated." to the application's stderr on each build; the warning is moot
-   for inlined code, and the library must not print. */
+/* No -w here: src/program.c passes it to every source build (POCL's clang would print its
+   float16 ABI warnings to the application's stderr otherwise). */
 static void options_for(int d, int groups, int chunk, const char *variants, char *out, size_t cap) {
-    snprintf(out, cap, "-w -D HEAD_DIM=%d -D GROUPS=%d -D CHUNK=%d -D STEP=%d %s", d, groups, chunk, CPU_STEP,
-             variants);
+    snprintf(out, cap, "-D HEAD_DIM=%d -D GROUPS=%d -D CHUNK=%d -D STEP=%d %s", d, groups, chunk, CPU_STEP, variants);
 }
 
 /* Creates `name` from the program and checks a work-group of one fits. */

@@ -426,7 +426,7 @@ flashcl_status flashcl__decode_plan_for(flashcl_context *ctx, const flashcl_atte
     const int heads = !cpu ? 1 : cpu_knobs && ov->heads > 0 ? ov->heads : cpu_heads_capacity(d, g.rows);
     if (cpu)
         snprintf(options, sizeof options,
-                 "-w -D HEAD_DIM=%zu -D ROWS=%d -D HEADS=%d -D CHUNK=%d -D FP8_DENORM_MUL=%d -D PAGED=%d "
+                 "-D HEAD_DIM=%zu -D ROWS=%d -D HEADS=%d -D CHUNK=%d -D FP8_DENORM_MUL=%d -D PAGED=%d "
                  "-D CACHE_DTYPE=%d %s",
                  d->head_dim, g.rows, heads, g.block_n,
                  cache_dtype != FLASHCL_CACHE_DTYPE_SAME && ctx->info.fp32_denorms, paged, (int)cache_dtype, variants);
