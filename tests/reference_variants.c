@@ -153,6 +153,24 @@ static void row_compute(const rv_problem *p, const float *q, const float *k, siz
     r->p_sink = p->sinks && sum > 0.0 ? exp(sink - r->lse) : 0.0;
 }
 
+/* ------------------------------------------------- softcap error weight */
+
+void rv_softcap_lse_weight(const rv_problem *p, const float *q, const float *k, double *weight) {
+    rv_row r;
+    row_alloc(&r, max_len_k(p));
+    for (size_t b = 0; b < p->batch; b++)
+        for (size_t h = 0; h < p->heads_q; h++)
+            for (size_t i = 0; i < rv_seq_len_q(p, b); i++) {
+                row_compute(p, q, k, b, h, i, &r);
+                double w = 0.0;
+                if (p->softcap > 0.0)
+                    for (size_t j = 0; j < r.len_k; j++)
+                        if (r.vis[j]) w += r.prob[j] * p->softcap * fabs(r.t[j]);
+                weight[rv_lse_index(p, b, h, i)] = w;
+            }
+    row_free(&r);
+}
+
 /* --------------------------------------------------------------- forward */
 
 void rv_forward(const rv_problem *p, const float *q, const float *k, const float *v, double *o, double *lse) {

@@ -105,6 +105,13 @@ int rv_visible(const rv_problem *p, size_t b, size_t h, size_t i, size_t j);
 void rv_forward(const rv_problem *p, const float *q, const float *k, const float *v, double *o, double *lse);
 
 /*
+ * Per LSE row, sum_j P_ij |softcap tanh(s_ij / softcap)|: the P-weighted size of the softcapped
+ * logits. A tanh with relative error e moves each such logit by at most e times its size, and the
+ * LSE (whose gradient in the logits is P) by at most e times this weight. 0 without softcap.
+ */
+void rv_softcap_lse_weight(const rv_problem *p, const float *q, const float *k, double *weight);
+
+/*
  * Backward for upstream gradient dout [rows_q, heads_q, d_v]: dq, dk, dv (dK
  * and dV summed over each GQA group) and, when dsinks is not NULL and sinks
  * are on, dsinks [heads_q]. D_i = sum_j P_ij dP_ij is computed from its

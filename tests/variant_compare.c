@@ -36,6 +36,11 @@ static double max_error_double(const double *a, const double *ref, size_t n) {
 /* Elementwise |got - ref| <= abs_tol + rel_tol * |ref| (per element, like tu_compare_o). */
 int vcmp_elementwise(const char *label, const char *name, const float *got, const double *ref, size_t n, double abs_tol,
                      double rel_tol) {
+    return vcmp_elementwise_slack(label, name, got, ref, n, abs_tol, rel_tol, NULL);
+}
+
+int vcmp_elementwise_slack(const char *label, const char *name, const float *got, const double *ref, size_t n,
+                           double abs_tol, double rel_tol, const double *slack) {
     size_t bad = 0, worst_at = 0;
     double worst = -1.0;
     for (size_t e = 0; e < n; e++) {
@@ -45,7 +50,7 @@ int vcmp_elementwise(const char *label, const char *name, const float *got, cons
         else if (isinf(ref[e]) || isinf(got[e]))
             ratio = (double)got[e] == ref[e] ? 0.0 : INFINITY;
         else
-            ratio = fabs((double)got[e] - ref[e]) / (abs_tol + rel_tol * fabs(ref[e]));
+            ratio = fabs((double)got[e] - ref[e]) / (abs_tol + rel_tol * fabs(ref[e]) + (slack ? slack[e] : 0.0));
         bad += !(ratio <= 1.0);
         if (!(ratio <= worst)) {
             worst = ratio;

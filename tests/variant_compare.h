@@ -16,6 +16,10 @@
 int vcmp_elementwise(const char *label, const char *name, const float *got, const double *ref, size_t n, double abs_tol,
                      double rel_tol);
 
+/* As vcmp_elementwise, each element's allowance widened by slack[e] (NULL: none). */
+int vcmp_elementwise_slack(const char *label, const char *name, const float *got, const double *ref, size_t n,
+                           double abs_tol, double rel_tol, const double *slack);
+
 /* |got - ref| <= abs_tol + rel_tol * max|ref| (grad_check.h's rule). */
 int vcmp_max_relative(const char *label, const char *name, const float *got, const double *ref, size_t n,
                       double abs_tol, double rel_tol);
