@@ -85,6 +85,16 @@ static void encoding(void) {
              "-cl-mad-enable -DHEAD_DIM=128 -DMMA_DK_REAL=128 -DMMA_DV=128 -DMMA_WARPS=4 -DMMA_MT=2 -DMMA_BC=32 "
              "-DMMA_QLOCAL=1 -DMMA_F16=0 -DMMA_SM75=0 -DMMA_TF32=0 -D HEAD_DIM_V=128");
     CHECK(tune_encode_plan(&p, t, sizeof t) && strcmp(t, "kernel=mma,warps=4,bc=32,mt=2,ql=1") == 0);
+    /* The same kernel in Hopper's wgmma form (as the library plans d = 64 on an H100: 128 keys per
+       tile, which kernel=mma cannot name) is not encoded: kernel=mma would time mma.sync instead. */
+    snprintf(p.build_options, sizeof p.build_options,
+             "-cl-mad-enable -DHEAD_DIM=64 -DMMA_DK_REAL=64 -DMMA_DV=64 -DMMA_WARPS=4 -DMMA_MT=1 -DMMA_BC=128 "
+             "-DMMA_QLOCAL=1 -DMMA_F16=0 -DMMA_SM75=0 -DMMA_TF32=0 -DMMA_WG=1 -DMMA_TANH_SFU=0 -D HEAD_DIM_V=64");
+    CHECK(!tune_encode_plan(&p, t, sizeof t));
+    snprintf(p.build_options, sizeof p.build_options,
+             "-cl-mad-enable -DHEAD_DIM=128 -DMMA_DK_REAL=128 -DMMA_DV=128 -DMMA_WARPS=8 -DMMA_MT=1 -DMMA_BC=32 "
+             "-DMMA_QLOCAL=1 -DMMA_F16=0 -DMMA_SM75=0 -DMMA_TF32=0 -DMMA_WG=0 -DMMA_TANH_SFU=0 -D HEAD_DIM_V=128");
+    CHECK(tune_encode_plan(&p, t, sizeof t) && strcmp(t, "kernel=mma,warps=8,bc=32,mt=1,ql=1") == 0);
 
     memset(&p, 0, sizeof p);
     snprintf(p.kernel, sizeof p.kernel, "flash_decode");

@@ -45,7 +45,8 @@ void cmd_tune_help(FILE *out) {
           "the plan the library picks untuned, so a tuned plan is never slower.\n"
           "On NVIDIA GPUs with tensor cores the f16/bf16 forward's candidates are\n"
           "the tensor-core shapes (kernel=mma: warps, keys per tile, row tiles, Q\n"
-          "in __local).\n"
+          "in __local; on Hopper the shapes the wgmma form runs are skipped: the\n"
+          "library picks that form before any tuned plan).\n"
           "The file is rewritten after each measurement: Ctrl-C keeps what was\n"
           "measured, and running again resumes.\n"
           "\n"
@@ -396,8 +397,15 @@ int cmd_tune(int argc, char **argv) {
                 }
                 const bool decode_plan = strncmp(plan.kernel, "flash_decode", 12) == 0;
                 if (decode_plan != a.decode || !tune_encode_plan(&plan, k->untuned, sizeof k->untuned)) {
-                    fprintf(stderr, "flashcl: note: %s: runs %s (origin %s), which has no tunable sizes yet; skipped\n",
-                            k->key, plan.kernel, plan.origin);
+                    if (strstr(plan.build_options, "MMA_WG=1"))
+                        fprintf(stderr,
+                                "flashcl: note: %s: runs Hopper's wgmma form, which the library picks before any "
+                                "tuned plan; skipped\n",
+                                k->key);
+                    else
+                        fprintf(stderr,
+                                "flashcl: note: %s: runs %s (origin %s), which has no tunable sizes yet; skipped\n",
+                                k->key, plan.kernel, plan.origin);
                     continue;
                 }
                 if (a.decode)

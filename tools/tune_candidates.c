@@ -32,7 +32,7 @@ bool tune_encode_plan(const flashcl_plan *p, char *out, size_t cap) {
     else if (strcmp(p->kernel, "flash_fwd_rows") == 0)
         n = snprintf(out, cap, "kernel=rows,br=%d,bc=%d,staging=%s", p->block_rows, p->block_cols,
                      p->staging == FLASHCL_STAGING_DIRECT ? "direct" : "local");
-    else if (strcmp(p->kernel, "flash_fwd_mma") == 0 && option_int(o, "MMA_WARPS") > 0)
+    else if (strcmp(p->kernel, "flash_fwd_mma") == 0 && option_int(o, "MMA_WARPS") > 0 && option_int(o, "MMA_WG") <= 0)
         n = snprintf(out, cap, "kernel=mma,warps=%d,bc=%d,mt=%d,ql=%d", option_int(o, "MMA_WARPS"),
                      option_int(o, "MMA_BC"), option_int(o, "MMA_MT"), option_int(o, "MMA_QLOCAL"));
     else if (strcmp(p->kernel, "flash_decode") == 0 && option_int(o, "UNROLL") > 0 && option_int(o, "LANES") > 0)

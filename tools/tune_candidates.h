@@ -33,7 +33,9 @@ typedef struct tune_candidates {
 } tune_candidates;
 
 /* The FLASHCL_TILE text that reproduces plan (for the decode and tensor-core kernels, read from its
-   build options); false for a kernel the grammar cannot name. */
+   build options); false for a kernel the grammar cannot name, and for the tensor-core forward's
+   Hopper wgmma form (MMA_WG=1): kernel=mma is always mma.sync, and the library picks the wgmma form
+   before any tuned plan, so a search there would time shapes the library never runs. */
 bool tune_encode_plan(const flashcl_plan *plan, char *out, size_t cap);
 
 /* The candidates for a forward shape whose untuned plan encodes as `base` (first in the list), on a device
