@@ -203,12 +203,13 @@ static flashcl_status finish_init(flashcl_context *ctx, char *err_buf, size_t er
     return FLASHCL_SUCCESS;
 }
 
-/* FLASHCL_PROFILING=0 makes the context's own queue a queue without profiling, =1 (the default) one with it.
- * Profiling lets callers and `flashcl tune` time calls with events; on NVIDIA's driver it also costs about 7 us
- * more per launch (README, "What a launch costs"). */
+/* FLASHCL_PROFILING=1 makes the context's own queue one with profiling (its events carry times, as
+ * `flashcl tune` needs); unset or any other value, one without. Profiling costs about 7 us more per launch
+ * on NVIDIA's driver, and the H200 measured calls of a few launches 1.2-1.8x faster without it (README,
+ * decode section), so it is off unless asked for, as CUDA events time only when created to. */
 static cl_command_queue_properties queue_profiling(void) {
     const char *env = getenv("FLASHCL_PROFILING");
-    return env && strcmp(env, "0") == 0 ? 0 : CL_QUEUE_PROFILING_ENABLE;
+    return env && strcmp(env, "1") == 0 ? CL_QUEUE_PROFILING_ENABLE : 0;
 }
 
 flashcl_status flashcl_context_create(flashcl_context **out, const char *device_spec, char *err_buf,

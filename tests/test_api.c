@@ -283,12 +283,12 @@ static void check_deterministic(flashcl_context *ctx) {
     tu_problem_free(&p);
 }
 
-/* FLASHCL_PROFILING picks the profiling property of the queue flashcl_context_create makes: on by default
-   (events carry times), off with 0. */
+/* FLASHCL_PROFILING picks the profiling property of the queue flashcl_context_create makes: off by default
+   and with 0 or another value, on (events carry times) with 1. */
 static void check_queue_profiling(void) {
-    const char *cases[3] = {NULL, "0", "1"};
-    const cl_command_queue_properties want[3] = {CL_QUEUE_PROFILING_ENABLE, 0, CL_QUEUE_PROFILING_ENABLE};
-    for (int i = 0; i < 3; ++i) {
+    const char *cases[4] = {NULL, "0", "1", "yes"};
+    const cl_command_queue_properties want[4] = {0, 0, CL_QUEUE_PROFILING_ENABLE, 0};
+    for (int i = 0; i < 4; ++i) {
         if (cases[i])
             setenv("FLASHCL_PROFILING", cases[i], 1);
         else
