@@ -194,10 +194,17 @@ def merge_states(states, lse_states):
     if tuple(lse.shape) != (n, b, h, s):
         raise ValueError(f"lse_states has shape {tuple(lse.shape)}, expected {(n, b, h, s)} for states of shape "
                          f"{(n, b, s, h, d)}")
-    m = _flashcl.MergeDesc()
-    m.num_states, m.batch, m.heads, m.seqlen, m.head_dim = n, b, h, s, d
+    if n == 0:
+        raise ValueError("states is empty: merge_states needs at least one state (num_states is 0)")
     out = _arrays.empty(o, (b, s, h, d))
     out_lse = _arrays.empty(o, (b, h, s))
+    if b * s * h == 0:  # no rows (a batch or seqlen_q of 0, as flash_attn_func answers them): nothing to merge
+        return _arrays.to_device_of(first, out, out_lse)
+    if d == 0:  # the LSEs still merge: through one zero column, dropped (the library takes head_dim >= 1)
+        o = _arrays.zeros(o, (n, b, s, h, 1))
+    m = _flashcl.MergeDesc()
+    m.num_states, m.batch, m.heads, m.seqlen, m.head_dim = n, b, h, s, max(d, 1)
+    merged = out if d else _arrays.empty(o, (b, s, h, 1))
     # Flattened: the extension's arrays have at most 4 dimensions; all four are packed.
-    _flashcl.merge_states(m, o.reshape(n, b * s, h, d), lse.reshape(n, b * h, s), out, out_lse)
+    _flashcl.merge_states(m, o.reshape(n, b * s, h, max(d, 1)), lse.reshape(n, b * h, s), merged, out_lse)
     return _arrays.to_device_of(first, out, out_lse)

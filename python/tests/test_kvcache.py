@@ -311,6 +311,27 @@ def test_merge_states_errors_name_the_argument(kind):
         flashcl.merge_states(parts[:1] * 2, [lse_parts[0], lse_parts[1][:, :, :2]])
 
 
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_merge_states_of_empty_states(kind):
+    """States without rows (flash_attn_func's answer to a batch or seqlen_q of 0) merge into empty results, and
+    a head dim of 0 still merges the LSEs; they failed with "states is empty (dimension 1 is 0)", naming a
+    dimension of an internal reshape. No states at all is refused by name."""
+    rng = np.random.default_rng(5)
+    for n, b, s, h, d in ((2, 0, 3, 2, 8), (2, 1, 0, 2, 8), (3, 2, 3, 0, 8)):
+        out, lse = flashcl.merge_states(_like(np.zeros((n, b, s, h, d), np.float32), kind),
+                                        _like(np.zeros((n, b, h, s), np.float32), kind))
+        assert tuple(out.shape) == (b, s, h, d) and tuple(lse.shape) == (b, h, s)
+        assert type(out) is type(_like(np.zeros(1), kind)) and "float32" in str(out.dtype)
+    lses = rng.standard_normal((3, 2, 2, 4)).astype(np.float32)
+    lses[:, 0, 0, 0] = -np.inf
+    out, lse = flashcl.merge_states(_like(np.zeros((3, 2, 4, 2, 0), np.float32), kind), _like(lses, kind))
+    assert tuple(out.shape) == (2, 4, 2, 0)
+    np.testing.assert_allclose(f64(lse), merge_reference(np.zeros((3, 2, 4, 2, 1)), lses)[1], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"states is empty: merge_states needs at least one state \(num_states is 0\)"):
+        flashcl.merge_states(_like(np.zeros((0, 1, 3, 2, 8), np.float32), kind),
+                             _like(np.zeros((0, 1, 2, 3), np.float32), kind))
+
+
 # ------------------------------------------------------------------------------------------------ errors
 
 def _bad(a, **changes):
