@@ -43,7 +43,9 @@ def storage_code(name, x):
     """The C storage code for q/k/v's dtype; ValueError naming the argument otherwise."""
     code = _STORAGE.get(dtype_name(x))
     if code is None:
-        raise ValueError(f"{name} has dtype {dtype_name(x)}; FlashCL stores float32, float16 or bfloat16")
+        swapped = isinstance(x, np.ndarray) and not x.dtype.isnative
+        note = f" (in non-native byte order: pass {name}.astype({name}.dtype.newbyteorder('=')))" if swapped else ""
+        raise ValueError(f"{name} has dtype {dtype_name(x)}; FlashCL stores float32, float16 or bfloat16{note}")
     return code
 
 
@@ -82,6 +84,24 @@ def raw(x):
 
 
 _FP8_NAMES = ("float8_e4m3fn", "float8_e5m2")
+
+# What the extension takes for each array-valued feature (its own error messages say the same).
+FEATURE_DTYPES = {"alibi_slopes": "float32", "sinks": "float32", "bias": "float32", "mask": "bool or uint8",
+                  "block_mask": "bool or uint8", "cu_seqlens_q": "int32", "cu_seqlens_k": "int32"}
+
+
+def raw_feature(name, x):
+    """raw(x) for an array-valued feature (FEATURE_DTYPES): a numpy array in non-native byte order (read
+    from a big-endian file, say) becomes a native copy, as its values are what counts (the extension's
+    array conversion refuses it with a TypeError naming no argument); a dtype that is no plain number
+    (object, strings, dates, structured, bfloat16, float8, complex) is refused naming the argument."""
+    if x is None or not isinstance(x, np.ndarray):
+        return raw(x)
+    if x.dtype.kind not in "biuf":
+        raise ValueError(f"{name} has dtype {x.dtype}, expected {FEATURE_DTYPES[name]}")
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    return x
 
 
 def raw_bits(x):

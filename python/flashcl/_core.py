@@ -318,7 +318,7 @@ def make_desc(p, spec):
 
 def _features(spec):
     """The extension's keyword arguments for the array-valued features."""
-    return {name: _arrays.raw(x) for name, x in spec.arrays() if x is not None}
+    return {name: _arrays.raw_feature(name, x) for name, x in spec.arrays() if x is not None}
 
 
 def prepare(q, k, v, spec):
@@ -403,8 +403,8 @@ def dropout_mask(q, k, v, spec, context=None):
         mask[...] = 0
     else:
         ctx = _context.resolve(context)
-        ctx._c.dropout_mask(d, _arrays.raw(mask), cu_seqlens_q=_arrays.raw(spec.cu_seqlens_q),
-                            cu_seqlens_k=_arrays.raw(spec.cu_seqlens_k))
+        cu = {name: _arrays.raw_feature(name, getattr(spec, name)) for name in ("cu_seqlens_q", "cu_seqlens_k")}
+        ctx._c.dropout_mask(d, _arrays.raw(mask), **cu)
     if mask.shape != p.score_shape():
         full = _arrays.empty(q, p.score_shape(), "uint8")
         full[...] = 0

@@ -232,7 +232,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
                            rotary_interleaved=bool(rotary_interleaved), cache_seqlens=raw(cache_seqlens),
                            cache_batch_idx=raw(cache_batch_idx), cache_leftpad=raw(cache_leftpad),
                            block_table=raw(block_table), cache_dtype=cache_dtype, k_scale=k_scale, v_scale=v_scale,
-                           alibi_slopes=raw(spec.alibi_slopes))
+                           alibi_slopes=_arrays.raw_feature("alibi_slopes", spec.alibi_slopes))
     if seqlen_new:
         for caller, host in zip(caller_caches, (k_cache, v_cache)):
             if host is not caller:

@@ -242,3 +242,43 @@ def test_scalar_arguments_are_named(rng, kind):
     # numbers of any kind still pass: numpy scalars, 0-d tensors, None meaning the default
     out = flashcl.flash_attn_func(q, k, v, softmax_scale=np.float32(0.25), softcap=np.float64(0), dropout_p=None)
     assert out.shape == q.shape
+
+
+def test_feature_arrays_of_other_dtypes_and_byte_orders(rng):
+    """A numpy feature array in non-native byte order (from a big-endian file) is read by its values, and
+    one of a dtype that is no plain number is refused naming it: both failed in the extension's argument
+    conversion with a TypeError naming neither the argument nor the problem. q in another byte order is
+    refused saying so (its dtype printed as >f4 read like float32)."""
+    from reference import numpy_attention
+
+    q, k, v = qkv(rng, b=2, sq=6, sk=9)
+    swapped = np.dtype(np.float32).newbyteorder("S")
+    slopes = np.array([0.5, 0.25], np.float32)
+    out = flashcl.flash_attn_func(q, k, v, alibi_slopes=slopes.astype(swapped), causal=True)
+    np.testing.assert_array_equal(out, flashcl.flash_attn_func(q, k, v, alibi_slopes=slopes, causal=True))
+    sinks, bias = np.array([0.3, -1.0], np.float32), rng.standard_normal((1, 2, 6, 9)).astype(np.float32)
+    out = flashcl.attention(q, k, v, sinks=sinks.astype(swapped), bias=bias.astype(swapped))
+    ref, _ = numpy_attention(q, k, v, sinks=sinks, bias=bias)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=2e-5)
+    cu = np.array([0, 4, 10], np.int32)
+    qv, kv, vv = (x.reshape(-1, 2, 16)[:10] for x in (q, k, v))
+    args = (cu.astype(cu.dtype.newbyteorder("S")),) * 2 + (6, 6)
+    np.testing.assert_array_equal(flashcl.flash_attn_varlen_func(qv, kv, vv, *args, causal=True),
+                                  flashcl.flash_attn_varlen_func(qv, kv, vv, cu, cu, 6, 6, causal=True))
+    np.testing.assert_array_equal(flashcl.dropout_mask(qv, kv, 0.5, 7, cu_seqlens_q=args[0], cu_seqlens_k=args[1],
+                                                       max_seqlen_q=6, max_seqlen_k=6),
+                                  flashcl.dropout_mask(qv, kv, 0.5, 7, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                                       max_seqlen_q=6, max_seqlen_k=6))
+    kc, vc = rand(rng, (2, 12, 2, 16), "float32"), rand(rng, (2, 12, 2, 16), "float32")
+    out = flashcl.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=5, alibi_slopes=slopes.astype(swapped))
+    np.testing.assert_array_equal(out, flashcl.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=5,
+                                                                       alibi_slopes=slopes))
+    for dtype in (object, "U3", "datetime64[s]", np.complex64, [("a", "f4")]):
+        with pytest.raises(ValueError, match=r"alibi_slopes has dtype .*, expected float32"):
+            flashcl.flash_attn_func(q, k, v, alibi_slopes=np.zeros(2, dtype))
+    with pytest.raises(ValueError, match=r"mask has dtype <U1, expected bool or uint8"):
+        flashcl.attention(q, k, v, mask=np.full((1, 1, 6, 9), "a"))
+    with pytest.raises(ValueError, match=r"cu_seqlens_q has dtype object, expected int32"):
+        flashcl.flash_attn_varlen_func(qv, kv, vv, cu.astype(object), cu, 6, 6)
+    with pytest.raises(ValueError, match=r"q has dtype >f4; .* \(in non-native byte order: pass q.astype"):
+        flashcl.flash_attn_func(q.astype(swapped), k, v)
