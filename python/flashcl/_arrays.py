@@ -68,6 +68,24 @@ def kind_check(names_values):
     return torch_kind
 
 
+def refuse_no_data(names_values):
+    """Meta tensors and fake ones (FakeTensorMode) hold no data: the calls without a fake kernel (the KV cache,
+    merge_states, attention_backward, dropout_mask, plan) refuse them by name, where the extension would read
+    a fake tensor's null pointer and a host copy of a meta tensor fails naming nothing. Not while
+    torch.compile traces (its example values are fake; such a call breaks the graph and runs eagerly)."""
+    torch = torch_module()
+    if torch is None or torch.compiler.is_compiling():
+        return
+    from torch._subclasses.fake_tensor import is_fake
+
+    for name, x in names_values:
+        if isinstance(x, torch.Tensor):
+            if x.device.type == "meta":
+                raise ValueError(f"{name} is on device meta, which holds no data")
+            if is_fake(x):
+                raise ValueError(f"{name} is a fake tensor (FakeTensorMode), which holds no data")
+
+
 def raw(x):
     """What the extension reads: host memory with a dtype nanobind understands.
 

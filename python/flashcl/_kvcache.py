@@ -103,9 +103,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
         named.append(("cache_seqlens", cache_seqlens))
     torch_kind = _arrays.kind_check(named)
     if torch_kind:
-        for name, x in named:
-            if x is not None and x.device.type == "meta":
-                raise ValueError(f"{name} is on device meta, which holds no data")
+        _arrays.refuse_no_data(named)
     # Tensors on another device than the CPU: host copies for the call, the caches copied back after it.
     caller_caches = (k_cache, v_cache)
     out_device = q.device if torch_kind and q.device.type != "cpu" else None

@@ -35,8 +35,10 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     _core._need(not spec.dropout_p, "dropout_p must be 0 with block_table (a paged KV cache is for inference)")
     resident = isinstance(k_cache, _device.DeviceArray)  # device-resident pools: checked by forward_kvcache
     pools = [] if resident else [("k", k_cache), ("v", v_cache)]
-    _arrays.kind_check([("q", q)] + pools + [("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
-                                            ("block_table", block_table)])
+    named = [("q", q)] + pools + [("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                                  ("block_table", block_table), ("alibi_slopes", spec.alibi_slopes)]
+    if _arrays.kind_check(named):
+        _arrays.refuse_no_data(named)
     qs = _core._shape(q)
     _core._need(len(qs) == 3, lambda: f"q must be (total_q, nheads, headdim), got shape {qs}")
     total_q, heads, dim = qs

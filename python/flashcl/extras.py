@@ -106,6 +106,8 @@ def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, c
     spec = _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset,
                  sinks, bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  path)
+    _arrays.refuse_no_data(list(zip(("dout", "q", "k", "v", "out", "softmax_lse"), (dout, q, k, v, out, softmax_lse)))
+                           + spec.arrays())
     args = [_arrays.host(x) for x in (dout, q, k, v, out, softmax_lse)]
     with _using(context):
         dq, dk, dv, dsinks = _core.backward(*args, spec, want_dsinks=sinks is not None)
@@ -121,6 +123,7 @@ def dropout_mask(q, k, dropout_p, dropout_seed, dropout_offset=0, *, cu_seqlens_
     spec = _core.Spec(dropout_p=dropout_p, dropout_seed=dropout_seed, dropout_offset=dropout_offset,
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                       max_seqlen_k=max_seqlen_k)
+    _arrays.refuse_no_data([("q", q), ("k", k)] + spec.arrays())
     with _using(context):
         keep = _core.dropout_mask(_arrays.host(q), _arrays.host(k), _arrays.host(k), spec)
     return _arrays.to_device_of(q, keep)[0]
@@ -142,6 +145,7 @@ def plan(q, k, v, *, backward=False, context=None, **features):
     if args["dropout_p"] and args["dropout_seed"] is None:
         args["dropout_seed"] = 0  # the plan does not depend on it
     spec = _spec(**args)
+    _arrays.refuse_no_data([("q", q), ("k", k), ("v", v)] + spec.arrays())
     with _using(context):
         return _core.plan(_arrays.host(q), _arrays.host(k), _arrays.host(v), spec, backward=backward)
 
@@ -168,13 +172,16 @@ def merge_states(states, lse_states):
         if isinstance(x, (list, tuple)):
             if not x:
                 raise ValueError(f"{name} is empty: merge_states needs at least one state")
-            _arrays.kind_check([(f"{name}[{i}]", part) for i, part in enumerate(x)])
+            parts = [(f"{name}[{i}]", part) for i, part in enumerate(x)]
+            _arrays.kind_check(parts)
+            _arrays.refuse_no_data(parts)
             for i, part in enumerate(x):
                 if tuple(part.shape) != tuple(x[0].shape):
                     raise ValueError(f"{name}[{i}] has shape {tuple(part.shape)}, {name}[0] {tuple(x[0].shape)}: the "
                                      "states must have one shape")
             x = torch.stack([_arrays.host(p).detach() for p in x]) if torch_kind else np.stack(x)
         _arrays.kind_check([(name, x)])
+        _arrays.refuse_no_data([(name, x)])
         if _arrays.is_torch(x) != torch_kind:
             raise ValueError("states and lse_states must both be numpy arrays or both torch tensors")
         if len(x.shape) != rank:

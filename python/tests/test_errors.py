@@ -282,3 +282,38 @@ def test_feature_arrays_of_other_dtypes_and_byte_orders(rng):
         flashcl.flash_attn_varlen_func(qv, kv, vv, cu.astype(object), cu, 6, 6)
     with pytest.raises(ValueError, match=r"q has dtype >f4; .* \(in non-native byte order: pass q.astype"):
         flashcl.flash_attn_func(q.astype(swapped), k, v)
+
+
+def test_calls_without_fake_kernels_refuse_meta_and_fake_tensors_by_name():
+    """The KV cache, paged varlen, merge_states, attention_backward, dropout_mask and plan have no fake kernel:
+    meta and fake (FakeTensorMode) tensors are refused naming the argument. Before, a fake tensor reached the
+    extension (torch's warning about a fake data pointer printed, then CL_INVALID_HOST_PTR or a NULL-pointer
+    status), and a meta one failed in a host copy ("Cannot copy out of meta tensor") naming nothing."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def calls(make):
+        x, lse, cu = make(2, 3, 2, 16), make(2, 2, 3), torch.tensor([0, 2, 3], dtype=torch.int32)
+        yield "q", lambda: flashcl.flash_attn_with_kvcache(x, make(2, 8, 2, 16), make(2, 8, 2, 16), cache_seqlens=3)
+        yield "q", lambda: flashcl.flash_attn_varlen_func(make(3, 2, 16), make(4, 2, 2, 16), make(4, 2, 2, 16), cu,
+                                                          cu, 2, 2, block_table=torch.zeros(2, 2, dtype=torch.int32))
+        yield r"states\[0\]", lambda: flashcl.merge_states([x, x], [lse, lse])
+        yield "states", lambda: flashcl.merge_states(make(2, 2, 3, 2, 16), make(2, 2, 2, 3))
+        yield "dout", lambda: flashcl.attention_backward(x, x, x, x, x, lse)
+        yield "q", lambda: flashcl.dropout_mask(x, x, 0.5, 1)
+        yield "q", lambda: flashcl.plan(x, x, x)
+
+    def meta(*shape):
+        return torch.zeros(shape, device="meta")
+
+    for name, call in calls(meta):
+        with pytest.raises(ValueError, match=f"^{name} is on device meta, which holds no data$"):
+            call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "Accessing the data pointer of FakeTensor" warning
+        with FakeTensorMode():
+            for name, call in calls(torch.zeros):
+                with pytest.raises(ValueError, match=f"^{name} is a fake tensor \\(FakeTensorMode\\), which holds no"):
+                    call()
