@@ -95,6 +95,9 @@ def resolve(context):
     """The context a call runs on: the one given, else current()."""
     if context is None:
         return current()
+    if not isinstance(context, Context):  # (a device spec string failed later, as "'str' has no attribute '_c'")
+        raise ValueError(f"context must be a flashcl.Context (flashcl.Context(spec) opens one), not "
+                         f"{type(context).__name__}")
     _check_not_forked()
     return context
 

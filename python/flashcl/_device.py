@@ -66,6 +66,7 @@ def to_device(x, context=None):
     """A DeviceArray holding a copy of x (a numpy array or a torch tensor, any dtype; a tensor on
     another torch device goes through host memory), on `context` (default: this thread's)."""
     _arrays.kind_check([("x", x)])
+    _arrays.refuse_no_data([("x", x)])
     ctx = _context.resolve(context)
     x = _arrays.host(x)
     if _arrays.is_torch(x):
@@ -74,6 +75,11 @@ def to_device(x, context=None):
     else:
         import numpy as np
 
+        # Numbers in native byte order (bfloat16 and float8 through ml_dtypes): what the extension can take
+        # and a cache can be (its dtype must be q's); others failed there with a TypeError naming nothing.
+        plain = x.dtype.kind in "biufc" or x.dtype.name in ("bfloat16",) + _arrays._FP8_NAMES
+        if not plain or not x.dtype.isnative:
+            raise ValueError(f"x has dtype {x.dtype}: to_device takes numbers in native byte order")
         x = np.ascontiguousarray(x)
         template = x.reshape(-1)[:0].copy()
     shape = tuple(int(n) for n in x.shape)

@@ -92,6 +92,32 @@ def test_errors():
         flashcl.flash_attn_with_kvcache(q, half, half, cache_seqlens=3)
 
 
+def test_to_device_refuses_what_it_cannot_hold_by_name():
+    """to_device's argument errors name the argument: a device spec string as context (was an AttributeError
+    about '_c'), a numpy array in non-native byte order or of a non-number dtype (a TypeError from the
+    extension's argument conversion naming nothing), a meta tensor (torch's "Cannot copy out of meta
+    tensor") and a fake one (torch's data-pointer warning printed, then CL_INVALID_HOST_PTR)."""
+    import warnings
+
+    with pytest.raises(ValueError, match="context must be a flashcl.Context .*, not str"):
+        flashcl.to_device(np.zeros((2, 8), np.float32), "0:0")
+    for dtype in (np.dtype(np.float32).newbyteorder("S"), object, "U2", [("a", "f4")]):
+        with pytest.raises(ValueError, match="x has dtype .*: to_device takes numbers in native byte order"):
+            flashcl.to_device(np.zeros((2, 8), dtype))
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with pytest.raises(ValueError, match="x is on device meta, which holds no data"):
+        flashcl.to_device(torch.zeros(2, 8, device="meta"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with FakeTensorMode(), pytest.raises(ValueError, match=r"x is a fake tensor \(FakeTensorMode\)"):
+            flashcl.to_device(torch.zeros(2, 8))
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.bool_, np.float64):  # still held
+        x = np.arange(6).reshape(2, 3).astype(dtype)
+        assert flashcl.to_device(x).numpy().tobytes() == x.tobytes()
+
 def test_paged_varlen_on_device_pools():
     """flash_attn_varlen_func with block_table reads DeviceArray pools as flash_attn_with_kvcache does."""
     rng = np.random.default_rng(12)
