@@ -10,11 +10,12 @@ regenerates the forward's dropout mask. Imported only when tensors arrive.
 Tensors on another device than the CPU are copied to host memory for the
 call and the results copied back to their device.
 """
+import contextlib
 from typing import Optional, Tuple
 
 import torch
 
-from . import _core
+from . import _context, _core
 
 Tensor = torch.Tensor
 
@@ -182,6 +183,9 @@ class AttentionFunction(torch.autograd.Function):
         out, lse, rng_state = fwd(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
                                   *scalars)
         ctx.packing, ctx.scalars = packing, scalars
+        # The backward runs on the forward's context (attention(context=...), `with ctx:`), not on whatever
+        # context is current when autograd calls it (outside the `with`, the thread's default device).
+        ctx.flashcl_context = None if fwd is forward_op else _context.current()
         ctx.sinks_grad = sinks is not None and sinks.requires_grad
         ctx.save_for_backward(out, lse, rng_state, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q,
                               cu_seqlens_k, *inputs)
@@ -198,8 +202,9 @@ class AttentionFunction(torch.autograd.Function):
         dsinks = torch.empty_like(sinks, dtype=torch.float32) if ctx.sinks_grad else None
         (max_q, max_k, scale, causal, left, right, softcap, dropout_p, _seed, _offset, bq, bk, path) = ctx.scalars
         bwd = backward_op if _symbolic((dout,) + tuple(inputs)) else _backward
-        bwd(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask, block_mask,
-            cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk, path)
+        with ctx.flashcl_context if bwd is _backward and ctx.flashcl_context is not None else contextlib.nullcontext():
+            bwd(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask,
+                block_mask, cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk, path)
         grads = tuple(grads)
         anchor = next((x for x in inputs if x.requires_grad), None)
         if torch.is_grad_enabled() and anchor is not None and not torch.compiler.is_compiling():

@@ -40,6 +40,25 @@ def test_context_argument_must_be_a_context():
         call(flashcl.Context(flashcl.devices()[0]["spec"]))
 
 
+def test_backward_runs_on_the_forward_context(rng):
+    """The autograd backward of a call made on a given context (attention(context=...), or inside `with ctx:`)
+    runs there too, as CUDA's backward runs on the forward's device: it ran on whatever context was current
+    when autograd called it (the thread's default device once outside the `with`). Seen through a copying
+    context's transfer counters: the backward's buffers are counted there, and the gradients are the same."""
+    torch = pytest.importorskip("torch")
+    ctx = flashcl.Context(zero_copy=False)
+    q, k, v = (torch.from_numpy(rand(rng, (1, 8, 2, 16))).requires_grad_() for _ in range(3))
+    want = torch.autograd.grad(flashcl.flash_attn_func(q, k, v, causal=True).sum(), (q, k, v))
+    outs = [flashcl.attention(q, k, v, causal=True, context=ctx)]
+    with ctx:
+        outs.append(flashcl.flash_attn_func(q, k, v, causal=True))
+    for out in outs:  # (backward outside the `with`)
+        before = ctx.transfer_stats()["copied_buffers"]
+        got = torch.autograd.grad(out.sum(), (q, k, v))
+        assert ctx.transfer_stats()["copied_buffers"] > before  # q, k, v, out, dout, lse, dq, dk, dv
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+
 def test_flashcl_device_is_respected():
     """The default context reads FLASHCL_DEVICE (in a fresh process: the default is made once per thread)."""
     code = "import flashcl, numpy as np; q = np.zeros((1, 4, 1, 8), np.float32); flashcl.flash_attn_func(q, q, q)"
