@@ -102,8 +102,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     if not isinstance(cache_seqlens, numbers.Integral):
         named.append(("cache_seqlens", cache_seqlens))
     torch_kind = _arrays.kind_check(named)
-    if torch_kind:
-        _arrays.refuse_no_data(named)
+    _arrays.refuse_no_data(named + [("k_scale", k_scale), ("v_scale", v_scale)])  # (tensors only)
     # Tensors on another device than the CPU: host copies for the call, the caches copied back after it.
     caller_caches = (k_cache, v_cache)
     out_device = q.device if torch_kind and q.device.type != "cpu" else None

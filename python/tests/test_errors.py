@@ -285,10 +285,11 @@ def test_feature_arrays_of_other_dtypes_and_byte_orders(rng):
 
 
 def test_calls_without_fake_kernels_refuse_meta_and_fake_tensors_by_name():
-    """The KV cache, paged varlen, merge_states, attention_backward, dropout_mask and plan have no fake kernel:
-    meta and fake (FakeTensorMode) tensors are refused naming the argument. Before, a fake tensor reached the
-    extension (torch's warning about a fake data pointer printed, then CL_INVALID_HOST_PTR or a NULL-pointer
-    status), and a meta one failed in a host copy ("Cannot copy out of meta tensor") naming nothing."""
+    """The KV cache (its fp8 scales too), paged varlen, merge_states, attention_backward, dropout_mask and plan
+    have no fake kernel: meta and fake (FakeTensorMode) tensors are refused naming the argument. Before, a fake
+    tensor reached the extension (torch's warning about a fake data pointer printed, then CL_INVALID_HOST_PTR
+    or a NULL-pointer status), and a meta one failed in a host copy ("Cannot copy out of meta tensor") naming
+    nothing (a meta k_scale still does without the fix)."""
     import warnings
 
     torch = pytest.importorskip("torch")
@@ -297,6 +298,7 @@ def test_calls_without_fake_kernels_refuse_meta_and_fake_tensors_by_name():
     def calls(make):
         x, lse, cu = make(2, 3, 2, 16), make(2, 2, 3), torch.tensor([0, 2, 3], dtype=torch.int32)
         yield "q", lambda: flashcl.flash_attn_with_kvcache(x, make(2, 8, 2, 16), make(2, 8, 2, 16), cache_seqlens=3)
+        yield "k_scale", lambda: flashcl.flash_attn_with_kvcache(real, fp8, fp8, cache_seqlens=3, k_scale=make(2))
         yield "q", lambda: flashcl.flash_attn_varlen_func(make(3, 2, 16), make(4, 2, 2, 16), make(4, 2, 2, 16), cu,
                                                           cu, 2, 2, block_table=torch.zeros(2, 2, dtype=torch.int32))
         yield r"states\[0\]", lambda: flashcl.merge_states([x, x], [lse, lse])
@@ -307,6 +309,8 @@ def test_calls_without_fake_kernels_refuse_meta_and_fake_tensors_by_name():
 
     def meta(*shape):
         return torch.zeros(shape, device="meta")
+
+    real, fp8 = torch.zeros(2, 3, 2, 16), torch.zeros(2, 8, 2, 16).to(torch.float8_e4m3fn)  # (the scale has no data)
 
     for name, call in calls(meta):
         with pytest.raises(ValueError, match=f"^{name} is on device meta, which holds no data$"):
