@@ -68,6 +68,17 @@ def kind_check(names_values):
     return torch_kind
 
 
+def holds_no_data(x):
+    """A meta tensor or a fake one (FakeTensorMode): shapes only. Never while torch.compile traces (its
+    example values are fake, but a call that breaks the graph runs on the real tensors)."""
+    torch = torch_module()
+    if torch is None or not isinstance(x, torch.Tensor) or torch.compiler.is_compiling():
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+
+    return x.device.type == "meta" or is_fake(x)
+
+
 def refuse_no_data(names_values):
     """Meta tensors and fake ones (FakeTensorMode) hold no data: the calls without a fake kernel (the KV cache,
     merge_states, attention_backward, dropout_mask, plan) refuse them by name, where the extension would read

@@ -92,5 +92,5 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     if not return_attn_probs:
         return out
     empty = np.empty((0,), np.float32)
-    return out, lse, (_arrays.torch_module().from_numpy(empty) if _arrays.is_torch(out) else empty)
+    return out, lse, (_arrays.torch_module().from_numpy(empty).to(out.device) if _arrays.is_torch(out) else empty)
 

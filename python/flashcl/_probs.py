@@ -51,14 +51,25 @@ def probabilities(q, k, spec):
     return probs
 
 
+def _score_shape(q, k, spec):
+    """(batch, heads_q, rows, cols) of S_dmask from the shapes alone (the caller's max_seqlen with varlen)."""
+    if spec.varlen:
+        return (int(spec.cu_seqlens_q.shape[0]) - 1, int(q.shape[-2]), int(spec.max_seqlen_q), int(spec.max_seqlen_k))
+    return int(q.shape[0]), int(q.shape[2]), int(q.shape[1]), int(k.shape[1])
+
+
 def s_dmask(q, k, spec):
-    """FlashAttention-2's S_dmask: P with the entries dropout removes negated; empty without dropout."""
+    """FlashAttention-2's S_dmask: P with the entries dropout removes negated; empty without dropout.
+    On q's device, as out and softmax_lse (a meta or fake q: shapes only, as the operators' fake kernels)."""
     torch_kind = _arrays.is_torch(q)
+    if _arrays.holds_no_data(q):
+        shape = _score_shape(q, k, spec) if spec.dropout_p else (0,)
+        return q.new_empty(shape, dtype=_arrays.torch_module().float32)
     if not spec.dropout_p:
         empty = np.empty((0,), np.float32)
-        return _arrays.torch_module().from_numpy(empty) if torch_kind else empty
+        return _arrays.to_device_of(q, _arrays.torch_module().from_numpy(empty))[0] if torch_kind else empty
     probs = probabilities(q, k, spec)
     q32, k32 = _as_f32(q), _as_f32(k)
     keep = _arrays.to_numpy(_core.dropout_mask(q32, k32, k32, spec))
     out = np.where(keep, probs, -probs)
-    return _arrays.torch_module().from_numpy(out) if torch_kind else out
+    return _arrays.to_device_of(q, _arrays.torch_module().from_numpy(out))[0] if torch_kind else out

@@ -87,6 +87,30 @@ def test_shapes_without_data():
     assert out.device.type == "meta" and out.shape == (2, 8, 4, 16)
 
 
+def test_s_dmask_of_shapes_without_data():
+    """return_attn_probs with meta or fake tensors: S_dmask, as out and softmax_lse, is a tensor of the right
+    shape on the inputs' device. It was a CPU tensor beside meta outputs (the empty one without dropout; the
+    CPU also for inputs on any other device), and with dropout the call failed reading the fake kernel's
+    rng_state ("Cannot copy out of meta tensor", DataDependentOutputException under FakeTensorMode)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
+
+    def calls(device):
+        """(S_dmask's shape with dropout, the call) for flash_attn_func and flash_attn_varlen_func."""
+        x, cu = torch.empty(10, 4, 16, device=device), torch.tensor([0, 4, 10], dtype=torch.int32, device=device)
+        q, k = x.view(2, 5, 4, 16), x[:6].view(2, 3, 4, 16)
+        yield (2, 4, 5, 3), lambda **kw: flashcl.flash_attn_func(q, k, k, return_attn_probs=True, **kw)
+        yield (2, 4, 7, 9), lambda **kw: flashcl.flash_attn_varlen_func(x, x, x, cu, cu, 7, 9, return_attn_probs=True,
+                                                                        **kw)
+
+    for shape, call in calls("meta"):
+        for dropout_p, want in ((0.0, (0,)), (0.25, shape)):
+            out, lse, s_dmask = call(dropout_p=dropout_p, causal=True)
+            assert s_dmask.device.type == "meta" and tuple(s_dmask.shape) == want and s_dmask.dtype == torch.float32
+    with FakeTensorMode():
+        for shape, call in calls("cpu"):
+            out, lse, s_dmask = call(dropout_p=0.25)
+            assert is_fake(s_dmask) and tuple(s_dmask.shape) == shape
+
 def test_unsupported_transforms_are_refused():
     """vmap and double backward are refused with a message rather than a raw extension error or a
     second-order gradient silently missing the attention term."""
