@@ -60,14 +60,20 @@ _mask_facts = []
 
 def _hides(mask, diagonal, upper):
     """Whether the mask hides every pair above (upper) or on and below (not upper) the diagonal."""
+
+    def fact():
+        part = torch.triu(mask, diagonal=diagonal) if upper else torch.tril(mask, diagonal=diagonal)
+        return not bool(part.any())
+
+    if mask.is_inference():  # (made under torch.inference_mode: no version counter to tell a change by)
+        return fact()
     entry = next((e for e in _mask_facts if e[0]() is mask and e[1] == mask._version), None)
     if entry is None:
         entry = (weakref.ref(mask), mask._version, {})
         _mask_facts[:] = [e for e in _mask_facts[-3:] if e[0]() is not None] + [entry]
     key = (diagonal, upper)
     if key not in entry[2]:
-        part = torch.triu(mask, diagonal=diagonal) if upper else torch.tril(mask, diagonal=diagonal)
-        entry[2][key] = not bool(part.any())
+        entry[2][key] = fact()
     return entry[2][key]
 
 

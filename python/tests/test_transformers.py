@@ -83,6 +83,24 @@ def test_padded_batch(name):
     assert (got[valid] - ref[valid]).abs().max() < 2e-4
 
 
+def test_padded_batch_under_inference_mode():
+    """A padded batch and generate() under torch.inference_mode(): the mask is an inference tensor, which has
+    no version counter; reading it for the per-mask cache raised "Inference tensors do not track version
+    counter". The same logits and tokens as under no_grad."""
+    model, reference = build("mistral")
+    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, :5] = 0
+    kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        model.set_attn_implementation(reference)
+        ref, want = model(input_ids=ids, attention_mask=mask).logits, model.generate(ids, attention_mask=mask, **kw)
+    model.set_attn_implementation(IMPL)
+    with torch.inference_mode():
+        got, tokens = model(input_ids=ids, attention_mask=mask).logits, model.generate(ids, attention_mask=mask, **kw)
+    valid = mask.bool()
+    assert (got[valid] - ref[valid]).abs().max() < 2e-4 and torch.equal(tokens, want)
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_generate_with_kv_cache(name):
     model, reference = build(name)
