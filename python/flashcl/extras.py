@@ -106,8 +106,9 @@ def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, c
     spec = _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset,
                  sinks, bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  path)
-    _arrays.refuse_no_data(list(zip(("dout", "q", "k", "v", "out", "softmax_lse"), (dout, q, k, v, out, softmax_lse)))
-                           + spec.arrays())
+    named = list(zip(("dout", "q", "k", "v", "out", "softmax_lse"), (dout, q, k, v, out, softmax_lse))) + spec.arrays()
+    _arrays.kind_check(named)  # (the forward's checks see q, k, v: dout, out and softmax_lse too, by name)
+    _arrays.refuse_no_data(named)
     args = [_arrays.host(x) for x in (dout, q, k, v, out, softmax_lse)]
     with _using(context):
         dq, dk, dv, dsinks = _core.backward(*args, spec, want_dsinks=sinks is not None)

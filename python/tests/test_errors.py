@@ -321,3 +321,20 @@ def test_calls_without_fake_kernels_refuse_meta_and_fake_tensors_by_name():
             for name, call in calls(torch.zeros):
                 with pytest.raises(ValueError, match=f"^{name} is a fake tensor \\(FakeTensorMode\\), which holds no"):
                     call()
+
+
+def test_attention_backward_checks_the_kinds_of_all_its_arrays(rng):
+    """attention_backward's dout, out and softmax_lse are held to the kinds rule as q, k, v are: a torch dout
+    among numpy arrays ran silently (numpy gradients back), and a list failed with an AttributeError about
+    .shape instead of a ValueError naming it."""
+    torch = pytest.importorskip("torch")
+    q, k, v = qkv(rng)
+    out, lse = flashcl.attention(q, k, v, return_lse=True)
+    for i, name in enumerate(("dout", "q", "k", "v", "out", "softmax_lse")):
+        args = [q, q, k, v, out, lse]
+        args[i] = torch.from_numpy(args[i])
+        with pytest.raises(ValueError, match=f"mixed array kinds: {name} are torch tensors"):
+            flashcl.attention_backward(*args)
+        args[i] = args[i].tolist()
+        with pytest.raises(ValueError, match=f"{name} must be a numpy array or a torch tensor, not list"):
+            flashcl.attention_backward(*args)
