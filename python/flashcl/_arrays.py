@@ -52,13 +52,13 @@ def storage_code(name, x):
 def kind_check(names_values):
     """All given arrays are numpy or all are torch tensors; returns True for torch."""
     kinds = {name: is_torch(x) for name, x in names_values if x is not None}
+    for name, x in names_values:  # (first: a list beside tensors is no numpy array, as "mixed kinds" would say)
+        if x is not None and not kinds[name] and not isinstance(x, np.ndarray):
+            raise ValueError(f"{name} must be a numpy array or a torch tensor, not {type(x).__name__}")
     if len(set(kinds.values())) > 1:
         torch_names = [n for n, t in kinds.items() if t]
         other = [n for n, t in kinds.items() if not t]
         raise ValueError(f"mixed array kinds: {', '.join(torch_names)} are torch tensors, {', '.join(other)} are not")
-    for name, x in names_values:
-        if x is not None and not kinds[name] and not isinstance(x, np.ndarray):
-            raise ValueError(f"{name} must be a numpy array or a torch tensor, not {type(x).__name__}")
     torch_kind = any(kinds.values())
     if torch_kind:
         strided = torch_module().strided

@@ -338,3 +338,17 @@ def test_attention_backward_checks_the_kinds_of_all_its_arrays(rng):
         args[i] = args[i].tolist()
         with pytest.raises(ValueError, match=f"{name} must be a numpy array or a torch tensor, not list"):
             flashcl.attention_backward(*args)
+
+
+def test_a_list_beside_tensors_is_named_as_no_array(rng):
+    """A list (or any non-array) among torch tensors is refused as what it is, as among numpy arrays: it was
+    reported as "mixed array kinds: q, k, v are torch tensors, alibi_slopes are not", which reads as a numpy
+    array that should be a tensor."""
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(1, 8, 2, 16)
+    with pytest.raises(ValueError, match="^alibi_slopes must be a numpy array or a torch tensor, not list$"):
+        flashcl.flash_attn_func(q, q, q, alibi_slopes=[0.5, 0.25])
+    with pytest.raises(ValueError, match="^cache_seqlens must be a numpy array or a torch tensor, not list$"):
+        flashcl.flash_attn_with_kvcache(q, q, q, cache_seqlens=[3])
+    with pytest.raises(ValueError, match="^v must be a numpy array or a torch tensor, not tuple$"):
+        flashcl.flash_attn_func(q, q, (1.0,))
