@@ -81,9 +81,9 @@ def holds_no_data(x):
 
 def refuse_no_data(names_values):
     """Meta tensors and fake ones (FakeTensorMode) hold no data: the calls without a fake kernel (the KV cache,
-    merge_states, attention_backward, dropout_mask, plan) refuse them by name, where the extension would read
-    a fake tensor's null pointer and a host copy of a meta tensor fails naming nothing. Not while
-    torch.compile traces (its example values are fake; such a call breaks the graph and runs eagerly)."""
+    paged varlen, merge_states, attention_backward, dropout_mask, plan, to_device) refuse them by name, where the
+    extension would read a fake tensor's null pointer and a host copy of a meta tensor fails naming nothing. Not
+    while torch.compile traces (its example values are fake; such a call breaks the graph and runs eagerly)."""
     torch = torch_module()
     if torch is None or torch.compiler.is_compiling():
         return
