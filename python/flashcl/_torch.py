@@ -273,6 +273,20 @@ class _FirstOrderOnly(torch.autograd.Function):
                            "attention); use SDPA's math backend for second-order gradients")
 
 
+def _check_data(inputs, spec, packing):
+    """Meta or fake tensors beside a q that holds data: the call would take the fake kernel's path and return
+    q-device outputs of uninitialised memory (a meta k), or fail naming nothing (a meta ALiBi slope's host
+    copy; FakeTensorMode's assertion about real inputs). Refused by name; an all shape-only call is fine."""
+    if _symbolic(inputs[:1]):
+        return
+    names = {"none": ("q", "k", "v"), "qkv": ("qkv",), "kv": ("q", "kv")}[packing]
+    for name, x in list(zip(names, inputs)) + spec.arrays():
+        if x is not None and (x.device.type == "meta" or _is_fake(x)):
+            what = "on device meta" if x.device.type == "meta" else "a fake tensor (FakeTensorMode)"
+            raise ValueError(f"{name} is {what}, which holds no data, but {names[0]} holds data: pass tensors of "
+                             "one kind (all real, or all meta/fake for shapes only)")
+
+
 def _check_no_grad(spec):
     for name in ("alibi_slopes", "bias"):
         x = getattr(spec, name)
@@ -297,6 +311,7 @@ def attention(inputs, spec, packing="none"):
     """(out, softmax_lse, rng_state) for tensors; differentiable in the inputs (and sinks)."""
     if not torch.compiler.is_compiling():  # (dynamo cannot trace the check; its own tracing needs none)
         _refuse_functorch(list(inputs) + [x for _, x in spec.arrays()])
+        _check_data(inputs, spec, packing)
     _check_no_grad(spec)
     _core.check_spec(spec)  # before _flat turns the scalars into ints
     needs_grad = torch.is_grad_enabled() and (

@@ -352,3 +352,27 @@ def test_a_list_beside_tensors_is_named_as_no_array(rng):
         flashcl.flash_attn_with_kvcache(q, q, q, cache_seqlens=[3])
     with pytest.raises(ValueError, match="^v must be a numpy array or a torch tensor, not tuple$"):
         flashcl.flash_attn_func(q, q, (1.0,))
+
+
+def test_meta_or_fake_tensors_beside_real_ones_are_named():
+    """A meta or fake k, v or feature beside a q that holds data: flash_attn_func returned q-device outputs of
+    uninitialised memory (the fake kernel's path) for a meta k, failed in a host copy naming nothing for a meta
+    alibi_slopes, and in FakeTensorMode's assertion about real inputs for a fake k. Shape-only calls (a meta
+    q, with CPU cu_seqlens say) still give shapes."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q, meta = torch.zeros(1, 8, 2, 16), torch.zeros(1, 8, 2, 16, device="meta")
+    with FakeTensorMode():
+        fake = torch.zeros(1, 8, 2, 16)
+    fake_what = r"a fake tensor \(FakeTensorMode\)"
+    for kw, name, what in ((dict(k=meta), "k", "on device meta"), (dict(v=fake), "v", fake_what),
+                           (dict(alibi_slopes=torch.ones(2, device="meta")), "alibi_slopes", "on device meta")):
+        args = dict(dict(q=q, k=q, v=q), **kw)
+        with pytest.raises(ValueError, match=f"^{name} is {what}, which holds no data, but q holds data"):
+            flashcl.flash_attn_func(**args)
+    with pytest.raises(ValueError, match="^kv is on device meta, which holds no data, but q holds data"):
+        flashcl.flash_attn_kvpacked_func(q, torch.zeros(1, 8, 2, 2, 16, device="meta"))
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    out = flashcl.flash_attn_varlen_func(meta[0], meta[0], meta[0], cu, cu, 8, 8)
+    assert out.device.type == "meta" and out.shape == (8, 2, 16)
