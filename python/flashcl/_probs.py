@@ -19,11 +19,20 @@ def _as_f32(x):
     return _arrays.host(x.detach()).float()
 
 
+def _host_spec(spec):
+    """A copy of spec whose arrays (ALiBi slopes, sinks, bias, masks, cu_seqlens) are in host memory, beside
+    the host copies of q and k this module computes on (the caller's spec keeps CUDA tensors as given)."""
+    copy = _core.Spec(**{name: getattr(spec, name) for name in _core.Spec.__slots__})
+    for name, array in spec.arrays():
+        setattr(copy, name, _arrays.host(array))
+    return copy
+
+
 def probabilities(q, k, spec):
     """P (before dropout), float32 (batch, heads_q, max_seqlen_q, max_seqlen_k); 0 outside varlen sequences."""
     q32, k32 = _as_f32(q), _as_f32(k)
-    p = _core.Problem(q32, k32, k32, spec)
-    plain = _core.Spec(**{name: getattr(spec, name) for name in _core.Spec.__slots__})
+    plain = _host_spec(spec)
+    p = _core.Problem(q32, k32, k32, plain)
     plain.dropout_p = 0.0
     probs = np.zeros(p.score_shape(), np.float32)  # the caller's max_seqlen: zeros past the totals
     cu_q = cu_k = None
@@ -70,6 +79,6 @@ def s_dmask(q, k, spec):
         return _arrays.to_device_of(q, _arrays.torch_module().from_numpy(empty))[0] if torch_kind else empty
     probs = probabilities(q, k, spec)
     q32, k32 = _as_f32(q), _as_f32(k)
-    keep = _arrays.to_numpy(_core.dropout_mask(q32, k32, k32, spec))
+    keep = _arrays.to_numpy(_core.dropout_mask(q32, k32, k32, _host_spec(spec)))
     out = np.where(keep, probs, -probs)
     return _arrays.to_device_of(q, _arrays.torch_module().from_numpy(out))[0] if torch_kind else out

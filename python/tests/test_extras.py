@@ -170,3 +170,18 @@ def test_extras_on_cuda_tensors_return_cuda_tensors():
     merged, merged_lse = flashcl.merge_states([out, out], [lse, lse])
     for x in (out, dq, dk, dv, keep, merged, merged_lse):
         assert x.device.type == "cuda"
+
+
+@pytest.mark.skipif(not _torch_cuda(), reason="needs torch with a CUDA device")
+def test_attn_probs_with_dropout_and_cuda_alibi_slopes():
+    # S_dmask is computed from host copies of q and k; the ALiBi slopes must come along (they stayed on the GPU).
+    import torch
+    q, k, v = (torch.randn(1, 6, 2, 16, device="cuda") for _ in range(3))
+    slopes = torch.tensor([0.5, 0.25], device="cuda")
+    out, lse, s_dmask = flashcl.flash_attn_func(q, k, v, dropout_p=0.25, alibi_slopes=slopes, return_attn_probs=True)
+    assert s_dmask.device.type == "cuda" and s_dmask.shape == (1, 2, 6, 6)
+    qd, kd = q.double().cpu(), k.double().cpu()
+    s = torch.einsum("bihd,bjhd->bhij", qd, kd) / 4.0
+    dist = (torch.arange(6)[:, None] - torch.arange(6)[None, :]).abs().double()
+    s = s - slopes.double().cpu()[None, :, None, None] * dist
+    torch.testing.assert_close(s_dmask.abs().cpu().double(), torch.softmax(s, -1), atol=1e-5, rtol=1e-4)
