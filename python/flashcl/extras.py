@@ -113,7 +113,14 @@ def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, c
     with _using(context):
         dq, dk, dv, dsinks = _core.backward(*args, spec, want_dsinks=sinks is not None)
     dq, dk, dv = _arrays.to_device_of(q, dq, dk, dv)
-    return (dq, dk, dv) if sinks is None else (dq, dk, dv, *_arrays.to_device_of(sinks, dsinks))
+    if sinks is None:
+        return dq, dk, dv
+    # In the sinks' own dtype, as autograd gives it (the kernels accumulate it in float32).
+    if _arrays.is_torch(sinks):
+        dsinks = dsinks.to(sinks.dtype)
+    elif isinstance(sinks, np.ndarray) and np.issubdtype(sinks.dtype, np.floating):
+        dsinks = dsinks.astype(sinks.dtype.newbyteorder("="))
+    return (dq, dk, dv, *_arrays.to_device_of(sinks, dsinks))
 
 
 def dropout_mask(q, k, dropout_p, dropout_seed, dropout_offset=0, *, cu_seqlens_q=None, cu_seqlens_k=None,

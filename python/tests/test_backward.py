@@ -163,6 +163,16 @@ def test_sinks_in_the_model_dtype(rng):
     out32.float().sum().backward()
     assert sinks.grad.dtype == torch.bfloat16
     assert torch.equal(sinks.grad, sinks32.grad.to(torch.bfloat16))
+    # flashcl.attention_backward (no autograd) gives the same gradient in the same dtype, torch and numpy alike.
+    out, lse = flashcl.attention(q, k, v, sinks=sinks.detach(), causal=True, return_lse=True)
+    dout = torch.ones_like(out)
+    *_, dsinks = flashcl.attention_backward(dout, q, k, v, out, lse, sinks=sinks.detach(), causal=True)
+    assert dsinks.dtype == torch.bfloat16 and torch.equal(dsinks, sinks.grad)
+    qn, kn, vn = (x.float().numpy() for x in (q, k, v))
+    sinks16 = sinks.detach().float().numpy().astype(np.float16)
+    outn, lsen = flashcl.attention(qn, kn, vn, sinks=sinks16, causal=True, return_lse=True)
+    *_, dsinks_np = flashcl.attention_backward(np.ones_like(outn), qn, kn, vn, outn, lsen, sinks=sinks16, causal=True)
+    assert dsinks_np.dtype == np.float16
 
 
 def test_varlen_padding_rows_get_zero_gradients(rng):
