@@ -52,6 +52,12 @@ class Context:
     """
 
     def __init__(self, device=None, zero_copy=True):
+        # Named here: the binding's own refusal lists its signature and names no argument.
+        if device is not None and not isinstance(device, str):
+            raise TypeError(f"device must be a str ('P:D' from flashcl.devices(), or part of a device or platform "
+                            f"name) or None, got {type(device).__name__}")
+        if not isinstance(zero_copy, bool):
+            raise TypeError(f"zero_copy must be a bool, got {type(zero_copy).__name__}")
         driver_used()
         self._c = _flashcl.Context(device, zero_copy)
 

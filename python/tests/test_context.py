@@ -26,6 +26,14 @@ def test_bad_device_spec():
     assert e.value.name == "FLASHCL_ERR_INVALID_DEVICE_SPEC"
 
 
+def test_context_arguments_named():
+    """A device that is no string (an index) or a zero_copy that is no bool is refused naming the argument."""
+    with pytest.raises(TypeError, match="device must be a str"):
+        flashcl.Context(0)
+    with pytest.raises(TypeError, match="zero_copy must be a bool"):
+        flashcl.Context(None, "no")
+
+
 def test_context_argument_must_be_a_context():
     """attention(), attention_backward(), dropout_mask() and plan() name a context= that is not a Context (a
     device spec string failed with "'str' object does not support the context manager protocol")."""
