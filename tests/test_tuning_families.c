@@ -251,6 +251,17 @@ static void misplaced_knobs(void) {
         }
     }
     unsetenv("FLASHCL_TILE");
+    /* The split kernel refuses what is not plain attention, and the error names what the call uses
+       (it used to say "float32, no variants" to a plain float32 call with d_v != d). */
+    fwd.head_dim_v = 2 * fwd.head_dim;
+    setenv("FLASHCL_TILE", "kernel=split", 1);
+    outcome r = plan_now(&fwd);
+    unsetenv("FLASHCL_TILE");
+    if (r.status != FLASHCL_ERR_INVALID_TILE || !strstr(r.error, "this call: d_v=64")) {
+        fprintf(stderr, "FLASHCL_TILE=kernel=split with d_v != d: status %s, \"%s\"\n", flashcl_status_name(r.status),
+                r.error);
+        tu_fail_count();
+    }
 }
 
 int main(void) {

@@ -40,6 +40,7 @@ typedef struct {
     int dv;                      /* head dim of V and O (the d of the other functions is that of Q and K) */
     const char *variant_options; /* cl/variants.cl switches of the call */
     int plain;                   /* no variant: the split kernel can run it */
+    const char *features;        /* what makes the call not plain (flashcl__describe_features), for messages */
 } shape;
 
 #define TILES_GRID 16  /* flash_fwd_tiles is a 16x16 grid of work-items */
@@ -276,9 +277,10 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
     seed_shape(ctx, d, &s, why, sizeof why);
     apply_override(ov, &s);
     if (s.kernel == KERNEL_SPLIT && !proto_plain(proto))
-        return flashcl__fail(
-            ctx, FLASHCL_ERR_INVALID_TILE,
-            "FLASHCL_TILE: the split kernel runs plain attention only (float32, no variants); use rows or tiles");
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                             "%s: the split kernel runs plain attention only (float32, d_v = d, no variants; this "
+                             "call: %s); use rows or tiles",
+                             source, proto->features);
     flashcl__appendf(why, sizeof why, "; overridden by %s", source);
     /* Sizes not given are fitted to the device, as the planner would. */
     if (ov->block_cols < 0 && s.kernel != KERNEL_TILES) s.bc = legal_bc(s.bc, &s);
@@ -295,11 +297,11 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
     if (s.kernel == KERNEL_TILES) {
         if (s.br % TILES_GRID || s.bc % TILES_GRID || s.br > 4 * TILES_GRID || s.bc > 4 * TILES_GRID)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "FLASHCL_TILE: the tiles kernel needs br and bc in {16, 32, 48, 64} (got %d, %d)",
-                                 s.br, s.bc);
+                                 "%s: the tiles kernel needs br and bc in {16, 32, 48, 64} (got %d, %d)", source, s.br,
+                                 s.bc);
     } else if (s.tpr & (s.tpr - 1) || s.bc % 4 || s.bc % s.tpr) {
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                             "FLASHCL_TILE: tpr (%d) must be a power of two and bc (%d) a multiple of 4 and of tpr",
+                             "%s: tpr (%d) must be a power of two and bc (%d) a multiple of 4 and of tpr", source,
                              s.tpr, s.bc);
     }
     if (ov->block_rows < 0 && ov->block_cols < 0 && s.kernel != KERNEL_TILES)
@@ -309,11 +311,10 @@ static flashcl_status plan_from_env(flashcl_context *ctx, const flashcl__tile_ov
     flashcl_status st = fits_device(ctx, &s, d) ? try_shape(ctx, &s, d, out, &fits, &pm) : FLASHCL_SUCCESS;
     if (st != FLASHCL_SUCCESS) return st;
     if (!fits)
-        return flashcl__fail(
-            ctx, FLASHCL_ERR_INVALID_TILE,
-            "FLASHCL_TILE plan (%s br=%d bc=%d tpr=%d) needs %zu work-items and %zu B of local memory; the "
-            "device or the built kernel allows less",
-            kernel_names[s.kernel], s.br, s.bc, s.tpr, work_group_of(&s), local_bytes(&s, d));
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                             "%s (%s br=%d bc=%d tpr=%d) needs %zu work-items and %zu B of local memory; the "
+                             "device or the built kernel allows less",
+                             source, kernel_names[s.kernel], s.br, s.bc, s.tpr, work_group_of(&s), local_bytes(&s, d));
     describe(out, &s, origin, why);
     return FLASHCL_SUCCESS;
 }
@@ -361,6 +362,9 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
     proto.dv = (int)desc->head_dim_v;
     proto.variant_options = variant_options;
     proto.plain = flashcl__desc_is_plain(desc);
+    char features[160];
+    flashcl__describe_features(desc, features, sizeof features);
+    proto.features = features;
     flashcl__tile_override ov;
     flashcl_status st = flashcl__read_tile_override(ctx, &ov);
     if (st != FLASHCL_SUCCESS) return st;
