@@ -422,8 +422,8 @@ static void check_errors(void) {
         {"--cache-batch-idx with --block-table", "--block-table '%s' --cache-batch-idx '%s'", "--cache-batch-idx"},
     };
     /* File names, made paths in the loop: work() hands out a ring of 16 buffers. */
-    const char *files[] = {"table.npy", "table_f32.npy", "lens3.npy", "KN.npy", "KC.npy", "", "",
-                           "kvQ.npy",   "",              "",          "KC.npy", "",   "table.npy"};
+    const char *files[] = {"table.npy", "table_f32.npy", "lens3.npy", "KN.npy",   "KC.npy", "", "", "kvQ.npy", "",
+                           "",          "KC.npy",        "",          "table.npy"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         char tail[1024], full[4096];
         snprintf(tail, sizeof tail, refused[i].extra, files[i][0] ? work(files[i]) : "", work("lens.npy"));
@@ -577,7 +577,14 @@ void cli_check_bench_decode(void) {
                    {"bench --read-bw -1", "--read-bw"},
                    {"bench --read-bw fast", "--read-bw"},
                    {"bench --cache-dtype fp9", "--cache-dtype"},
-                   {"bench --num-splits 0", "--num-splits"}};
+                   {"bench --num-splits 0", "--num-splits"},
+                   /* What the cache call does not take: a usage error before anything runs, as in
+                      `attention` (it was the library's refusal after the setup, exit 1). */
+                   {"bench --seqlen 1 --kv-cache --dropout 0.1", "--dropout"},
+                   {"bench --seqlen 1 --page-size 4 --bias random", "--bias"},
+                   {"bench --seqlen 1 --cache-dtype fp8_e4m3 --mask random", "--mask"},
+                   {"bench --seqlen 1 --kv-cache --block-sparse 0.5 --block-size 16", "--block-sparse"},
+                   {"bench --seqlen 2 --page-size 4 --varlen 2", "--varlen"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         char *err;
         int status = cli_run_tool(refused[i].args, &out, &err);

@@ -219,18 +219,11 @@ static int check_cache_call(const attention_args *a) {
         {"--v", a->v_path != NULL, "the KV-cache call reads its values from --v-cache"},
         {"--dout", a->dout_path != NULL, "the KV-cache call has no backward"},
         {"--path", a->path != 0, "the KV-cache call runs the flash kernels (the decode family)"},
-        /* What flashcl_forward_kvcache does not take, refused here rather than by the library. */
-        {"--dropout", a->var.dropout && a->var.dropout_p > 0.0f, "the KV-cache call has no dropout (inference)"},
-        {"--bias", a->var.bias != NULL, "the KV-cache call takes no bias"},
-        {"--mask", a->var.mask != NULL, "the KV-cache call takes no boolean mask"},
-        {"--block-mask/--block-sparse", a->var.block_mask != NULL || a->var.block_sparsity >= 0.0f,
-         "the KV-cache call takes no block mask"},
-        {"--cu-seqlens-q/--cu-seqlens-k/--varlen", a->var.cu_q != NULL || a->var.cu_k != NULL || a->var.varlen_seqs > 0,
-         "the KV-cache call takes per-sequence lengths from --cache-seqlens"},
-        {"--dsinks", a->var.dsinks != NULL, "the KV-cache call has no backward"}};
+    };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i)
         if (refused[i].given) return tool_usage_error("%s: %s", refused[i].name, refused[i].why);
-    return 0;
+    /* What flashcl_forward_kvcache does not take, refused here rather than by the library. */
+    return variant_check_cache_call(&a->var);
 }
 
 /* Returns 0 to go on, the exit status, or TOOL_SHOW_HELP. */

@@ -272,6 +272,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         return tool_usage_error("--path standard: the standard path takes no KV cache");
     if (cache && a->backward)
         return tool_usage_error("--backward: the KV-cache call has no backward (it is the inference decode step)");
+    /* Refused before anything runs, as `attention` does (the library's refusal came after the setup, exit 1). */
+    if (cache && (rc = variant_check_cache_call(&a->var)) != 0) return rc;
     if (a->no_plain && !variant_any(&a->var) && !cache)
         return tool_usage_error("--no-plain: only applies with variant or KV-cache options");
     a->cache_spec = (bench_cache_spec){a->kv.page_size, a->kv.cache_dtype};

@@ -184,6 +184,24 @@ int variant_check(const variant_options *v) {
     return 0;
 }
 
+int variant_check_cache_call(const variant_options *v) {
+    const struct {
+        const char *name;
+        bool given;
+        const char *why;
+    } refused[] = {{"--dropout", v->dropout && v->dropout_p > 0.0f, "the KV-cache call has no dropout (inference)"},
+                   {"--bias", v->bias != NULL, "the KV-cache call takes no bias"},
+                   {"--mask", v->mask != NULL, "the KV-cache call takes no boolean mask"},
+                   {"--block-mask/--block-sparse", v->block_mask != NULL || v->block_sparsity >= 0.0f,
+                    "the KV-cache call takes no block mask"},
+                   {"--cu-seqlens-q/--cu-seqlens-k/--varlen", v->cu_q != NULL || v->cu_k != NULL || v->varlen_seqs > 0,
+                    "the KV-cache call takes per-sequence lengths from --cache-seqlens"},
+                   {"--dsinks", v->dsinks != NULL, "the KV-cache call has no backward"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i)
+        if (refused[i].given) return tool_usage_error("%s: %s", refused[i].name, refused[i].why);
+    return 0;
+}
+
 bool variant_any(const variant_options *v) {
     return (v->dtype != FLASHCL_DTYPE_DEFAULT && v->dtype != FLASHCL_DTYPE_F32) || v->window || v->softcap > 0.0f ||
            v->dropout_p > 0.0f || v->alibi || v->sinks || v->bias || v->mask || v->block_mask ||

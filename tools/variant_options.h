@@ -55,6 +55,12 @@ int variant_parse_option(option_cursor *c, variant_options *v);
 /* Rules between options, after parsing. Returns 0 or TOOL_EXIT_USAGE. */
 int variant_check(const variant_options *v);
 
+/*
+ * What flashcl_forward_kvcache does not take (dropout, bias, mask, block mask, varlen, --dsinks),
+ * refused by both commands before anything runs: 0, or TOOL_EXIT_USAGE with one line naming the option.
+ */
+int variant_check_cache_call(const variant_options *v);
+
 /* Whether any feature was asked for. */
 bool variant_any(const variant_options *v);
 
