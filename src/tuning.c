@@ -79,17 +79,27 @@ static void tuning_path(flashcl_context *ctx, const char *ident) {
 
 /* The whole file, NUL-terminated, or NULL (absent, or unreadable or too large; *missing says
    which). A path that opens but cannot be read (a directory: fread fails) is unreadable, not empty. */
-static char *read_file(const char *path, size_t *len, int *missing) {
+/* The file's text, or NULL: *missing when it does not exist, else why it cannot be used in why. */
+static char *read_file(const char *path, size_t *len, int *missing, char *why, size_t cap) {
     *missing = 0;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        *missing = errno == ENOENT; /* another failure (no permission) is a file we cannot read */
+        const int e = errno;
+        *missing = e == ENOENT; /* another failure (no permission) is a file we cannot read */
+        snprintf(why, cap, "cannot be opened (%s)", strerror(e));
         return NULL;
     }
     char *buf = malloc(MAX_TUNING_BYTES + 1);
+    errno = 0;
     size_t n = buf ? fread(buf, 1, MAX_TUNING_BYTES + 1, f) : 0;
-    const int failed = ferror(f);
+    const int failed = ferror(f), e = errno;
     fclose(f);
+    if (!buf)
+        snprintf(why, cap, "out of host memory reading it");
+    else if (failed)
+        snprintf(why, cap, "%s", e == EISDIR ? "is a directory" : "cannot be read");
+    else if (n > MAX_TUNING_BYTES)
+        snprintf(why, cap, "is over %u bytes", MAX_TUNING_BYTES);
     if (!buf || failed || n > MAX_TUNING_BYTES) {
         free(buf);
         return NULL;
@@ -194,7 +204,8 @@ static void parse_file(flashcl_context *ctx, const char *ident, char *text, size
     unsigned long long stored = 0;
     int used = 0;
     if (!last || sscanf(last, "checksum=%16llx%n", &stored, &used) != 1 || used != 25 || last[used] != '\n') {
-        flashcl__appendf(note, cap, "tuning file %s ignored: truncated (no checksum line at its end)", path);
+        flashcl__appendf(note, cap,
+                         "tuning file %s ignored: truncated or not a tuning file (no checksum line at its end)", path);
         return;
     }
     size_t body = (size_t)(last - text);
@@ -259,12 +270,13 @@ void flashcl__tuning_load(flashcl_context *ctx) {
     tuning_path(ctx, ident);
     size_t len = 0;
     int missing = 0;
-    char *text = ctx->tuning_path[0] ? read_file(ctx->tuning_path, &len, &missing) : NULL;
+    char why[128] = "";
+    char *text = ctx->tuning_path[0] ? read_file(ctx->tuning_path, &len, &missing, why, sizeof why) : NULL;
     if (text)
         parse_file(ctx, ident, text, len);
     else if (ctx->tuning_path[0] && !missing)
-        flashcl__appendf(ctx->tuning_note, sizeof ctx->tuning_note,
-                         "tuning file %s ignored: unreadable or over %u bytes", ctx->tuning_path, MAX_TUNING_BYTES);
+        flashcl__appendf(ctx->tuning_note, sizeof ctx->tuning_note, "tuning file %s ignored: %s", ctx->tuning_path,
+                         why);
     free(text);
     free(ident);
 }

@@ -144,6 +144,12 @@ int main(void) {
         expect_ignored("truncated (half a checksum)", "truncated");
     }
 
+    /* FLASHCL_TUNING naming a directory or an unreadable path: the note says which (it said "unreadable or
+       over 1048576 bytes" for both). */
+    setenv("FLASHCL_TUNING", dir, 1);
+    expect_ignored("a directory", "is a directory");
+    setenv("FLASHCL_TUNING", g_path, 1);
+
     /* Foreign: another driver, sealed correctly. */
     {
         char foreign[sizeof identity];
