@@ -552,7 +552,7 @@ static inline flashcl_kv_cache flashcl_kv_cache_init(void) {
  * every inference loop. q and o are [batch, heads_q, seqlen_q, head_dim(_v)] views as for
  * flashcl_forward; desc->seqlen_k is ignored (the lengths come from the cache); causal is
  * bottom-right against each sequence's length. Supported: GQA/MQA, causal, window, softcap,
- * ALiBi, sinks, f32/f16/bf16 (and fp8 caches), head dims up to 256, any seqlen_q (short
+ * ALiBi, sinks, f32/f16/bf16 (and fp8 caches), head dims up to FLASHCL_MAX_HEAD_DIM, any seqlen_q (short
  * queries are what it is fast for), desc->num_splits. Not with a KV cache: varlen, bias,
  * masks, block masks, dropout (FLASHCL_ERR_UNSUPPORTED_VARIANT).
  * lse: NULL or float32 [batch, heads_q, seqlen_q].
