@@ -28,6 +28,12 @@ inline float flashcl_safe_base(float m) { return m == FLASHCL_NEG_INF ? 0.0f : m
    that the row is empty). */
 inline float flashcl_lse_empty(float l) { return isnan(l) ? l : FLASHCL_NEG_INF; }
 
+/* num / l, the factor that normalises a finished row's output (l its softmax sum): 0 for a row that saw
+   no key (l = 0), NaN when l is NaN. A NaN sum means a NaN or infinite score or sink reached the row;
+   the output then says so as the LSE does (flashcl_lse_empty), instead of reading as an empty row of
+   zeros (a NaN sink gave O = 0 with LSE NaN; the tensor-core forward and the merge already gave NaN). */
+inline float flashcl_row_inv(float num, float l) { return l > 0.0f ? num / l : isnan(l) ? NAN : 0.0f; }
+
 /* Natural-log LSE of a finished row from its log2-domain max m and sum l
    (relative to m): ln(2) * (m + log2(l)); flashcl_lse_empty when l is not positive. */
 inline float flashcl_lse(float m, float l) { return l > 0.0f ? M_LN2_F * (m + log2(l)) : flashcl_lse_empty(l); }

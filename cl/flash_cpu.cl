@@ -685,7 +685,7 @@ flash_fwd_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const float *Kp,
         const int first = row0 + g * LANES;
         for (int r = 0; r < min(LANES, last_row + 1 - first); ++r) {
             const float a = flashcl_fold_sink(&mr[r], &lr[r], hd.sink2);
-            const float inv = lr[r] > 0.0f ? a / lr[r] : 0.0f;
+            const float inv = flashcl_row_inv(a, lr[r]);
             __global store_t *orow = ob + (ulong)(first + r) * o_sr;
             for (int c = 0; c < HEAD_DIM_V; ++c) FLASHCL_STORE(orow, c, ot[g][c * LANES + r] * inv);
             if (write_lse)

@@ -917,7 +917,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
                 const ulong prow =
                     (((ulong)split * get_num_groups(2) + (ulong)b) * (ulong)heads_q + (ulong)h) * (ulong)part_sq +
                     (ulong)i;
-                const float inv = lr > 0.0f ? vscale / lr : 0.0f;
+                const float inv = flashcl_row_inv(vscale, lr);
                 FLASHCL_SHARED_FOR(int, e, HEAD_DIM_V, lid, WG_SIZE) {
                     float o = 0.0f;
                     for (int k = 0; k < GROUPS; ++k) o += go[k * DVP + e];
@@ -931,7 +931,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
 #else
                 const float fold = 1.0f;
 #endif
-                const float inv = lr > 0.0f ? fold * vscale / lr : 0.0f;
+                const float inv = flashcl_row_inv(fold * vscale, lr);
                 __global store_t *orow = O + VIEW_BASE(o, b, h) + (hd.q0 + i) * o_sr;
                 FLASHCL_SHARED_FOR(int, e, HEAD_DIM_V, lid, WG_SIZE) {
                     float o = 0.0f;
@@ -1032,7 +1032,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void flash_decode(
                     for (; sp < splits; ++sp) o += mw[r][sp] * ptx_load_l2(src + (ulong)sp * step);
                     const int h = hk * group + (row0 + r) / sqn;
                     const long i = (row0 + r) % sqn;
-                    const float inv = mtotal[r] > 0.0f ? 1.0f / mtotal[r] : 0.0f;
+                    const float inv = flashcl_row_inv(1.0f, mtotal[r]);
                     FLASHCL_STORE(O + VIEW_BASE(o, b, h) + (hd.q0 + i) * o_sr, e, o * inv);
                 }
             }

@@ -410,7 +410,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
                 const ulong prow =
                     (((ulong)split * get_num_groups(2) + (ulong)b) * (ulong)heads_q + (ulong)h) * (ulong)part_sq +
                     (ulong)i;
-                const float inv = lr > 0.0f ? vscale / lr : 0.0f;
+                const float inv = flashcl_row_inv(vscale, lr);
                 __global float *dst = Opart + prow * (ulong)PART_PITCH;
                 for (int c = 0; c < DV16; ++c) vstore16(acc[t][r][c] * inv, 0, dst + c * 16);
                 Lpart[prow] = lr > 0.0f ? (mr + log2(lr)) / FLASHCL_LOG2E_F : flashcl_lse_empty(lr);
@@ -422,7 +422,7 @@ flash_decode_cpu(__global const store_t *Q, VIEW_ARGS(q), __global const cache_t
 #else
             const float fold = 1.0f;
 #endif
-            const float inv = lr > 0.0f ? fold * vscale / lr : 0.0f;
+            const float inv = flashcl_row_inv(fold * vscale, lr);
             __global store_t *orow = O + VIEW_BASE(o, b, h) + (hd.q0 + i) * o_sr;
             for (int c = 0; c < DV16; ++c) {
                 float u[16];

@@ -193,7 +193,7 @@ flash_fwd_rows(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *
 
     if (!row_valid) return;
     const float alpha = flashcl_fold_sink(&m, &l, hd.sink2);
-    const float inv_l = l > 0.0f ? alpha / l : 0.0f;
+    const float inv_l = flashcl_row_inv(alpha, l);
     __global store_t *Or = O + VIEW_BASE(o, b, h) + (hd.q0 + row) * o_sr;
     for (int c4 = 0; c4 < DV4; ++c4) flashcl_st4(Or, c4, acc[c4] * inv_l, HEAD_DIM_V);
     if (write_lse) LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flashcl_lse(m, l);

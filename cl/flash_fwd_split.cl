@@ -127,7 +127,7 @@ flash_fwd_split(__global const float *Q, VIEW_ARGS(q), __global const float *K, 
     for (int u = 0; u < THREADS_PER_ROW; ++u) l += red[r * THREADS_PER_ROW + u];
 
     if (!row_valid) return;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv_l = flashcl_row_inv(1.0f, l);
     __global float *Or = O + VIEW_BASE(o, b, h) + row * o_sr;
     for (int k = 0; k < DIMS_PER_THREAD; ++k) {
         int c = t + k * THREADS_PER_ROW;

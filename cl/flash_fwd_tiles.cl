@@ -232,7 +232,7 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
         if (row >= hd.sq) continue;
         float mi = m[i];
         const float alpha = flashcl_fold_sink(&mi, &l, hd.sink2);
-        const float inv_l = l > 0.0f ? alpha / l : 0.0f;
+        const float inv_l = flashcl_row_inv(alpha, l);
         __global store_t *Or = O + VIEW_BASE(o, b, h) + (hd.q0 + row) * o_sr;
         for (int g = 0; g < DIM_GROUPS; ++g) flashcl_st4(Or, g * 16 + tx, acc[i][g] * inv_l, HEAD_DIM_V);
         if (write_lse && tx == 0)

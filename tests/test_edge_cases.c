@@ -13,8 +13,14 @@
  *    of O may be non-finite; every other element and all of batch 1 is finite;
  *  - a negative scale (a softmax of the negated logits): O, LSE and the
  *    gradients match the reference, also with logits of magnitude 1e4 (the
- *    running max is of the scaled scores).
+ *    running max is of the scaled scores);
+ *  - a NaN or +inf sink logit (head 0 of 2): every O row and LSE of head 0
+ *    is NaN, under the default plan (CPU family or decode family on POCL)
+ *    and the row and tile kernels; head 1 stays finite. The kernels used to
+ *    write O = 0 there (the sum was NaN, and "not > 0" read as an empty
+ *    row) while LSE was NaN.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,6 +285,56 @@ static void negative_scale(flashcl_context *ctx) {
     }
 }
 
+/* Sinks {bad, 0.25} on heads_q 2: head 0's O and LSE must be NaN in every row, head 1's finite. */
+static void bad_sink_one(flashcl_context *ctx, size_t sq, float bad, const char *label) {
+    host_problem p;
+    hp_init(&p, 1, 2, 1, sq, 7, 16, 0, 0.0f, 1.0f, 19);
+    const float sinks[2] = {bad, 0.25f};
+    cl_int err = CL_SUCCESS;
+    cl_mem buf = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof sinks,
+                                (void *)sinks, &err);
+    REQUIRE(err == CL_SUCCESS);
+    p.desc.sinks = buf;
+    if (CHECK_STATUS(flashcl_forward_host(ctx, &p.desc, p.q, p.k, p.v, p.o, p.lse), FLASHCL_SUCCESS)) {
+        size_t head0_not_nan = 0, head1_not_finite = 0;
+        for (size_t i = 0; i < sq; ++i) {
+            for (size_t c = 0; c < 16; ++c) {
+                head0_not_nan += !isnan(p.o[o_index(&p.ref, 0, 0, i, c)]);
+                head1_not_finite += !isfinite(p.o[o_index(&p.ref, 0, 1, i, c)]);
+            }
+            head0_not_nan += !isnan(p.lse[i]);
+            head1_not_finite += !isfinite(p.lse[sq + i]);
+        }
+        if (head0_not_nan || head1_not_finite) {
+            fprintf(stderr, "FAIL sink %g, %s, seqlen_q %zu: %zu values of head 0 not NaN, %zu of head 1 not finite\n",
+                    (double)bad, label, sq, head0_not_nan, head1_not_finite);
+            tu_fail_count();
+        }
+    }
+    clReleaseMemObject(buf);
+    hp_free(&p);
+}
+
+static void bad_sink(void) {
+    static const char *const tiles[] = {NULL, "kernel=rows", "kernel=tiles"};
+    for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; ++t) {
+        if (tiles[t])
+            setenv("FLASHCL_TILE", tiles[t], 1);
+        else
+            unsetenv("FLASHCL_TILE");
+        flashcl_context *ctx = tu_context_create(); /* plans are kept per context: a fresh one per setting */
+        const size_t sqs[2] = {40, 3};              /* a long query and a decode-shaped one */
+        for (size_t s = 0; s < 2; ++s) {
+            if (tiles[t] && sqs[s] <= 16) continue; /* FLASHCL_TILE does not reach the decode family */
+            bad_sink_one(ctx, sqs[s], NAN, tiles[t] ? tiles[t] : "default plan");
+            bad_sink_one(ctx, sqs[s], INFINITY, tiles[t] ? tiles[t] : "default plan");
+        }
+        flashcl_context_destroy(ctx);
+    }
+    unsetenv("FLASHCL_TILE");
+    printf("NaN or +inf sink: the head's O and LSE are NaN in every row, the other head finite\n");
+}
+
 int main(void) {
     flashcl_context *ctx = tu_context_create();
     large_logits(ctx);
@@ -288,5 +344,6 @@ int main(void) {
     inf_in_v(ctx);
     negative_scale(ctx);
     flashcl_context_destroy(ctx);
+    bad_sink();
     return tu_finish("test_edge_cases");
 }
