@@ -208,7 +208,7 @@ typedef struct flashcl_tuning_info {
     char identity[4096]; /* the header lines a file must start with, newline-terminated */
     size_t entries;      /* tuned plans read from it */
     char note[640];      /* why the file was ignored; "" when read or absent */
-    int off;             /* 1 when FLASHCL_TUNING turns tuning files off ("off" or "0"; path is then "") */
+    int off;             /* 1 when FLASHCL_TUNING turns tuning files off ("off" in any case, or "0"; path is then "") */
 } flashcl_tuning_info;
 
 /* out NULL: FLASHCL_ERR_INVALID_ARGUMENT; out->struct_size not sizeof(flashcl_tuning_info):

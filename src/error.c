@@ -75,7 +75,17 @@ void flashcl__prepend(char *dst, size_t cap, const char *prefix, const char *sep
     flashcl__appendf(dst, cap, "%s%s%s", prefix, separator, rest);
 }
 
-int flashcl__env_off(const char *value) { return value && (strcmp(value, "off") == 0 || strcmp(value, "0") == 0); }
+/* "off" in any case ("OFF", as CMake spells it, too) or "0". */
+int flashcl__env_off(const char *value) {
+    if (!value) return 0;
+    if (strcmp(value, "0") == 0) return 1;
+    static const char off[] = "off";
+    for (size_t i = 0; i < sizeof off; ++i) {
+        const char c = value[i] >= 'A' && value[i] <= 'Z' ? (char)(value[i] - 'A' + 'a') : value[i];
+        if (c != off[i]) return 0;
+    }
+    return 1;
+}
 
 void flashcl__appendf(char *dst, size_t cap, const char *fmt, ...) {
     size_t have = strnlen(dst, cap);

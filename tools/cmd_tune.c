@@ -14,6 +14,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +300,15 @@ static void print_summary(const tune_key *keys, size_t n, const tune_log *log) {
     }
 }
 
+/* The library's spellings of FLASHCL_CACHE_DIR off: "0", or "off" in any case. */
+static bool cache_dir_off(const char *v) {
+    if (!v) return false;
+    if (!strcmp(v, "0")) return true;
+    char low[4] = "";
+    for (size_t i = 0; i < sizeof low - 1 && v[i]; ++i) low[i] = (char)tolower((unsigned char)v[i]);
+    return strlen(v) == 3 && !strcmp(low, "off");
+}
+
 int cmd_tune(int argc, char **argv) {
     tune_args a;
     int rc = parse_args(argc, argv, &a);
@@ -326,8 +336,7 @@ int cmd_tune(int argc, char **argv) {
     if (info.off)
         return tool_failure("tune: FLASHCL_TUNING=%s turns tuning files off: unset it, or give --output FILE",
                             getenv("FLASHCL_TUNING") ? getenv("FLASHCL_TUNING") : "off");
-    if (!info.path[0] && getenv("FLASHCL_CACHE_DIR") &&
-        (!strcmp(getenv("FLASHCL_CACHE_DIR"), "off") || !strcmp(getenv("FLASHCL_CACHE_DIR"), "0")))
+    if (!info.path[0] && cache_dir_off(getenv("FLASHCL_CACHE_DIR")))
         return tool_usage_error("tune: no tuning file location: FLASHCL_CACHE_DIR=%s turns the cache directory (where "
                                 "the tuning file lives) off; give --output FILE, or FLASHCL_TUNING=FILE",
                                 getenv("FLASHCL_CACHE_DIR"));
