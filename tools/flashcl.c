@@ -32,9 +32,10 @@ static void print_usage(FILE *out) {
           out);
     for (size_t i = 0; i < COMMAND_COUNT; ++i) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\n"
-          "The device is chosen by --device SPEC, else $FLASHCL_DEVICE, else the first\n"
-          "GPU, else the first device; SPEC is \"P:D\" as `flashcl info` lists it, or\n"
-          "text found in the device's or the platform's name or vendor.\n"
+          "attention, bench and tune run on --device SPEC, else $FLASHCL_DEVICE, else\n"
+          "the first GPU, else the first device; SPEC is \"P:D\" as `flashcl info`\n"
+          "lists it (info lists every device), or text found in the device's or the\n"
+          "platform's name or vendor.\n"
           "\n"
           "Exit status: 0 success, 1 failure, 2 bad usage or input.\n",
           out);
