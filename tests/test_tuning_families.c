@@ -251,6 +251,27 @@ static void misplaced_knobs(void) {
         }
     }
     unsetenv("FLASHCL_TILE");
+    /* A size the CPU family refuses names the variable it came from, forward and backward. */
+    setenv("FLASHCL_TILE", "kernel=cpu,br=7", 1);
+    outcome bad = plan_now(&fwd);
+    unsetenv("FLASHCL_TILE");
+    if (bad.status != FLASHCL_ERR_INVALID_TILE || !strstr(bad.error, "FLASHCL_TILE: the cpu kernels need br in")) {
+        fprintf(stderr, "FLASHCL_TILE=kernel=cpu,br=7: status %s, \"%s\"\n", flashcl_status_name(bad.status),
+                bad.error);
+        tu_fail_count();
+    }
+    setenv("FLASHCL_BWD_KERNEL", "cpu,br=7", 1);
+    flashcl_context *ctx = tu_context_create();
+    flashcl_plan bwd_plan;
+    const flashcl_status bwd_status = flashcl_backward_plan_query(ctx, &fwd, &bwd_plan);
+    if (bwd_status != FLASHCL_ERR_INVALID_TILE ||
+        !strstr(flashcl_last_error(ctx), "FLASHCL_BWD_KERNEL: the cpu kernels need br in")) {
+        fprintf(stderr, "FLASHCL_BWD_KERNEL=cpu,br=7: status %s, \"%s\"\n", flashcl_status_name(bwd_status),
+                flashcl_last_error(ctx));
+        tu_fail_count();
+    }
+    flashcl_context_destroy(ctx);
+    unsetenv("FLASHCL_BWD_KERNEL");
     /* The split kernel refuses what is not plain attention, and the error names what the call uses
        (it used to say "float32, no variants" to a plain float32 call with d_v != d). */
     fwd.head_dim_v = 2 * fwd.head_dim;

@@ -143,20 +143,22 @@ static void fill_public(flashcl_plan *p, const char *kernel, int rows, int chunk
 }
 
 /* The overrides may give br (16, 32, 64 or 128 rows per work-item) and bc
-   (the chunk: a multiple of 6, at most 480). */
-static flashcl_status sizes_from(flashcl_context *ctx, int rows, int cols, int *groups, int *chunk) {
+   (the chunk: a multiple of 6, at most 480). `source` ("FLASHCL_TILE: ", or "" for a tuned plan, whose
+   refusal the reason quotes with the entry) opens the error. */
+static flashcl_status sizes_from(flashcl_context *ctx, const char *source, int rows, int cols, int *groups,
+                                 int *chunk) {
     *chunk = CPU_CHUNK;
     *groups = CPU_GROUPS;
     if (rows > 0) {
         if (rows != 16 && rows != 32 && rows != 64 && rows != 128)
-            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE, "the cpu kernels need br in {16, 32, 64, 128} (got %d)",
-                                 rows);
+            return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
+                                 "%sthe cpu kernels need br in {16, 32, 64, 128} (got %d)", source, rows);
         *groups = rows / CPU_LANES;
     }
     if (cols > 0) {
         if (cols % CPU_STEP != 0 || cols > CPU_MAX_CHUNK)
             return flashcl__fail(ctx, FLASHCL_ERR_INVALID_TILE,
-                                 "the cpu kernels need bc a multiple of %d, at most %d (got %d)", CPU_STEP,
+                                 "%sthe cpu kernels need bc a multiple of %d, at most %d (got %d)", source, CPU_STEP,
                                  CPU_MAX_CHUNK, cols);
         *chunk = cols;
     }
@@ -187,7 +189,9 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
     if (!cpu_family_covers(desc)) return refuse_forced(ctx, desc, var);
     const int d = (int)desc->head_dim;
     int chunk = CPU_CHUNK, groups = CPU_GROUPS;
-    st = present ? sizes_from(ctx, rows, cols, &groups, &chunk) : FLASHCL_SUCCESS;
+    char source[32];
+    snprintf(source, sizeof source, "%s: ", var);
+    st = present ? sizes_from(ctx, source, rows, cols, &groups, &chunk) : FLASHCL_SUCCESS;
     if (st != FLASHCL_SUCCESS) return st;
     /* Not forced: a tuned plan of this family (tuning.h), if its sizes are legal, else the table's. */
     const char *tuned_origin = NULL;
@@ -205,7 +209,7 @@ static flashcl_status build_plan(flashcl_context *ctx, flashcl__pass pass, const
                          tuned_why) >= (int)sizeof untuned)
                 flashcl__mark_truncated(untuned, sizeof untuned);
             tuned_origin = NULL;
-        } else if (sizes_from(ctx, tuned.block_rows, tuned.block_cols, &tg, &tc) == FLASHCL_SUCCESS) {
+        } else if (sizes_from(ctx, "", tuned.block_rows, tuned.block_cols, &tg, &tc) == FLASHCL_SUCCESS) {
             groups = tg, chunk = tc;
         } else {
             if (snprintf(untuned, sizeof untuned, "table: CPU device (the tuned plan was not used: %s; %s)",
