@@ -232,6 +232,22 @@ static void mma_entries(const char *identity) {
     CHECK(strstr(r.error, "kernel=mma") != NULL);
 }
 
+/* With `var`=`value`, the forward (or backward) plan of d is FLASHCL_ERR_INVALID_TILE with `needle` in
+   its message. */
+static void expect_tile_refusal(const char *var, const char *value, const flashcl_attention_desc *d, int backward,
+                                const char *needle) {
+    setenv(var, value, 1);
+    flashcl_context *ctx = tu_context_create();
+    flashcl_plan plan;
+    const flashcl_status st = backward ? flashcl_backward_plan_query(ctx, d, &plan) : flashcl_plan_query(ctx, d, &plan);
+    if (st != FLASHCL_ERR_INVALID_TILE || !strstr(flashcl_last_error(ctx), needle)) {
+        fprintf(stderr, "%s=%s: status %s, \"%s\"\n", var, value, flashcl_status_name(st), flashcl_last_error(ctx));
+        tu_fail_count();
+    }
+    flashcl_context_destroy(ctx);
+    unsetenv(var);
+}
+
 static void misplaced_knobs(void) {
     static const char *const cases[][2] = {
         {"kernel=cpu,heads=2", "heads="}, {"kernel=decode_cpu,lanes=8", "lanes="},
@@ -252,37 +268,12 @@ static void misplaced_knobs(void) {
     }
     unsetenv("FLASHCL_TILE");
     /* A size the CPU family refuses names the variable it came from, forward and backward. */
-    setenv("FLASHCL_TILE", "kernel=cpu,br=7", 1);
-    outcome bad = plan_now(&fwd);
-    unsetenv("FLASHCL_TILE");
-    if (bad.status != FLASHCL_ERR_INVALID_TILE || !strstr(bad.error, "FLASHCL_TILE: the cpu kernels need br in")) {
-        fprintf(stderr, "FLASHCL_TILE=kernel=cpu,br=7: status %s, \"%s\"\n", flashcl_status_name(bad.status),
-                bad.error);
-        tu_fail_count();
-    }
-    setenv("FLASHCL_BWD_KERNEL", "cpu,br=7", 1);
-    flashcl_context *ctx = tu_context_create();
-    flashcl_plan bwd_plan;
-    const flashcl_status bwd_status = flashcl_backward_plan_query(ctx, &fwd, &bwd_plan);
-    if (bwd_status != FLASHCL_ERR_INVALID_TILE ||
-        !strstr(flashcl_last_error(ctx), "FLASHCL_BWD_KERNEL: the cpu kernels need br in")) {
-        fprintf(stderr, "FLASHCL_BWD_KERNEL=cpu,br=7: status %s, \"%s\"\n", flashcl_status_name(bwd_status),
-                flashcl_last_error(ctx));
-        tu_fail_count();
-    }
-    flashcl_context_destroy(ctx);
-    unsetenv("FLASHCL_BWD_KERNEL");
+    expect_tile_refusal("FLASHCL_TILE", "kernel=cpu,br=7", &fwd, 0, "FLASHCL_TILE: the cpu kernels need br in");
+    expect_tile_refusal("FLASHCL_BWD_KERNEL", "cpu,br=7", &fwd, 1, "FLASHCL_BWD_KERNEL: the cpu kernels need br in");
     /* The split kernel refuses what is not plain attention, and the error names what the call uses
        (it used to say "float32, no variants" to a plain float32 call with d_v != d). */
     fwd.head_dim_v = 2 * fwd.head_dim;
-    setenv("FLASHCL_TILE", "kernel=split", 1);
-    outcome r = plan_now(&fwd);
-    unsetenv("FLASHCL_TILE");
-    if (r.status != FLASHCL_ERR_INVALID_TILE || !strstr(r.error, "this call: d_v=64")) {
-        fprintf(stderr, "FLASHCL_TILE=kernel=split with d_v != d: status %s, \"%s\"\n", flashcl_status_name(r.status),
-                r.error);
-        tu_fail_count();
-    }
+    expect_tile_refusal("FLASHCL_TILE", "kernel=split", &fwd, 0, "this call: d_v=64");
 }
 
 int main(void) {
