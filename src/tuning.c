@@ -77,9 +77,8 @@ static void tuning_path(flashcl_context *ctx, const char *ident) {
     if (n < 0 || (size_t)n >= sizeof ctx->tuning_path) ctx->tuning_path[0] = '\0';
 }
 
-/* The whole file, NUL-terminated, or NULL (absent, or unreadable or too large; *missing says
-   which). A path that opens but cannot be read (a directory: fread fails) is unreadable, not empty. */
-/* The file's text, or NULL: *missing when it does not exist, else why it cannot be used in why. */
+/* The whole file, NUL-terminated, or NULL: *missing when it does not exist, else why it cannot be
+   used in `why` (a path that opens but cannot be read, such as a directory, is unreadable, not empty). */
 static char *read_file(const char *path, size_t *len, int *missing, char *why, size_t cap) {
     *missing = 0;
     FILE *f = fopen(path, "rb");

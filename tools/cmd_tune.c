@@ -11,10 +11,10 @@
  * the GQA group times the query rows), as src/tuning.h keys them.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,7 +406,7 @@ int cmd_tune(int argc, char **argv) {
                 }
                 const bool decode_plan = strncmp(plan.kernel, "flash_decode", 12) == 0;
                 if (decode_plan != a.decode || !tune_encode_plan(&plan, k->untuned, sizeof k->untuned)) {
-                    if (strstr(plan.build_options, "MMA_WG=1"))
+                    if (tune_plan_is_wgmma(&plan))
                         fprintf(stderr,
                                 "flashcl: note: %s: runs Hopper's wgmma form, which the library picks before any "
                                 "tuned plan; skipped\n",

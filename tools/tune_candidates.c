@@ -20,6 +20,10 @@ static int tile_int(const char *tile, const char *key) {
     return -1;
 }
 
+bool tune_plan_is_wgmma(const flashcl_plan *p) {
+    return strcmp(p->kernel, "flash_fwd_mma") == 0 && option_int(p->build_options, "MMA_WG") > 0;
+}
+
 bool tune_encode_plan(const flashcl_plan *p, char *out, size_t cap) {
     int n = -1;
     const char *o = p->build_options;
@@ -32,7 +36,7 @@ bool tune_encode_plan(const flashcl_plan *p, char *out, size_t cap) {
     else if (strcmp(p->kernel, "flash_fwd_rows") == 0)
         n = snprintf(out, cap, "kernel=rows,br=%d,bc=%d,staging=%s", p->block_rows, p->block_cols,
                      p->staging == FLASHCL_STAGING_DIRECT ? "direct" : "local");
-    else if (strcmp(p->kernel, "flash_fwd_mma") == 0 && option_int(o, "MMA_WARPS") > 0 && option_int(o, "MMA_WG") <= 0)
+    else if (strcmp(p->kernel, "flash_fwd_mma") == 0 && option_int(o, "MMA_WARPS") > 0 && !tune_plan_is_wgmma(p))
         n = snprintf(out, cap, "kernel=mma,warps=%d,bc=%d,mt=%d,ql=%d", option_int(o, "MMA_WARPS"),
                      option_int(o, "MMA_BC"), option_int(o, "MMA_MT"), option_int(o, "MMA_QLOCAL"));
     else if (strcmp(p->kernel, "flash_decode") == 0 && option_int(o, "UNROLL") > 0 && option_int(o, "LANES") > 0)

@@ -38,6 +38,9 @@ typedef struct tune_candidates {
    before any tuned plan, so a search there would time shapes the library never runs. */
 bool tune_encode_plan(const flashcl_plan *plan, char *out, size_t cap);
 
+/* Whether plan is the tensor-core forward in its Hopper wgmma form (MMA_WG=1 in its build options). */
+bool tune_plan_is_wgmma(const flashcl_plan *plan);
+
 /* The candidates for a forward shape whose untuned plan encodes as `base` (first in the list), on a device
    with max_work_group_size work-items per group. A kernel=mma base gives the tensor-core shapes (head_dim and
    storage say where Q may stay in __local); kernel=cpu the CPU family; anything else the portable kernels. */
