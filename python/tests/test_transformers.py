@@ -6,11 +6,14 @@ Tolerances: float32 throughout. Logits within 2e-4 (absolute; they are O(1)) and
 within 1e-4 of the largest gradient: two float32 implementations of the same model differ by summation
 order in each of a few layers, about 1e-6 relative per op. generate() must give the same tokens.
 """
+from unittest import mock
+
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import flashcl.extras  # noqa: E402
 import flashcl.hf  # noqa: E402
 
 IMPL = flashcl.hf.register()
@@ -49,8 +52,10 @@ def build(name):
 def logits_and_grads(model, impl, ids, mask=None):
     model.set_attn_implementation(impl)
     model.zero_grad()
-    out = model(input_ids=ids, attention_mask=mask, labels=ids)
-    out.loss.backward()
+    with _flashcl_calls() as calls:
+        out = model(input_ids=ids, attention_mask=mask, labels=ids)
+        out.loss.backward()
+    assert (calls.call_count > 0) == (impl == IMPL), f"{impl}: FlashCL called {calls.call_count} times"
     return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
@@ -114,12 +119,32 @@ def test_generate_with_kv_cache(name):
     assert want.shape[1] == 9 + 12 and torch.equal(got, want)
 
 
+def _flashcl_calls():
+    """Counts the calls the hook makes into FlashCL's kernels (one per attention layer and forward): a
+    comparison with a reference proves nothing unless FlashCL ran on its side only. (transformers 5.17's
+    set_attn_implementation did not reach T5's encoder and decoder, so both sides ran eager attention.)"""
+    return mock.patch.object(flashcl.extras, "attention", wraps=flashcl.extras.attention)
+
+
+def _compare(reference_model, model, **inputs):
+    """The largest |logit difference| between the two models on the same inputs; FlashCL must run in
+    `model` and not in `reference_model`."""
+    with torch.no_grad(), _flashcl_calls() as calls:
+        want = reference_model(**inputs).logits
+        assert calls.call_count == 0, "the reference implementation called FlashCL"
+        got = model(**inputs).logits
+        assert calls.call_count > 0, f"{type(model).__name__} never called FlashCL's attention"
+    return (got - want).abs().max().item()
+
+
 def _same_logits(model, reference, **inputs):
-    with torch.no_grad():
+    with torch.no_grad(), _flashcl_calls() as calls:
         model.set_attn_implementation(reference)
         want = model(**inputs).logits
+        assert calls.call_count == 0, "the reference implementation called FlashCL"
         model.set_attn_implementation(IMPL)
         got = model(**inputs).logits
+        assert calls.call_count > 0, f"set_attn_implementation({IMPL!r}) did not reach {type(model).__name__}'s layers"
     return (got - want).abs().max().item()
 
 
@@ -155,12 +180,16 @@ def test_t5_position_bias():
     FlashCL does not compute, which is refused."""
     config = transformers.T5Config(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
                                    decoder_start_token_id=0)
+    # Two models with the same weights, the implementation given at construction: T5's encoder and decoder
+    # copy the config, and set_attn_implementation did not reach them in every transformers 5 release.
     torch.manual_seed(0)
-    model = transformers.T5ForConditionalGeneration(config).eval()
+    model = transformers.T5ForConditionalGeneration._from_config(config, attn_implementation=IMPL).eval()
+    eager = transformers.T5ForConditionalGeneration._from_config(config, attn_implementation="eager").eval()
+    eager.load_state_dict(model.state_dict())
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(6))
     mask = torch.ones(2, 12, dtype=torch.long)
     mask[1, 9:] = 0
-    assert _same_logits(model, "eager", input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :7]) < 2e-4
+    assert _compare(eager, model, input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :7]) < 2e-4
     model(input_ids=ids, decoder_input_ids=ids[:, :7])  # evaluation with grad mode on: fine
     model.train()
     with pytest.raises(NotImplementedError, match="position_bias"):
