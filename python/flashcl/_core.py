@@ -12,6 +12,7 @@ import operator
 import numpy as np
 
 from . import _arrays, _context, _flashcl
+from .errors import ArgumentTypeError
 
 
 class Spec:
@@ -30,7 +31,7 @@ class Spec:
                  block_mask=None, block_size=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                  max_seqlen_k=None, path="flash", allow_tf32=False):
         self.softmax_scale = softmax_scale
-        self.causal = bool(causal)
+        self.causal = causal if traced(causal) else bool(causal)
         self.window_size = window_size
         self.softcap = softcap
         self.alibi_slopes = alibi_slopes
@@ -225,38 +226,106 @@ def _is_int(x):
         return False
 
 
+def traced(x):
+    """A scalar argument torch.compile holds as a tensor of its graph: a numpy scalar or array, or a tensor,
+    seen while it traces (dynamo turns numpy values into tensors, whose values are unknown until the graph
+    runs). Such a value is not checked or converted here; the torch operators take it as a tensor and the
+    call checks it when it runs (_torch.py)."""
+    torch = _arrays.torch_module()
+    return torch is not None and isinstance(x, (np.ndarray, np.generic, torch.Tensor)) and \
+        torch.compiler.is_compiling()
+
+
+def _traced_number(x, integer):
+    """Whether a traced value (traced()) holds one number, an integer one where `integer`: its shape and dtype
+    are known while tracing, its value is not."""
+    t = _arrays.torch_module().as_tensor(x)
+    if t.numel() != 1 or t.is_complex():
+        return False
+    return not integer or not (t.is_floating_point() or str(t.dtype) == "torch.bool")
+
+
+def _type_error(message):
+    raise ArgumentTypeError(message() if callable(message) else message)
+
+
+def _as_float(name, x):
+    """A float-valued argument as a Python float (numpy scalars, 0-d arrays and one-element tensors give their
+    value); None stays None; anything else is an ArgumentTypeError naming the argument."""
+    if x is None:
+        return x
+    if traced(x):
+        if not _traced_number(x, False):
+            _type_error(lambda: f"{name} must be a number, got {x!r}")
+        return x
+    if not _is_real(x):
+        _type_error(lambda: f"{name} must be a number, got {x!r}")
+    return float(x)
+
+
+def _as_int(x, message):
+    """An integer argument as a Python int (numpy integers and 0-d integer arrays or tensors give their value)."""
+    if traced(x):
+        if not _traced_number(x, True):
+            _type_error(message)
+        return x
+    if not _is_int(x):
+        _type_error(message)
+    return operator.index(x)
+
+
 def check_spec(spec):
-    """The scalar arguments every path takes as plain numbers: checked here, before the torch
-    operators flatten them to ints (which would truncate 1.5 to 1 and take True as 1)."""
-    _need(isinstance(spec.window_size, (tuple, list)) and len(spec.window_size) == 2,
-          lambda: f"window_size must be a pair (left, right), got {spec.window_size!r}")
-    left, right = spec.window_size
-    _need(_is_int(left) and _is_int(right), lambda: f"window_size entries must be integers, got {tuple(spec.window_size)!r}")
-    _need(-2**31 <= left < 2**31 and -2**31 <= right < 2**31,
+    """The scalar arguments every path takes as plain numbers: checked here, before the torch operators
+    flatten them to ints (which would truncate 1.5 to 1 and take True as 1), and replaced by Python numbers
+    (numpy scalars, which callers pass as 1 / np.sqrt(d), would reach the operators' float and int
+    arguments as tensors under torch.compile). A value of the wrong type is an ArgumentTypeError naming it."""
+    ws = spec.window_size
+    if isinstance(ws, np.ndarray) and ws.ndim == 1:
+        ws = tuple(ws)
+    if not (isinstance(ws, (tuple, list)) and len(ws) == 2):
+        _type_error(lambda: f"window_size must be a pair (left, right), got {spec.window_size!r}")
+    left, right = (_as_int(w, lambda: f"window_size entries must be integers, got {tuple(ws)!r}") for w in ws)
+    spec.window_size = (left, right)
+    _need(traced(left) or traced(right) or (-2**31 <= left < 2**31 and -2**31 <= right < 2**31),
           lambda: f"window_size entries must be 32-bit integers, got {tuple(spec.window_size)}")
     # Seeds and offsets travel as int64 through torch (rng_state); 2**63 values are plenty.
-    for name, x in (("dropout_seed", spec.dropout_seed), ("dropout_offset", spec.dropout_offset)):
-        _need(x is None or (_is_int(x) and 0 <= x < 2**63),
-              lambda: f"{name} must be an integer in [0, 2**63), got {x!r}")
+    for name in ("dropout_seed", "dropout_offset"):
+        x = getattr(spec, name)
+        if x is None:
+            continue
+        message = lambda: f"{name} must be an integer in [0, 2**63), got {x!r}"  # noqa: E731
+        x = _as_int(x, message)
+        _need(traced(x) or 0 <= x < 2**63, message)
+        setattr(spec, name, x)
     if spec.varlen:
-        for name, x in (("max_seqlen_q", spec.max_seqlen_q), ("max_seqlen_k", spec.max_seqlen_k)):
-            check_max_seqlen(name, x)
-    # Floats: the torch operators take them through float(), which reads "0.1" as 0.1 where the numpy
+        for name in ("max_seqlen_q", "max_seqlen_k"):
+            x = getattr(spec, name)
+            if traced(x):
+                _as_int(x, lambda: f"{name} must be an integer >= 0 (the longest sequence) with cu_seqlens, got {x!r}")
+            else:
+                setattr(spec, name, check_max_seqlen(name, x))
+    # Floats: the torch operators took them through float(), which reads "0.1" as 0.1 where the numpy
     # path failed with an error naming nothing; both paths refuse a non-number here, by name.
-    for name, x in (("softmax_scale", spec.softmax_scale), ("softcap", spec.softcap), ("dropout_p", spec.dropout_p)):
-        _need(x is None or _is_real(x), lambda: f"{name} must be a number, got {x!r}")
-    _need(not spec.dropout_p or 0 <= float(spec.dropout_p) < 1,
+    for name in ("softmax_scale", "softcap", "dropout_p"):
+        setattr(spec, name, _as_float(name, getattr(spec, name)))
+    if not traced(spec.causal):
+        spec.causal = bool(spec.causal)
+    _need(traced(spec.dropout_p) or not spec.dropout_p or 0 <= spec.dropout_p < 1,
           lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
     if spec.block_mask is not None:  # (the operators flatten block_size to ints, None to (0, 0))
         _need(spec.block_size is not None, "block_mask needs block_size=(block_q, block_k)")
         bs = spec.block_size
-        _need(isinstance(bs, (tuple, list)) and len(bs) == 2 and all(_is_int(n) for n in bs),
-              lambda: f"block_size must be a pair of integers (block_q, block_k), got {bs!r}")
+        if isinstance(bs, np.ndarray) and bs.ndim == 1:
+            bs = tuple(bs)
+        if not (isinstance(bs, (tuple, list)) and len(bs) == 2):
+            _type_error(lambda: f"block_size must be a pair of integers (block_q, block_k), got {spec.block_size!r}")
+        spec.block_size = tuple(_as_int(n, lambda: f"block_size must be a pair of integers (block_q, block_k), got "
+                                               f"{spec.block_size!r}") for n in bs)
 
 
 def _is_real(x):
     """A real number: a float, an integer, a numpy scalar or a one-element tensor; not a string."""
-    if isinstance(x, (str, bytes)) or not hasattr(x, "__float__"):
+    if isinstance(x, (str, bytes, np.complexfloating)) or not hasattr(x, "__float__"):
         return False
     try:
         float(x)
@@ -267,9 +336,13 @@ def _is_real(x):
 
 def check_max_seqlen(name, x):
     """A varlen bound: an integer >= 0, 0 when every sequence is empty there (flash_attn answers that
-    call without its kernel)."""
-    _need(x is not None and _is_int(x) and x >= 0,
-          lambda: f"{name} must be an integer >= 0 (the longest sequence) with cu_seqlens, got {x!r}")
+    call without its kernel); returned as a Python int."""
+    message = lambda: f"{name} must be an integer >= 0 (the longest sequence) with cu_seqlens, got {x!r}"  # noqa: E731
+    if x is None or not _is_int(x):
+        _type_error(message)
+    x = operator.index(x)
+    _need(x >= 0, message)
+    return x
 
 
 def clip_window(window_size, seqlen_k):

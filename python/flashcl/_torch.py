@@ -72,15 +72,62 @@ def _or_minus_one(n):
     return -1 if n is None else int(n)
 
 
+# The operators' scalar arguments, in their order, and whether each is a float: under torch.compile any of them
+# may be a tensor of the graph (a numpy scalar such as 1 / np.sqrt(d), which dynamo traces as a tensor, or a 0-d
+# tensor), whose value is known only when the graph runs. Those travel in one int64 tensor (`traced`, floats as
+# their float64 bits) beside the plain arguments, with a bit mask (`traced_mask`) saying which arguments it
+# replaces; the operators take the values from it (_untrace) and check them as an eager call does.
+_SCALARS = (("max_seqlen_q", False), ("max_seqlen_k", False), ("softmax_scale", True), ("causal", False),
+            ("window_left", False), ("window_right", False), ("softcap", True), ("dropout_p", True),
+            ("dropout_seed", False), ("dropout_offset", False), ("block_q", False), ("block_k", False))
+# What a traced argument is replaced by among the plain ones (never read: the operators take the tensor's value).
+_PLACEHOLDERS = (0, 0, None, False, -1, -1, 0.0, 0.0, -1, 0, 0, 0)
+
+
+def _as_traced(name, is_float, x):
+    """A traced scalar as a 0-d int64 tensor (a float as its float64 bits); ArgumentTypeError for a tensor that
+    holds no single number of the right kind (known while tracing: its shape and dtype)."""
+    t = torch.as_tensor(x)
+    if t.numel() != 1 or t.is_complex() or (not is_float and t.is_floating_point()):
+        what = "a number" if is_float else "an integer"
+        raise _core.ArgumentTypeError(f"{name} must be {what}, got a tensor of shape {tuple(t.shape)} and dtype "
+                                      f"{t.dtype}")
+    t = t.reshape(())
+    return t.to(torch.float64).view(torch.int64) if is_float else t.to(torch.int64)
+
+
+def _untrace(scalars, traced, traced_mask):
+    """The operators' scalar arguments with the traced ones' values (see _SCALARS)."""
+    if not traced_mask:
+        return list(scalars)
+    bits, floats = traced.tolist(), traced.view(torch.float64).tolist()
+    out = list(scalars)
+    for i, (name, is_float) in enumerate(_SCALARS):
+        if traced_mask >> i & 1:
+            out[i] = floats[i] if is_float else (bool(bits[i]) if name == "causal" else int(bits[i]))
+    return out
+
+
 def _flat(spec):
-    """The operators' flat arguments for a Spec (the inverse of _spec)."""
+    """The operators' flat arguments for a Spec (the inverse of _spec), then `traced` and `traced_mask` (None
+    and 0 but under torch.compile: see _SCALARS)."""
     left, right = spec.window_size
     bq, bk = spec.block_size if spec.block_size is not None else (0, 0)
-    seed = -1 if spec.dropout_seed is None else int(spec.dropout_seed)
+    given = (spec.max_seqlen_q, spec.max_seqlen_k, spec.softmax_scale, spec.causal, left, right, spec.softcap,
+             spec.dropout_p, spec.dropout_seed, spec.dropout_offset, bq, bk)
+    is_traced = [_core.traced(x) for x in given]
+    traced, traced_mask = None, 0
+    if any(is_traced):
+        traced = torch.stack([_as_traced(name, is_float, x) if t else torch.zeros((), dtype=torch.int64)
+                              for (name, is_float), x, t in zip(_SCALARS, given, is_traced)])
+        traced_mask = sum(1 << i for i, t in enumerate(is_traced) if t)
+        given = tuple(p if t else x for x, p, t in zip(given, _PLACEHOLDERS, is_traced))
+    max_q, max_k, scale, causal, left, right, softcap, dropout_p, seed, offset, bq, bk = given
+    seed = -1 if seed is None else int(seed)
     return (spec.alibi_slopes, spec.sinks, spec.bias, spec.mask, spec.block_mask, spec.cu_seqlens_q,
-            spec.cu_seqlens_k, _or_minus_one(spec.max_seqlen_q), _or_minus_one(spec.max_seqlen_k),
-            spec.softmax_scale, bool(spec.causal), int(left), int(right), float(spec.softcap or 0.0),
-            float(spec.dropout_p or 0.0), seed, int(spec.dropout_offset or 0), int(bq), int(bk), spec.path)
+            spec.cu_seqlens_k, _or_minus_one(max_q), _or_minus_one(max_k), scale, bool(causal), int(left),
+            int(right), float(softcap or 0.0), float(dropout_p or 0.0), seed, int(offset or 0), int(bq), int(bk),
+            spec.path, traced, traced_mask)
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], sinks: Optional[Tensor],
@@ -88,8 +135,13 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], si
              cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
              max_seqlen_k: int, softmax_scale: Optional[float], causal: bool, window_left: int,
              window_right: int, softcap: float, dropout_p: float, dropout_seed: int, dropout_offset: int,
-             block_q: int, block_k: int, path: str) -> Tuple[Tensor, Tensor, Tensor]:
+             block_q: int, block_k: int, path: str, traced: Optional[Tensor] = None,
+             traced_mask: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
     """(out, softmax_lse, rng_state): rng_state = [seed, offset] of the dropout (a seed < 0 draws one)."""
+    (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed,
+     dropout_offset, block_q, block_k) = _untrace(
+        (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p,
+         dropout_seed, dropout_offset, block_q, block_k), traced, traced_mask)
     spec = _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                  max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed,
                  dropout_offset, block_q, block_k, path)
@@ -109,7 +161,7 @@ forward_op = torch.library.custom_op("flashcl::forward", mutates_args=())(_forwa
 @forward_op.register_fake
 def _(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed, dropout_offset, block_q,
-      block_k, path):
+      block_k, path, traced=None, traced_mask=0):
     if cu_seqlens_q is not None:  # (total, h, d): LSE is (h, total)
         lse_shape = (q.shape[1], q.shape[0])
     else:
@@ -124,9 +176,13 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softma
               mask: Optional[Tensor], block_mask: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
               cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
               softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int, softcap: float,
-              dropout_p: float, block_q: int, block_k: int, path: str) -> None:
+              dropout_p: float, block_q: int, block_k: int, path: str, traced: Optional[Tensor] = None,
+              traced_mask: int = 0) -> None:
     """Writes dq, dk, dv (and dsinks when given) in place, as flash_attn's _flash_attn_backward."""
     seed, offset = (int(x) for x in rng_state.tolist())
+    (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p, _, _, block_q,
+     block_k) = _untrace((max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+                          dropout_p, seed, offset, block_q, block_k), traced, traced_mask)
     spec = _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                  max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p, seed, offset,
                  block_q, block_k, path)
@@ -177,18 +233,18 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, packing, scalars, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
-                *inputs):
+                traced, *inputs):
         q, k, v = _Packing.split(packing, inputs)
         fwd = forward_op if _symbolic(inputs) else _forward
         out, lse, rng_state = fwd(q, k, v, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k,
-                                  *scalars)
+                                  *scalars[:-1], traced, scalars[-1])
         ctx.packing, ctx.scalars = packing, scalars
         # The backward runs on the forward's context (attention(context=...), `with ctx:`), not on whatever
         # context is current when autograd calls it (outside the `with`, the thread's default device).
         ctx.flashcl_context = None if fwd is forward_op else _context.current()
         ctx.sinks_grad = sinks is not None and sinks.requires_grad
         ctx.save_for_backward(out, lse, rng_state, alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q,
-                              cu_seqlens_k, *inputs)
+                              cu_seqlens_k, traced, *inputs)
         # softmax_lse stays an output autograd tracks, as flash_attn's FlashAttnFunc returns it: a loss through
         # it runs the backward, which ignores its gradient there as flash_attn's does (out's alone is used).
         ctx.mark_non_differentiable(rng_state)
@@ -196,20 +252,22 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse, _drng):
-        out, lse, rng_state, alibi, sinks, bias, mask, block_mask, cu_q, cu_k, *inputs = ctx.saved_tensors
+        out, lse, rng_state, alibi, sinks, bias, mask, block_mask, cu_q, cu_k, traced, *inputs = ctx.saved_tensors
         q, k, v = _Packing.split(ctx.packing, inputs)
         grads, (dq, dk, dv) = _Packing.gradients(ctx.packing, inputs)
         dsinks = torch.empty_like(sinks, dtype=torch.float32) if ctx.sinks_grad else None
-        (max_q, max_k, scale, causal, left, right, softcap, dropout_p, _seed, _offset, bq, bk, path) = ctx.scalars
+        (max_q, max_k, scale, causal, left, right, softcap, dropout_p, _seed, _offset, bq, bk, path,
+         traced_mask) = ctx.scalars
         bwd = backward_op if _symbolic((dout,) + tuple(inputs)) else _backward
         with ctx.flashcl_context if bwd is _backward and ctx.flashcl_context is not None else contextlib.nullcontext():
             bwd(dout.contiguous(), q, k, v, out, lse, dq, dk, dv, dsinks, rng_state, alibi, sinks, bias, mask,
-                block_mask, cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk, path)
+                block_mask, cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, dropout_p, bq, bk, path,
+                traced, traced_mask)
         grads = tuple(grads)
         anchor = next((x for x in inputs if x.requires_grad), None)
         if torch.is_grad_enabled() and anchor is not None and not torch.compiler.is_compiling():
             grads = _FirstOrderOnly.apply(anchor, *grads)  # backward(create_graph=True)
-        return (None, None, None, dsinks, None, None, None, None, None) + tuple(grads)
+        return (None, None, None, dsinks, None, None, None, None, None, None) + tuple(grads)
 
 
 class _RefusedBackward(torch.autograd.Function):
@@ -320,7 +378,7 @@ def attention(inputs, spec, packing="none"):
     if not needs_grad:
         q, k, v = _Packing.split(packing, inputs)
         return (forward_op if _symbolic(inputs) else _forward)(q, k, v, *flat)
-    tensors = list(flat[:7]) + list(inputs)
+    tensors = list(flat[:7]) + [flat[-2]] + list(inputs)
     if torch.compiler.is_compiling():
         tensors = _distinct(tensors)
-    return AttentionFunction.apply(packing, flat[7:], *tensors)
+    return AttentionFunction.apply(packing, flat[7:-2] + flat[-1:], *tensors)

@@ -7,7 +7,9 @@ fails on the device raises Error, which carries the status name
 the library's message, which names the field (``heads_kv (3) must divide
 heads_q (8)``). The library's invalid-argument statuses (-10000 to -10099)
 raise InvalidArgumentError, which is both an Error and a ValueError. Nothing
-has been written to the outputs when either is raised for an argument.
+has been written to the outputs when either is raised for an argument. A
+scalar argument of the wrong type (softmax_scale="0.1", a float window size)
+raises ArgumentTypeError, both a TypeError and a ValueError.
 """
 
 
@@ -23,6 +25,12 @@ class Error(RuntimeError):
 
 class InvalidArgumentError(Error, ValueError):
     """The library rejected an argument (status -10000 to -10099)."""
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """A scalar argument that is not a number (or not an integer where one is needed), named in the message.
+    A TypeError, as Python's own functions raise for such arguments, and a ValueError, as the package's other
+    argument checks (which raised a ValueError for these too)."""
 
 
 def _from_status(status, name, message):

@@ -66,7 +66,7 @@ def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False)
         from . import _torch
 
         out, lse, rng_state = _torch.attention(inputs, spec, packing)
-        if spec.dropout_p and return_attn_probs and not _arrays.holds_no_data(rng_state):
+        if return_attn_probs and spec.dropout_p and not _arrays.holds_no_data(rng_state):
             spec.dropout_seed, spec.dropout_offset = (int(x) for x in rng_state.tolist())
         q, k, _ = _torch._Packing.split(packing, inputs)
     else:

@@ -125,3 +125,82 @@ def test_unsupported_transforms_are_refused():
     (plain,) = torch.autograd.grad(flashcl.flash_attn_func(a, a, a, causal=True).sum(), a)
     (g,) = torch.autograd.grad(flashcl.flash_attn_func(a, a, a, causal=True).sum(), a, create_graph=True)
     assert torch.equal(g.mul_(2).detach(), plain * 2)
+
+
+def test_compile_numpy_scalars():
+    """Numpy scalars as the scalar arguments (softmax_scale=1 / np.sqrt(d), np.float32 softcap, numpy window
+    sizes and varlen bounds, np.bool_ causal): dynamo traces them as tensors of the graph, which reached the
+    operators' float arguments and failed fullgraph compilation ("Expected a value of type 'Optional[float]'
+    ... found type 'FakeTensor'", data-dependent branching on float()). They now travel as one tensor beside
+    the plain arguments: the same values and gradients as eager, and the scalar's value read at each run."""
+    import numpy as np
+
+    torch.manual_seed(0)
+    d = 16
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    x = torch.randn(12, 2, d, requires_grad=True)
+    q4 = torch.randn(2, 6, 2, d, requires_grad=True)
+    calls = {
+        "scale": lambda s: flashcl.flash_attn_func(q4, q4, q4, softmax_scale=s * (1 / np.sqrt(d)), causal=True),
+        "float32": lambda s: flashcl.flash_attn_func(q4, q4, q4, softmax_scale=np.float32(s), softcap=np.float32(2.5),
+                                                     dropout_p=np.float64(0.0), causal=np.bool_(True)),
+        "window": lambda s: flashcl.flash_attn_func(q4, q4, q4, softmax_scale=s,
+                                                    window_size=(np.int64(2), np.int32(0))),
+        "varlen": lambda s: flashcl.flash_attn_varlen_func(x, x, x, cu, cu, np.int64(7), np.int32(7), softmax_scale=s,
+                                                           causal=True),
+        "tensor": lambda s: flashcl.flash_attn_func(q4, q4, q4, softmax_scale=torch.as_tensor(s), causal=True),
+    }
+    for name, call in calls.items():
+        torch._dynamo.reset()
+        compiled = torch.compile(call, fullgraph=True, backend="aot_eager")
+        for s in (np.float32(0.5), np.float64(0.25)):  # a second value: read from the graph's input, not baked in
+            got = compiled(s)
+            got.sum().backward()
+            got_grads = [t.grad.clone() for t in (x, q4) if t.grad is not None]
+            x.grad = q4.grad = None
+            want = call(float(s))
+            want.sum().backward()
+            want_grads = [t.grad for t in (x, q4) if t.grad is not None]
+            assert torch.equal(got, want), name
+            assert len(got_grads) == len(want_grads) == 1
+            assert torch.allclose(got_grads[0], want_grads[0], rtol=1e-6, atol=1e-6), name
+            x.grad = q4.grad = None
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")  # (the graph break of fullgraph=False)
+def test_compile_scalar_errors_name_the_argument():
+    """Under torch.compile a non-number is refused while tracing (a TypeError naming it: with fullgraph=True dynamo
+    reports it as its own Unsupported, quoting it; without, the call runs eagerly and raises it), and a traced
+    numpy value the call refuses (a zero scale, a dropout_p of 1) when the graph runs, naming it as eager does."""
+    import numpy as np
+
+    q = torch.randn(1, 8, 2, 16)
+    for kwargs, error, match in ((dict(softmax_scale="0.5"), TypeError, "softmax_scale must be a number"),
+                                 (dict(window_size=(np.float32(2.0), 0)), TypeError, "window_size entries must be "
+                                  "integers"),
+                                 (dict(softmax_scale=np.float32(0.0)), ValueError, "softmax_scale must be a finite "
+                                  "nonzero number"),
+                                 (dict(dropout_p=np.float64(1.0)), ValueError, r"dropout_p must be in \[0, 1\)")):
+        torch._dynamo.reset()
+        fullgraph = error is ValueError
+        compiled = torch.compile(lambda t: flashcl.flash_attn_func(t, t, t, **kwargs), fullgraph=fullgraph,
+                                 backend="aot_eager")
+        with pytest.raises(error, match=match):
+            compiled(q)
+        with pytest.raises(error, match=match):
+            flashcl.flash_attn_func(q, q, q, **kwargs)
+
+
+def test_operator_takes_traced_scalars():
+    """The operator's schema path (what torch.compile records): traced scalars in the int64 tensor, floats as
+    their float64 bits, replace the plain arguments the mask names."""
+    q = torch.randn(1, 8, 2, 16)
+    plain = (q, q, q, None, None, None, None, None, None, None, 0, 0, None, True, -1, -1, 0.0, 0.0, -1, 0, 0, 0,
+             "flash")
+    want = torch.ops.flashcl.forward(*plain[:12], 0.3, *plain[13:16], 2.0, *plain[17:])
+    traced = torch.zeros(12, dtype=torch.int64)
+    traced[2] = torch.tensor(0.3, dtype=torch.float64).view(torch.int64)
+    traced[6] = torch.tensor(2.0, dtype=torch.float64).view(torch.int64)
+    got = torch.ops.flashcl.forward(*plain, traced, (1 << 2) | (1 << 6))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    torch.library.opcheck(torch.ops.flashcl.forward.default, plain + (traced, (1 << 2) | (1 << 6)))

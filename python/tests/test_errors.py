@@ -376,3 +376,56 @@ def test_meta_or_fake_tensors_beside_real_ones_are_named():
     cu = torch.tensor([0, 8], dtype=torch.int32)
     out = flashcl.flash_attn_varlen_func(meta[0], meta[0], meta[0], cu, cu, 8, 8)
     assert out.device.type == "meta" and out.shape == (8, 2, 16)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_numpy_scalars_on_every_entry_point(rng, kind):
+    """Numpy scalars (1 / np.sqrt(d), np.float32, np.int64 window sizes and bounds) give the results of the same
+    Python numbers on every entry point, and a non-number is a TypeError naming the argument (it was a ValueError;
+    ArgumentTypeError is both, so callers catching either keep working)."""
+    q, k, v = qkv(rng, b=2, sq=5, sk=9)
+    cu = np.array([0, 4, 10], np.int32)
+    x = rand(rng, (10, 2, 16))
+    pool = rand(rng, (6, 4, 2, 16))
+    table = np.array([[0, 2, 4], [1, 3, 5]], np.int32)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        q, k, v, cu, x, pool, table = (torch.from_numpy(a) for a in (q, k, v, cu, x, pool, table))
+    f32, f64, i64, i32 = np.float32, np.float64, np.int64, np.int32
+    scale = 1 / np.sqrt(16)
+    calls = [
+        (lambda s, c, w: flashcl.flash_attn_func(q, k, v, softmax_scale=s, softcap=c, window_size=w, causal=True),
+         "flash_attn_func"),
+        (lambda s, c, w: flashcl.attention(q, k, v, softmax_scale=s, softcap=c, window_size=w, dropout_p=f32(0.25),
+                                           dropout_seed=i64(7), dropout_offset=i32(3)), "attention"),
+        (lambda s, c, w: flashcl.flash_attn_varlen_func(x, x, x, cu, cu, i64(6), i32(6), softmax_scale=s, softcap=c,
+                                                        window_size=w), "varlen"),
+        (lambda s, c, w: flashcl.flash_attn_with_kvcache(q, k, v, cache_seqlens=i32(9), softmax_scale=s, softcap=c,
+                                                         window_size=w, num_splits=i64(0)), "kvcache"),
+        (lambda s, c, w: flashcl.flash_attn_with_kvcache(q, pool, pool, cache_seqlens=i64(7), block_table=table,
+                                                         softmax_scale=s, softcap=c, window_size=w), "paged kvcache"),
+        (lambda s, c, w: flashcl.flash_attn_varlen_func(x, pool, pool, cu, cu, i64(6), i32(6), softmax_scale=s,
+                                                        softcap=c, window_size=w, block_table=table), "paged varlen"),
+    ]
+    for call, what in calls:
+        got = call(f32(scale), f64(2.5), (i64(3), i32(1)))
+        want = call(float(f32(scale)), 2.5, (3, 1))
+        assert (got == want).all(), what
+        for kwargs, match in ((dict(s="0.25"), "softmax_scale must be a number, got '0.25'"),
+                              (dict(c=b"x"), "softcap must be a number"),
+                              (dict(s=np.complex64(1)), "softmax_scale must be a number"),
+                              (dict(w=(f32(2), 0)), "window_size entries must be integers"),
+                              (dict(w=(2, "0")), "window_size entries must be integers")):
+            args = dict(s=scale, c=0.0, w=(-1, -1)) | kwargs
+            with pytest.raises(TypeError, match=match):
+                call(args["s"], args["c"], args["w"])
+    keep = flashcl.dropout_mask(q, k, f32(0.25), i64(11), i32(2))
+    assert (keep == flashcl.dropout_mask(q, k, 0.25, 11, 2)).all()
+    with pytest.raises(TypeError, match="dropout_seed must be an integer"):
+        flashcl.dropout_mask(q, k, 0.25, f64(11))
+    with pytest.raises(TypeError, match="dropout_p must be a number"):
+        flashcl.dropout_mask(q, k, "0.25", 11)
+    with pytest.raises(TypeError, match="max_seqlen_q must be an integer"):
+        flashcl.flash_attn_varlen_func(x, x, x, cu, cu, f64(6), 6)
+    with pytest.raises(TypeError, match="max_seqlen_k must be an integer"):
+        flashcl.flash_attn_varlen_func(x, pool, pool, cu, cu, 6, "6", block_table=table)
