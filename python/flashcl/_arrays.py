@@ -119,6 +119,15 @@ FEATURE_DTYPES = {"alibi_slopes": "float32", "sinks": "float32", "bias": "float3
                   "block_mask": "bool or uint8", "cu_seqlens_q": "int32", "cu_seqlens_k": "int32"}
 
 
+def native(x):
+    """x, or for a numpy array in non-native byte order (read from a big-endian file, say) a native copy of the
+    same values and dtype (the extension's array conversion refuses such arrays with a TypeError naming no
+    argument; the checks would name its dtype '>i4' where int32 is meant)."""
+    if isinstance(x, np.ndarray) and not x.dtype.isnative:
+        return x.astype(x.dtype.newbyteorder("="))
+    return x
+
+
 def raw_feature(name, x):
     """raw(x) for an array-valued feature (FEATURE_DTYPES): a numpy array in non-native byte order (read
     from a big-endian file, say) becomes a native copy, as its values are what counts (the extension's
@@ -128,9 +137,7 @@ def raw_feature(name, x):
         return raw(x)
     if x.dtype.kind not in "biuf":
         raise ValueError(f"{name} has dtype {x.dtype}, expected {FEATURE_DTYPES[name]}")
-    if not x.dtype.isnative:
-        x = x.astype(x.dtype.newbyteorder("="))
-    return x
+    return native(x)
 
 
 def raw_bits(x):

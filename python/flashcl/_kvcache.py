@@ -35,9 +35,11 @@ def _contiguous(x):
 
 
 def _int32(name, x, shape, layout):
-    """An int32 table of the given shape (flash_attn wants int32 and so does the library)."""
+    """An int32 table of the given shape (flash_attn wants int32 and so does the library); a numpy one in
+    non-native byte order is read by its values, as the feature arrays are."""
     if x is None:
         return None
+    x = _arrays.native(x)
     _need(_arrays.dtype_name(x) == "int32", lambda: f"{name} must have dtype int32, got {_arrays.dtype_name(x)}")
     _need(_shape(x) == shape, lambda: f"{name} must be {layout} = {shape}, got shape {_shape(x)}")
     return _contiguous(x)
@@ -142,6 +144,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
           lambda: f"q's nheads ({p.heads_q}) must be a multiple of k_cache's nheads_k ({p.heads_kv})")
 
     if paged:
+        block_table = _arrays.native(block_table)
         _need(_arrays.dtype_name(block_table) == "int32",
               lambda: f"block_table must have dtype int32, got {_arrays.dtype_name(block_table)}")
         bts = _shape(block_table)

@@ -18,6 +18,7 @@ from . import _arrays, _core, _device, _kvcache
 
 def _offsets(name, cu, total, max_name, max_len, batch=None):
     """An int32 (batch + 1,) cu_seqlens as int64 numpy, checked as the varlen path checks it."""
+    cu = _arrays.native(cu)  # (byte-swapped: read by its values, as the varlen path reads it)
     _core._need(_arrays.dtype_name(cu) == "int32",
                 lambda: f"{name} must have dtype int32, got {_arrays.dtype_name(cu)}")
     values = _arrays.to_numpy(cu).astype(np.int64)

@@ -510,3 +510,46 @@ def test_varlen_with_block_table_more_queries_than_rows():
                                              block_table=np.arange(width, dtype=np.int32)[None])
         assert_close(out, ref[0])
         np.testing.assert_array_equal(out[:2], 0.0)
+
+
+def test_big_endian_tables(rng):
+    """Integer tables in non-native byte order (int32 read from a big-endian file: dtype '>i4') are read by their
+    values, as the float feature arrays (alibi_slopes, sinks, bias) already were: cache_seqlens, cache_batch_idx,
+    cache_leftpad and block_table were refused ("must have dtype int32, got >i4"), and so were the paged varlen
+    call's cu_seqlens. The result, the append and the caller's tables are those of native tables; a wider table
+    is still refused by its dtype, naming it."""
+    swapped = np.dtype(np.int32).newbyteorder("S")
+    b, hq, hkv, s_new = 2, 4, 2, 2
+    q, k, v = rand(rng, (b, 3, hq, D)), rand(rng, (b, s_new, hkv, D)), rand(rng, (b, s_new, hkv, D))
+    contiguous = rand(rng, (3, 16, hkv, D))
+    pool = rand(rng, (8, 4, hkv, D))
+    tables = {
+        "contiguous": (contiguous, dict(cache_seqlens=np.array([5, 9], np.int32),
+                                        cache_batch_idx=np.array([2, 0], np.int32),
+                                        cache_leftpad=np.array([1, 3], np.int32))),
+        "paged": (pool, dict(cache_seqlens=np.array([6, 3], np.int32), block_table=np.array([[7, 0, 3], [5, 1, 2]],
+                                                                                            np.int32))),
+    }
+    for name, (cache, native) in tables.items():
+        want_k, want_v = cache.copy(), cache.copy()
+        want = flashcl.flash_attn_with_kvcache(q, want_k, want_v, k, v, causal=True, return_softmax_lse=True,
+                                               **native)
+        be = {key: x.astype(swapped) for key, x in native.items()}
+        got_k, got_v = cache.copy(), cache.copy()
+        got = flashcl.flash_attn_with_kvcache(q, got_k, got_v, k, v, causal=True, return_softmax_lse=True, **be)
+        for a, w in zip(got + (got_k, got_v), want + (want_k, want_v)):
+            np.testing.assert_array_equal(a, w, err_msg=name)
+        for key, x in be.items():  # the caller's tables as they were
+            assert x.dtype == swapped and (x == native[key]).all()
+        for key in native:
+            wide = dict(native, **{key: native[key].astype(">i8")})
+            with pytest.raises(ValueError, match=f"{key} must have dtype int32, got int64"):
+                flashcl.flash_attn_with_kvcache(q, cache.copy(), cache.copy(), **wide)
+    # paged varlen (chunked prefill): cu_seqlens and block_table
+    x = rand(rng, (7, hq, D))
+    cu_q, cu_k = np.array([0, 3, 7], np.int32), np.array([0, 9, 14], np.int32)
+    table = np.array([[7, 0, 3], [5, 1, 2]], np.int32)
+    want = flashcl.flash_attn_varlen_func(x, pool, pool, cu_q, cu_k, 4, 9, causal=True, block_table=table)
+    got = flashcl.flash_attn_varlen_func(x, pool, pool, cu_q.astype(swapped), cu_k.astype(swapped), 4, 9, causal=True,
+                                         block_table=table.astype(swapped))
+    np.testing.assert_array_equal(got, want)
