@@ -12,7 +12,7 @@ devices: devices(), Context, use_device(), FLASHCL_DEVICE; to_device() makes a D
 from . import _context, _flashcl
 from ._context import Context, current as current_context, use_device
 from ._device import DeviceArray, to_device
-from .errors import Error, InvalidArgumentError
+from .errors import ArgumentTypeError, Error, InvalidArgumentError
 from .extras import attention, attention_backward, dropout_mask, merge_states, plan
 from .flash_attn_interface import (
     flash_attn_func,
@@ -36,7 +36,8 @@ def devices():
 
 
 __all__ = [
-    "Context", "DeviceArray", "Error", "InvalidArgumentError", "MAX_HEAD_DIM", "attention", "attention_backward",
+    "ArgumentTypeError", "Context", "DeviceArray", "Error", "InvalidArgumentError", "MAX_HEAD_DIM", "attention",
+    "attention_backward",
     "current_context",
     "devices", "dropout_mask", "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func",

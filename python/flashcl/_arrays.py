@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from . import _flashcl
+from .errors import ArgumentTypeError
 
 # Storage codes of the C descriptor (flashcl_dtype) by dtype name; the same
 # names in numpy (ml_dtypes adds "bfloat16") and in torch ("torch.float16").
@@ -49,12 +50,18 @@ def storage_code(name, x):
     return code
 
 
-def kind_check(names_values):
-    """All given arrays are numpy or all are torch tensors; returns True for torch."""
+def kind_check(names_values, required=()):
+    """All given arrays are numpy or all are torch tensors; returns True for torch. None stands for an absent
+    optional array, except for the names in `required` (q, k, v, ...), where it is refused by name as any other
+    non-array is (the calls failed later with an AttributeError naming nothing). A wrong kind is an
+    ArgumentTypeError (a TypeError and the ValueError it used to be)."""
+    for name, x in names_values:
+        if x is None and name in required:
+            raise ArgumentTypeError(f"{name} must be a numpy array or a torch tensor, not None")
     kinds = {name: is_torch(x) for name, x in names_values if x is not None}
     for name, x in names_values:  # (first: a list beside tensors is no numpy array, as "mixed kinds" would say)
         if x is not None and not kinds[name] and not isinstance(x, np.ndarray):
-            raise ValueError(f"{name} must be a numpy array or a torch tensor, not {type(x).__name__}")
+            raise ArgumentTypeError(f"{name} must be a numpy array or a torch tensor, not {type(x).__name__}")
     if len(set(kinds.values())) > 1:
         torch_names = [n for n, t in kinds.items() if t]
         other = [n for n, t in kinds.items() if not t]

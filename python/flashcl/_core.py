@@ -31,7 +31,7 @@ class Spec:
                  block_mask=None, block_size=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                  max_seqlen_k=None, path="flash", allow_tf32=False):
         self.softmax_scale = softmax_scale
-        self.causal = causal if traced(causal) else bool(causal)
+        self.causal = causal  # (check_spec makes it a bool)
         self.window_size = window_size
         self.softcap = softcap
         self.alibi_slopes = alibi_slopes
@@ -102,7 +102,7 @@ class Problem:
 
     def __init__(self, q, k, v, spec):
         check_spec(spec)
-        self.torch = _arrays.kind_check([("q", q), ("k", k), ("v", v)] + spec.arrays())
+        self.torch = _arrays.kind_check([("q", q), ("k", k), ("v", v)] + spec.arrays(), required=("q", "k", "v"))
         self.varlen = spec.varlen
         self.dtype = _arrays.storage_code("q", q)
         for name, x in (("k", k), ("v", v)):
@@ -274,6 +274,21 @@ def _as_int(x, message):
     return operator.index(x)
 
 
+def as_bool(name, x):
+    """A flag (causal, rotary_interleaved) as a Python bool: a bool, an integer (numpy's too) or a one-element
+    bool or integer array; anything else is an ArgumentTypeError naming it (causal="no" was taken as True)."""
+    if traced(x):
+        if not _traced_number(x, True) and str(_arrays.torch_module().as_tensor(x).dtype) != "torch.bool":
+            _type_error(lambda: f"{name} must be a bool, got {x!r}")
+        return x
+    if isinstance(x, (bool, np.bool_)) or _is_int(x):
+        return bool(x)
+    if hasattr(x, "dtype") and hasattr(x, "shape") and _arrays.dtype_name(x) == "bool" and \
+            math.prod(int(n) for n in x.shape) == 1:
+        return bool(x)
+    _type_error(lambda: f"{name} must be a bool, got {x!r}")
+
+
 def check_spec(spec):
     """The scalar arguments every path takes as plain numbers: checked here, before the torch operators
     flatten them to ints (which would truncate 1.5 to 1 and take True as 1), and replaced by Python numbers
@@ -308,8 +323,7 @@ def check_spec(spec):
     # path failed with an error naming nothing; both paths refuse a non-number here, by name.
     for name in ("softmax_scale", "softcap", "dropout_p"):
         setattr(spec, name, _as_float(name, getattr(spec, name)))
-    if not traced(spec.causal):
-        spec.causal = bool(spec.causal)
+    spec.causal = as_bool("causal", spec.causal)
     _need(traced(spec.dropout_p) or not spec.dropout_p or 0 <= spec.dropout_p < 1,
           lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
     if spec.block_mask is not None:  # (the operators flatten block_size to ints, None to (0, 0))

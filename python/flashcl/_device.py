@@ -65,7 +65,7 @@ def _to_numpy(t):
 def to_device(x, context=None):
     """A DeviceArray holding a copy of x (a numpy array or a torch tensor, any dtype; a tensor on
     another torch device goes through host memory), on `context` (default: this thread's)."""
-    _arrays.kind_check([("x", x)])
+    _arrays.kind_check([("x", x)], required=("x",))
     _arrays.refuse_no_data([("x", x)])
     ctx = _context.resolve(context)
     x = _arrays.host(x)

@@ -101,9 +101,12 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     named = [("q", q)] + caches + [("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
                                    ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
                                    ("block_table", block_table), ("alibi_slopes", spec.alibi_slopes)]
+    if isinstance(cache_seqlens, (bool, np.bool_)):  # (an Integral, which was taken as 0 or 1 rows)
+        raise _core.ArgumentTypeError(f"cache_seqlens must be an integer or an int32 (batch,) array, got "
+                                      f"{cache_seqlens!r}")
     if not isinstance(cache_seqlens, numbers.Integral):
         named.append(("cache_seqlens", cache_seqlens))
-    torch_kind = _arrays.kind_check(named)
+    torch_kind = _arrays.kind_check(named, required=("q", "k_cache", "v_cache"))
     _arrays.refuse_no_data(named + [("k_scale", k_scale), ("v_scale", v_scale)])  # (tensors only)
     # Tensors on another device than the CPU: host copies for the call, the caches copied back after it.
     caller_caches = (k_cache, v_cache)
@@ -191,6 +194,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
                       f"{capacity} rows" + (" (max_num_blocks_per_seq x page_block_size)" if paged else ""))
 
     _need((rotary_cos is None) == (rotary_sin is None), "rotary_cos and rotary_sin go together")
+    rotary_interleaved = _core.as_bool("rotary_interleaved", rotary_interleaved)
     if rotary_cos is not None:
         cs, ss = _shape(rotary_cos), _shape(rotary_sin)
         _need(len(cs) == 2 and cs[1] >= 1, lambda: f"rotary_cos must be (seqlen_ro, rotary_dim / 2), got shape {cs}")
@@ -229,7 +233,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
         k = v = None
     ctx._c.forward_kvcache(desc, raw(q), _raw_cache(k_cache), _raw_cache(v_cache), raw(out), raw(lse), k=raw(k),
                            v=raw(v), rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                           rotary_interleaved=bool(rotary_interleaved), cache_seqlens=raw(cache_seqlens),
+                           rotary_interleaved=rotary_interleaved, cache_seqlens=raw(cache_seqlens),
                            cache_batch_idx=raw(cache_batch_idx), cache_leftpad=raw(cache_leftpad),
                            block_table=raw(block_table), cache_dtype=cache_dtype, k_scale=k_scale, v_scale=v_scale,
                            alibi_slopes=_arrays.raw_feature("alibi_slopes", spec.alibi_slopes))

@@ -38,7 +38,7 @@ def forward(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     pools = [] if resident else [("k", k_cache), ("v", v_cache)]
     named = [("q", q)] + pools + [("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
                                   ("block_table", block_table), ("alibi_slopes", spec.alibi_slopes)]
-    if _arrays.kind_check(named):
+    if _arrays.kind_check(named, required=("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")):
         _arrays.refuse_no_data(named)
     qs = _core._shape(q)
     _core._need(len(qs) == 3, lambda: f"q must be (total_q, nheads, headdim), got shape {qs}")

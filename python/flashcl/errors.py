@@ -7,9 +7,10 @@ fails on the device raises Error, which carries the status name
 the library's message, which names the field (``heads_kv (3) must divide
 heads_q (8)``). The library's invalid-argument statuses (-10000 to -10099)
 raise InvalidArgumentError, which is both an Error and a ValueError. Nothing
-has been written to the outputs when either is raised for an argument. A
-scalar argument of the wrong type (softmax_scale="0.1", a float window size)
-raises ArgumentTypeError, both a TypeError and a ValueError.
+has been written to the outputs when either is raised for an argument. An
+argument of the wrong type (softmax_scale="0.1", a float window size,
+causal="no", a list or None for an array) raises ArgumentTypeError, both a
+TypeError and a ValueError.
 """
 
 
@@ -28,7 +29,8 @@ class InvalidArgumentError(Error, ValueError):
 
 
 class ArgumentTypeError(TypeError, ValueError):
-    """A scalar argument that is not a number (or not an integer where one is needed), named in the message.
+    """An argument of the wrong type, named in the message: a scalar that is not a number (or not an integer
+    where one is needed), a flag that is no bool, an array that is no numpy array or torch tensor.
     A TypeError, as Python's own functions raise for such arguments, and a ValueError, as the package's other
     argument checks (which raised a ValueError for these too)."""
 

@@ -27,8 +27,8 @@ def _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, 
 def _float32_sinks(sinks):
     """Sinks in float16 or bfloat16 (a model's own dtype: gpt-oss's s_aux in a bf16 model) as the
     float32 the kernels take; for a tensor through .float(), so its gradient flows back."""
-    if sinks is None or _arrays.dtype_name(sinks) not in ("float16", "bfloat16"):
-        return sinks
+    if not _is_array(sinks) or _arrays.dtype_name(sinks) not in ("float16", "bfloat16"):
+        return sinks  # (None, or anything else: refused by name with the other arrays)
     return sinks.float() if _arrays.is_torch(sinks) else sinks.astype(np.float32)
 
 
@@ -38,8 +38,8 @@ def _matrix(x):
     padding mask over the queries, a query mask over the keys) is materialised, since the library
     takes neither (a zero row stride, a last dimension not contiguous).
     Masks are bytes, nonzero = attend: bool and uint8 arrays pass as they are."""
-    if x is None:
-        return None
+    if not _is_array(x):
+        return x  # (None, or anything else: refused by name with the other arrays)
     if x.ndim == 2:
         x = x[None, None]
     if x.ndim == 4:
@@ -48,6 +48,10 @@ def _matrix(x):
         if any(x.shape[i] > 1 and strides[i] == 0 for i in (2, 3)):
             x = x.contiguous() if torch_kind else x.copy()
     return x
+
+
+def _is_array(x):
+    return isinstance(x, np.ndarray) or _arrays.is_torch(x)
 
 
 @contextlib.contextmanager
@@ -107,7 +111,8 @@ def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, c
                  sinks, bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  path)
     named = list(zip(("dout", "q", "k", "v", "out", "softmax_lse"), (dout, q, k, v, out, softmax_lse))) + spec.arrays()
-    _arrays.kind_check(named)  # (the forward's checks see q, k, v: dout, out and softmax_lse too, by name)
+    # (the forward's checks see q, k, v: dout, out and softmax_lse too, by name)
+    _arrays.kind_check(named, required=("dout", "q", "k", "v", "out", "softmax_lse"))
     _arrays.refuse_no_data(named)
     args = [_arrays.host(x) for x in (dout, q, k, v, out, softmax_lse)]
     with _using(context):
@@ -188,7 +193,7 @@ def merge_states(states, lse_states):
                     raise ValueError(f"{name}[{i}] has shape {tuple(part.shape)}, {name}[0] {tuple(x[0].shape)}: the "
                                      "states must have one shape")
             x = torch.stack([_arrays.host(p).detach() for p in x]) if torch_kind else np.stack(x)
-        _arrays.kind_check([(name, x)])
+        _arrays.kind_check([(name, x)], required=(name,))
         _arrays.refuse_no_data([(name, x)])
         if _arrays.is_torch(x) != torch_kind:
             raise ValueError("states and lse_states must both be numpy arrays or both torch tensors")

@@ -57,10 +57,12 @@ def _check_packed(packing, inputs, varlen):
                 lambda: f"{name} must be ({rows}, {parts}, heads, head_dim), got shape {shape}")
 
 
-def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False):
-    """out, or (out, softmax_lse[, S_dmask]); autograd for tensors."""
+def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False, varlen=False):
+    """out, or (out, softmax_lse[, S_dmask]); autograd for tensors. varlen: a flash_attn_varlen_* call, whose
+    cu_seqlens are required (None made it a call of the fixed-length layout, refused for its shapes)."""
     names = {"none": ("q", "k", "v"), "qkv": ("qkv",), "kv": ("q", "kv")}[packing]
-    is_torch = _arrays.kind_check(list(zip(names, inputs)) + spec.arrays())
+    required = names + (("cu_seqlens_q", "cu_seqlens_k") if varlen else ())
+    is_torch = _arrays.kind_check(list(zip(names, inputs)) + spec.arrays(), required=required)
     _check_packed(packing, inputs, spec.varlen)
     if is_torch:  # (meta and fake tensors: outputs of the right shapes, through the operators' fake kernels)
         from . import _torch
@@ -139,7 +141,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                      return_attn_probs)
     spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                  cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
-    return run((q, k, v), spec, "none", return_attn_probs)
+    return run((q, k, v), spec, "none", return_attn_probs, varlen=True)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -148,7 +150,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     """qkv (total, 3, nheads, d) with one cu_seqlens for queries and keys."""
     spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens,
                  cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen)
-    return run((qkv,), spec, "qkv", return_attn_probs)
+    return run((qkv,), spec, "qkv", return_attn_probs, varlen=True)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -157,7 +159,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     """q (total_q, nheads, d), kv (total_k, 2, nheads_k, d)."""
     spec = _spec(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                  cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
-    return run((q, kv), spec, "kv", return_attn_probs)
+    return run((q, kv), spec, "kv", return_attn_probs, varlen=True)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,

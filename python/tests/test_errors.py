@@ -429,3 +429,55 @@ def test_numpy_scalars_on_every_entry_point(rng, kind):
         flashcl.flash_attn_varlen_func(x, x, x, cu, cu, f64(6), 6)
     with pytest.raises(TypeError, match="max_seqlen_k must be an integer"):
         flashcl.flash_attn_varlen_func(x, pool, pool, cu, cu, 6, "6", block_table=table)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_wrong_types_are_named(rng, kind):
+    """Wrong-typed arguments raise a TypeError naming them on every entry point. They failed naming nothing
+    (None for q or for merge_states' states, a list as sinks or bias: AttributeError "'NoneType' object has no
+    attribute 'dtype'"), or were taken silently (causal="no" and rotary_interleaved="no" as True,
+    cache_seqlens=True as 1 row); flash_attn_varlen_func with cu_seqlens None was refused for q's shape."""
+    q, k, v = qkv(rng, b=2, sq=4, sk=8)
+    x = rand(rng, (10, 2, 16))
+    cu = np.array([0, 4, 10], np.int32)
+    lse = np.zeros((2, 2, 4), np.float32)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        q, k, v, x, cu, lse = (torch.from_numpy(a) for a in (q, k, v, x, cu, lse))
+    calls = [
+        (lambda: flashcl.flash_attn_func(None, k, v), "q must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.flash_attn_func(q, k, None), "v must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.flash_attn_qkvpacked_func(None), "qkv must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.flash_attn_func(q, k, v, causal="no"), "causal must be a bool, got 'no'"),
+        (lambda: flashcl.flash_attn_func(q, k, v, causal=None), "causal must be a bool, got None"),
+        (lambda: flashcl.flash_attn_varlen_func(x, x, x, None, cu, 6, 6),
+         "cu_seqlens_q must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.flash_attn_varlen_qkvpacked_func(x[:, None].expand(10, 3, 2, 16) if kind == "torch" else
+                                                          np.stack([x] * 3, 1), None, 6),
+         "cu_seqlens_q must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.attention(q, k, v, sinks=[0.1, 0.2]), "sinks must be a numpy array or a torch tensor, "
+                                                                "not list"),
+        (lambda: flashcl.attention(q, k, v, bias=[[0.0]]), "bias must be a numpy array or a torch tensor, not list"),
+        (lambda: flashcl.attention(q, k, v, mask=[[True]]), "mask must be a numpy array or a torch tensor, not list"),
+        (lambda: flashcl.attention_backward(q, q, k, v, q, None), "softmax_lse must be a numpy array or a torch "
+                                                                  "tensor, not None"),
+        (lambda: flashcl.dropout_mask(None, k, 0.5, 1), "q must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.plan(q, None, v), "k must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.merge_states(None, None), "states must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.merge_states([q, q], None), "lse_states must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.to_device(None), "x must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.flash_attn_with_kvcache(q, None, v, cache_seqlens=4),
+         "k_cache must be a numpy array or a torch tensor, not None"),
+        (lambda: flashcl.flash_attn_with_kvcache(q, k, v, cache_seqlens=True),
+         "cache_seqlens must be an integer or an int32 \\(batch,\\) array, got True"),
+        (lambda: flashcl.flash_attn_with_kvcache(q, k, v, cache_seqlens=4, causal="yes"), "causal must be a bool"),
+        (lambda: flashcl.flash_attn_with_kvcache(q, k, v, cache_seqlens=4, rotary_interleaved="no"),
+         "rotary_interleaved must be a bool, got 'no'"),
+    ]
+    for call, match in calls:
+        with pytest.raises(TypeError, match=match):
+            call()
+    # flags of any integer or bool kind still pass, as they did
+    want = flashcl.flash_attn_func(q, k, v, causal=True)
+    for flag in (1, np.bool_(True), np.int64(1), np.array(True)):
+        assert (flashcl.flash_attn_func(q, k, v, causal=flag) == want).all()
