@@ -217,6 +217,8 @@ def _or_one(n):
 
 def _is_int(x):
     """An integer, a numpy integer or a 0-d integer tensor (anything with __index__), but not a bool."""
+    if isinstance(x, int):  # (first: torch.compile(dynamic=True) passes sizes as symbolic ints, which dynamo
+        return not isinstance(x, bool)  # shows as int and on which it cannot trace hasattr)
     if isinstance(x, bool) or (hasattr(x, "dtype") and str(x.dtype) == "torch.bool"):
         return False
     try:
@@ -354,7 +356,7 @@ def check_max_seqlen(name, x):
     message = lambda: f"{name} must be an integer >= 0 (the longest sequence) with cu_seqlens, got {x!r}"  # noqa: E731
     if x is None or not _is_int(x):
         _type_error(message)
-    x = operator.index(x)
+    x = x if isinstance(x, int) else operator.index(x)  # (an int stays as it is: a symbolic size under compile)
     _need(x >= 0, message)
     return x
 

@@ -204,3 +204,24 @@ def test_operator_takes_traced_scalars():
     got = torch.ops.flashcl.forward(*plain, traced, (1 << 2) | (1 << 6))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     torch.library.opcheck(torch.ops.flashcl.forward.default, plain + (traced, (1 << 2) | (1 << 6)))
+
+
+def test_compile_dynamic_varlen_bounds_from_shapes():
+    """dynamic=True keeps sizes symbolic: max_seqlen_q=q.shape[0] reached the argument checks as a symbolic int,
+    on which dynamo cannot trace hasattr (the graph failed). It passes through unchanged, and a second total
+    length runs the same graph (no recompile) with the same results as the eager call."""
+    from torch._dynamo.utils import counters
+
+    def call(q, k, v, cu):
+        return flashcl.flash_attn_varlen_func(q, k, v, cu, cu, q.shape[0], k.shape[0], causal=True)
+
+    compiled = torch.compile(call, dynamic=True, fullgraph=True, backend="aot_eager")
+    graphs = None
+    for n in (48, 72):
+        g = torch.Generator().manual_seed(n)
+        q, k, v = (torch.randn(2 * n, h, 16, generator=g) for h in (4, 2, 2))
+        cu = torch.tensor([0, n // 3, 2 * n], dtype=torch.int32)
+        assert torch.equal(compiled(q, k, v, cu), call(q, k, v, cu))
+        if graphs is None:
+            graphs = counters["stats"]["unique_graphs"]
+    assert counters["stats"]["unique_graphs"] == graphs, "a second total length compiled a new graph"
