@@ -14,8 +14,10 @@
  * rounded as the library stores it. Each sequence's keys (leftpad .. end) go
  * to rv_forward as one sequence of a varlen batch (its causal mask, windows
  * and ALiBi are bottom-right per sequence, as the KV-cache call's).
- *   test_kvcache [--quick] [--case N] [--list] [--storage bf16|f16]
- *   (--quick: the Oclgrind subset; --storage: every case in that 16-bit type, as
+ *   test_kvcache [--quick] [--case N]... [--list] [--storage bf16|f16]
+ *   (--quick: the Oclgrind subset; --case: the cases of those indices, in list
+ *   order, in one context (repeat it to run a sequence: the scratch and tables
+ *   earlier cases leave behind); --storage: every case in that 16-bit type, as
  *   test_kvcache_mma runs them through the tensor-core decode)
  */
 #include <math.h>
@@ -1356,12 +1358,17 @@ static int is_quick_case(size_t i) {
 }
 
 int main(int argc, char **argv) {
-    long only = -1;
-    int quick = 0, storage = -1; /* --storage: every case's Q, O (and same-typed cache) in that type */
+    unsigned char chosen[CASE_COUNT] = {0};      /* --case (repeatable) */
+    int any_chosen = 0, quick = 0, storage = -1; /* --storage: every case's Q, O (and same-typed cache) in that type */
     for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
-            only = strtol(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--quick") == 0)
+        if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
+            const long n = strtol(argv[++i], NULL, 10);
+            if (n < 0 || (size_t)n >= CASE_COUNT) {
+                fprintf(stderr, "test_kvcache: --case %s: the cases are 0 to %zu (--list)\n", argv[i], CASE_COUNT - 1);
+                return 2;
+            }
+            chosen[n] = 1, any_chosen = 1;
+        } else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--expect-mma") == 0)
             expect_mma = 1;
@@ -1373,14 +1380,15 @@ int main(int argc, char **argv) {
             for (size_t c = 0; c < CASE_COUNT; ++c) printf("%4zu %s\n", c, k_cases[c].name);
             return 0;
         } else {
-            fprintf(stderr, "usage: test_kvcache [--quick] [--case N] [--list] [--storage bf16|f16] [--expect-mma]\n");
+            fprintf(stderr,
+                    "usage: test_kvcache [--quick] [--case N]... [--list] [--storage bf16|f16] [--expect-mma]\n");
             return 2;
         }
     }
     flashcl_context *ctx = tu_context_create();
     size_t ran = 0, passed = 0;
     for (size_t i = 0; i < CASE_COUNT; ++i) {
-        if (only >= 0 && (size_t)only != i) continue;
+        if (any_chosen && !chosen[i]) continue;
         if (quick && !is_quick_case(i)) continue;
         char label[160];
         kv_case c = k_cases[i];
@@ -1395,7 +1403,7 @@ int main(int argc, char **argv) {
             printf("ok   %s\n", label);
         }
     }
-    if (only < 0) {
+    if (!any_chosen) {
         if (!quick) check_batch_invariance(ctx);
         check_fp8_encoding(ctx);
         check_fp8_decoding(ctx);
