@@ -776,7 +776,8 @@ static void random_storage(tu_rng *rng, flashcl_dtype t, float *x, size_t n, flo
     for (size_t i = 0; i < n; ++i) x[i] = st_round(t, tu_rng_float(rng, lo, hi));
 }
 
-static void kv_init(kv_run *r, cl_context cl, const kv_case *c, uint64_t seed) {
+/* nan_unheld: NaN in every pool row no sequence holds (below). */
+static void kv_init(kv_run *r, cl_context cl, const kv_case *c, uint64_t seed, int nan_unheld) {
     memset(r, 0, sizeof *r);
     r->c = *c;
     tu_rng rng = tu_rng_seed(seed);
@@ -807,12 +808,28 @@ static void kv_init(kv_run *r, cl_context cl, const kv_case *c, uint64_t seed) {
         r->pool_rows = c->capacity;
     }
     for (size_t h = 0; h < 8; ++h) r->kscale[h] = 0.5f + 0.125f * (float)h, r->vscale[h] = 0.25f + 0.0625f * (float)h;
-    /* The pools: random bytes of the storage (whatever the cache holds past each sequence is never read). */
+    /* The pools: random values of the storage in the rows the sequences hold (leftpad .. seqlen), NaN in
+       every other row (before leftpad, past the length, the rows the append writes, the pages and cache
+       entries no sequence owns): a real cache may hold anything there, NaN and Inf included, and the
+       output must not change (a kernel that reads such a row and masks its score still gets
+       0 * NaN = NaN in P V). */
     const size_t nk = cache_elems(r, c->d), nv = cache_elems(r, c->dv);
     r->kcache = malloc(nk * r->elem + 4), r->vcache = malloc(nv * r->elem + 4);
     REQUIRE(r->kcache && r->vcache);
     for (size_t i = 0; i < nk; ++i) cache_store(r, r->kcache, i, tu_rng_float(&rng, -1, 1), 0, (i / c->d) % c->hkv);
     for (size_t i = 0; i < nv; ++i) cache_store(r, r->vcache, i, tu_rng_float(&rng, -1, 1), 1, (i / c->dv) % c->hkv);
+    const size_t pool_rows = r->pool_batch * r->pool_rows;
+    unsigned char *held = calloc(pool_rows, 1);
+    REQUIRE(held != NULL);
+    for (size_t s = 0; s < c->b; ++s)
+        for (size_t j = (size_t)r->leftpad[s]; j < (size_t)r->seqlens[s]; ++j)
+            held[cache_at(r, s, j, 0, 1) / c->hkv] = 1;
+    for (size_t row = 0; row < pool_rows; ++row)
+        for (size_t h = 0; nan_unheld && !held[row] && h < c->hkv; ++h) {
+            for (size_t e = 0; e < c->d; ++e) cache_store(r, r->kcache, (row * c->hkv + h) * c->d + e, NAN, 0, h);
+            for (size_t e = 0; e < c->dv; ++e) cache_store(r, r->vcache, (row * c->hkv + h) * c->dv + e, NAN, 1, h);
+        }
+    free(held);
     const size_t nq = c->b * c->sq * c->hq * c->d, nnew = c->b * (c->seqlen_new ? c->seqlen_new : 1) * c->hkv;
     r->q = malloc(nq * sizeof(float)), r->knew = malloc(nnew * c->d * sizeof(float));
     r->vnew = malloc(nnew * c->dv * sizeof(float));
@@ -1075,7 +1092,7 @@ static int run_case(flashcl_context *ctx, const kv_case *c, const char *label) {
     cl_context cl = flashcl_context_cl_context(ctx);
     cl_command_queue queue = flashcl_context_queue(ctx);
     kv_run r;
-    kv_init(&r, cl, c, 0x5eed + (uint64_t)c->sq * 131 + c->capacity);
+    kv_init(&r, cl, c, 0x5eed + (uint64_t)c->sq * 131 + c->capacity, 1);
     flashcl_tensor qv = flashcl_tensor_bshd(r.qb, c->sq, c->hq, c->d),
                    ov = flashcl_tensor_bshd(r.ob, c->sq, c->hq, c->dv);
     cl_event done = NULL;
@@ -1202,8 +1219,8 @@ static void check_batch_invariance(flashcl_context *ctx) {
     kv_case three = one;
     three.b = 3, three.seqlens[0] = 777, three.seqlens[1] = 30, three.seqlens[2] = 899;
     kv_run a, b;
-    kv_init(&a, cl, &one, 99);
-    kv_init(&b, cl, &three, 99);
+    kv_init(&a, cl, &one, 99, 1);
+    kv_init(&b, cl, &three, 99, 1);
     /* The same q and first cache sequence in both (kv_init drew them from the same seed: make them equal). */
     const size_t nq1 = one.sq * one.hq * one.d, rows1 = one.capacity * one.hkv * one.d * a.elem;
     float *qpad = malloc(nq1 * sizeof(float));
@@ -1258,7 +1275,8 @@ static void check_table_reuse(flashcl_context *ctx) {
         "reuse", FLASHCL_DTYPE_F32, 0, 2, 4, 2, 1, 64, 64, 16, 96, {70, 45}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         0};
     kv_run r;
-    kv_init(&r, flashcl_context_cl_context(ctx), &c, 7);
+    /* Finite rows everywhere: the new table below hands sequence 0 pages that held no rows. */
+    kv_init(&r, flashcl_context_cl_context(ctx), &c, 7, 0);
     int32_t first[MAXB * 8];
     const size_t entries = c.b * r.max_pages;
     memcpy(first, r.table, entries * sizeof *first);
