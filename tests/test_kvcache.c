@@ -1412,12 +1412,12 @@ int main(int argc, char **argv) {
     /* --fresh-context (the Oclgrind runs): Oclgrind's --uninitialized plugin (21.10, and its source
        since) is never told of a buffer's release. It gives a global buffer a shadow (all
        uninitialised) at its first kernel launch only if none is held under the buffer's index, and
-       Oclgrind hands a released buffer's index to the next buffer created. A scratch buffer the
-       context re-creates larger (the rotated query: 8 KiB for case 10, 9 KiB for the MLA case)
-       thus keeps the old, smaller shadow: stores past its end are dropped from it and loads there
-       read as uninitialised, so the decode kernels' reads of the query's last row were reported
-       (O was right). Each oclgrind::Context (one per cl_context) has its own plugins: a new
-       context starts with no shadows. */
+       Oclgrind hands released buffers' indices (oldest first) to the buffers created next. A scratch
+       buffer the context re-creates larger (the rotated query: 8192 bytes for case 10, 9216 for the
+       MLA case) thus keeps the old, smaller shadow: stores past its end are dropped from it and loads
+       there read as uninitialised, so the decode kernels' reads of the query's last 256 floats,
+       which rotate_q had written, were reported (O was right). Each oclgrind::Context (one per
+       cl_context) has its own plugins: a new context starts with no shadows. */
     flashcl_context *ctx = tu_context_create();
     size_t ran = 0, passed = 0;
     for (size_t i = 0; i < CASE_COUNT; ++i) {
