@@ -555,6 +555,15 @@ void cli_check_bench_decode(void) {
         expect_lines("bench --kv-cache --dtype bf16 --json", out, sets, counts, 2);
         free(out);
     }
+    /* --num-splits 0 is the automatic count, as desc.num_splits = 0 and the rows' "num_splits":0 (it was refused). */
+    out = bench_ok("bench --num-splits 0", DECODE_SHAPE " --path flash --num-splits 0 --read-bw 20 --json");
+    if (out) {
+        static const char *const row[] = {"\"path\":\"flash\"", "\"num_splits\":0"};
+        const char *const *sets[] = {row};
+        const size_t counts[] = {2};
+        expect_lines("bench --num-splits 0 --json", out, sets, counts, 1);
+        free(out);
+    }
     /* fp8: half the bytes of K and V counted; not checked (quantised); a fixed split count. */
     out = bench_ok("bench --cache-dtype fp8_e4m3",
                    DECODE_SHAPE " --dtype bf16 --cache-dtype fp8_e4m3 --num-splits 2 --read-bw 20 --json");
@@ -577,7 +586,8 @@ void cli_check_bench_decode(void) {
                    {"bench --read-bw -1", "--read-bw"},
                    {"bench --read-bw fast", "--read-bw"},
                    {"bench --cache-dtype fp9", "--cache-dtype"},
-                   {"bench --num-splits 0", "--num-splits"},
+                   {"bench --num-splits -1", "--num-splits"},
+                   {"bench --num-splits 4097", "--num-splits"},
                    /* What the cache call does not take: a usage error before anything runs, as in
                       `attention` (it was the library's refusal after the setup, exit 1). */
                    {"bench --seqlen 1 --kv-cache --dropout 0.1", "--dropout"},

@@ -62,7 +62,9 @@ int kv_parse_option(option_cursor *c, kv_command command, kv_options *kv) {
         kv->cache_dtype_given = true;
         return 1;
     }
-    if (options_is(c, "--num-splits")) return options_size(c, 1, KV_MAX_SPLITS, &kv->num_splits) ? 1 : -1;
+    /* 0 is the library's automatic count (desc.num_splits = 0, FlashAttention's num_splits=0), the default here
+       too: the JSON rows report it as 0, and a command taking that value back gets the same call. */
+    if (options_is(c, "--num-splits")) return options_size(c, 0, KV_MAX_SPLITS, &kv->num_splits) ? 1 : -1;
     if (command == KV_FOR_ATTENTION) return parse_attention_file(c, kv);
     if (options_is(c, "--page-size")) return options_size(c, 1, KV_MAX_PAGE_SIZE, &kv->page_size) ? 1 : -1;
     if (options_is(c, "--kv-cache")) {
@@ -147,7 +149,8 @@ void kv_help(FILE *out, kv_command command) {
           "  --cache-dtype T        the cache's storage: same (the --dtype, default),\n"
           "                         fp8_e4m3 or fp8_e5m2 (dequantised where loaded)\n"
           "  --num-splits N         split-KV: N work-groups share each sequence's keys\n"
-          "                         (desc.num_splits; default: enough to fill the device);\n"
+          "                         (desc.num_splits; 0, the default: enough to fill the\n"
+          "                         device);\n"
           "                         also for the plain forward of a short query\n",
           out);
     if (command == KV_FOR_BENCH) {
