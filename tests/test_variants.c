@@ -26,8 +26,13 @@
  * --quick runs a few tiny cases with every feature on (the Oclgrind runs);
  * --case N runs only case N, --skip N all but case N;
  * --forward-only skips the backward; --fresh-context gives every case its
- * own context (Oclgrind 21.10 reports false "uninitialized" reads of a
- * scratch buffer that was released and re-created larger).
+ * own context, and the case's backward a second one on the same queue
+ * (flashcl_context_create_from_queue): Oclgrind 21.10 reports false
+ * "uninitialized" reads of a scratch buffer that was released and re-created
+ * larger, and the fused CPU backward's float32 dQ takes the scratch slot of
+ * the forward's packed K, re-created larger within a case in one context.
+ * The backward's scratch buffers are then its own, never the forward's, so
+ * Oclgrind also checks that the backward writes what it reads.
  * --storage runs every case in that 16-bit storage type (the NVIDIA
  * tensor-core forward's sweep); --tensor-cores then requires, on a device
  * where a plain 16-bit call plans the tensor-core forward (flash_fwd_mma),
@@ -73,6 +78,7 @@ static int check_standard_refuses(flashcl_context *ctx, vp_problem *p, const cha
 }
 
 static int g_forward_only;
+static int g_backward_context;       /* --fresh-context: the backward runs in a second context on the case's queue */
 static const char *g_expect_forward; /* "flash_fwd_mma" with --tensor-cores on a device that has them */
 static int g_expect_cpu;             /* the CPU family must plan every case it covers (see check_cpu_family) */
 
@@ -256,6 +262,7 @@ static int run_case(flashcl_context *ctx, const vc_case *c, const char *label, u
     int ok = check_forward_kernel(ctx, &p, label);
     ok &= check_cpu_family(ctx, &p, label);
     cl_event fwd = NULL, bwd = NULL;
+    flashcl_context *bctx = ctx; /* the backward's: a second one with --fresh-context */
     if (c->desc.dropout_p > 0.0f) {
         if (!CHECK_STATUS(vp_dropout_mask(ctx, &p), FLASHCL_SUCCESS)) {
             fprintf(stderr, "  %s (dropout mask)\n  last message: %s\n", label, flashcl_last_error(ctx));
@@ -279,8 +286,9 @@ static int run_case(flashcl_context *ctx, const vc_case *c, const char *label, u
     snprintf(what, sizeof what, "%s (forward)", label);
     ok &= vp_check_forward(&p, queue, fwd, what);
     if (c->backward && !g_forward_only) {
-        if (!CHECK_STATUS(vp_backward(ctx, &p, 1, &fwd, &bwd), FLASHCL_SUCCESS)) {
-            fprintf(stderr, "  %s (backward)\n  last message: %s\n", label, flashcl_last_error(ctx));
+        if (g_backward_context) REQUIRE(flashcl_context_create_from_queue(&bctx, queue) == FLASHCL_SUCCESS);
+        if (!CHECK_STATUS(vp_backward(bctx, &p, 1, &fwd, &bwd), FLASHCL_SUCCESS)) {
+            fprintf(stderr, "  %s (backward)\n  last message: %s\n", label, flashcl_last_error(bctx));
             ok = 0;
             goto done;
         }
@@ -291,6 +299,7 @@ static int run_case(flashcl_context *ctx, const vc_case *c, const char *label, u
 done:
     if (fwd) clReleaseEvent(fwd);
     if (bwd) clReleaseEvent(bwd);
+    if (bctx != ctx) flashcl_context_destroy(bctx);
     vp_free(&p);
     return ok;
 }
@@ -375,7 +384,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--fresh-context") == 0)
-            fresh = 1;
+            fresh = g_backward_context = 1;
         else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc && strcmp(argv[i + 1], "f16") == 0)
             storage = FLASHCL_DTYPE_F16, ++i;
         else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc && strcmp(argv[i + 1], "bf16") == 0)
