@@ -98,6 +98,13 @@ flashcl_tensor view(const DeviceBuffers &b, int slot, bool varlen) {
     t.stride_batch = varlen ? 0 : a.stride[0];
     t.stride_row = a.stride[varlen ? 0 : 1];
     t.stride_head = a.stride[varlen ? 1 : 2];
+    // All three zero is the library's "packed" shorthand: here only a zero row stride over several rows
+    // with the batch and heads broadcast too (a size-1 dimension gets a nonzero stride), which the library
+    // would read as packed and refuse as out of bounds, with strides the caller never gave.
+    if (t.stride_batch == 0 && t.stride_head == 0 && t.stride_row == 0)
+        throw nb::value_error((std::string(a.name) + ".stride_row (0): rows must be at least a row apart (a zero " +
+                               "row stride, broadcast over the sequence, is refused; pass a copy)")
+                                  .c_str());
     return t;
 }
 

@@ -38,6 +38,24 @@ def test_layout_checks(rng):
     np.testing.assert_array_equal(flashcl.flash_attn_func(qt, k, v), flashcl.flash_attn_func(q, k, v))
 
 
+def test_zero_row_stride_is_named(rng):
+    """A zero row stride is refused naming stride_row (README) also when the batch and heads are broadcast
+    too: all three strides zero are the library's packed shorthand, and such a k was refused as out of
+    bounds with strides the caller never gave ("k: the view (k.offset 16, strides 0/8/16) reaches ...")."""
+    q, k, v = qkv(rng, b=2)
+    one_key = np.broadcast_to(k[:1, :1, :1], k.shape)  # strides (0, 0, 0, 1)
+    with pytest.raises(ValueError, match=r"k.stride_row \(0\): rows must be at least a row apart"):
+        flashcl.flash_attn_func(q, one_key, v)
+    cu = np.array([0, 8], np.int32)
+    with pytest.raises(ValueError, match=r"v.stride_row \(0\): rows must be at least a row apart"):
+        flashcl.flash_attn_varlen_func(q[0], k[0], one_key[0], cu, cu, 8, 8)
+    with pytest.raises(ValueError, match=r"q.stride_row \(0\): rows must be at least a row apart"):
+        flashcl.flash_attn_with_kvcache(np.broadcast_to(q[:1, :1, :1], q.shape), k, v)
+    # a zero row stride beside a nonzero head stride was already named by the library
+    with pytest.raises(ValueError, match=r"k.stride_row \(0\) is smaller than head_dim"):
+        flashcl.flash_attn_func(q, np.broadcast_to(k[:1, :1], k.shape), v)
+
+
 def test_library_checks_name_the_field(rng):
     q, k, v = qkv(rng, hq=6, hkv=4)
     with pytest.raises(flashcl.InvalidArgumentError) as e:
