@@ -223,20 +223,35 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     # flash_attn drops a window side as wide as the cache (make_desc: which also decides how q is rotated,
     # every row at cache_seqlens without a window); the paged varlen call clips against its max_seqlen_k.
     p.window_bound = capacity if window_bound is None else window_bound
-    desc = _core.make_desc(p, spec)
-    desc.num_splits = int(num_splits)
     out = _arrays.empty(q, (b, p.seqlen_q, p.heads_q, p.head_dim_v))
     lse = _arrays.empty(q, (b, p.heads_q, p.seqlen_q), "float32") if return_lse else None
-    ctx = _context.resolve(context)
-    raw = _arrays.raw
-    if not seqlen_new:  # k and v of 0 rows (a step with no new tokens) append nothing: none to pass
-        k = v = None
-    ctx._c.forward_kvcache(desc, raw(q), _raw_cache(k_cache), _raw_cache(v_cache), raw(out), raw(lse), k=raw(k),
-                           v=raw(v), rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                           rotary_interleaved=rotary_interleaved, cache_seqlens=raw(cache_seqlens),
-                           cache_batch_idx=raw(cache_batch_idx), cache_leftpad=raw(cache_leftpad),
-                           block_table=raw(block_table), cache_dtype=cache_dtype, k_scale=k_scale, v_scale=v_scale,
-                           alibi_slopes=_arrays.raw_feature("alibi_slopes", spec.alibi_slopes))
+    # Empty inputs are answered without a kernel, as flash_attn_func's (the library refuses zero sizes): out 0,
+    # LSE -inf. No query rows still append k and v (a step that only fills the cache): through one query row of
+    # zeros, whose results are dropped.
+    empty = b == 0 or capacity == 0 or p.seqlen_q == 0
+    if empty:
+        out[...] = 0
+        if lse is not None:
+            lse[...] = -np.inf
+    if not empty or (b and seqlen_new):
+        run_q, run_out, run_lse = q, out, lse
+        if empty:
+            p.seqlen_q = 1
+            run_q, run_out = _arrays.zeros(q, (b, 1, p.heads_q, p.head_dim)), _arrays.empty(q, (b, 1, p.heads_q,
+                                                                                                p.head_dim_v))
+            run_lse = None
+        desc = _core.make_desc(p, spec)
+        desc.num_splits = int(num_splits)
+        ctx = _context.resolve(context)
+        raw = _arrays.raw
+        if not seqlen_new:  # k and v of 0 rows (a step with no new tokens) append nothing: none to pass
+            k = v = None
+        ctx._c.forward_kvcache(desc, raw(run_q), _raw_cache(k_cache), _raw_cache(v_cache), raw(run_out), raw(run_lse),
+                               k=raw(k), v=raw(v), rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                               rotary_interleaved=rotary_interleaved, cache_seqlens=raw(cache_seqlens),
+                               cache_batch_idx=raw(cache_batch_idx), cache_leftpad=raw(cache_leftpad),
+                               block_table=raw(block_table), cache_dtype=cache_dtype, k_scale=k_scale, v_scale=v_scale,
+                               alibi_slopes=_arrays.raw_feature("alibi_slopes", spec.alibi_slopes))
     if seqlen_new:
         for caller, host in zip(caller_caches, (k_cache, v_cache)):
             if host is not caller:

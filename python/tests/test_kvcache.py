@@ -190,6 +190,41 @@ def test_append_of_no_rows_is_no_append():
     np.testing.assert_array_equal(k_cache, before)
 
 
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_empty_queries_and_batch(kind):
+    """No query rows, a batch of 0 and a cache of 0 rows are answered without a kernel (README: empty inputs),
+    out 0 and LSE -inf, as flash_attn_func answers them; no query rows still append k and v (the same rows
+    as a call with queries). They were refused as "q is empty (dimension 1 is 0)"."""
+    rng = np.random.default_rng(16)
+    k_cache, v_cache = rand(rng, (2, 12, 2, D)), rand(rng, (2, 12, 2, D))
+    k_new, v_new = rand(rng, (2, 3, 2, D)), rand(rng, (2, 3, 2, D))
+    half = D // 2
+    cos, sin = rand(rng, (12, half // 2)), rand(rng, (12, half // 2))
+    seqlens = np.array([5, 9], np.int32)
+    arrays = dict(q0=rand(rng, (2, 0, 4, D)), qb0=rand(rng, (0, 1, 4, D)), q1=rand(rng, (2, 1, 4, D)),
+                  kb0=rand(rng, (0, 1, 2, D)), cap0=rand(rng, (2, 0, 2, D)), lens0=np.zeros((0,), np.int32))
+    if kind == "torch":
+        torch = _torch()
+        k_cache, v_cache, k_new, v_new, cos, sin, seqlens = (torch.from_numpy(x) for x in (k_cache, v_cache, k_new,
+                                                                                             v_new, cos, sin, seqlens))
+        arrays = {name: torch.from_numpy(x) for name, x in arrays.items()}
+    kc_ref, vc_ref = k_cache.clone() if kind == "torch" else k_cache.copy(), v_cache.clone() if kind == "torch" \
+        else v_cache.copy()
+    rot = dict(rotary_cos=cos, rotary_sin=sin)
+    flashcl.flash_attn_with_kvcache(arrays["q1"], kc_ref, vc_ref, k_new, v_new, cache_seqlens=seqlens, **rot)
+    out, lse = flashcl.flash_attn_with_kvcache(arrays["q0"], k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens,
+                                               causal=True, return_softmax_lse=True, **rot)
+    assert tuple(out.shape) == (2, 0, 4, D) and tuple(lse.shape) == (2, 4, 0)
+    np.testing.assert_array_equal(np.asarray(k_cache), np.asarray(kc_ref))
+    np.testing.assert_array_equal(np.asarray(v_cache), np.asarray(vc_ref))
+    out, lse = flashcl.flash_attn_with_kvcache(arrays["qb0"], k_cache, v_cache, arrays["kb0"], arrays["kb0"],
+                                               cache_seqlens=arrays["lens0"], return_softmax_lse=True)
+    assert tuple(out.shape) == (0, 1, 4, D) and tuple(lse.shape) == (0, 4, 1)
+    out, lse = flashcl.flash_attn_with_kvcache(arrays["q1"], arrays["cap0"], arrays["cap0"], cache_seqlens=0,
+                                               return_softmax_lse=True)
+    assert not np.asarray(out).any() and np.isneginf(np.asarray(lse)).all()
+
 def test_fp8_cache():
     """FlashCL's extra: an e4m3 cache (ml_dtypes) with per-head k scales and a per-tensor v scale holds
     x / scale; the appended rows are quantised (round to nearest even) into it."""
