@@ -224,7 +224,13 @@ flashcl_status flashcl_context_create(flashcl_context **out, const char *device_
     cl_platform_id platform = NULL;
     cl_device_id device = NULL;
     flashcl_status st = pick_device(spec, &platform, &device, err_buf, err_buf_size);
-    if (st != FLASHCL_SUCCESS) return st;
+    if (st != FLASHCL_SUCCESS) {
+        /* A spec the caller never gave: say where it came from. */
+        const size_t n = err_buf && err_buf_size ? strlen(err_buf) : 0;
+        if (spec && spec != device_spec && n && n + 1 < err_buf_size)
+            snprintf(err_buf + n, err_buf_size - n, " (the spec is $FLASHCL_DEVICE's)");
+        return st;
+    }
 
     flashcl_context *ctx = alloc_context();
     if (!ctx) return FLASHCL_ERR_OUT_OF_HOST_MEMORY;

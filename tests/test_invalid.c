@@ -442,6 +442,12 @@ static void check_context_create(void) {
     setenv("FLASHCL_DEVICE", specs[0], 1);
     CHECK_STATUS(flashcl_context_create(&out, NULL, NULL, 0), FLASHCL_ERR_INVALID_DEVICE_SPEC);
     CHECK(out == NULL);
+    /* and the message says the spec came from there (it read as a spec the caller had given) */
+    char why[512] = "";
+    CHECK_STATUS(flashcl_context_create(&out, "", why, sizeof why), FLASHCL_ERR_INVALID_DEVICE_SPEC);
+    CHECK(strstr(why, "(the spec is $FLASHCL_DEVICE's)") != NULL);
+    CHECK_STATUS(flashcl_context_create(&out, specs[0], why, sizeof why), FLASHCL_ERR_INVALID_DEVICE_SPEC);
+    CHECK(strstr(why, "FLASHCL_DEVICE") == NULL);
     if (copy)
         setenv("FLASHCL_DEVICE", copy, 1);
     else
