@@ -436,6 +436,13 @@ static void check_errors(void) {
     snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --k-cache-out '%s'", work("kvQ.npy"),
              work("KC.npy"), work("VC.npy"), work("O.npy"), work("KCout.npy"));
     cli_expect_usage_error_naming("--k-cache-out without --k-cache", args, "--k-cache-out");
+    /* New rows without --cache-seqlens (a full cache: no row to append into) are the tool's to name; the
+       library refused them as "cache->cache_seqlens is NULL", exit 1. */
+    snprintf(args, sizeof args,
+             "attention --q '%s' --k-cache '%s' --v-cache '%s' --block-table '%s' --out '%s' --k-new '%s' --v-new '%s'",
+             work("kvQ.npy"), work("KC.npy"), work("VC.npy"), work("table.npy"), work("O.npy"), work("KN.npy"),
+             work("VN.npy"));
+    cli_expect_usage_error_naming("--k-new without --cache-seqlens", args, "--k-new: needs --cache-seqlens");
     snprintf(args, sizeof args, "attention --q '%s' --k-cache '%s' --v-cache '%s' --k-cache '%s' --out '%s'",
              work("kvQ.npy"), work("KC.npy"), work("VC.npy"), work("VC.npy"), work("O.npy"));
     cli_expect_usage_error_naming("--k-cache twice", args, "--k-cache");

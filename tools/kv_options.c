@@ -113,6 +113,8 @@ static int check_pairs(const kv_options *kv) {
     } pairs[] = {
         {"--k-new", "--v-new", kv->k_new != NULL, kv->v_new != NULL},
         {"--v-new", "--k-new", kv->v_new != NULL, kv->k_new != NULL},
+        /* (a full cache has no row to append into: the library refused it as cache->cache_seqlens NULL, exit 1) */
+        {"--k-new", "--cache-seqlens (where the new rows go)", kv->k_new != NULL, kv->cache_seqlens != NULL},
         {"--rotary-cos", "--rotary-sin", kv->rotary_cos != NULL, kv->rotary_sin != NULL},
         {"--rotary-sin", "--rotary-cos", kv->rotary_sin != NULL, kv->rotary_cos != NULL},
         {"--rotary-interleaved", "--rotary-cos and --rotary-sin", kv->rotary_interleaved, kv->rotary_cos != NULL},
@@ -167,7 +169,7 @@ void kv_help(FILE *out, kv_command command) {
           "                         --dtype or --cache-dtype\n"
           "  --block-table BT.npy   int32 [b, max_pages]: the pages of each sequence\n"
           "  --cache-seqlens L.npy  int32 [b]: rows in the cache before the call\n"
-          "                         (default: full)\n"
+          "                         (default: full; --k-new needs it)\n"
           "  --cache-leftpad P.npy  int32 [b]: each sequence's keys start at this row\n"
           "  --cache-batch-idx I.npy  int32 [b]: the cache sequence of each batch entry\n"
           "                         (contiguous caches)\n"
