@@ -336,7 +336,8 @@ typedef struct flashcl_attention_desc {
     uint64_t dropout_seed;
     uint64_t dropout_offset;
 
-    flashcl_matrix bias;       /* float32 additive bias [b|1, h|1, sq, sk] (after scale and softcap) */
+    flashcl_matrix bias;       /* float32 additive bias [b|1, h|1, sq, sk] (after scale and softcap); values
+                                  below -FLT_MAX / log2(e), about -2.36e38, count as -inf (README: Variants) */
     flashcl_matrix mask;       /* uchar boolean mask [b|1, h|1, sq, sk]: nonzero = attend */
     flashcl_matrix block_mask; /* uchar [b|1, h|1, ceil(sq/block_q), ceil(sk/block_k)]: 0 = block skipped */
     size_t block_q, block_k;   /* block-mask block sizes (required with block_mask) */
