@@ -291,18 +291,24 @@ def as_bool(name, x):
     _type_error(lambda: f"{name} must be a bool, got {x!r}")
 
 
+def _int_pair(x, pair_message, entry_message):
+    """A pair of integers (a tuple, a list or a 1-d numpy array of two) as a tuple of _as_int's values."""
+    if isinstance(x, np.ndarray) and x.ndim == 1:
+        x = tuple(x)
+    if not (isinstance(x, (tuple, list)) and len(x) == 2):
+        _type_error(pair_message)
+    return tuple(_as_int(n, entry_message) for n in x)
+
+
 def check_spec(spec):
     """The scalar arguments every path takes as plain numbers: checked here, before the torch operators
     flatten them to ints (which would truncate 1.5 to 1 and take True as 1), and replaced by Python numbers
     (numpy scalars, which callers pass as 1 / np.sqrt(d), would reach the operators' float and int
     arguments as tensors under torch.compile). A value of the wrong type is an ArgumentTypeError naming it."""
     ws = spec.window_size
-    if isinstance(ws, np.ndarray) and ws.ndim == 1:
-        ws = tuple(ws)
-    if not (isinstance(ws, (tuple, list)) and len(ws) == 2):
-        _type_error(lambda: f"window_size must be a pair (left, right), got {spec.window_size!r}")
-    left, right = (_as_int(w, lambda: f"window_size entries must be integers, got {tuple(ws)!r}") for w in ws)
-    spec.window_size = (left, right)
+    left, right = spec.window_size = _int_pair(
+        ws, lambda: f"window_size must be a pair (left, right), got {ws!r}",
+        lambda: f"window_size entries must be integers, got {tuple(ws)!r}")
     _need(traced(left) or traced(right) or (-2**31 <= left < 2**31 and -2**31 <= right < 2**31),
           lambda: f"window_size entries must be 32-bit integers, got {tuple(spec.window_size)}")
     # Seeds and offsets travel as int64 through torch (rng_state); 2**63 values are plenty.
@@ -331,12 +337,8 @@ def check_spec(spec):
     if spec.block_mask is not None:  # (the operators flatten block_size to ints, None to (0, 0))
         _need(spec.block_size is not None, "block_mask needs block_size=(block_q, block_k)")
         bs = spec.block_size
-        if isinstance(bs, np.ndarray) and bs.ndim == 1:
-            bs = tuple(bs)
-        if not (isinstance(bs, (tuple, list)) and len(bs) == 2):
-            _type_error(lambda: f"block_size must be a pair of integers (block_q, block_k), got {spec.block_size!r}")
-        spec.block_size = tuple(_as_int(n, lambda: f"block_size must be a pair of integers (block_q, block_k), got "
-                                               f"{spec.block_size!r}") for n in bs)
+        message = lambda: f"block_size must be a pair of integers (block_q, block_k), got {bs!r}"  # noqa: E731
+        spec.block_size = _int_pair(bs, message, message)
 
 
 def _is_real(x):

@@ -72,16 +72,16 @@ def _or_minus_one(n):
     return -1 if n is None else int(n)
 
 
-# The operators' scalar arguments, in their order, and whether each is a float: under torch.compile any of them
-# may be a tensor of the graph (a numpy scalar such as 1 / np.sqrt(d), which dynamo traces as a tensor, or a 0-d
-# tensor), whose value is known only when the graph runs. Those travel in one int64 tensor (`traced`, floats as
-# their float64 bits) beside the plain arguments, with a bit mask (`traced_mask`) saying which arguments it
-# replaces; the operators take the values from it (_untrace) and check them as an eager call does.
-_SCALARS = (("max_seqlen_q", False), ("max_seqlen_k", False), ("softmax_scale", True), ("causal", False),
-            ("window_left", False), ("window_right", False), ("softcap", True), ("dropout_p", True),
-            ("dropout_seed", False), ("dropout_offset", False), ("block_q", False), ("block_k", False))
-# What a traced argument is replaced by among the plain ones (never read: the operators take the tensor's value).
-_PLACEHOLDERS = (0, 0, None, False, -1, -1, 0.0, 0.0, -1, 0, 0, 0)
+# The operators' scalar arguments, in their order: (name, whether it is a float, what stands for it among the
+# plain arguments when it is traced; never read). Under torch.compile any of them may be a tensor of the graph (a
+# numpy scalar such as 1 / np.sqrt(d), which dynamo traces as a tensor, or a 0-d tensor), whose value is known
+# only when the graph runs. Those travel in one int64 tensor (`traced`, floats as their float64 bits) beside the
+# plain arguments, with a bit mask (`traced_mask`) saying which arguments it replaces; the operators take the
+# values from it (_untrace) and check them as an eager call does.
+_SCALARS = (("max_seqlen_q", False, 0), ("max_seqlen_k", False, 0), ("softmax_scale", True, None),
+            ("causal", False, False), ("window_left", False, -1), ("window_right", False, -1),
+            ("softcap", True, 0.0), ("dropout_p", True, 0.0), ("dropout_seed", False, -1),
+            ("dropout_offset", False, 0), ("block_q", False, 0), ("block_k", False, 0))
 
 
 def _as_traced(name, is_float, x):
@@ -102,7 +102,7 @@ def _untrace(scalars, traced, traced_mask):
         return list(scalars)
     bits, floats = traced.tolist(), traced.view(torch.float64).tolist()
     out = list(scalars)
-    for i, (name, is_float) in enumerate(_SCALARS):
+    for i, (name, is_float, _) in enumerate(_SCALARS):
         if traced_mask >> i & 1:
             out[i] = floats[i] if is_float else (bool(bits[i]) if name == "causal" else int(bits[i]))
     return out
@@ -119,9 +119,9 @@ def _flat(spec):
     traced, traced_mask = None, 0
     if any(is_traced):
         traced = torch.stack([_as_traced(name, is_float, x) if t else torch.zeros((), dtype=torch.int64)
-                              for (name, is_float), x, t in zip(_SCALARS, given, is_traced)])
+                              for (name, is_float, _), x, t in zip(_SCALARS, given, is_traced)])
         traced_mask = sum(1 << i for i, t in enumerate(is_traced) if t)
-        given = tuple(p if t else x for x, p, t in zip(given, _PLACEHOLDERS, is_traced))
+        given = tuple(stand_in if t else x for x, (_, _, stand_in), t in zip(given, _SCALARS, is_traced))
     max_q, max_k, scale, causal, left, right, softcap, dropout_p, seed, offset, bq, bk = given
     seed = -1 if seed is None else int(seed)
     return (spec.alibi_slopes, spec.sinks, spec.bias, spec.mask, spec.block_mask, spec.cu_seqlens_q,
