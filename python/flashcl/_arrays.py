@@ -75,6 +75,19 @@ def kind_check(names_values, required=()):
     return torch_kind
 
 
+def rows_contiguous(x):
+    """An array the library only reads, with its last dimension packed: x itself, or a copy where that dimension
+    is strided (or, numpy, any stride is negative), as flash_attn's maybe_contiguous copies; the library reads
+    each row as packed elements. Outputs and caches written in place are never copied: those are refused by name
+    instead (a copy would take the results)."""
+    if is_torch(x):
+        return x.contiguous() if x.ndim and x.shape[-1] > 1 and x.stride(-1) != 1 else x
+    if isinstance(x, np.ndarray) and x.ndim and (
+            (x.shape[-1] > 1 and x.strides[-1] != x.itemsize) or any(s < 0 for s in x.strides)):
+        return np.ascontiguousarray(x)
+    return x
+
+
 def holds_no_data(x):
     """A meta tensor or a fake one (FakeTensorMode): shapes only. Never while torch.compile traces (its
     example values are fake, but a call that breaks the graph runs on the real tensors)."""

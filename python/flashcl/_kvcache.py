@@ -114,6 +114,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     if spec.alibi_slopes is not None:
         spec.alibi_slopes = _arrays.host(spec.alibi_slopes)
     q, k_cache, v_cache, k, v = (_arrays.host(x) for x in (q, k_cache, v_cache, k, v))
+    q, k, v = (_arrays.rows_contiguous(x) for x in (q, k, v))  # read only; the caches are written in place
     rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table = (
         _arrays.host(x) for x in (rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table))
     if not isinstance(cache_seqlens, numbers.Integral):

@@ -114,7 +114,7 @@ def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, c
     # (the forward's checks see q, k, v: dout, out and softmax_lse too, by name)
     _arrays.kind_check(named, required=("dout", "q", "k", "v", "out", "softmax_lse"))
     _arrays.refuse_no_data(named)
-    args = [_arrays.host(x) for x in (dout, q, k, v, out, softmax_lse)]
+    args = [_arrays.rows_contiguous(_arrays.host(x)) for x in (dout, q, k, v, out, softmax_lse)]
     with _using(context):
         dq, dk, dv, dsinks = _core.backward(*args, spec, want_dsinks=sinks is not None)
     dq, dk, dv = _arrays.to_device_of(q, dq, dk, dv)

@@ -63,6 +63,7 @@ def run(inputs, spec, packing="none", return_attn_probs=False, return_lse=False,
     names = {"none": ("q", "k", "v"), "qkv": ("qkv",), "kv": ("q", "kv")}[packing]
     required = names + (("cu_seqlens_q", "cu_seqlens_k") if varlen else ())
     is_torch = _arrays.kind_check(list(zip(names, inputs)) + spec.arrays(), required=required)
+    inputs = tuple(_arrays.rows_contiguous(x) for x in inputs)  # (strided rows: a copy, as flash_attn makes)
     _check_packed(packing, inputs, spec.varlen)
     if is_torch:  # (meta and fake tensors: outputs of the right shapes, through the operators' fake kernels)
         from . import _torch

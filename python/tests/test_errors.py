@@ -28,11 +28,24 @@ def test_package_checks(rng, bad, match):
 
 
 def test_layout_checks(rng):
+    """Inputs with a strided last dimension or a negative stride are copied, as flash_attn's maybe_contiguous
+    copies them (they were refused), and give the packed copies' result; a cache the call writes in place is
+    still refused by name, since a copy would take the appended rows."""
     q, k, v = qkv(rng, d=32)
-    with pytest.raises(ValueError, match="q must be contiguous in its last dimension"):
-        flashcl.flash_attn_func(q[..., ::2], k[..., ::2], v[..., ::2])
-    with pytest.raises(ValueError, match="k has a negative stride"):
-        flashcl.flash_attn_func(q, k[:, ::-1], v)
+    packed = [np.ascontiguousarray(x[..., ::2]) for x in (q, k, v)]
+    np.testing.assert_array_equal(flashcl.flash_attn_func(q[..., ::2], k[..., ::2], v[..., ::2]),
+                                  flashcl.flash_attn_func(*packed))
+    np.testing.assert_array_equal(flashcl.flash_attn_func(q, k[:, ::-1], v),
+                                  flashcl.flash_attn_func(q, np.ascontiguousarray(k[:, ::-1]), v))
+    dq, dk, dv = flashcl.attention_backward(q[..., ::2], *packed, packed[0], np.zeros((1, 2, 8), np.float32))
+    want = flashcl.attention_backward(packed[0], *packed, packed[0], np.zeros((1, 2, 8), np.float32))
+    for got, ref in zip((dq, dk, dv), want):
+        np.testing.assert_array_equal(got, ref)
+    cache = np.zeros((1, 16, 2, 64), np.float32)
+    for name, kc, vc in (("k_cache", cache[..., ::2], cache[..., :32].copy()),
+                         ("v_cache", cache[..., :32].copy(), cache[..., ::2])):
+        with pytest.raises(ValueError, match=f"{name} must be contiguous in its last dimension"):
+            flashcl.flash_attn_with_kvcache(q[:, :1], kc, vc, k=k[:, :1], v=v[:, :1], cache_seqlens=3)
     # any other strides are fine: a transposed (b, h, s, d) array seen as (b, s, h, d)
     qt = np.ascontiguousarray(q.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
     np.testing.assert_array_equal(flashcl.flash_attn_func(qt, k, v), flashcl.flash_attn_func(q, k, v))
@@ -184,9 +197,13 @@ def test_torch_checks(rng):
         flashcl.flash_attn_func(q, np.zeros((1, 8, 2, 16), np.float32), np.zeros((1, 8, 2, 16), np.float32))
     with pytest.raises(ValueError, match="q has dtype float64"):
         flashcl.flash_attn_func(q.double(), q, q)
-    with pytest.raises(ValueError, match="q must be contiguous in its last dimension"):
-        x = torch.zeros(1, 8, 2, 32)[..., ::2]
-        flashcl.flash_attn_func(x, x, x)
+    # A strided last dimension is copied (flash_attn's maybe_contiguous), and the gradient reaches the view's base.
+    base = torch.randn(1, 8, 2, 32, requires_grad=True)
+    out = flashcl.flash_attn_func(base[..., ::2], base[..., 1::2], base[..., ::2])
+    packed = (base.detach()[..., i::2].contiguous() for i in (0, 1, 0))
+    torch.testing.assert_close(out, flashcl.flash_attn_func(*packed), rtol=0, atol=0)
+    out.sum().backward()
+    assert base.grad.shape == base.shape and torch.isfinite(base.grad).all() and base.grad.abs().sum() > 0
     meta = torch.empty(1, 8, 2, 16, device="meta")  # no data: shapes only, as SDPA gives them
     out = flashcl.flash_attn_func(meta, meta, meta)
     assert out.device.type == "meta" and out.shape == (1, 8, 2, 16)
