@@ -81,7 +81,7 @@ def rows_contiguous(x):
     each row as packed elements. Outputs and caches written in place are never copied: those are refused by name
     instead (a copy would take the results)."""
     if is_torch(x):
-        return x.contiguous() if x.ndim and x.shape[-1] > 1 and x.stride(-1) != 1 else x
+        return x.contiguous() if x.ndim and x.stride(-1) != 1 and x.shape[-1] > 1 else x
     if isinstance(x, np.ndarray) and x.ndim and (
             (x.shape[-1] > 1 and x.strides[-1] != x.itemsize) or any(s < 0 for s in x.strides)):
         return np.ascontiguousarray(x)
