@@ -1,11 +1,13 @@
 """A real client: small transformers models with random weights (built from a config, nothing downloaded),
 FlashCL registered as their attention implementation, against the same weights on SDPA (Llama, Mistral)
-or eager attention (Gemma-2: transformers refuses SDPA there, as SDPA has no softcap).
+or eager attention (Gemma-2: transformers refuses SDPA there, as SDPA has no softcap; gpt-oss, whose sinks SDPA
+lacks; DeepSeek-V3's MLA).
 
 Tolerances: float32 throughout. Logits within 2e-4 (absolute; they are O(1)) and parameter gradients
 within 1e-4 of the largest gradient: two float32 implementations of the same model differ by summation
 order in each of a few layers, about 1e-6 relative per op. generate() must give the same tokens.
 """
+import copy
 from unittest import mock
 
 import pytest
@@ -36,7 +38,25 @@ def gemma2():
     return transformers.Gemma2ForCausalLM(config), "eager"
 
 
-MODELS = {"llama": llama, "mistral": mistral, "gemma2": gemma2}
+def gpt_oss():
+    """Sinks (s_aux, a learned logit per head in each softmax's denominator, trained through FlashCL's dsinks)
+    and a sliding window on alternate layers."""
+    config = transformers.GptOssConfig(sliding_window=6, num_local_experts=4, num_experts_per_tok=2, **SMALL)
+    return transformers.GptOssForCausalLM(config), "eager"
+
+
+def deepseek_v3():
+    """MLA: queries and keys of 16 + 8 (rope) dims against values of 16 (d_v != d), as DeepSeek-V3's 192/128."""
+    small = {k: v for k, v in SMALL.items() if k != "head_dim"}  # (MLA's dims are its own)
+    small["num_key_value_heads"] = 4
+    config = transformers.DeepseekV3Config(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                                           v_head_dim=16, moe_intermediate_size=32, n_routed_experts=4,
+                                           num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
+                                           **small)
+    return transformers.DeepseekV3ForCausalLM(config), "eager"
+
+
+MODELS = {"llama": llama, "mistral": mistral, "gemma2": gemma2, "gpt_oss": gpt_oss, "deepseek_v3": deepseek_v3}
 
 
 def build(name):
@@ -146,6 +166,68 @@ def _same_logits(model, reference, **inputs):
         got = model(**inputs).logits
         assert calls.call_count > 0, f"set_attn_implementation({IMPL!r}) did not reach {type(model).__name__}'s layers"
     return (got - want).abs().max().item()
+
+
+def _tiny(model, config, **fields):
+    """A factory of (model class, config) by the classes' names in transformers."""
+    return lambda: (getattr(transformers, model), getattr(transformers, config)(**fields))
+
+
+T = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+KV = dict(T, num_key_value_heads=2)
+# More architectures as a user would bring them, each with its own attention code: logits of a left-padded
+# batch against eager attention, and generate()'s tokens.
+ARCHITECTURES = {
+    "gpt2": _tiny("GPT2LMHeadModel", "GPT2Config", vocab_size=128, n_embd=64, n_layer=2, n_head=4),
+    "gpt_neox (partial rotary)": _tiny("GPTNeoXForCausalLM", "GPTNeoXConfig", rotary_pct=0.25, **T),
+    "phi3": _tiny("Phi3ForCausalLM", "Phi3Config", pad_token_id=0, **KV),
+    "qwen3 (q/k norms)": _tiny("Qwen3ForCausalLM", "Qwen3Config", head_dim=32, **KV),
+    "gemma3 (local and global layers)": _tiny("Gemma3ForCausalLM", "Gemma3TextConfig", head_dim=16, sliding_window=4,
+                                              **KV),
+    "cohere": _tiny("CohereForCausalLM", "CohereConfig", **KV),
+    "opt": _tiny("OPTForCausalLM", "OPTConfig", vocab_size=128, hidden_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, ffn_dim=128, word_embed_proj_dim=64),
+    "starcoder2": _tiny("Starcoder2ForCausalLM", "Starcoder2Config", sliding_window=5, **KV),
+    "olmo2": _tiny("Olmo2ForCausalLM", "Olmo2Config", **KV),
+    "bert (encoder)": _tiny("BertModel", "BertConfig", **T),
+    "whisper (encoder-decoder)": _tiny("WhisperForConditionalGeneration", "WhisperConfig", vocab_size=128, d_model=64,
+                                       encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                                       decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                       num_mel_bins=8, max_source_positions=16, max_target_positions=32,
+                                       pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1),
+}
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_other_architectures(name):
+    cls, config = ARCHITECTURES[name]()
+    torch.manual_seed(0)
+    # Two models from copies of the config: transformers keeps the implementation in the config, so one shared
+    # config would put both models on the last implementation set.
+    reference = cls._from_config(copy.deepcopy(config), attn_implementation="eager").eval()
+    model = cls._from_config(copy.deepcopy(config), attn_implementation=IMPL).eval()
+    model.load_state_dict(reference.state_dict())
+    gen = torch.Generator().manual_seed(6)
+    if name.startswith("whisper"):
+        inputs = dict(input_features=torch.randn(2, 8, 32, generator=gen),
+                      decoder_input_ids=torch.randint(3, 128, (2, 7), generator=gen))
+        prompt = dict(input_features=inputs["input_features"])
+    else:
+        mask = torch.ones(2, 11, dtype=torch.long)
+        mask[1, :3] = 0  # left padding
+        inputs = prompt = dict(input_ids=torch.randint(3, 128, (2, 11), generator=gen), attention_mask=mask)
+    with torch.no_grad(), _flashcl_calls() as calls:
+        want = reference(**inputs)
+        assert calls.call_count == 0, "the reference implementation called FlashCL"
+        got = model(**inputs)
+        assert calls.call_count > 0, f"{name} never called FlashCL's attention"
+    want, got = (o.logits if hasattr(o, "logits") else o.last_hidden_state for o in (want, got))
+    rows = inputs["attention_mask"].bool() if "attention_mask" in inputs else torch.ones(got.shape[:2], dtype=bool)
+    assert (got[rows] - want[rows]).abs().max() < 2e-4
+    if hasattr(model, "generate"):
+        kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+        with torch.no_grad():
+            assert torch.equal(model.generate(**prompt, **kw), reference.generate(**prompt, **kw))
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma2"])
