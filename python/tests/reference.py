@@ -117,8 +117,9 @@ def numpy_attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=
 
 
 def torch_attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi=None, bias=None,
-                    mask=None, sinks=None, keep=None, dropout_p=0.0):
-    """numpy_attention in torch float64 (inputs converted), differentiable in q, k, v and sinks."""
+                    mask=None, sinks=None, keep=None, dropout_p=0.0, return_lse=False):
+    """numpy_attention in torch float64 (inputs converted), differentiable in q, k, v and sinks;
+    return_lse: (out, lse), the LSE (b, hq, sq) differentiable too (-inf in a row with no key)."""
     import torch
 
     b, sq, hq, d = q.shape
@@ -150,7 +151,10 @@ def torch_attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=
         p = p[..., :-1]
     if keep is not None:
         p = p * torch.as_tensor(np.asarray(keep, bool)).to(s.dtype) * dropout_scale(dropout_p)
-    return torch.einsum("bhij,bjhd->bihd", p, vv)
+    out = torch.einsum("bhij,bjhd->bihd", p, vv)
+    if not return_lse:
+        return out
+    return out, torch.where(denom > 0, torch.log(denom.clamp_min(1e-300)) + m, -math.inf)[..., 0]
 
 
 def per_sequence(cu_q, cu_k):

@@ -30,3 +30,14 @@ def test_window_wider_than_the_keys_is_dropped_in_the_reference():
     assert run.returncode == 0, run.stdout + run.stderr
     assert "'lens_q': [20], 'lens_k': [4]" in run.stdout and "'window': (40, 9)" in run.stdout, run.stdout
     assert "1/1 cases agree" in run.stdout
+
+
+def test_random_extras_cases_agree():
+    """The extras kind: flashcl.attention and its backward (autograd and attention_backward) with bias, masks,
+    block masks, sinks, dropout, d_v != d, varlen among flash_attn's options, in all three dtypes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("ml_dtypes")
+    run = subprocess.run([sys.executable, TOOL, "--cases", "6", "--seed", "7", "--kinds", "extras"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "6/6 cases agree" in run.stdout
