@@ -80,8 +80,8 @@ static void print_header(FILE *out, const bench_job *job, const bench_results *r
             fprintf(out, "%s %s: %s", pass ? ";" : "", job->passes[pass]->name, job->passes[pass]->summary);
         fputc('\n', out);
     }
-    roof_print_line(out, &job->roof);
-    if (job->show_bw) read_bw_print_line(out, &job->read_bw);
+    ceiling_print_line(out, &roof_names, job->roof.gflops, job->roof.source);
+    if (job->show_bw) ceiling_print_line(out, &read_bw_names, job->read_bw.gbps, job->read_bw.source);
 }
 
 static void print_row(FILE *out, const bench_job *job, size_t path, size_t pass, const bench_pass_result *s) {
@@ -96,12 +96,12 @@ static void print_row(FILE *out, const bench_job *job, size_t path, size_t pass,
     }
     double ms = s->timing.ms, gbps = per_second(s->bytes, ms) * 1e-9;
     char pct[16];
-    roof_format_percent(pct, sizeof pct, &job->roof, per_second(s->flops, ms) * 1e-9);
+    ceiling_format_percent(pct, sizeof pct, job->roof.gflops, per_second(s->flops, ms) * 1e-9);
     fprintf(out, "%*zu %11.4f %9.4f %10.2f %7s %9.2f", several_passes(job) ? 6 : 7, s->timing.iters, ms,
             per_second(s->flops, ms) * 1e-12, per_second(s->flops, ms) * 1e-9, pct, gbps);
     if (job->show_bw) {
         char bw[16];
-        read_bw_format_percent(bw, sizeof bw, &job->read_bw, gbps);
+        ceiling_format_percent(bw, sizeof bw, job->read_bw.gbps, gbps);
         fprintf(out, " %7s", bw);
     }
     fprintf(out, " %14zu\n", s->bytes_extra);
@@ -279,9 +279,9 @@ static void print_pass_json(FILE *out, const bench_job *job, const char *device,
     json_member_number(out, "ms", ms);
     json_member_number(out, "tflops", per_second(s->flops, ms) * 1e-12);
     json_member_number(out, "gflops", per_second(s->flops, ms) * 1e-9);
-    roof_json_fields(out, &job->roof, per_second(s->flops, ms) * 1e-9);
+    ceiling_json_fields(out, &roof_names, job->roof.gflops, per_second(s->flops, ms) * 1e-9);
     json_member_number(out, "gbps", per_second(s->bytes, ms) * 1e-9);
-    read_bw_json_fields(out, &job->read_bw, per_second(s->bytes, ms) * 1e-9);
+    ceiling_json_fields(out, &read_bw_names, job->read_bw.gbps, per_second(s->bytes, ms) * 1e-9);
     json_member_number(out, "flops", s->flops);
     json_member_number(out, "bytes", s->bytes);
     json_member_size(out, "bytes_extra", s->bytes_extra);
@@ -338,8 +338,8 @@ void bench_print_json(FILE *out, const bench_job *job, const bench_results *r) {
     fputc('{', out);
     json_key(out, "path", true);
     json_string(out, "summary");
-    roof_json_summary(out, &job->roof);
-    read_bw_json_summary(out, &job->read_bw);
+    ceiling_json_summary(out, &roof_names, job->roof.gflops, job->roof.source);
+    ceiling_json_summary(out, &read_bw_names, job->read_bw.gbps, job->read_bw.source);
     for (size_t i = 0; i < job->path_count; ++i) {
         if (r->paths[i].features[0]) {
             json_member_string(out, "features", r->paths[i].features);

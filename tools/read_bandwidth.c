@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "json_print.h"
 #include "kernel_rate.h"
 
 /*
@@ -168,27 +167,4 @@ void read_bw_measure(flashcl_context *ctx, bench_read_bw *bw) {
              repeats, repeats == 1 ? "" : "s");
 }
 
-void read_bw_print_line(FILE *out, const bench_read_bw *bw) {
-    if (isnan(bw->gbps))
-        fprintf(out, "read bw  n/a (%s)\n", bw->source);
-    else
-        fprintf(out, "read bw  %.1f GB/s (%s); %%bw = GB/s / read bw\n", bw->gbps, bw->source);
-}
-
-void read_bw_format_percent(char *buf, size_t cap, const bench_read_bw *bw, double gbps) {
-    if (isnan(bw->gbps) || isnan(gbps))
-        snprintf(buf, cap, "n/a");
-    else
-        snprintf(buf, cap, "%.1f%%", 100.0 * gbps / bw->gbps);
-}
-
-/* NaN (no read bandwidth, or no rate) prints as null. */
-void read_bw_json_fields(FILE *out, const bench_read_bw *bw, double gbps) {
-    json_member_number(out, "read_gbps", bw->gbps);
-    json_member_number(out, "bw_percent", 100.0 * gbps / bw->gbps);
-}
-
-void read_bw_json_summary(FILE *out, const bench_read_bw *bw) {
-    json_member_number(out, "read_gbps", bw->gbps);
-    json_member_string(out, "read_bw_source", bw->source);
-}
+const bench_ceiling_names read_bw_names = {"read bw", "GB/s", "bw", "read_gbps", "bw_percent", "read_bw_source"};

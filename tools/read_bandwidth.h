@@ -9,9 +9,9 @@
 #ifndef FLASHCL_TOOLS_READ_BANDWIDTH_H
 #define FLASHCL_TOOLS_READ_BANDWIDTH_H
 
-#include <stdio.h>
-
 #include <flashcl.h>
+
+#include "bench_ceiling.h"
 
 typedef struct bench_read_bw {
     double gbps;      /* NaN: none */
@@ -35,13 +35,8 @@ void read_bw_given(bench_read_bw *bw, double gbps);
  */
 void read_bw_measure(flashcl_context *ctx, bench_read_bw *bw);
 
-/* "read bw  812.3 GB/s (measured: ...); %bw = GB/s / read bw" or "read bw  n/a (...)". */
-void read_bw_print_line(FILE *out, const bench_read_bw *bw);
-/* The "%bw" column for a rate: "61.2%" or "n/a". */
-void read_bw_format_percent(char *buf, size_t cap, const bench_read_bw *bw, double gbps);
-/* JSON members ,"read_gbps":x,"bw_percent":y (null without a read bandwidth). */
-void read_bw_json_fields(FILE *out, const bench_read_bw *bw, double gbps);
-/* ,"read_gbps":x,"read_bw_source":"..." for a summary object. */
-void read_bw_json_summary(FILE *out, const bench_read_bw *bw);
+/* Its names for bench_ceiling.h: "read bw  812.3 GB/s (measured: ...); %bw = GB/s / read bw", the "%bw"
+   column, JSON "read_gbps", "bw_percent" and "read_bw_source". */
+extern const bench_ceiling_names read_bw_names;
 
 #endif

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_print.h"
 #include "kernel_rate.h"
 #include "timing.h"
 
@@ -126,27 +125,4 @@ void roof_init(bench_roof *roof, flashcl_context *ctx, bool cpu_device, double u
 #endif
 }
 
-void roof_print_line(FILE *out, const bench_roof *roof) {
-    if (isnan(roof->gflops))
-        fprintf(out, "roof     n/a (%s)\n", roof->source);
-    else
-        fprintf(out, "roof     %.1f GFLOP/s (%s); %%roof = GFLOP/s / roof\n", roof->gflops, roof->source);
-}
-
-void roof_format_percent(char *buf, size_t cap, const bench_roof *roof, double gflops) {
-    if (isnan(roof->gflops) || isnan(gflops))
-        snprintf(buf, cap, "n/a");
-    else
-        snprintf(buf, cap, "%.1f%%", 100.0 * gflops / roof->gflops);
-}
-
-/* NaN (no roof, or no rate) prints as null. */
-void roof_json_fields(FILE *out, const bench_roof *roof, double gflops) {
-    json_member_number(out, "roof_gflops", roof->gflops);
-    json_member_number(out, "roof_percent", 100.0 * gflops / roof->gflops);
-}
-
-void roof_json_summary(FILE *out, const bench_roof *roof) {
-    json_member_number(out, "roof_gflops", roof->gflops);
-    json_member_string(out, "roof_source", roof->source);
-}
+const bench_ceiling_names roof_names = {"roof", "GFLOP/s", "roof", "roof_gflops", "roof_percent", "roof_source"};

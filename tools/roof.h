@@ -5,9 +5,10 @@
 #define FLASHCL_TOOLS_ROOF_H
 
 #include <stdbool.h>
-#include <stdio.h>
 
 #include <flashcl.h>
+
+#include "bench_ceiling.h"
 
 typedef struct bench_roof {
     double gflops;    /* NaN when there is no roof */
@@ -22,13 +23,8 @@ typedef struct bench_roof {
    kernel, best of 5 runs; 2 FLOPs per FMA. */
 void roof_init(bench_roof *roof, flashcl_context *ctx, bool cpu_device, double user_gflops);
 
-/* "roof     196.3 GFLOP/s (OpenBLAS ...)" or "roof     n/a (...)". */
-void roof_print_line(FILE *out, const bench_roof *roof);
-/* The "%roof" column for a rate: "51.2%" or "n/a". */
-void roof_format_percent(char *buf, size_t cap, const bench_roof *roof, double gflops);
-/* JSON members ,"roof_gflops":x,"roof_percent":y (null without a roof). */
-void roof_json_fields(FILE *out, const bench_roof *roof, double gflops);
-/* ,"roof_gflops":x,"roof_source":"..." for a summary object. */
-void roof_json_summary(FILE *out, const bench_roof *roof);
+/* Its names for bench_ceiling.h: "roof     196.3 GFLOP/s (OpenBLAS ...); %roof = GFLOP/s / roof", the
+   "%roof" column, JSON "roof_gflops", "roof_percent" and "roof_source". */
+extern const bench_ceiling_names roof_names;
 
 #endif
