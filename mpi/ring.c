@@ -23,6 +23,9 @@
 #include <string.h>
 #include <time.h>
 
+/* The library's f16/bf16 conversions, compiled into this component too (they are not public API). */
+#include "float16.h"
+
 /* One attention call of a ring step: query rows [q0, q0 + qn) of segment g against key rows
    [k0, k0 + kn) of the chunk held at this step, causal, fully visible or (window) the core's
    bottom-right window (wl, wr) on those sub-views. */
@@ -258,38 +261,6 @@ static void write_runs(ring *r, const float *src, size_t src_pitch, cl_mem dst, 
     chain(r, ev);
 }
 
-/* 16-bit storage to float32 (exact: every f16 and bf16 value is a float32). The library's
-   conversions are internal to the core, and this component uses only its public API. */
-static float f16_value(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    uint32_t u;
-    if (exp == 0) {
-        const float f = (float)mant * (1.0f / 16777216.0f); /* subnormal: mant * 2^-24 */
-        return sign ? -f : f;
-    }
-    u = exp == 0x1f ? sign | 0x7f800000u | (mant << 13) : sign | ((exp + 112u) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static float bf16_value(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static void to_float(flashcl_dtype dt, const void *src, size_t count, float *dst) {
-    const uint16_t *h = src;
-    if (dt == FLASHCL_DTYPE_F16)
-        for (size_t i = 0; i < count; ++i) dst[i] = f16_value(h[i]);
-    else if (dt == FLASHCL_DTYPE_BF16)
-        for (size_t i = 0; i < count; ++i) dst[i] = bf16_value(h[i]);
-    else
-        memcpy(dst, src, count * sizeof(float));
-}
-
 /* count storage-type elements of m from element offset 0, as float32 on the host (scratch: count
    16-bit elements, unused for float32). */
 static void read_as_float(ring *r, cl_mem m, size_t count, float *dst, void *scratch) {
@@ -298,7 +269,7 @@ static void read_as_float(ring *r, cl_mem m, size_t count, float *dst, void *scr
         return;
     }
     read_bytes(r, m, 0, count * r->es, scratch);
-    if (r->st == FLASHCL_SUCCESS) to_float(r->dt, scratch, count, dst);
+    if (r->st == FLASHCL_SUCCESS) flashcl__from_storage(r->dt, scratch, dst, count);
 }
 
 /* A view of rows [row0, ..) of a [batch, heads, rows, dim] view (packed when all strides are 0). */

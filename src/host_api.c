@@ -6,6 +6,7 @@
  * sinks, cu_seqlens) are the descriptor's cl_mem fields, as for the device calls.
  */
 #include "backend.h"
+#include "float16/float16.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -246,15 +246,6 @@ void flashcl__matrix_strides(const flashcl_attention_desc *d, const flashcl_matr
 size_t flashcl__block_rows(const flashcl_attention_desc *d);
 size_t flashcl__block_cols(const flashcl_attention_desc *d);
 
-/* ---- storage conversions for host arrays (half.c), round to nearest even */
-uint16_t flashcl__float_to_f16(float f);
-float flashcl__f16_to_float(uint16_t h);
-uint16_t flashcl__float_to_bf16(float f);
-float flashcl__bf16_to_float(uint16_t h);
-/* n elements float32 -> storage type (dst holds n * flashcl_dtype_size bytes) and back. */
-void flashcl__to_storage(flashcl_dtype dtype, const float *src, void *dst, size_t n);
-void flashcl__from_storage(flashcl_dtype dtype, const void *src, float *dst, size_t n);
-
 /* ---- scratch (scratch.c) */
 /* Makes scratch slot `slot` hold at least `bytes`; `what` names the use in messages. */
 flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out);

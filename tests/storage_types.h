@@ -1,8 +1,10 @@
 /*
- * f16 and bf16 on the host: conversion to and from the bit patterns FlashCL
- * stores (IEEE half as vstore_half writes it, bfloat16 as the high half of a
- * float), both rounding to nearest even, and uploads/downloads of whole
- * float arrays in a storage type.
+ * f16 and bf16 on the host: values rounded to a storage type and back, and
+ * the types' unit roundoff and names. The conversions themselves, elements
+ * (IEEE half as vstore_half writes it, bfloat16 as the high half of a float,
+ * both rounding to nearest even) and whole arrays (flashcl__to_storage,
+ * flashcl__from_storage), are the library's own in src/float16/float16.h,
+ * included here.
  */
 #ifndef FLASHCL_TEST_STORAGE_TYPES_H
 #define FLASHCL_TEST_STORAGE_TYPES_H
@@ -12,10 +14,7 @@
 
 #include "flashcl.h"
 
-uint16_t st_f16_bits(float x);
-float st_f16_value(uint16_t bits);
-uint16_t st_bf16_bits(float x);
-float st_bf16_value(uint16_t bits);
+#include "float16.h"
 
 /* x rounded to the storage type and back (f32: unchanged). */
 float st_round(flashcl_dtype dtype, float x);
@@ -34,10 +33,5 @@ void st_round_array(flashcl_dtype dtype, float *x, size_t n);
 double st_epsilon(flashcl_dtype dtype);
 
 const char *st_name(flashcl_dtype dtype);
-
-/* Packs n floats into dst (n * flashcl_dtype_size bytes) in the storage type. */
-void st_pack(flashcl_dtype dtype, const float *src, size_t n, void *dst);
-/* Unpacks n elements of the storage type into floats. */
-void st_unpack(flashcl_dtype dtype, const void *src, size_t n, float *dst);
 
 #endif

@@ -727,7 +727,7 @@ static size_t cache_at(const kv_run *r, size_t s, size_t j, size_t h, size_t dim
 static float cache_value(const kv_run *r, const unsigned char *pool, size_t at, int is_v, size_t h) {
     if (r->c.cdtype == FLASHCL_CACHE_DTYPE_SAME) {
         float f;
-        st_unpack(r->c.dtype, pool + at * r->elem, 1, &f);
+        flashcl__from_storage(r->c.dtype, pool + at * r->elem, &f, 1);
         return f;
     }
     const float scale = is_v ? r->vscale[r->c.scale_per_head ? h : 0] : r->kscale[r->c.scale_per_head ? h : 0];
@@ -736,7 +736,7 @@ static float cache_value(const kv_run *r, const unsigned char *pool, size_t at, 
 
 static void cache_store(const kv_run *r, unsigned char *pool, size_t at, float x, int is_v, size_t h) {
     if (r->c.cdtype == FLASHCL_CACHE_DTYPE_SAME) {
-        st_pack(r->c.dtype, &x, 1, pool + at * r->elem);
+        flashcl__to_storage(r->c.dtype, &x, pool + at * r->elem, 1);
         return;
     }
     const float scale = is_v ? r->vscale[r->c.scale_per_head ? h : 0] : r->kscale[r->c.scale_per_head ? h : 0];
@@ -768,7 +768,7 @@ static cl_mem bytes_buffer(cl_context cl, const void *data, size_t bytes) {
 static cl_mem storage_buffer(cl_context cl, flashcl_dtype t, const float *x, size_t n) {
     void *packed = malloc(n * flashcl_dtype_size(t) + 4);
     REQUIRE(packed != NULL);
-    st_pack(t, x, n, packed);
+    flashcl__to_storage(t, x, packed, n);
     cl_mem m = bytes_buffer(cl, packed, n * flashcl_dtype_size(t));
     free(packed);
     return m;
@@ -1037,7 +1037,7 @@ static int check_output(kv_run *r, cl_command_queue queue, const char *label) {
     void *raw = malloc(no * flashcl_dtype_size(c->dtype));
     REQUIRE(o && lse && raw);
     REQUIRE_CL(clEnqueueReadBuffer(queue, r->ob, CL_TRUE, 0, no * flashcl_dtype_size(c->dtype), raw, 0, NULL, NULL));
-    st_unpack(c->dtype, raw, no, o);
+    flashcl__from_storage(c->dtype, raw, o, no);
     REQUIRE_CL(
         clEnqueueReadBuffer(queue, r->lseb, CL_TRUE, 0, c->b * c->hq * c->sq * sizeof(float), lse, 0, NULL, NULL));
     /* rv's varlen LSE is [hq, total_q]; the KV-cache call's [b, hq, sq]. */
@@ -1176,7 +1176,7 @@ static void check_fp8_decoding(flashcl_context *ctx) {
     for (int t = 0; t < 2; ++t) {
         const flashcl_dtype dt = t ? FLASHCL_DTYPE_BF16 : FLASHCL_DTYPE_F32;
         const size_t es = flashcl_dtype_size(dt);
-        st_pack(dt, q, D, raw);
+        flashcl__to_storage(dt, q, raw, D);
         for (int e4m3 = 1; e4m3 >= 0; --e4m3) {
             cl_mem kb = bytes_buffer(cl, kcodes, D), vb = bytes_buffer(cl, vcodes, D);
             cl_mem qb = bytes_buffer(cl, raw, D * es), ob = bytes_buffer(cl, NULL, D * es);
@@ -1194,7 +1194,7 @@ static void check_fp8_decoding(flashcl_context *ctx) {
             if (!ok) fprintf(stderr, "  fp8 decoding: %s\n", flashcl_last_error(ctx));
             unsigned char got[D * 4];
             REQUIRE_CL(clEnqueueReadBuffer(queue, ob, CL_TRUE, 0, D * es, got, 0, NULL, NULL));
-            st_unpack(dt, got, D, out);
+            flashcl__from_storage(dt, got, out, D);
             for (size_t i = 0; ok && i < D; ++i) {
                 const float want = fp8_value((unsigned char)i, e4m3);
                 if (isnan(want) ? !isnan(out[i]) : out[i] != want) {

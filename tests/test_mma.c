@@ -82,8 +82,12 @@ static flashcl_tensor make_view(cl_mem buf, const mma_case *c, size_t rows, size
 }
 
 /* 16-bit storage through tests/storage_types.c (round to nearest even). */
-static uint16_t to16(const mma_case *c, float x) { return c->f16 ? st_f16_bits(x) : st_bf16_bits(x); }
-static float from16(const mma_case *c, uint16_t h) { return c->f16 ? st_f16_value(h) : st_bf16_value(h); }
+static uint16_t to16(const mma_case *c, float x) {
+    return c->f16 ? flashcl__float_to_f16(x) : flashcl__float_to_bf16(x);
+}
+static float from16(const mma_case *c, uint16_t h) {
+    return c->f16 ? flashcl__f16_to_float(h) : flashcl__bf16_to_float(h);
+}
 
 /* The backward from the forward's O and LSE (the tensor-core kernels, or the
    portable ones off the fast path); 1 when it matches the reference. */

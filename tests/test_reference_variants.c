@@ -83,19 +83,19 @@ static void check_philox(void) {
 /* --------------------------------------------------------------- storage */
 
 static void check_storage(void) {
-    CHECK(st_f16_bits(1.0f) == 0x3c00);
-    CHECK(st_f16_bits(-2.0f) == 0xc000);
-    CHECK(st_f16_bits(65504.0f) == 0x7bff);
-    CHECK(st_f16_bits(1e6f) == 0x7c00);
-    CHECK(st_f16_bits(5.960464477539063e-08f) == 0x0001); /* smallest subnormal */
+    CHECK(flashcl__float_to_f16(1.0f) == 0x3c00);
+    CHECK(flashcl__float_to_f16(-2.0f) == 0xc000);
+    CHECK(flashcl__float_to_f16(65504.0f) == 0x7bff);
+    CHECK(flashcl__float_to_f16(1e6f) == 0x7c00);
+    CHECK(flashcl__float_to_f16(5.960464477539063e-08f) == 0x0001); /* smallest subnormal */
     /* 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1). */
-    CHECK(st_f16_bits(1.0f + 0x1p-11f) == 0x3c00);
-    CHECK(st_f16_bits(1.0f + 0x1p-10f + 0x1p-11f) == 0x3c02);
-    CHECK(st_f16_value(0x3555) == 0x1.554p-2f);
-    CHECK(st_bf16_bits(1.0f) == 0x3f80);
-    CHECK(st_bf16_bits(1.0f + 0x1p-8f) == 0x3f80);           /* tie to even */
-    CHECK(st_bf16_bits(1.0f + 0x1p-7f + 0x1p-8f) == 0x3f82); /* tie to even, up */
-    CHECK(st_bf16_value(0xbf80) == -1.0f);
+    CHECK(flashcl__float_to_f16(1.0f + 0x1p-11f) == 0x3c00);
+    CHECK(flashcl__float_to_f16(1.0f + 0x1p-10f + 0x1p-11f) == 0x3c02);
+    CHECK(flashcl__f16_to_float(0x3555) == 0x1.554p-2f);
+    CHECK(flashcl__float_to_bf16(1.0f) == 0x3f80);
+    CHECK(flashcl__float_to_bf16(1.0f + 0x1p-8f) == 0x3f80);           /* tie to even */
+    CHECK(flashcl__float_to_bf16(1.0f + 0x1p-7f + 0x1p-8f) == 0x3f82); /* tie to even, up */
+    CHECK(flashcl__bf16_to_float(0xbf80) == -1.0f);
     for (float x = -3.0f; x < 3.0f; x += 0.01f) {
         CHECK(st_round(FLASHCL_DTYPE_F16, st_round(FLASHCL_DTYPE_F16, x)) == st_round(FLASHCL_DTYPE_F16, x));
         CHECK(fabsf(st_round(FLASHCL_DTYPE_BF16, x) - x) <= fabsf(x) * 0x1p-8f);

@@ -220,7 +220,7 @@ static void run_case(flashcl_context *ctx, const mpi_env *e, const char *name, c
 static cl_mem buffer_lowp(flashcl_context *ctx, flashcl_dtype dt, size_t count, const float *init) {
     uint16_t *h = calloc(count, sizeof *h);
     REQUIRE(h);
-    if (init) st_pack(dt, init, count, h);
+    if (init) flashcl__to_storage(dt, init, h, count);
     cl_int err = CL_SUCCESS;
     cl_mem m = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                               count * sizeof *h, h, &err);
@@ -234,7 +234,7 @@ static void read_lowp(flashcl_context *ctx, flashcl_dtype dt, cl_mem m, size_t c
     REQUIRE(h);
     REQUIRE(clEnqueueReadBuffer(flashcl_context_queue(ctx), m, CL_TRUE, 0, count * sizeof *h, h, 0, NULL, NULL) ==
             CL_SUCCESS);
-    st_unpack(dt, h, count, dst);
+    flashcl__from_storage(dt, h, dst, count);
     free(h);
 }
 

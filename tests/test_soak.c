@@ -158,7 +158,7 @@ static void *xcalloc(size_t n, size_t size) {
 static cl_mem storage_buffer(cl_context cl, flashcl_dtype dtype, const float *x, size_t n) {
     size_t es = flashcl_dtype_size(dtype);
     void *raw = xcalloc(n, es);
-    st_pack(dtype, x, n, raw);
+    flashcl__to_storage(dtype, x, raw, n);
     cl_int err = CL_SUCCESS;
     cl_mem buf = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * es, raw, &err);
     REQUIRE_CL(err);
@@ -305,7 +305,7 @@ static int merge_check(const merge_run *mr, cl_command_queue queue, const char *
     float *o = xcalloc(mr->n_o, sizeof(float)), *lse = xcalloc(mr->n_lse, sizeof(float));
     REQUIRE_CL(clEnqueueReadBuffer(queue, mr->o_buf, CL_TRUE, 0, mr->n_o * es, raw, 0, NULL, NULL));
     REQUIRE_CL(clEnqueueReadBuffer(queue, mr->lse_buf, CL_TRUE, 0, mr->n_lse * sizeof(float), lse, 0, NULL, NULL));
-    st_unpack(dt, raw, mr->n_o, o);
+    flashcl__from_storage(dt, raw, o, mr->n_o);
     double *ref_o = xcalloc(mr->n_o, sizeof(double)), *ref_lse = xcalloc(mr->n_lse, sizeof(double));
     merge_reference(mr, ref_o, ref_lse);
     /* O: float32's tolerance plus the rounding of the merged O to its storage type. */

@@ -34,7 +34,7 @@ static cl_mem storage_buffer(cl_context cl_ctx, flashcl_dtype dtype, size_t n, c
         for (size_t i = 0; i < n; i++) src[i] = NAN;
     }
     void *packed = xcalloc(n, es);
-    st_pack(dtype, src, n, packed);
+    flashcl__to_storage(dtype, src, packed, n);
     cl_mem buf = make_buffer(cl_ctx, n * es, packed);
     free(packed);
     if (!init) free(src);
@@ -310,7 +310,7 @@ void vp_read_storage(const vp_problem *p, cl_command_queue queue, cl_mem buf, si
     size_t es = flashcl_dtype_size(dtype);
     void *raw = xcalloc(n, es);
     REQUIRE_CL(clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, n * es, raw, after ? 1 : 0, after ? &after : NULL, NULL));
-    st_unpack(dtype, raw, n, out);
+    flashcl__from_storage(dtype, raw, out, n);
     free(raw);
 }
 

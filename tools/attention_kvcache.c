@@ -53,7 +53,7 @@ static int upload_storage(flashcl_context *ctx, const char *what, flashcl_dtype 
     const size_t es = flashcl_dtype_size(dtype);
     void *packed = malloc(n * es + 1);
     if (packed == NULL) return tool_failure("attention: out of host memory for %s", what);
-    codec_pack(dtype, data, n, packed);
+    flashcl__to_storage(dtype, data, packed, n);
     int rc = make_buffer(ctx, what, packed, n * es, out);
     free(packed);
     return rc;
@@ -91,7 +91,7 @@ static int read_pool(const kvcache_device *dev, const kvcache_inputs *in, const 
     if (raw == NULL) return tool_failure("attention: out of host memory for the cache outputs");
     cl_int err =
         clEnqueueReadBuffer(flashcl_context_queue(dev->ctx), dev->pool[which], CL_TRUE, 0, bytes, raw, 0, NULL, NULL);
-    if (err == CL_SUCCESS && !is_fp8(kv)) codec_unpack(dtype, raw, pool->count, out);
+    if (err == CL_SUCCESS && !is_fp8(kv)) flashcl__from_storage(dtype, raw, out, pool->count);
     if (err == CL_SUCCESS && is_fp8(kv)) {
         const size_t dim = which ? in->head_dim_v : in->head_dim;
         const float *scales = which ? in->v_scale : in->k_scale;
@@ -192,7 +192,7 @@ static int read_results(const kvcache_request *req, const kvcache_inputs *in, co
     cl_int err = clEnqueueReadBuffer(queue, dev->o, CL_TRUE, 0, o_bytes, raw, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(queue, dev->lse, CL_TRUE, 0, rows_o * sizeof(float), r->lse, 0, NULL, NULL);
-    if (err == CL_SUCCESS) codec_unpack(dtype, raw, n_o, r->o);
+    if (err == CL_SUCCESS) flashcl__from_storage(dtype, raw, r->o, n_o);
     free(raw);
     if (err != CL_SUCCESS) return tool_failure("attention: reading the outputs failed: %s", flashcl_status_name(err));
     int rc = 0;

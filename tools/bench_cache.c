@@ -94,7 +94,7 @@ static float fp8_scale(const float *values, size_t n, int e4m3) {
 static void encode_row(const bench_cache_spec *spec, flashcl_dtype dtype, float scale, const float *src, size_t n,
                        unsigned char *dst) {
     if (!is_fp8(spec->dtype)) {
-        codec_pack(dtype ? dtype : FLASHCL_DTYPE_F32, src, n, dst);
+        flashcl__to_storage(dtype ? dtype : FLASHCL_DTYPE_F32, src, dst, n);
         return;
     }
     const int e4m3 = spec->dtype == FLASHCL_CACHE_DTYPE_FP8_E4M3;

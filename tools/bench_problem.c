@@ -88,7 +88,7 @@ static int create_tensors(flashcl_context *ctx, const bench_problem_spec *spec, 
             rc = bench_cache_upload(ctx, spec->cache, &p->desc, t == BENCH_V, staging, &p->cache);
             continue;
         }
-        codec_pack(dtype, staging, counts[t], staging);
+        flashcl__to_storage(dtype, staging, staging, counts[t]);
         cl_int err = CL_SUCCESS;
         p->mem[t] = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, p->bytes[t], staging, &err);
         if (err != CL_SUCCESS)

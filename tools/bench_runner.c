@@ -192,7 +192,7 @@ static int read_outputs(const bench_path *path, const bench_problem *problem, pa
         }
         cl_int err = clEnqueueReadBuffer(flashcl_context_queue(problem->ctx), info->buffer, CL_TRUE, 0, info->bytes,
                                          raw, 0, NULL, NULL);
-        if (err == CL_SUCCESS) codec_unpack(info->dtype, raw, info->count, out->host[i]);
+        if (err == CL_SUCCESS) flashcl__from_storage(info->dtype, raw, out->host[i], info->count);
         free(raw);
         if (err != CL_SUCCESS)
             return tool_failure("bench: %s: reading %s failed: %s", path->name, info->name, flashcl_status_name(err));

@@ -148,7 +148,7 @@ static cl_mem random_buffer(flashcl_context *ctx, size_t count, unsigned seed, f
         x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
         h[i] = (float)((x * 0x2545f4914f6cdd1dull) >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
     }
-    codec_pack(dt, h, count, h); /* in place */
+    flashcl__to_storage(dt, h, h, count); /* in place */
     cl_int e = CL_SUCCESS;
     cl_mem m = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                               count * flashcl_dtype_size(dt), h, &e);

@@ -187,7 +187,7 @@ void tune_measure(const char *device, const char *tile, const tune_shape *s, dou
     }
     unsigned state = 777u;
     fill(values, count, &state);
-    codec_pack(s->dtype, values, count, host);
+    flashcl__to_storage(s->dtype, values, host, count);
     free(values);
     cl_context cl = flashcl_context_cl_context(ctx);
     for (int i = 0; i < 4 && st == FLASHCL_SUCCESS; ++i) {

@@ -1,31 +1,19 @@
-/* float32 <-> float16 / bfloat16 conversions for host arrays (round to nearest even). */
-#include "internal.h"
+/* float32 <-> f16 / bf16, elements and arrays, round to nearest even; see float16.h. */
+#include "float16.h"
 
 #include <string.h>
 
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 uint16_t flashcl__float_to_bf16(float f) {
-    uint32_t u = bits_of(f);
+    uint32_t u = flashcl__float_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
 
-float flashcl__bf16_to_float(uint16_t h) { return float_of((uint32_t)h << 16); }
+float flashcl__bf16_to_float(uint16_t h) { return flashcl__bits_float((uint32_t)h << 16); }
 
 uint16_t flashcl__float_to_f16(float f) {
-    uint32_t u = bits_of(f);
+    uint32_t u = flashcl__float_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t mag = u & 0x7fffffffu;
     if (mag > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
@@ -45,23 +33,25 @@ uint16_t flashcl__float_to_f16(float f) {
 float flashcl__f16_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    if (exp == 0x1f) return float_of(sign | 0x7f800000u | (mant << 13));
+    if (exp == 0x1f) return flashcl__bits_float(sign | 0x7f800000u | (mant << 13));
     if (exp == 0) {
-        if (mant == 0) return float_of(sign);
+        if (mant == 0) return flashcl__bits_float(sign);
         float f = (float)mant * (1.0f / 16777216.0f); /* mant * 2^-24 */
         return sign ? -f : f;
     }
-    return float_of(sign | ((exp + 112u) << 23) | (mant << 13));
+    return flashcl__bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+/* Each element is read before it is written: in place (dst == src) the 2-byte results stay behind the floats still
+   to be read. */
 void flashcl__to_storage(flashcl_dtype dtype, const float *src, void *dst, size_t n) {
     uint16_t *h = dst;
     if (dtype == FLASHCL_DTYPE_F16)
         for (size_t i = 0; i < n; ++i) h[i] = flashcl__float_to_f16(src[i]);
     else if (dtype == FLASHCL_DTYPE_BF16)
         for (size_t i = 0; i < n; ++i) h[i] = flashcl__float_to_bf16(src[i]);
-    else
-        memcpy(dst, src, n * sizeof(float));
+    else if (dst != (const void *)src)
+        memmove(dst, src, n * sizeof(float));
 }
 
 void flashcl__from_storage(flashcl_dtype dtype, const void *src, float *dst, size_t n) {
