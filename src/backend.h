@@ -80,9 +80,10 @@ const flashcl__backend *flashcl__backend_for(flashcl_context *ctx, flashcl__pass
                                              const flashcl_tensor *views, char *skipped, size_t cap);
 /* Runs the pass on the family that covers it. */
 flashcl_status flashcl__dispatch(flashcl_context *ctx, flashcl__pass pass, const flashcl__call *call);
-/* The plan query of a pass: the covering family's plan, its scratch bytes, and why the families before it did not cover the call. */
-flashcl_status flashcl__dispatch_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
-                                      flashcl_plan *out);
+/* The plan query of a pass (flashcl_plan_query, flashcl_backward_plan_query): checks ctx and out, resolves desc,
+   then the covering family's plan, its scratch bytes, and why the families before it did not cover the call. */
+flashcl_status flashcl__plan_query(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *desc,
+                                   flashcl_plan *out);
 /* Every family's release (context destroy). */
 void flashcl__release_backends(flashcl_context *ctx);
 

@@ -42,11 +42,5 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const flashcl_attention_de
 
 flashcl_status flashcl_backward_plan_query(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                            flashcl_plan *out) {
-    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
-    flashcl__clear_error(ctx);
-    if (!out) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "out is NULL");
-    flashcl_attention_desc d;
-    flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
-    if (st != FLASHCL_SUCCESS) return st;
-    return flashcl__dispatch_plan(ctx, FLASHCL__BACKWARD, &d, out);
+    return flashcl__plan_query(ctx, FLASHCL__BACKWARD, desc, out);
 }

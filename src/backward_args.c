@@ -29,7 +29,12 @@ void flashcl__arg_bwd_main(flashcl__args *a, const flashcl__call *call, cl_mem d
     flashcl__arg_backward_sizes(a, call->d);
 }
 
-void flashcl__arg_bwd_dsinks(flashcl__args *a, const flashcl__call *call, cl_mem dsum) {
+flashcl_status flashcl__bwd_dsum(flashcl_context *ctx, const flashcl_attention_desc *d, cl_mem *dsum) {
+    return flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, flashcl__row_count(d) * sizeof(float),
+                            "backward: D = rowsum(dO*O)", dsum);
+}
+
+static void arg_bwd_dsinks(flashcl__args *a, const flashcl__call *call, cl_mem dsum) {
     const flashcl_attention_desc *d = call->d;
     flashcl__arg_mem(a, call->lse);
     flashcl__arg_ulong(a, call->lse_offset);
@@ -41,4 +46,11 @@ void flashcl__arg_bwd_dsinks(flashcl__args *a, const flashcl__call *call, cl_mem
     flashcl__arg_int(a, (cl_int)d->seqlen_k);
     flashcl__arg_int(a, (cl_int)d->heads_q);
     flashcl__arg_variants(a, d, dummy_of(call));
+}
+
+flashcl_status flashcl__bwd_dsinks_args(flashcl_context *ctx, cl_kernel dsinks, const flashcl__call *call,
+                                        cl_mem dsum) {
+    flashcl__args a = flashcl__args_for(dsinks, "flash_bwd_dsinks");
+    arg_bwd_dsinks(&a, call, dsum);
+    return flashcl__args_check(ctx, &a);
 }

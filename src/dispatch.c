@@ -35,8 +35,8 @@ flashcl_status flashcl__dispatch(flashcl_context *ctx, flashcl__pass pass, const
     return pass == FLASHCL__FORWARD ? b->forward(ctx, call) : b->backward(ctx, call);
 }
 
-flashcl_status flashcl__dispatch_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
-                                      flashcl_plan *out) {
+static flashcl_status dispatch_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
+                                    flashcl_plan *out) {
     char skipped[512];
     const flashcl__backend *b = flashcl__backend_for(ctx, pass, d, NULL, skipped, sizeof skipped);
     memset(out, 0, sizeof *out);
@@ -54,6 +54,17 @@ flashcl_status flashcl__dispatch_plan(flashcl_context *ctx, flashcl__pass pass, 
     /* first, so that a long reason's truncation never hides it */
     flashcl__prepend(out->reason, sizeof out->reason, ctx->tuning_note, "; ");
     return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__plan_query(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *desc,
+                                   flashcl_plan *out) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
+    flashcl__clear_error(ctx);
+    if (!out) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "out is NULL");
+    flashcl_attention_desc d;
+    flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
+    if (st != FLASHCL_SUCCESS) return st;
+    return dispatch_plan(ctx, pass, &d, out);
 }
 
 void flashcl__release_backends(flashcl_context *ctx) {

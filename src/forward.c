@@ -27,11 +27,5 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const flashcl_attention_des
 }
 
 flashcl_status flashcl_plan_query(flashcl_context *ctx, const flashcl_attention_desc *desc, flashcl_plan *out) {
-    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
-    flashcl__clear_error(ctx);
-    if (!out) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "out is NULL");
-    flashcl_attention_desc d;
-    flashcl_status st = flashcl__resolve_desc(ctx, desc, &d);
-    if (st != FLASHCL_SUCCESS) return st;
-    return flashcl__dispatch_plan(ctx, FLASHCL__FORWARD, &d, out);
+    return flashcl__plan_query(ctx, FLASHCL__FORWARD, desc, out);
 }

@@ -8,6 +8,7 @@
  * rows of every sequence (the views' totals) and one chunk of padding.
  */
 #include "cpu.h"
+#include "../../backward_args.h"
 #include "../../launch.h"
 
 #include <stdio.h>
@@ -169,8 +170,7 @@ flashcl_status flashcl__cpu_backward(flashcl_context *ctx, const flashcl__call *
     if (st != FLASHCL_SUCCESS) return st;
     const size_t block = (size_t)plan->pub.block_rows;
     cl_mem dsum = NULL;
-    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, flashcl__row_count(d) * sizeof(float),
-                          "backward: D = rowsum(dO*O)", &dsum);
+    st = flashcl__bwd_dsum(ctx, d, &dsum);
     if (st != FLASHCL_SUCCESS) return st;
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);

@@ -17,8 +17,7 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     flashcl_status st = flashcl__mma_backward_plan_for(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     cl_mem dsum = NULL;
-    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, flashcl__row_count(d) * sizeof(float),
-                          "backward: D = rowsum(dO*O)", &dsum);
+    st = flashcl__bwd_dsum(ctx, d, &dsum);
     if (st != FLASHCL_SUCCESS) return st;
 
     /* Totals (packed rows with varlen): the kernels find each sequence through cu_seqlens. */
@@ -38,11 +37,7 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
             flashcl__arg_variants(&a, d, views[FLASHCL__VQ].buffer);
         st = flashcl__args_check(ctx, &a);
     }
-    if (st == FLASHCL_SUCCESS && want_dsinks) {
-        flashcl__args a = flashcl__args_for(plan->dsinks, "flash_bwd_dsinks");
-        flashcl__arg_bwd_dsinks(&a, call, dsum);
-        st = flashcl__args_check(ctx, &a);
-    }
+    if (st == FLASHCL_SUCCESS && want_dsinks) st = flashcl__bwd_dsinks_args(ctx, plan->dsinks, call, dsum);
     if (st != FLASHCL_SUCCESS) return st;
 
     /* With varlen the grids cover the longest sequence; blocks past a shorter one return at once. */

@@ -36,8 +36,7 @@ flashcl_status flashcl__portable_backward(flashcl_context *ctx, const flashcl__c
     flashcl_status st = flashcl__plan_backward(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     cl_mem dsum = NULL;
-    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_ROWS, flashcl__row_count(d) * sizeof(float),
-                          "backward: D = rowsum(dO*O)", &dsum);
+    st = flashcl__bwd_dsum(ctx, d, &dsum);
     if (st != FLASHCL_SUCCESS) return st;
     /* Bound for the buffers of variants that are off (never read); Q is never written. */
     const cl_mem dummy = views[FLASHCL__VQ].buffer;
@@ -56,11 +55,7 @@ flashcl_status flashcl__portable_backward(flashcl_context *ctx, const flashcl__c
         flashcl__arg_variants(&a, d, dummy);
         st = flashcl__args_check(ctx, &a);
     }
-    if (st == FLASHCL_SUCCESS && want_dsinks) {
-        flashcl__args a = flashcl__args_for(plan->dsinks, "flash_bwd_dsinks");
-        flashcl__arg_bwd_dsinks(&a, call, dsum);
-        st = flashcl__args_check(ctx, &a);
-    }
+    if (st == FLASHCL_SUCCESS && want_dsinks) st = flashcl__bwd_dsinks_args(ctx, plan->dsinks, call, dsum);
     if (st != FLASHCL_SUCCESS) return st;
 
     /* Either family: one work-group per block of keys (dK/dV) or query rows (dQ), main_wg
