@@ -34,6 +34,11 @@ flashcl_status flashcl__bwd_dsum(flashcl_context *ctx, const flashcl_attention_d
                             "backward: D = rowsum(dO*O)", dsum);
 }
 
+size_t flashcl__bwd_dsum_scratch_bytes(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d) {
+    (void)ctx;
+    return pass == FLASHCL__FORWARD ? 0 : flashcl__row_count(d) * sizeof(float);
+}
+
 static void arg_bwd_dsinks(flashcl__args *a, const flashcl__call *call, cl_mem dsum) {
     const flashcl_attention_desc *d = call->d;
     flashcl__arg_mem(a, call->lse);

@@ -22,5 +22,7 @@ flashcl_status flashcl__bwd_dsinks_args(flashcl_context *ctx, cl_kernel dsinks, 
 /* The D buffer every family's backward fills first: one float per query row (flashcl__row_count), in the rows
    scratch slot. */
 flashcl_status flashcl__bwd_dsum(flashcl_context *ctx, const flashcl_attention_desc *d, cl_mem *dsum);
+/* The scratch_bytes of a family whose only scratch is D (nvidia, portable): none forward, D's bytes backward. */
+size_t flashcl__bwd_dsum_scratch_bytes(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d);
 
 #endif

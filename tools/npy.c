@@ -364,16 +364,25 @@ static int check_bools(const npy_header *hdr, const unsigned char *data, char *e
     return 0;
 }
 
+/* The header length field after the preamble (len: the bytes at hand, from the file's start), checked against
+   the bytes there are and NPY_MAX_HEADER_BYTES; npy_parse_header and read_header both need it first. */
+static int read_header_length(const unsigned char *bytes, size_t len, size_t length_field_size, size_t *header_len,
+                              char *err, size_t err_size) {
+    if (len < NPY_PREAMBLE + length_field_size)
+        return fail(err, err_size, "file is truncated inside the header length");
+    *header_len = read_le_length(bytes + NPY_PREAMBLE, length_field_size);
+    if (*header_len > NPY_MAX_HEADER_BYTES)
+        return fail(err, err_size, "header length %zu is larger than the %zu bytes allowed", *header_len,
+                    NPY_MAX_HEADER_BYTES);
+    return 0;
+}
+
 int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, char *err, size_t err_size) {
     memset(hdr, 0, sizeof *hdr);
     size_t length_field_size;
     if (parse_preamble(bytes, len, hdr, &length_field_size, err, err_size) != 0) return -1;
-    if (len < NPY_PREAMBLE + length_field_size)
-        return fail(err, err_size, "file is truncated inside the header length");
-    size_t header_len = read_le_length(bytes + NPY_PREAMBLE, length_field_size);
-    if (header_len > NPY_MAX_HEADER_BYTES)
-        return fail(err, err_size, "header length %zu is larger than the %zu bytes allowed", header_len,
-                    NPY_MAX_HEADER_BYTES);
+    size_t header_len = 0;
+    if (read_header_length(bytes, len, length_field_size, &header_len, err, err_size) != 0) return -1;
     size_t header_start = NPY_PREAMBLE + length_field_size;
     if (len - header_start < header_len)
         return fail(err, err_size, "file is truncated inside the header (%zu of %zu bytes)", len - header_start,
@@ -433,12 +442,8 @@ static int read_header(FILE *f, npy_header *hdr, char *err, size_t err_size) {
     size_t length_field_size;
     if (parse_preamble(start, got, hdr, &length_field_size, err, err_size) != 0) return -1;
     got += read_some(f, start + NPY_PREAMBLE, length_field_size);
-    if (got < NPY_PREAMBLE + length_field_size)
-        return fail(err, err_size, "file is truncated inside the header length");
-    size_t header_len = read_le_length(start + NPY_PREAMBLE, length_field_size);
-    if (header_len > NPY_MAX_HEADER_BYTES)
-        return fail(err, err_size, "header length %zu is larger than the %zu bytes allowed", header_len,
-                    NPY_MAX_HEADER_BYTES);
+    size_t header_len = 0;
+    if (read_header_length(start, got, length_field_size, &header_len, err, err_size) != 0) return -1;
     size_t total = got + header_len;
     unsigned char *buf = malloc(total);
     if (buf == NULL) return fail(err, err_size, "cannot allocate %zu bytes for the header", total);

@@ -1,5 +1,6 @@
 /* The NVIDIA tensor-core family's table. */
 #include "nvidia.h"
+#include "../../backward_args.h"
 #include "../../tile_override.h"
 
 #include <stdio.h>
@@ -68,12 +69,6 @@ static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, cons
     return st;
 }
 
-/* The backward's D = rowsum(dO * O); the forward needs none. */
-static size_t nvidia_scratch(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d) {
-    (void)ctx;
-    return pass == FLASHCL__FORWARD ? 0 : flashcl__row_count(d) * sizeof(float);
-}
-
 static void nvidia_release(flashcl_context *ctx) {
     flashcl__nvidia_state *state = ctx->family[FLASHCL__FAMILY_NVIDIA];
     if (!state) return;
@@ -83,6 +78,12 @@ static void nvidia_release(flashcl_context *ctx) {
 }
 
 const flashcl__backend flashcl__backend_nvidia = {
-    "nvidia",       FLASHCL_PATH_FLASH,   nvidia_covers,         nvidia_plan,
-    nvidia_scratch, flashcl__mma_forward, flashcl__mma_backward, nvidia_release,
+    "nvidia",
+    FLASHCL_PATH_FLASH,
+    nvidia_covers,
+    nvidia_plan,
+    flashcl__bwd_dsum_scratch_bytes,
+    flashcl__mma_forward,
+    flashcl__mma_backward,
+    nvidia_release,
 };

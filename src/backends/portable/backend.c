@@ -1,5 +1,6 @@
 /* The portable family's table: it covers every flash call, on any device (the last family of the flash path). */
 #include "portable.h"
+#include "../../backward_args.h"
 
 #include <stdlib.h>
 
@@ -23,12 +24,6 @@ static flashcl_status portable_plan(flashcl_context *ctx, flashcl__pass pass, co
     return st;
 }
 
-/* The forward needs none; the backward D = rowsum(dO * O), one float per query row. */
-static size_t portable_scratch(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d) {
-    (void)ctx;
-    return pass == FLASHCL__FORWARD ? 0 : flashcl__row_count(d) * sizeof(float);
-}
-
 static void portable_release(flashcl_context *ctx) {
     flashcl__portable_state *state = ctx->family[FLASHCL__FAMILY_PORTABLE];
     if (!state) return;
@@ -43,7 +38,7 @@ const flashcl__backend flashcl__backend_portable = {
     FLASHCL_PATH_FLASH,
     portable_covers,
     portable_plan,
-    portable_scratch,
+    flashcl__bwd_dsum_scratch_bytes,
     flashcl__portable_forward,
     flashcl__portable_backward,
     portable_release,
