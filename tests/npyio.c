@@ -10,10 +10,11 @@ static size_t element_count(const size_t *shape, int rank) {
     return n;
 }
 
-int npy_write_raw(const char *path, const char *descr, const size_t *shape, int rank, const void *data,
-                  size_t elem_size) {
+static int write_with_order(const char *path, const char *descr, int fortran, const size_t *shape, int rank,
+                            const void *data, size_t elem_size) {
     char dict[256];
-    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': (", descr,
+                       fortran ? "True" : "False");
     for (int i = 0; i < rank; i++)
         len += snprintf(dict + len, sizeof dict - (size_t)len, "%zu%s", shape[i],
                         rank == 1 ? "," : (i + 1 < rank ? ", " : ""));
@@ -34,6 +35,32 @@ int npy_write_raw(const char *path, const char *descr, const size_t *shape, int 
     size_t n = element_count(shape, rank);
     ok = ok && fwrite(data, elem_size, n, f) == n;
     return fclose(f) == 0 && ok;
+}
+
+int npy_write_raw(const char *path, const char *descr, const size_t *shape, int rank, const void *data,
+                  size_t elem_size) {
+    return write_with_order(path, descr, 0, shape, rank, data, elem_size);
+}
+
+int npy_write_f32_fortran(const char *path, const size_t *shape, int rank, const float *data) {
+    const size_t n = element_count(shape, rank);
+    float *f = malloc(n ? n * sizeof(float) : 1);
+    if (!f) return 0;
+    for (size_t i = 0; i < n; i++) { /* C index i -> its digits -> the Fortran offset (first index fastest) */
+        size_t rest = i, at = 0, stride = 1, digit[NPY_MAX_RANK];
+        for (int d = rank - 1; d >= 0; d--) {
+            digit[d] = rest % shape[d];
+            rest /= shape[d];
+        }
+        for (int d = 0; d < rank; d++) {
+            at += digit[d] * stride;
+            stride *= shape[d];
+        }
+        f[at] = data[i];
+    }
+    const int ok = write_with_order(path, "<f4", 1, shape, rank, f, sizeof(float));
+    free(f);
+    return ok;
 }
 
 int npy_write_f32(const char *path, const size_t *shape, int rank, const float *data) {

@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L /* WEXITSTATUS, mkfifo, symlink, lstat */
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli_harness.h"
+#include "float16.h"
 #include "npyio.h"
 #include "problem.h"
 #include "tmpdir.h"
@@ -168,11 +170,11 @@ static void expect_usage_error(const char *label, const char *q, const char *k, 
 static void check_bad_inputs(const tu_problem *p) {
     const ref_problem *r = &p->ref;
     size_t n_q = r->batch * r->seqlen_q * r->heads_q * r->head_dim;
-    double *wide = calloc(n_q, sizeof(double));
-    REQUIRE(wide != NULL);
+    int64_t *ints = calloc(n_q, sizeof(int64_t));
+    REQUIRE(ints != NULL);
     size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
-    REQUIRE(npy_write_raw(cli_path_in(cli_work, "Q_f8.npy"), "<f8", qs, 4, wide, sizeof(double)));
-    free(wide);
+    REQUIRE(npy_write_raw(cli_path_in(cli_work, "Q_i8.npy"), "<i8", qs, 4, ints, sizeof(int64_t)));
+    free(ints);
     size_t q3[3] = {r->batch * r->seqlen_q, r->heads_q, r->head_dim};
     REQUIRE(npy_write_f32(cli_path_in(cli_work, "Q_rank3.npy"), q3, 3, p->q.host));
     /* Same element count as K, but head_dim halved. */
@@ -194,7 +196,7 @@ static void check_bad_inputs(const tu_problem *p) {
     snprintf(dir_args, sizeof dir_args, "attention --q '%s' --k '%s' --v '%s' --out '%s'", cli_work,
              cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"), cli_path_in(cli_work, "O.npy"));
     cli_expect_usage_error_naming("--q names a directory", dir_args, "Is a directory");
-    expect_usage_error("float64 Q", "Q_f8.npy", "K.npy", "V.npy", "");
+    expect_usage_error("int64 Q", "Q_i8.npy", "K.npy", "V.npy", "");
     expect_usage_error("rank-3 Q", "Q_rank3.npy", "K.npy", "V.npy", "");
     expect_usage_error("V shaped unlike K", "Q.npy", "K.npy", "V_halfd.npy", "");
     expect_usage_error("head_dim mismatch", "Q.npy", "K_halfd.npy", "V_halfd.npy", "");
@@ -207,6 +209,75 @@ static void check_bad_inputs(const tu_problem *p) {
     expect_usage_error("--standard (retired)", "Q.npy", "K.npy", "V.npy", "--standard");
     /* A --device that names no device is a bad option (exit 2), like the others. */
     expect_usage_error("--device 99:99", "Q.npy", "K.npy", "V.npy", "--device 99:99");
+}
+
+/* O.npy of a causal call with the given Q file (K.npy, V.npy), or NULL with a failure counted. */
+static float *output_for(const char *qname, size_t count) {
+    char args[2048], *out, *err;
+    snprintf(args, sizeof args, "attention --q '%s' --k '%s' --v '%s' --out '%s' --causal",
+             cli_path_in(cli_work, qname), cli_path_in(cli_work, "K.npy"), cli_path_in(cli_work, "V.npy"),
+             cli_path_in(cli_work, "O.npy"));
+    const int status = cli_run_tool(args, &out, &err);
+    float *o = NULL;
+    size_t shape[NPY_MAX_RANK];
+    int rank = 0;
+    if (status != 0 || err[0])
+        fprintf(stderr, "FAIL --q %s: exit status %d, stderr: %s\n", qname, status, err);
+    else
+        o = npy_read_f32(cli_path_in(cli_work, "O.npy"), shape, &rank);
+    if (o && (rank != 4 || shape[0] * shape[1] * shape[2] * shape[3] != count)) {
+        free(o);
+        o = NULL;
+    }
+    if (!o) tu_fail_count();
+    remove(cli_path_in(cli_work, "O.npy"));
+    free(out);
+    free(err);
+    return o;
+}
+
+/* The forms numpy saves that are not little-endian float32 in C order (float64 is its default, a
+   transposed array is saved in Fortran order): the tool reads each as float32 in C order, so O is
+   bitwise the O of the float32 file with the same values. */
+static void check_input_forms(const tu_problem *p) {
+    const ref_problem *r = &p->ref;
+    const size_t qs[4] = {r->batch, r->seqlen_q, r->heads_q, r->head_dim};
+    const size_t n = qs[0] * qs[1] * qs[2] * qs[3];
+    const float *q = p->q.host;
+    double *wide = malloc(n * sizeof(double));
+    unsigned char *big = malloc(n * 4);
+    uint16_t *half = malloc(n * sizeof(uint16_t));
+    float *rounded = malloc(n * sizeof(float));
+    REQUIRE(wide && big && half && rounded);
+    for (size_t i = 0; i < n; ++i) {
+        wide[i] = q[i];
+        const uint32_t u = flashcl__float_bits(q[i]);
+        for (int k = 0; k < 4; ++k) big[i * 4 + (size_t)k] = (unsigned char)(u >> (24 - 8 * k)); /* '>f4' */
+        half[i] = flashcl__float_to_f16(q[i]);
+        rounded[i] = flashcl__f16_to_float(half[i]);
+    }
+    REQUIRE(npy_write_raw(cli_path_in(cli_work, "Q_f8.npy"), "<f8", qs, 4, wide, sizeof(double)));
+    REQUIRE(npy_write_raw(cli_path_in(cli_work, "Q_be.npy"), ">f4", qs, 4, big, 4));
+    REQUIRE(npy_write_raw(cli_path_in(cli_work, "Q_f2.npy"), "<f2", qs, 4, half, sizeof(uint16_t)));
+    REQUIRE(npy_write_f32(cli_path_in(cli_work, "Q_f2_as_f4.npy"), qs, 4, rounded));
+    REQUIRE(npy_write_f32_fortran(cli_path_in(cli_work, "Q_fortran.npy"), qs, 4, q));
+    static const char *const pairs[][3] = {{"float64", "Q_f8.npy", "Q.npy"},
+                                           {"big-endian float32", "Q_be.npy", "Q.npy"},
+                                           {"float16", "Q_f2.npy", "Q_f2_as_f4.npy"},
+                                           {"Fortran order", "Q_fortran.npy", "Q.npy"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
+        float *got = output_for(pairs[i][1], n), *want = output_for(pairs[i][2], n);
+        if (got && want && memcmp(got, want, n * sizeof(float)) != 0) {
+            fprintf(stderr, "FAIL --q as %s: O differs from the float32 C-order file's\n", pairs[i][0]);
+            tu_fail_count();
+        }
+        free(got);
+        free(want);
+    }
+    free(wide);
+    free(big);
+    free(half);
+    free(rounded);
 }
 
 /* ------------------------------------------------------------ backward */
@@ -594,6 +665,7 @@ int main(int argc, char **argv) {
     tu_problem_free(&ps);
 
     check_bad_inputs(&p);
+    check_input_forms(&p);
     check_backward(&p, "--causal", "GQA causal sq<sk");
     check_backward_errors(&p);
     check_output_destinations(&p);

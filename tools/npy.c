@@ -1,6 +1,8 @@
 /* Strict .npy (C order; float32, int32, uint8, bool) reading and writing; see npy.h. */
 #include "npy.h"
 
+#include "float16.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -52,12 +54,22 @@ const char *npy_dtype_name(npy_dtype dtype) {
     return "unknown";
 }
 
-/* The descr strings NumPy writes for the types the reader knows. */
+/* The descr strings NumPy writes for the types the reader knows; the floats are listed by their
+   little-endian float32 form in messages and matched by is_float_descr. */
 static const struct {
     const char *descr;
     npy_dtype dtype;
     size_t size;
 } known_descrs[] = {{"<f4", NPY_FLOAT32, 4}, {"<i4", NPY_INT32, 4}, {"|u1", NPY_UINT8, 1}, {"|b1", NPY_BOOL, 1}};
+
+/* '<f2', '>f2', '<f4', '>f4', '<f8' or '>f8': *size the element's bytes, *big its byte order. */
+static bool is_float_descr(const char *descr, size_t *size, int *big) {
+    if ((descr[0] != '<' && descr[0] != '>') || descr[1] != 'f' || descr[3] != '\0') return false;
+    if (descr[2] != '2' && descr[2] != '4' && descr[2] != '8') return false;
+    *size = (size_t)(descr[2] - '0');
+    *big = descr[0] == '>';
+    return true;
+}
 
 /* .npy data is little-endian; on a big-endian host each 4-byte element is reversed. */
 static void swap_float_bytes(void *data, size_t count) {
@@ -273,7 +285,7 @@ static int parse_dict(header_cursor *c, npy_header *hdr) {
         if (strcmp(key, "descr") == 0) {
             seen = &seen_descr;
             if (at_char(c, '[') || at_char(c, '(')) {
-                return fail(c->err, c->err_size, "structured dtypes are not supported: expected '<f4' (float32)");
+                return fail(c->err, c->err_size, "structured dtypes are not supported: expected a float array");
             }
             if (!parse_string(c, descr, sizeof descr, "descr")) return -1;
         } else if (strcmp(key, "fortran_order") == 0) {
@@ -303,16 +315,18 @@ static int parse_dict(header_cursor *c, npy_header *hdr) {
     snprintf(hdr->descr, sizeof hdr->descr, "%s", descr);
     hdr->dtype = 0;
     hdr->elem_size = 1;
+    hdr->big_endian = 0;
+    hdr->fortran = fortran_order;
+    if (is_float_descr(descr, &hdr->elem_size, &hdr->big_endian)) {
+        hdr->dtype = NPY_FLOAT32;
+        return 0;
+    }
     for (size_t i = 0; i < sizeof known_descrs / sizeof known_descrs[0]; ++i) {
         if (strcmp(descr, known_descrs[i].descr) == 0) {
             hdr->dtype = known_descrs[i].dtype;
             hdr->elem_size = known_descrs[i].size;
         }
     }
-    if (fortran_order)
-        return fail(c->err, c->err_size,
-                    "fortran_order is True: only C-order arrays are supported "
-                    "(save np.ascontiguousarray(x))");
     return 0;
 }
 
@@ -347,8 +361,13 @@ static int refuse_dtype(const npy_header *hdr, unsigned accepted, char *err, siz
     for (size_t i = 0; i < sizeof known_descrs / sizeof known_descrs[0]; ++i) {
         if (!(accepted & known_descrs[i].dtype)) continue;
         const char *sep = n == 0 ? "" : n + 1 == total ? " or " : ", ";
-        int w = snprintf(list + used, sizeof list - used, "%s'%s' (%s%s)", sep, known_descrs[i].descr,
-                         known_descrs[i].size > 1 ? "little-endian " : "", npy_dtype_name(known_descrs[i].dtype));
+        const bool floats = known_descrs[i].dtype == NPY_FLOAT32;
+        int w = snprintf(list + used, sizeof list - used, "%s%s%s%s%s", sep, floats ? "" : "'",
+                         floats ? "a float16, float32 or float64 array" : known_descrs[i].descr, floats ? "" : "' (",
+                         floats                               ? ""
+                         : known_descrs[i].size > 1           ? "little-endian int32)"
+                         : known_descrs[i].dtype == NPY_UINT8 ? "uint8)"
+                                                              : "bool)");
         if (w > 0 && (size_t)w < sizeof list - used) used += (size_t)w;
         n++;
     }
@@ -395,14 +414,83 @@ int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, ch
     return compute_sizes(hdr, err, err_size);
 }
 
-static void fill_array(npy_array *out, const npy_header *hdr, void *data) {
+/* Element i of a float array in the file's width and byte order, as float32 (float64 rounds). */
+static float file_float(const unsigned char *raw, size_t i, const npy_header *hdr, bool swap) {
+    unsigned char b[8] = {0};
+    const size_t n = hdr->elem_size;
+    for (size_t k = 0; k < n; ++k) b[k] = raw[i * n + (swap ? n - 1 - k : k)];
+    if (n == 2) {
+        uint16_t h;
+        memcpy(&h, b, 2);
+        return flashcl__f16_to_float(h);
+    }
+    if (n == 8) {
+        double x;
+        memcpy(&x, b, 8);
+        return (float)x;
+    }
+    float x;
+    memcpy(&x, b, 4);
+    return x;
+}
+
+/* The element of C-order index i in a Fortran-order file: the C index's digits (last dimension
+   fastest) weighed by Fortran strides (first dimension fastest). */
+static size_t fortran_index(const npy_header *hdr, size_t i) {
+    size_t at = 0, stride = 1, digits[NPY_MAX_DIMS];
+    for (size_t d = hdr->ndim; d-- > 0;) {
+        digits[d] = i % hdr->shape[d];
+        i /= hdr->shape[d];
+    }
+    for (size_t d = 0; d < hdr->ndim; ++d) {
+        at += digits[d] * stride;
+        stride *= hdr->shape[d];
+    }
+    return at;
+}
+
+/* The file's data in the caller's form: floats as float32 in host byte order, everything in C
+   order. Returns raw itself when it already is (float32 of the host's order, C order), else a new
+   buffer (raw freed), NULL when that cannot be allocated (raw kept). */
+static unsigned char *to_caller_form(const npy_header *hdr, unsigned char *raw) {
+    const bool little = host_is_little_endian();
+    const bool floats = hdr->dtype == NPY_FLOAT32;
+    const bool swap = floats ? hdr->big_endian == little : !little && hdr->elem_size == 4;
+    const bool order = hdr->fortran && hdr->ndim > 1 && hdr->count > 1;
+    if (floats && (hdr->elem_size != 4 || swap || order)) {
+        if (hdr->count > SIZE_MAX / sizeof(float)) return NULL;
+        float *out = malloc(hdr->count > 0 ? hdr->count * sizeof(float) : 1);
+        if (!out) return NULL;
+        for (size_t i = 0; i < hdr->count; ++i) out[i] = file_float(raw, order ? fortran_index(hdr, i) : i, hdr, swap);
+        free(raw);
+        return (unsigned char *)out;
+    }
+    if (swap) swap_float_bytes(raw, hdr->count); /* int32 on a big-endian host */
+    if (order) {
+        const size_t n = hdr->elem_size;
+        unsigned char *out = malloc(hdr->count * n);
+        if (!out) return NULL;
+        for (size_t i = 0; i < hdr->count; ++i) memcpy(out + i * n, raw + fortran_index(hdr, i) * n, n);
+        free(raw);
+        return out;
+    }
+    return raw;
+}
+
+/* out takes the data (in the caller's form); -1 with err when the conversion cannot be allocated. */
+static int fill_array(npy_array *out, const npy_header *hdr, unsigned char *data, char *err, size_t err_size) {
+    unsigned char *ready = to_caller_form(hdr, data);
+    if (!ready) {
+        free(data);
+        return fail(err, err_size, "cannot allocate memory to convert the data to float32 in C order");
+    }
     out->ndim = hdr->ndim;
     memcpy(out->shape, hdr->shape, sizeof out->shape);
     out->count = hdr->count;
     out->dtype = hdr->dtype;
-    out->bytes = data;
-    out->data = hdr->dtype == NPY_FLOAT32 ? data : NULL;
-    if (!host_is_little_endian() && hdr->elem_size == 4) swap_float_bytes(data, hdr->count);
+    out->bytes = ready;
+    out->data = hdr->dtype == NPY_FLOAT32 ? (float *)ready : NULL;
+    return 0;
 }
 
 static int size_mismatch(const npy_header *hdr, size_t have, char *err, size_t err_size) {
@@ -425,8 +513,7 @@ int npy_read_memory(const unsigned char *bytes, size_t len, npy_array *out, char
     unsigned char *data = malloc(hdr.data_bytes > 0 ? hdr.data_bytes : 1);
     if (data == NULL) return fail(err, err_size, "cannot allocate %zu bytes for the data", hdr.data_bytes);
     memcpy(data, bytes + hdr.data_offset, hdr.data_bytes);
-    fill_array(out, &hdr, data);
-    return 0;
+    return fill_array(out, &hdr, data, err, err_size);
 }
 
 /* Reads up to n bytes; returns how many arrived. */
@@ -503,8 +590,7 @@ int npy_read_file_typed(const char *path, unsigned accepted, npy_array *out, cha
     }
     if (data == NULL && (data = malloc(1)) == NULL) /* a 0-element array still gets a pointer */
         return fail(err, err_size, "cannot allocate memory");
-    fill_array(out, &hdr, data);
-    return 0;
+    return fill_array(out, &hdr, data, err, err_size);
 }
 
 void npy_array_free(npy_array *a) {

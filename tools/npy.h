@@ -1,8 +1,12 @@
 /*
- * Strict reader and writer for NumPy .npy files holding C-order arrays,
- * format versions 1.0, 2.0 and 3.0. The writer writes float32 ('<f4'); the
- * reader takes float32 and, where the caller allows them, int32 ('<i4'),
- * uint8 ('|u1') and bool ('|b1', every byte 0 or 1).
+ * Strict reader and writer for NumPy .npy files, format versions 1.0, 2.0
+ * and 3.0. The writer writes float32 ('<f4'), C order. The reader takes
+ * floating-point arrays (float16, float32 or float64, either byte order:
+ * '<f2', '>f2', '<f4', '>f4', '<f8', '>f8'), handed to the caller as float32,
+ * and, where the caller allows them, int32 ('<i4'), uint8 ('|u1') and bool
+ * ('|b1', every byte 0 or 1); C or Fortran order, handed over in C order.
+ * NumPy saves float64 by default and Fortran order for a transposed array,
+ * so a user's own files are taken as they are (float64 rounds to float32).
  *
  * The reader is meant to face hostile files: every length is bounds-checked,
  * every size product is overflow-checked, and anything it does not fully
@@ -23,7 +27,7 @@
 
 /* Element types the reader knows; values are bits so callers can allow several. */
 typedef enum npy_dtype {
-    NPY_FLOAT32 = 1, /* '<f4' */
+    NPY_FLOAT32 = 1, /* any of the float descrs above, read as float32 */
     NPY_INT32 = 2,   /* '<i4' */
     NPY_UINT8 = 4,   /* '|u1' */
     NPY_BOOL = 8     /* '|b1' */
@@ -36,7 +40,9 @@ typedef struct npy_header {
     int major, minor; /* format version */
     npy_dtype dtype;  /* 0 when descr names a type the reader does not know */
     char descr[32];   /* the descr string as written in the file */
-    size_t elem_size; /* bytes per element */
+    size_t elem_size; /* bytes per element in the file (2, 4 or 8 for floats) */
+    int big_endian;   /* the file's elements are big-endian ('>' descr) */
+    int fortran;      /* fortran_order: the file lists the first index fastest */
     size_t ndim;
     size_t shape[NPY_MAX_DIMS];
     size_t count;       /* elements: the product of shape (1 for a 0-d array) */
@@ -49,7 +55,8 @@ typedef struct npy_array {
     size_t shape[NPY_MAX_DIMS];
     size_t count;
     npy_dtype dtype;
-    void *bytes; /* count elements of dtype in host byte order; free with npy_array_free */
+    void *bytes; /* count elements of dtype (float32 for floats) in host byte order, C order;
+                    free with npy_array_free */
     float *data; /* the same memory when dtype is float32, else NULL */
 } npy_array;
 
@@ -60,7 +67,7 @@ typedef struct npy_array {
  */
 int npy_parse_header(const unsigned char *bytes, size_t len, npy_header *hdr, char *err, size_t err_size);
 
-/* Reads a whole float32 .npy file; its size must be exactly header + data. */
+/* Reads a whole floating-point .npy file as float32; its size must be exactly header + data. */
 int npy_read_file(const char *path, npy_array *out, char *err, size_t err_size);
 
 /* The same for any dtype in `accepted` (NPY_FLOAT32 | NPY_INT32 | ...). */
