@@ -54,8 +54,9 @@ const char *npy_dtype_name(npy_dtype dtype) {
     return "unknown";
 }
 
-/* The descr strings NumPy writes for the types the reader knows; the floats are listed by their
-   little-endian float32 form in messages and matched by is_float_descr. */
+/* The descr strings NumPy writes for the types the reader knows; the "<f4" entry stands for every
+   float descr (is_float_descr matches them first), and messages name it "a float16, float32 or
+   float64 array". */
 static const struct {
     const char *descr;
     npy_dtype dtype;
@@ -361,13 +362,10 @@ static int refuse_dtype(const npy_header *hdr, unsigned accepted, char *err, siz
     for (size_t i = 0; i < sizeof known_descrs / sizeof known_descrs[0]; ++i) {
         if (!(accepted & known_descrs[i].dtype)) continue;
         const char *sep = n == 0 ? "" : n + 1 == total ? " or " : ", ";
-        const bool floats = known_descrs[i].dtype == NPY_FLOAT32;
-        int w = snprintf(list + used, sizeof list - used, "%s%s%s%s%s", sep, floats ? "" : "'",
-                         floats ? "a float16, float32 or float64 array" : known_descrs[i].descr, floats ? "" : "' (",
-                         floats                               ? ""
-                         : known_descrs[i].size > 1           ? "little-endian int32)"
-                         : known_descrs[i].dtype == NPY_UINT8 ? "uint8)"
-                                                              : "bool)");
+        int w = known_descrs[i].dtype == NPY_FLOAT32
+                    ? snprintf(list + used, sizeof list - used, "%sa float16, float32 or float64 array", sep)
+                    : snprintf(list + used, sizeof list - used, "%s'%s' (%s%s)", sep, known_descrs[i].descr,
+                               known_descrs[i].size > 1 ? "little-endian " : "", npy_dtype_name(known_descrs[i].dtype));
         if (w > 0 && (size_t)w < sizeof list - used) used += (size_t)w;
         n++;
     }
