@@ -428,13 +428,12 @@ def run_extras(c, torch, device):
         nq, nk = (rows, cols) if i is None else (rq.stop - rq.start, rk.stop - rk.start)
         pick = (lambda x, r: x) if i is None else (lambda x, r: x[r][None])
         r = seq_kw(i, nq, nk)
-        ref = torch_attention(*(pick(x, rr) for x, rr in zip(x64, (rq, rk, rk))), sinks=x64[3] if sinks is not None
-                              else None, **r)
+        # (the LSE comes before dropout: the same with or without keep)
+        ref, lse64 = torch_attention(*(pick(x, rr) for x, rr in zip(x64, (rq, rk, rk))),
+                                     sinks=x64[3] if sinks is not None else None, return_lse=True, **r)
         ref.backward(pick(dout64, rq))
         refs.append(ref.detach()[0] if i is not None else ref.detach())
-        nr = {n: x for n, x in r.items() if n != "keep"}
-        lses.append(numpy_attention(*(f64(pick(x, rr)) for x, rr in zip(x64, (rq, rk, rk))),
-                                    sinks=None if sinks is None else f64(x64[3]), **nr)[1])
+        lses.append(lse64.detach().numpy())
         if low is not None:
             base = torch_attention(*(pick(x, rr) for x, rr in zip(low, (rq, rk, rk))),
                                    sinks=low[3] if sinks is not None else None, **r)
