@@ -22,6 +22,8 @@ IMPL = flashcl.hf.register()
 
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+KV = {k: v for k, v in SMALL.items() if k != "head_dim"}  # (each model's own head dim)
+T = {k: v for k, v in KV.items() if k != "num_key_value_heads"}
 
 
 def llama():
@@ -47,12 +49,10 @@ def gpt_oss():
 
 def deepseek_v3():
     """MLA: queries and keys of 16 + 8 (rope) dims against values of 16 (d_v != d), as DeepSeek-V3's 192/128."""
-    small = {k: v for k, v in SMALL.items() if k != "head_dim"}  # (MLA's dims are its own)
-    small["num_key_value_heads"] = 4
     config = transformers.DeepseekV3Config(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16,
                                            v_head_dim=16, moe_intermediate_size=32, n_routed_experts=4,
                                            num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
-                                           **small)
+                                           **dict(KV, num_key_value_heads=4))
     return transformers.DeepseekV3ForCausalLM(config), "eager"
 
 
@@ -173,8 +173,6 @@ def _tiny(model, config, **fields):
     return lambda: (getattr(transformers, model), getattr(transformers, config)(**fields))
 
 
-T = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
-KV = dict(T, num_key_value_heads=2)
 # More architectures as a user would bring them, each with its own attention code: logits of a left-padded
 # batch against eager attention, and generate()'s tokens.
 ARCHITECTURES = {
