@@ -472,6 +472,8 @@ void cli_check_bench_variants(void) {
                    {"bench --alibi --sinks random", "--alibi"},
                    {"bench --dropout 0.1,x", "--dropout"},
                    {"bench --window 16,0 --path standard", "--path standard"},
+                   /* Named as attention names it: the dtype is what the standard path refuses here. */
+                   {"bench --dtype f16 --path standard", "this call uses: f16"},
                    {"bench --no-plain", "--no-plain"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         status = cli_run_tool(refused[i].args, &out, &err);

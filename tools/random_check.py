@@ -467,13 +467,16 @@ def main():
                          "(flashcl.attention and attention_backward: bias, masks, sinks, dropout ...)")
     ap.add_argument("--cuda", action="store_true", help="pass CUDA tensors (copied through the host by FlashCL)")
     args = ap.parse_args()
+    kinds = args.kinds.split(",")
+    runners = {"func": run_func, "kvcache": run_kvcache, "paged_varlen": run_paged_varlen, "extras": run_extras}
+    unknown = [k for k in kinds if k not in runners]
+    if unknown:  # a usage error before any case runs, not a failed case that reads like a wrong result
+        ap.error(f"--kinds: unknown kind {unknown[0]!r}; choose from {', '.join(runners)}")
     import torch
 
     if args.device is not None:
         flashcl.use_device(args.device)
     device = "cuda" if args.cuda else "cpu"
-    kinds = args.kinds.split(",")
-    runners = {"func": run_func, "kvcache": run_kvcache, "paged_varlen": run_paged_varlen, "extras": run_extras}
     print(f"device: {flashcl.current_context().device_name}; tensors on {device}", flush=True)
     failed = 0
     for i in range(args.cases):

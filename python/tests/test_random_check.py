@@ -20,6 +20,15 @@ def test_random_cases_agree():
     assert "6/6 cases agree" in run.stdout
 
 
+def test_an_unknown_kind_is_a_usage_error():
+    """A misspelt --kinds is refused by name before any case runs, not reported as failing cases (which read
+    as wrong results from the library)."""
+    run = subprocess.run([sys.executable, TOOL, "--cases", "2", "--kinds", "func,extra"], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "--kinds: unknown kind 'extra'" in run.stderr and "cases agree" not in run.stdout, run.stderr
+
+
 def test_window_wider_than_the_keys_is_dropped_in_the_reference():
     """A case whose window's right side (9) is at least max_seqlen_k (4) with more queries (20) than keys: the
     call drops it as flash_attn does, and the tool's reference did not (it hid every key from the first rows,
