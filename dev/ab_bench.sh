@@ -20,6 +20,10 @@
 # configure options, e.g. the NVIDIA driver's OpenCL paths), TIMEOUT (seconds
 # per bench call, default 120). Per-shape environment: a line may start with
 # VAR=value words (e.g. `FLASHCL_WGMMA=0 --dtype bf16 ...`), applied to both trees.
+# TESTS=REGEX: first build this tree's tests too and run `ctest -R REGEX` on
+# them (e.g. TESTS='^(test_mma|test_variants_bf16)$'); if any fails, print
+# the failures and stop before the bench, since a kernel that is fast but
+# wrong is not a result (the bench itself checks no output).
 set -euo pipefail
 base_src=${1:?usage: dev/ab_bench.sh BASE_SOURCE_DIR SHAPES_FILE [bench options]}
 shapes=${2:?usage: dev/ab_bench.sh BASE_SOURCE_DIR SHAPES_FILE [bench options]}
@@ -30,15 +34,29 @@ new_build=${NEW_BUILD:-build-ab-new} base_build=${BASE_BUILD:-build-ab-base}
 [ -f "$base_src/CMakeLists.txt" ] || { echo "ab_bench: $base_src is not a FlashCL source tree" >&2; exit 2; }
 [ -f "$shapes" ] || { echo "ab_bench: no shapes file $shapes" >&2; exit 2; }
 
-build() { # source dir, build dir
+tests=${TESTS:-}
+build() { # source dir, build dir, ON to build the tests too (every target) or OFF (the tool alone)
+    local targets=(--target flashcl_tool)
+    [ "$3" = ON ] && targets=()
     # shellcheck disable=SC2086  # CMAKE_ARGS is a list of options
-    cmake -S "$1" -B "$2" ${CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=Release -DFLASHCL_BUILD_TESTS=OFF -DFLASHCL_MPI=OFF \
-        >"$2.log" 2>&1 && cmake --build "$2" -j"$jobs" --target flashcl_tool >>"$2.log" 2>&1 ||
+    cmake -S "$1" -B "$2" ${CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=Release -DFLASHCL_BUILD_TESTS="$3" -DFLASHCL_MPI=OFF \
+        >"$2.log" 2>&1 && cmake --build "$2" -j"$jobs" "${targets[@]}" >>"$2.log" 2>&1 ||
         { tail -30 "$2.log" >&2; echo "ab_bench: the build in $2 failed (log: $2.log)" >&2; exit 1; }
 }
 mkdir -p "$new_build" "$base_build"
-build "$base_src" "$base_build"
-build "$here" "$new_build"
+build "$base_src" "$base_build" OFF
+build "$here" "$new_build" "$([ -n "$tests" ] && echo ON || echo OFF)"
+if [ -n "$tests" ]; then
+    listed=$(ctest --test-dir "$new_build" -N -R "$tests" | sed -n 's/^Total Tests: //p')
+    [ "${listed:-0}" -gt 0 ] || { echo "ab_bench: TESTS='$tests' matches no test" >&2; exit 2; }
+    if ctest --test-dir "$new_build" -j"$jobs" -R "$tests" >"$new_build.tests.log" 2>&1; then
+        echo "ab_bench: $listed test(s) of this tree passed ($tests)"
+    else
+        grep -E "Test +#|tests passed" "$new_build.tests.log" >&2
+        echo "ab_bench: this tree's tests failed (log: $new_build.tests.log; output: $new_build/Testing/Temporary/LastTest.log); no bench" >&2
+        exit 1
+    fi
+fi
 
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
