@@ -287,11 +287,7 @@ static int parse_args(int argc, char **argv, attention_args *a) {
     if (rc == 0) rc = variant_check(&a->var);
     if (rc == 0 && a->var.dsinks && !wants_backward(a))
         rc = tool_usage_error("--dsinks: needs --dout (the gradient is computed by the backward pass)");
-    if (rc == 0 && path_values[a->path] == FLASHCL_PATH_STANDARD && variant_any(&a->var)) {
-        char used[256];
-        variant_describe(&a->var, used, sizeof used);
-        rc = tool_usage_error("--path standard: the standard path supports no variant (this call uses: %s)", used);
-    }
+    if (rc == 0 && path_values[a->path] == FLASHCL_PATH_STANDARD) rc = variant_check_standard_path(&a->var);
     return rc != 0 ? rc : check_outputs(a);
 }
 

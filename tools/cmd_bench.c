@@ -266,11 +266,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     if (rc == 0) rc = kv_check(&a->kv, KV_FOR_BENCH);
     if (rc != 0) return rc;
     const bool cache = kv_bench_wants_cache(&a->kv);
-    if (variant_any(&a->var) && a->path == CHOICE_STANDARD) {
-        char used[256];
-        variant_describe(&a->var, used, sizeof used);
-        return tool_usage_error("--path standard: the standard path supports no variant (this call uses: %s)", used);
-    }
+    if (a->path == CHOICE_STANDARD && (rc = variant_check_standard_path(&a->var)) != 0) return rc;
     if (cache && a->path == CHOICE_STANDARD)
         return tool_usage_error("--path standard: the standard path takes no KV cache");
     if (cache && a->backward)

@@ -165,6 +165,13 @@ int variant_parse_option(option_cursor *c, variant_options *v) {
 
 /* ------------------------------------------------------------- rules */
 
+int variant_check_standard_path(const variant_options *v) {
+    if (!variant_any(v)) return 0;
+    char used[256];
+    variant_describe(v, used, sizeof used);
+    return tool_usage_error("--path standard: the standard path supports no variant (this call uses: %s)", used);
+}
+
 int variant_check(const variant_options *v) {
     if (v->dsinks && !v->sinks) return tool_usage_error("--dsinks: needs --sinks (the gradient of which sinks?)");
     if (v->allow_tf32 && v->dtype != FLASHCL_DTYPE_DEFAULT && v->dtype != FLASHCL_DTYPE_F32)

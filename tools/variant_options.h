@@ -61,6 +61,12 @@ int variant_check(const variant_options *v);
  */
 int variant_check_cache_call(const variant_options *v);
 
+/*
+ * The standard path takes no feature (a 16-bit dtype included): both commands refuse such a call before
+ * anything runs, naming what it uses. 0, or TOOL_EXIT_USAGE with that line.
+ */
+int variant_check_standard_path(const variant_options *v);
+
 /* Whether any feature was asked for. */
 bool variant_any(const variant_options *v);
 
