@@ -228,11 +228,16 @@ def _is_int(x):
         return False
 
 
+_PLAIN_SCALARS = frozenset((int, float, bool, type(None), str, tuple, list))
+
+
 def traced(x):
     """A scalar argument torch.compile holds as a tensor of its graph: a numpy scalar or array, or a tensor,
     seen while it traces (dynamo turns numpy values into tensors, whose values are unknown until the graph
     runs). Such a value is not checked or converted here; the torch operators take it as a tensor and the
     call checks it when it runs (_torch.py)."""
+    if type(x) in _PLAIN_SCALARS:  # (most arguments: answered without looking torch up, 32 times a call)
+        return False
     torch = _arrays.torch_module()
     return torch is not None and isinstance(x, (np.ndarray, np.generic, torch.Tensor)) and \
         torch.compiler.is_compiling()
