@@ -82,6 +82,9 @@
 #ifndef MMA_WG
 #define MMA_WG 0 /* 1: Hopper's wgmma for both products (sm_90a; the host patches the PTX, cl/ptx.cl) */
 #endif
+#ifndef MMA_RESCALE_SLACK
+#define MMA_RESCALE_SLACK 8.0f /* log2 growth of a row's max the online softmax absorbs before rescaling O */
+#endif
 #if MMA_WG
 /* Two forms: Q in __local (MMA_QLOCAL, both products read their B from __local and S's A too: d
    and d_v 64 or 128), or Q in registers (S = Q K^T takes Q's fragments as A, the form for head
@@ -509,23 +512,36 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
             mx1 = fmax(mx1, ptx_shfl_xor(mx1, 2));
             mx0 = fmax(m[mt][0], mx0 * sl2);
             mx1 = fmax(m[mt][1], mx1 * sl2);
+            /* Lazy rescaling: the running max moves (and O and the sums are rescaled) only when
+               some row of the warp grew by more than MMA_RESCALE_SLACK (log2 domain). Otherwise
+               every probability is at most 2^MMA_RESCALE_SLACK against the stale max, which the
+               sums and the 16-bit P hold with the same relative precision, and the result is the
+               same quotient. After the first tiles the max rarely moves that much, so the
+               MMA_DV/2 multiplies a row pair costs per tile mostly vanish. */
+            if (!MMA_RESCALE_SLACK ||
+                ptx_any(mx0 > m[mt][0] + MMA_RESCALE_SLACK || mx1 > m[mt][1] + MMA_RESCALE_SLACK)) {
+                /* A row with no visible key yet keeps max -inf: exponent base 0, so alpha is 0, not NaN. */
+                const float alpha0 = ptx_exp2(m[mt][0] - (mx0 == FLASHCL_NEG_INF ? 0.0f : mx0));
+                const float alpha1 = ptx_exp2(m[mt][1] - (mx1 == FLASHCL_NEG_INF ? 0.0f : mx1));
+                m[mt][0] = mx0;
+                m[mt][1] = mx1;
+                l[mt][0] *= alpha0;
+                l[mt][1] *= alpha1;
+#pragma unroll
+                for (int n = 0; n < MMA_DV / 8; ++n) {
+                    acc[mt][n][0] *= alpha0;
+                    acc[mt][n][1] *= alpha0;
+                    acc[mt][n][2] *= alpha1;
+                    acc[mt][n][3] *= alpha1;
+                }
+            }
             /* A row with no visible key yet keeps max -inf: subtract 0 so exp2 gives 0, not NaN. */
-            const float base0 = mx0 == FLASHCL_NEG_INF ? 0.0f : mx0;
-            const float base1 = mx1 == FLASHCL_NEG_INF ? 0.0f : mx1;
-            const float alpha0 = ptx_exp2(m[mt][0] - base0), alpha1 = ptx_exp2(m[mt][1] - base1);
-            m[mt][0] = mx0;
-            m[mt][1] = mx1;
-            float l0 = l[mt][0] * alpha0, l1 = l[mt][1] * alpha1;
+            const float base0 = m[mt][0] == FLASHCL_NEG_INF ? 0.0f : m[mt][0];
+            const float base1 = m[mt][1] == FLASHCL_NEG_INF ? 0.0f : m[mt][1];
+            float l0 = l[mt][0], l1 = l[mt][1];
 #if HAS_DROPOUT
             uint4 dw; /* the dropout call of tiles n, n + 1 (n even) */
 #endif
-#pragma unroll
-            for (int n = 0; n < MMA_DV / 8; ++n) {
-                acc[mt][n][0] *= alpha0;
-                acc[mt][n][1] *= alpha0;
-                acc[mt][n][2] *= alpha1;
-                acc[mt][n][3] *= alpha1;
-            }
 #pragma unroll
             for (int n = 0; n < MMA_BC / 8; ++n) {
                 float p0 = ptx_exp2(fma(s[mt][n][0], sl2, -base0));

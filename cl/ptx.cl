@@ -42,6 +42,15 @@ inline float ptx_shfl_segment(float x, int src, int width) {
     return as_float(r);
 }
 
+/* 1 in every lane if any lane of the warp passes a nonzero x (vote.sync: every sm the kernels run on). */
+inline int ptx_any(int x) {
+    uint r;
+    asm volatile("{ .reg .pred p; setp.ne.s32 p, %1, 0; vote.sync.any.pred p, p, 0xffffffff; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(r)
+                 : "r"(x));
+    return (int)r;
+}
+
 /* Two IEEE halves (bits 0-15 element 0, 16-31 element 1) -> two floats by the hardware conversion
    (every sm: exact, subnormals, infinities and NaN included): two instructions where the bit path
    (flash_decode.cl's half_bits) takes about ten per element. */

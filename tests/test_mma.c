@@ -40,6 +40,7 @@
 typedef struct mma_case {
     size_t b, hq, hkv, sq, sk, d;
     int causal, f16, bhsd, offset; /* offset: elements before each tensor (8 keeps alignment, 4 breaks it) */
+    int ramp; /* 1: key j scaled by 1 + 4 j / sk, so a row's max keeps growing past the forward's rescale slack */
 } mma_case;
 
 static uint16_t to16(const mma_case *c, float x);
@@ -160,6 +161,10 @@ static int run_case(flashcl_context *ctx, const mma_case *c, tu_rng *rng, const 
     }
     for (size_t i = (size_t)c->offset; i < nk; ++i) {
         float x = tu_rng_float(rng, -2.0f, 2.0f), y = tu_rng_float(rng, -1.0f, 1.0f);
+        if (c->ramp) { /* the key's position in its sequence, either layout */
+            const size_t e = i - (size_t)c->offset, key = c->bhsd ? e / c->d % c->sk : e / (c->hkv * c->d) % c->sk;
+            x *= 1.0f + 4.0f * (float)key / (float)c->sk;
+        }
         hk[i] = to16(c, x);
         fk[i] = from16(c, hk[i]);
         hv[i] = to16(c, y);
@@ -303,18 +308,20 @@ int main(void) {
     }
 
     const mma_case cases[] = {
-        {1, 2, 2, 200, 200, 128, 0, 0, 0, 0},
-        {1, 2, 2, 200, 200, 64, 1, 0, 0, 0},
-        {2, 4, 2, 77, 130, 64, 1, 0, 0, 8},  /* sq < sk, GQA, offset */
-        {1, 4, 1, 130, 77, 128, 1, 0, 1, 0}, /* sq > sk: fully masked rows; MQA; bhsd */
-        {1, 2, 2, 1, 1, 32, 0, 0, 0, 0},
-        {1, 2, 2, 1, 300, 96, 1, 0, 0, 0},
-        {1, 2, 1, 129, 129, 128, 0, 1, 0, 0}, /* f16 */
-        {1, 2, 2, 300, 1, 64, 1, 1, 1, 0},
-        {1, 1, 1, 257, 257, 96, 1, 0, 0, 0},
-        {1, 3, 3, 64, 193, 32, 0, 1, 0, 0},
-        {1, 4, 2, 133, 150, 256, 1, 0, 0, 0}, /* d > 128: the backward's two output slices; GQA */
-        {1, 2, 1, 70, 90, 144, 1, 1, 1, 0},   /* f16, d padded to 160 inside the sliced kernels */
+        {1, 2, 2, 200, 200, 128, 0, 0, 0, 0, 0},
+        {1, 2, 2, 200, 200, 64, 1, 0, 0, 0, 0},
+        {2, 4, 2, 77, 130, 64, 1, 0, 0, 8, 0},  /* sq < sk, GQA, offset */
+        {1, 4, 1, 130, 77, 128, 1, 0, 1, 0, 0}, /* sq > sk: fully masked rows; MQA; bhsd */
+        {1, 2, 2, 1, 1, 32, 0, 0, 0, 0, 0},
+        {1, 2, 2, 1, 300, 96, 1, 0, 0, 0, 0},
+        {1, 2, 1, 129, 129, 128, 0, 1, 0, 0, 0}, /* f16 */
+        {1, 2, 2, 300, 1, 64, 1, 1, 1, 0, 0},
+        {1, 1, 1, 257, 257, 96, 1, 0, 0, 0, 0},
+        {1, 3, 3, 64, 193, 32, 0, 1, 0, 0, 0},
+        {1, 4, 2, 133, 150, 256, 1, 0, 0, 0, 0}, /* d > 128: the backward's two output slices; GQA */
+        {1, 2, 1, 70, 90, 144, 1, 1, 1, 0, 0},   /* f16, d padded to 160 inside the sliced kernels */
+        {1, 2, 2, 150, 700, 128, 0, 0, 0, 0, 1}, /* ramp: the forward's online max grows tile after tile */
+        {1, 2, 1, 200, 300, 64, 1, 1, 0, 0, 1},  /* ramp, f16, causal, GQA */
     };
     const size_t ncases = vendor ? sizeof cases / sizeof cases[0] : 2; /* fallback: a sample */
     for (int form = 0; form < (wgmma ? 2 : 1); ++form) {
@@ -330,7 +337,7 @@ int main(void) {
             if (!run_case(ctx, &cases[i], &rng, vendor ? expected_forward(&cases[i]) : NULL)) tu_fail_count();
         if (vendor) {
             /* A 4-element offset breaks 16-byte alignment: the call must fall back, still correct. */
-            const mma_case unaligned = {1, 2, 2, 100, 100, 64, 1, 0, 0, 4};
+            const mma_case unaligned = {1, 2, 2, 100, 100, 64, 1, 0, 0, 4, 0};
             if (!run_case(ctx, &unaligned, &rng, NULL)) tu_fail_count();
         }
     }
