@@ -569,8 +569,8 @@ FLASHCL_API flashcl_status flashcl_forward_kvcache(flashcl_context *ctx, const f
  * num_states partial attention results over the same query rows (split-KV, cascade
  * attention, context parallelism), each a float32 O_i and its natural-log LSE_i, merged:
  *   lse = log sum_i exp(lse_i),  O = sum_i exp(lse_i - lse) O_i.
- * A row whose every lse_i is -inf gets O = 0 and lse = -inf (never NaN); a NaN lse_i
- * makes the row's O and lse NaN.
+ * A row whose every lse_i is -inf gets O = 0 and lse = -inf (never NaN); a NaN or +inf
+ * lse_i (an invalid or overflowed partial) makes the row's O and lse NaN.
  */
 typedef struct flashcl_merge_desc {
     size_t struct_size; /* FLASHCL_MERGE_DESC_INIT */

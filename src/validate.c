@@ -182,7 +182,9 @@ static flashcl_status check_view(flashcl_context *ctx, const flashcl__view_spec 
             "%s.stride_batch (%zu) must be 0 with varlen (cu_seqlens): the views are [total, heads, dim]", s->name,
             t.stride_batch);
     if (s->rows > 1 && t.stride_row < dim)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE, "%s.stride_row (%zu) is smaller than head_dim (%zu)",
+        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE,
+                             "%s.stride_row (%zu) is smaller than head_dim (%zu): rows may not overlap (a view "
+                             "broadcast along the sequence needs a packed copy)",
                              s->name, t.stride_row, dim);
     if (s->is_output && view_overlaps(&t, batch, s->heads, s->rows, dim))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_STRIDE,

@@ -175,7 +175,8 @@ def merge_states(states, lse_states):
       multiply those by ln 2). Any float dtype; computed in float64 on the host.
     Returns (out (batch, seqlen_q, nheads, d), lse (batch, nheads, seqlen_q)), float32:
       lse = log sum_i exp(lse_i), out = sum_i exp(lse_i - lse) out_i; a row whose every
-      lse_i is -inf gets out = 0 and lse = -inf.
+      lse_i is -inf gets out = 0 and lse = -inf; an lse_i of +inf or NaN gives NaN in that row
+      (as an overflowed or invalid partial should show, not be hidden).
     """
     first = states[0] if isinstance(states, (list, tuple)) and states else states
     torch_kind = _arrays.is_torch(first)
@@ -187,6 +188,8 @@ def merge_states(states, lse_states):
                 raise ValueError(f"{name} is empty: merge_states needs at least one state")
             parts = [(f"{name}[{i}]", part) for i, part in enumerate(x)]
             _arrays.kind_check(parts)
+            if _arrays.is_torch(x[0]) != torch_kind:  # (np.stack would take torch tensors silently)
+                raise ValueError("states and lse_states must both be numpy arrays or both torch tensors")
             _arrays.refuse_no_data(parts)
             for i, part in enumerate(x):
                 if tuple(part.shape) != tuple(x[0].shape):

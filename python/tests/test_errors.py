@@ -51,22 +51,27 @@ def test_layout_checks(rng):
     np.testing.assert_array_equal(flashcl.flash_attn_func(qt, k, v), flashcl.flash_attn_func(q, k, v))
 
 
-def test_zero_row_stride_is_named(rng):
-    """A zero row stride is refused naming stride_row (README) also when the batch and heads are broadcast
-    too: all three strides zero are the library's packed shorthand, and such a k was refused as out of
-    bounds with strides the caller never gave ("k: the view (k.offset 16, strides 0/8/16) reaches ...")."""
+def test_rows_broadcast_along_the_sequence_are_copied(rng):
+    """Inputs whose rows overlap (a zero row stride: numpy's broadcast_to, torch's expand, with or without the
+    batch and heads broadcast too) are read-only, so they are copied packed first, as flash_attn reads them in
+    place: the result is bit for bit the packed array's. The library itself refuses such views by name."""
     q, k, v = qkv(rng, b=2)
-    one_key = np.broadcast_to(k[:1, :1, :1], k.shape)  # strides (0, 0, 0, 1)
-    with pytest.raises(ValueError, match=r"k.stride_row \(0\): rows must be at least a row apart"):
-        flashcl.flash_attn_func(q, one_key, v)
+    for one_key in (np.broadcast_to(k[:1, :1, :1], k.shape), np.broadcast_to(k[:1, :1], k.shape)):
+        packed = np.ascontiguousarray(one_key)
+        assert np.array_equal(flashcl.flash_attn_func(q, one_key, v), flashcl.flash_attn_func(q, packed, v))
     cu = np.array([0, 8], np.int32)
-    with pytest.raises(ValueError, match=r"v.stride_row \(0\): rows must be at least a row apart"):
-        flashcl.flash_attn_varlen_func(q[0], k[0], one_key[0], cu, cu, 8, 8)
-    with pytest.raises(ValueError, match=r"q.stride_row \(0\): rows must be at least a row apart"):
-        flashcl.flash_attn_with_kvcache(np.broadcast_to(q[:1, :1, :1], q.shape), k, v)
-    # a zero row stride beside a nonzero head stride was already named by the library
-    with pytest.raises(ValueError, match=r"k.stride_row \(0\) is smaller than head_dim"):
-        flashcl.flash_attn_func(q, np.broadcast_to(k[:1, :1], k.shape), v)
+    one_value = np.broadcast_to(v[0, :1], v[0].shape)
+    assert np.array_equal(flashcl.flash_attn_varlen_func(q[0], k[0], one_value, cu, cu, 8, 8),
+                          flashcl.flash_attn_varlen_func(q[0], k[0], np.ascontiguousarray(one_value), cu, cu, 8, 8))
+    one_query = np.broadcast_to(q[:1, :1, :1], q.shape)
+    assert np.array_equal(flashcl.flash_attn_with_kvcache(one_query, k, v),
+                          flashcl.flash_attn_with_kvcache(np.ascontiguousarray(one_query), k, v))
+    torch = pytest.importorskip("torch")
+    base = torch.from_numpy(k[:1, :1].copy()).requires_grad_()
+    out = flashcl.flash_attn_func(torch.from_numpy(q), base.expand(k.shape), torch.from_numpy(v))
+    assert torch.equal(out, torch.from_numpy(flashcl.flash_attn_func(q, np.broadcast_to(k[:1, :1], k.shape), v)))
+    out.sum().backward()  # the gradient reaches the expanded tensor's base, summed over its copies
+    assert base.grad is not None and base.grad.shape == base.shape and bool(torch.isfinite(base.grad).all())
 
 
 def test_library_checks_name_the_field(rng):

@@ -317,6 +317,9 @@ def test_merge_states_nan_lse_stays_nan():
     assert np.isnan(lse[0, 0, 0]) and np.all(np.isnan(out[0, 0, 0]))
     ref_out, ref_lse = merge_reference(states[:, :, 1:], lses[:, :, :, 1:])  # the other rows are untouched
     np.testing.assert_allclose(f64(out[:, 1:]), ref_out, rtol=1e-6, atol=1e-6)
+    lses[0, 0, 0, 0] = np.inf  # an overflowed partial: NaN too (documented), never a silent pick
+    out, lse = flashcl.merge_states(states, lses)
+    assert np.isnan(lse[0, 0, 0]) and np.all(np.isnan(out[0, 0, 0]))
 
 
 def test_merge_states_errors():
@@ -327,6 +330,16 @@ def test_merge_states_errors():
         flashcl.merge_states(states[0], np.zeros((1, 2, 3), np.float32))
     with pytest.raises(ValueError, match="states is empty"):
         flashcl.merge_states([], [])
+
+def test_merge_states_refuses_mixed_kinds():
+    """numpy states with torch LSEs (or the reverse) are refused as lists and as stacked arrays alike (np.stack
+    took a list of torch tensors silently)."""
+    torch = pytest.importorskip("torch")
+    states, lses = np.zeros((2, 1, 3, 2, 8), np.float32), np.zeros((2, 1, 2, 3), np.float32)
+    for s_, l_ in ((list(states), [torch.from_numpy(x) for x in lses]), (states, torch.from_numpy(lses)),
+                   ([torch.from_numpy(x) for x in states], list(lses))):
+        with pytest.raises(ValueError, match="states and lse_states must both be numpy arrays or both torch tensors"):
+            flashcl.merge_states(s_, l_)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])

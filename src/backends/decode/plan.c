@@ -375,7 +375,7 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
     flashcl__copy_str(pub->build_options, sizeof pub->build_options, options);
     static const char *const storage[] = {"", ", fp8 e4m3 cache", ", fp8 e5m2 cache"};
     snprintf(pub->reason, sizeof pub->reason,
-             "decode family (%s): %zu query rows per sequence, the %zu query heads of each KV head packed as the "
+             "decode family (%s): %zu query rows per sequence, the %zu query head%s of each KV head packed as the "
              "rows of one work-group (%d per group), K/V read once per KV head %s%s, split-KV over enough "
              "work-groups to fill the device, partials merged by LSE (%s)",
              p->cpu   ? "CPU: work-groups of one, float16 vectors, the cache read in place"
@@ -383,8 +383,9 @@ static flashcl_status build(flashcl_context *ctx, const flashcl_attention_desc *
                         "rows of S = Q K^T (padded to 16) and the columns of O^T += V^T P^T, K/V rows read "
                         "straight into fragments"
                       : "GPU: key groups of lanes reading K/V rows into registers, several keys in flight",
-             d->max_seqlen_q, d->heads_q / d->heads_kv, p->rows, paged ? "through the page table" : "from the views",
-             storage[cdt], p->fused_merge ? "by the last split's work-group, in the same launch" : "flash_merge");
+             d->max_seqlen_q, d->heads_q / d->heads_kv, d->heads_q / d->heads_kv == 1 ? "" : "s", p->rows,
+             paged ? "through the page table" : "from the views", storage[cdt],
+             p->fused_merge ? "by the last split's work-group, in the same launch" : "flash_merge");
     return FLASHCL_SUCCESS;
 }
 
