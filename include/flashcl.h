@@ -188,6 +188,27 @@ FLASHCL_API size_t flashcl_context_scratch_bytes(const flashcl_context *ctx);
    have finished); later calls allocate again. NULL is a no-op. */
 FLASHCL_API void flashcl_context_release_scratch(flashcl_context *ctx);
 
+/*
+ * Where a call's time goes: the device time of each kernel the context's calls launch.
+ * flashcl_trace_kernels(ctx, 1) starts recording every launch (its kernel's name and its
+ * event), 0 stops and forgets what was not read. It needs a queue with profiling
+ * (FLASHCL_PROFILING=1 when FlashCL makes the queue, CL_QUEUE_PROFILING_ENABLE in the
+ * application's own): else FLASHCL_ERR_INVALID_QUEUE, naming the property. At most
+ * FLASHCL_TRACE_MAX launches are kept until read; later ones are counted, not kept.
+ */
+#define FLASHCL_TRACE_MAX 4096
+typedef struct flashcl_kernel_time {
+    char name[64]; /* the kernel's function name, e.g. "flash_bwd_dot" */
+    double ms;     /* CL_PROFILING_COMMAND_END - CL_PROFILING_COMMAND_START */
+} flashcl_kernel_time;
+FLASHCL_API flashcl_status flashcl_trace_kernels(flashcl_context *ctx, int on);
+/* Waits for the recorded launches, writes the first min(cap, recorded) of them to out in
+   launch order, sets *recorded to how many were launched since the last read (more than
+   FLASHCL_TRACE_MAX: only that many have times), and forgets them; recording goes on.
+   out may be NULL when cap is 0. Not recording: FLASHCL_ERR_INVALID_ARGUMENT. */
+FLASHCL_API flashcl_status flashcl_trace_read(flashcl_context *ctx, flashcl_kernel_time *out, size_t cap,
+                                              size_t *recorded);
+
 /* The on-disk program cache directory in use ("" when disabled). */
 FLASHCL_API const char *flashcl_context_cache_dir(const flashcl_context *ctx);
 

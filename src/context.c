@@ -322,6 +322,7 @@ void flashcl_context_destroy(flashcl_context *ctx) {
     flashcl__release_programs(ctx);
     flashcl__release_scratch(ctx);
     flashcl__tuning_release(ctx);
+    flashcl__trace_release(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx) clReleaseContext(ctx->cl_ctx);
     free(ctx->error);

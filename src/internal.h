@@ -77,9 +77,15 @@ struct flashcl_context {
     char tuning_path[1100]; /* "" = none */
     int tuning_off;         /* FLASHCL_TUNING turned tuning files off (at creation) */
     char tuning_note[640];  /* why the file was ignored; "" when read or absent */
-    char *error;            /* last detailed error message */
+    struct flashcl__trace *trace; /* flashcl_trace_kernels: the launches recorded; NULL when off (trace.c) */
+    char *error;                  /* last detailed error message */
     size_t error_cap;
 };
+
+/* ---- kernel trace (trace.c) */
+/* Records a launch when tracing is on (its event retained); a no-op otherwise. */
+void flashcl__trace_launch(flashcl_context *ctx, const char *name, cl_event done);
+void flashcl__trace_release(flashcl_context *ctx);
 
 /* ---- errors (error.c) */
 /* Records a printf-style message on ctx and returns status unchanged. */

@@ -100,6 +100,7 @@ int flashcl__chain_launch_after(flashcl__chain *c, cl_kernel kernel, const char 
         c->status = flashcl__fail_cl(c->ctx, err, what);
         return -1;
     }
+    flashcl__trace_launch(c->ctx, name, done);
     c->events[c->count] = done;
     return c->count++;
 }

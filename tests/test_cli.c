@@ -633,6 +633,47 @@ static void check_bench_backward(void) {
     free(err);
 }
 
+/* --kernels: every (path, pass) line carries its kernels' device times, the pass's planned kernel
+   among them ("kernel" names the backward's for bwd and fwd+bwd, "fwd_kernel" the forward's). */
+static void check_bench_kernels(void) {
+    char *out, *err;
+    int status =
+        cli_run_tool("bench --backward --kernels --path flash --seqlen 64 --heads 2 --iters 1 --json", &out, &err);
+    if (status != 0) {
+        fprintf(stderr, "FAIL bench --kernels: exit status %d, stderr: %s\n", status, err);
+        tu_fail_count();
+    }
+    size_t lines = 0, named = 0;
+    for (char *line = out; *line;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = '\0';
+        const char *kernel = strstr(line, "\"kernel\":\"");
+        const char *kernels = strstr(line, "\"kernels\":[{\"name\":");
+        if (strstr(line, "\"pass\"") && kernel) {
+            ++lines;
+            char want[96];
+            const char *name = kernel + strlen("\"kernel\":\"");
+            const size_t len = strcspn(name, "\"");
+            snprintf(want, sizeof want, "{\"name\":\"%.*s\",\"ms\":", (int)(len < 60 ? len : 60), name);
+            if (kernels && strstr(kernels, want) && !strstr(kernels, "\"ms\":null"))
+                ++named;
+            else
+                fprintf(stderr, "FAIL bench --kernels: no %s with a time in: %s\n", want, line);
+        }
+        if (!end) break;
+        line = end + 1;
+    }
+    if (lines != 3 || named != 3) {
+        fprintf(stderr, "FAIL bench --kernels --json: %zu pass lines (expected 3), %zu name their kernel\n", lines,
+                named);
+        tu_fail_count();
+    } else {
+        printf("bench --kernels: 3 passes, each naming its kernel with a time\n");
+    }
+    free(out);
+    free(err);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_cli PATH_TO_FLASHCL_TOOL\n");
@@ -682,6 +723,7 @@ int main(int argc, char **argv) {
 
     check_bench();
     check_bench_backward();
+    check_bench_kernels();
 
     cli_check_variants();
     cli_check_variant_errors();

@@ -123,6 +123,19 @@ static void print_plans(FILE *out, const bench_job *job, const bench_results *r)
     }
 }
 
+/* --kernels: a line per path and pass, each kernel's device time per call. */
+static void print_kernels(FILE *out, const bench_job *job, const bench_results *r) {
+    int width = name_width(job);
+    for (size_t i = 0; i < job->path_count; ++i)
+        for (size_t pass = 0; pass < job->pass_count; ++pass) {
+            const bench_pass_result *s = &r->paths[i].passes[pass];
+            if (!s->kernels.measured) continue;
+            fprintf(out, "kernels %-*s %-8s ", width, job->paths[i].name, job->passes[pass]->name);
+            bench_kernels_print(out, &s->kernels);
+            fputc('\n', out);
+        }
+}
+
 static void print_ratios(FILE *out, const bench_job *job, const bench_results *r) {
     for (size_t pass = 0; pass < job->pass_count; ++pass) {
         double ratio = bench_ratio_value(job, r, pass);
@@ -211,6 +224,7 @@ void bench_print_table(FILE *out, const bench_job *job, const bench_results *r) 
         for (size_t pass = 0; pass < job->pass_count; ++pass) print_row(out, job, i, pass, &r->paths[i].passes[pass]);
     fputc('\n', out);
     print_plans(out, job, r);
+    print_kernels(out, job, r);
     print_ratios(out, job, r);
     print_check(out, job, r);
     print_footnotes(out, job, r);
@@ -296,6 +310,7 @@ static void print_pass_json(FILE *out, const bench_job *job, const char *device,
     /* A pass with a backward names the backward's kernel; "fwd_kernel" keeps the forward's. */
     if (plan != &p->fwd_plan) json_plan_string(out, "fwd_kernel", p->fwd_plan.kernel, sizeof p->fwd_plan.kernel);
     json_plan_string(out, "origin", plan->origin, sizeof plan->origin);
+    if (s->kernels.measured) bench_kernels_json(out, &s->kernels);
     fputs("}\n", out);
 }
 

@@ -168,6 +168,10 @@ static int time_passes(const bench_job *job, const bench_path *path, const bench
         }
         s->ran = true;
         s->bytes_extra = flashcl_context_scratch_bytes(problem->ctx);
+        if (job->kernels) {
+            int rc = bench_kernels_measure(problem->ctx, label, enqueue_pass_of, &call, &s->kernels);
+            if (rc != 0) return rc;
+        }
     }
     return 0;
 }

@@ -24,6 +24,7 @@
 
 #include <flashcl.h>
 
+#include "bench_kernels.h"
 #include "bench_problem.h"
 #include "read_bandwidth.h"
 #include "roof.h"
@@ -86,6 +87,7 @@ typedef struct bench_job {
     bench_roof roof;             /* the %roof column's divisor */
     bench_read_bw read_bw;       /* the %bw column's divisor */
     bool show_bw;                /* print the read bandwidth and %bw (decode shapes, caches, --read-bw) */
+    bool kernels;                /* --kernels: trace each pass's kernels after timing it (a profiling queue) */
 } bench_job;
 
 /* Tolerance of the check: |a - b| <= ATOL + RTOL * |b|, b of path 1. */
@@ -106,6 +108,7 @@ typedef struct bench_pass_result {
     bench_result timing;
     size_t bytes_extra; /* flashcl_context_scratch_bytes of the path's own context after the pass */
     double flops, bytes;
+    bench_kernel_times kernels; /* --kernels: each kernel's device time per call */
 } bench_pass_result;
 
 typedef struct bench_path_result {

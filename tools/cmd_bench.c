@@ -4,6 +4,7 @@
  * passes, which ratio, whether outputs are checked. Adding a mode is adding
  * an entry to `modes` and the function that fills its job.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv: --kernels asks the library for a profiling queue */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -31,7 +32,7 @@ void cmd_bench_help(FILE *out) {
           "                     [--warmup W] [--path flash|standard|both] [--device SPEC]\n"
           "                     [--backward] [--roof GFLOPS] [--read-bw GBPS|measure|off]\n"
           "                     [--page-size P | --kv-cache] [--cache-dtype T] [--num-splits N]\n"
-          "                     [--json] [--sweep [--sweep-min N] [--sweep-max N]\n"
+          "                     [--kernels] [--json] [--sweep [--sweep-min N] [--sweep-max N]\n"
           "                     [--sweep-seconds S] [--sweep-out PREFIX]] [variant options, below]\n"
           "\n"
           "Times FlashCL's flash kernel and the standard attention (S and P through\n"
@@ -57,6 +58,11 @@ void cmd_bench_help(FILE *out) {
           "                   SGEMM 2048^3 measured at the start (when built with it)\n"
           "  --read-bw R      the read bandwidth %bw divides by: GBPS, 'measure' or 'off';\n"
           "                   default: measured for decode shapes (seqlen <= 16) and caches\n"
+          "  --kernels        after timing each pass, trace 5 more calls and print each\n"
+          "                   kernel's device time per call (where the time goes: the\n"
+          "                   backward's D, dK/dV and dQ kernels, decode's split and\n"
+          "                   merge); the queue then has profiling, which costs NVIDIA\n"
+          "                   about 7 us per launch in the wall-clock figures\n"
           "  --json           one JSON object per line: one per path and pass, then a\n"
           "                   summary\n"
           "  --sweep          the run at each power of two of seqlen from --sweep-min\n"
@@ -118,7 +124,7 @@ void cmd_bench_help(FILE *out) {
 typedef struct bench_args {
     size_t batch, heads, kv_heads, seqlen, seqlen_k, head_dim, iters, warmup;
     size_t path; /* index in path_choices */
-    bool causal, json, backward, no_plain;
+    bool causal, json, backward, no_plain, kernels;
     float roof_gflops; /* --roof; 0: measure on a CPU device */
     const char *device;
     variant_options var;
@@ -196,6 +202,7 @@ static int parse_bench_option(option_cursor *c, bench_args *a) {
                  : options_is(c, "--json")     ? &a->json
                  : options_is(c, "--backward") ? &a->backward
                  : options_is(c, "--no-plain") ? &a->no_plain
+                 : options_is(c, "--kernels")  ? &a->kernels
                  : options_is(c, "--sweep")    ? &a->sweep
                                                : NULL;
     if (flag != NULL) {
@@ -409,6 +416,8 @@ int cmd_bench(int argc, char **argv) {
         }
     }
 
+    job.kernels = a.kernels;
+    if (a.kernels) setenv("FLASHCL_PROFILING", "1", 1); /* read when the context makes its queue */
     char err[1024] = "";
     flashcl_status status = flashcl_context_create(&job.ctx, a.device, err, sizeof err);
     if (status != FLASHCL_SUCCESS) return tool_status_error(NULL, status, err);
