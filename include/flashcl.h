@@ -149,9 +149,9 @@ typedef struct flashcl_context flashcl_context;
  *            platform vendor is "The pocl project")
  *   with neither: the first GPU, else the first device of any type.
  * FlashCL creates and owns the cl_context and an in-order queue.
- * On failure *out is NULL; a message is available from
- * flashcl_last_error(NULL) only through the returned status, so
- * creation errors are also written to err_buf when it is not NULL.
+ * On failure *out is NULL and there is no context to ask flashcl_last_error,
+ * so the detailed message is written to err_buf (when not NULL, err_buf_size
+ * bytes at most) beside the returned status.
  */
 FLASHCL_API flashcl_status flashcl_context_create(flashcl_context **out, const char *device_spec, char *err_buf,
                                                   size_t err_buf_size);
