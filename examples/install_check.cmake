@@ -35,5 +35,16 @@ if(PKG_CONFIG_EXE)
   if(NOT rc EQUAL 0 OR NOT flags MATCHES "-lflashcl" OR NOT flags MATCHES "/include")
     message(FATAL_ERROR "pkg-config --cflags --libs flashcl: ${flags}")
   endif()
+  # The paths it gives must be where the header and the library were installed (they are relative
+  # to the .pc file, which sits deeper under a multiarch libdir).
+  foreach(var includedir libdir)
+    execute_process(COMMAND ${PKG_CONFIG_EXE} --variable=${var} flashcl OUTPUT_VARIABLE dir
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    set(${var}_path "${dir}")
+  endforeach()
+  file(GLOB libs "${libdir_path}/libflashcl.*")
+  if(NOT EXISTS "${includedir_path}/flashcl.h" OR NOT libs)
+    message(FATAL_ERROR "pkg-config's includedir (${includedir_path}) or libdir (${libdir_path}) misses FlashCL")
+  endif()
 endif()
 message(STATUS "find_package(FlashCL) consumer built")
