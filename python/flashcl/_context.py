@@ -46,20 +46,25 @@ class Context:
     zero_copy: on devices that share host memory (POCL, integrated GPUs) the
     kernels work on the arrays' memory in place; False copies through device
     buffers instead (what a discrete GPU always does).
+    profiling: the context's queue records device times, for trace_kernels()
+    (FLASHCL_PROFILING=1 does the same for every context; on NVIDIA a launch
+    then costs about 7 us more).
 
     Used as `with ctx:` it becomes the context of this thread's calls.
     Calls on one context from several threads are serialised.
     """
 
-    def __init__(self, device=None, zero_copy=True):
+    def __init__(self, device=None, zero_copy=True, profiling=False):
         # Named here: the binding's own refusal lists its signature and names no argument.
         if device is not None and not isinstance(device, str):
             raise TypeError(f"device must be a str ('P:D' from flashcl.devices(), or part of a device or platform "
                             f"name) or None, got {type(device).__name__}")
         if not isinstance(zero_copy, bool):
             raise TypeError(f"zero_copy must be a bool, got {type(zero_copy).__name__}")
+        if not isinstance(profiling, bool):
+            raise TypeError(f"profiling must be a bool, got {type(profiling).__name__}")
         driver_used()
-        self._c = _flashcl.Context(device, zero_copy)
+        self._c = _flashcl.Context(device, zero_copy, profiling)
 
     device_name = property(lambda self: self._c.device_name)
     platform_name = property(lambda self: self._c.platform_name)
@@ -78,6 +83,23 @@ class Context:
         _check_not_forked()
         return self._c.transfer_stats()
 
+    @property
+    def profiling(self):
+        """Whether the queue records device times (trace_kernels needs it)."""
+        _check_not_forked()
+        return self._c.profiling
+
+    def trace_kernels(self):
+        """Where the time goes: `with ctx, ctx.trace_kernels() as trace: ...` records every kernel the
+        calls on this context launch; after the block, trace.kernels is [(kernel name, device ms), ...] in
+        launch order (the first 4096), trace.launches how many there were, trace.by_kernel() the
+        milliseconds summed per name. Needs Context(profiling=True) or FLASHCL_PROFILING=1."""
+        _check_not_forked()
+        if not self._c.profiling:
+            raise ValueError("trace_kernels needs a context whose queue records times: "
+                             "flashcl.Context(profiling=True), or FLASHCL_PROFILING=1 before it is made")
+        return KernelTrace(self)
+
     def __enter__(self):
         _stack().append(self)
         return self
@@ -88,6 +110,37 @@ class Context:
 
     def __repr__(self):
         return f"flashcl.Context({self.device_name!r}, {self.platform_name!r})"
+
+
+class KernelTrace:
+    """The kernels a block of calls launched, with their device times (Context.trace_kernels)."""
+
+    def __init__(self, context):
+        self._context = context
+        self.kernels = []
+        self.launches = 0
+
+    def __enter__(self):
+        self._context._c.trace_kernels(True)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.kernels, self.launches = self._context._c.trace_read()
+        finally:
+            self._context._c.trace_kernels(False)
+        return False
+
+    def by_kernel(self):
+        """{kernel name: device milliseconds summed over its launches}, in order of first launch."""
+        totals = {}
+        for name, ms in self.kernels:
+            totals[name] = totals.get(name, 0.0) + ms
+        return totals
+
+    def __repr__(self):
+        parts = ", ".join(f"{name} {ms:.4f} ms" for name, ms in self.by_kernel().items())
+        return f"KernelTrace({self.launches} launches: {parts})"
 
 
 def _stack():

@@ -1,6 +1,7 @@
 #include "context.hpp"
 
 #include <string>
+#include <vector>
 
 #include "resident_array.hpp"
 #include "status.hpp"
@@ -169,7 +170,7 @@ const int32_t *host_table(const char *name, const std::optional<InArray> &a, int
 
 } // namespace
 
-Context::Context(std::optional<std::string> device_spec, bool zero_copy) {
+Context::Context(std::optional<std::string> device_spec, bool zero_copy, bool profiling) {
     char err[1024] = "";
     flashcl_status st;
     {
@@ -177,6 +178,24 @@ Context::Context(std::optional<std::string> device_spec, bool zero_copy) {
         st = flashcl_context_create(&ctx_, device_spec ? device_spec->c_str() : nullptr, err, sizeof err);
     }
     check(st, err);
+    if (profiling) { // a queue of the same device and cl_context, with profiling, in place of FlashCL's own
+        cl_int qerr = CL_SUCCESS;
+        cl_command_queue q = clCreateCommandQueue(flashcl_context_cl_context(ctx_), flashcl_context_device(ctx_),
+                                                  CL_QUEUE_PROFILING_ENABLE, &qerr);
+        if (qerr != CL_SUCCESS) {
+            flashcl_context_destroy(ctx_);
+            ctx_ = nullptr;
+            check(qerr, "clCreateCommandQueue(CL_QUEUE_PROFILING_ENABLE) failed");
+        }
+        st = flashcl_context_set_queue(ctx_, q); // retains q
+        clReleaseCommandQueue(q);
+        if (st != FLASHCL_SUCCESS) {
+            std::string message = flashcl_last_error(ctx_);
+            flashcl_context_destroy(ctx_);
+            ctx_ = nullptr;
+            check(st, message);
+        }
+    }
     cl_device_id dev = flashcl_context_device(ctx_);
     cl_bool unified = CL_FALSE;
     cl_uint align_bits = 8;
@@ -439,6 +458,37 @@ void Context::release_scratch() {
 }
 
 std::string Context::cache_dir() const { return flashcl_context_cache_dir(ctx_); }
+
+bool Context::profiling() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cl_command_queue_properties props = 0;
+    clGetCommandQueueInfo(flashcl_context_queue(ctx_), CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
+    return (props & CL_QUEUE_PROFILING_ENABLE) != 0;
+}
+
+void Context::trace_kernels(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    flashcl_status st = flashcl_trace_kernels(ctx_, on ? 1 : 0);
+    check(st, flashcl_last_error(ctx_));
+}
+
+nb::tuple Context::trace_read() {
+    std::vector<flashcl_kernel_time> times(FLASHCL_TRACE_MAX);
+    size_t recorded = 0;
+    flashcl_status st;
+    std::string message;
+    {
+        nb::gil_scoped_release nogil; // waits for the recorded kernels
+        std::lock_guard<std::mutex> lock(mutex_);
+        st = flashcl_trace_read(ctx_, times.data(), times.size(), &recorded);
+        if (st != FLASHCL_SUCCESS) message = flashcl_last_error(ctx_);
+    }
+    check(st, message);
+    nb::list kernels;
+    for (size_t i = 0; i < recorded && i < times.size(); ++i)
+        kernels.append(nb::make_tuple(std::string(times[i].name), times[i].ms));
+    return nb::make_tuple(kernels, recorded);
+}
 
 nb::dict Context::transfer_stats() const {
     nb::dict r;

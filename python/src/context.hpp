@@ -44,7 +44,8 @@ class Context {
   public:
     // device_spec: as flashcl_context_create (None/"" = FLASHCL_DEVICE, else the first GPU, else any).
     // zero_copy=false makes every call copy through device buffers, as on a device without host memory.
-    Context(std::optional<std::string> device_spec, bool zero_copy);
+    // profiling=true: the context's queue records times (flashcl_trace_kernels needs it).
+    Context(std::optional<std::string> device_spec, bool zero_copy, bool profiling);
     ~Context();
     Context(const Context &) = delete;
     Context &operator=(const Context &) = delete;
@@ -72,6 +73,10 @@ class Context {
     void release_scratch();
     std::string cache_dir() const;
     nb::dict transfer_stats() const;
+    bool profiling();
+    void trace_kernels(bool on);
+    // ([(kernel name, device ms), ...] in launch order, launches since the last read).
+    nb::tuple trace_read();
 
   private:
     template <class Body> void run(DeviceBuffers &bufs, Body body);

@@ -122,7 +122,8 @@ NB_MODULE(_flashcl, m) {
         .def_prop_ro("nbytes", &ResidentArray::bytes);
 
     nb::class_<Context>(m, "Context")
-        .def(nb::init<std::optional<std::string>, bool>(), "device"_a = nb::none(), "zero_copy"_a = true)
+        .def(nb::init<std::optional<std::string>, bool, bool>(), "device"_a = nb::none(), "zero_copy"_a = true,
+             "profiling"_a = false)
         .def(
             "forward",
             [](Context &c, const flashcl_attention_desc &d, const InArray &q, const InArray &k, const InArray &v,
@@ -186,5 +187,8 @@ NB_MODULE(_flashcl, m) {
         .def_prop_ro("cache_dir", &Context::cache_dir)
         .def_prop_ro("scratch_bytes", &Context::scratch_bytes)
         .def("release_scratch", &Context::release_scratch)
-        .def("transfer_stats", &Context::transfer_stats);
+        .def("transfer_stats", &Context::transfer_stats)
+        .def_prop_ro("profiling", &Context::profiling)
+        .def("trace_kernels", &Context::trace_kernels, "on"_a)
+        .def("trace_read", &Context::trace_read);
 }
