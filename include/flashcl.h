@@ -92,13 +92,14 @@ extern "C" {
     XX(ERR_INVALID_BUFFER, -10007, "a tensor buffer is NULL or belongs to another OpenCL context")                     \
     XX(ERR_INVALID_STRIDE, -10008, "a tensor stride lets rows or heads overlap")                                       \
     XX(ERR_OUT_OF_BOUNDS, -10009, "a tensor view reaches past the end of its buffer")                                  \
-    XX(ERR_INVALID_QUEUE, -10010, "the command queue belongs to another context or device")                            \
+    XX(ERR_INVALID_QUEUE, -10010, "the command queue belongs to another context or device, or lacks profiling")        \
     XX(ERR_INVALID_DEVICE_SPEC, -10011, "the device specification matches no OpenCL device")                           \
     XX(ERR_INVALID_TILE, -10012, "the FLASHCL_TILE override cannot be parsed or does not fit")                         \
     XX(ERR_INVALID_PATH, -10013, "unknown attention path")                                                             \
     XX(ERR_ALIASED_OUTPUT, -10014, "an output tensor overlaps an input or another output")                             \
     XX(ERR_INVALID_VARIANT, -10015, "a variant field (window, softcap, dropout, bias, mask, varlen) is invalid")       \
     XX(ERR_INVALID_STRUCT_SIZE, -10016, "the descriptor's struct_size is 0 or smaller than any FlashCL descriptor")    \
+    XX(ERR_TRACE_OFF, -10017, "the kernel trace is not recording (flashcl_trace_kernels(ctx, 1) starts it)")           \
     XX(ERR_UNSUPPORTED_DTYPE, -10100, "the data type is not supported by this path yet")                               \
     XX(ERR_NO_DEVICE, -10101, "no OpenCL platform or device is available")                                             \
     XX(ERR_UNSUPPORTED_DEVICE, -10102, "the device lacks a capability FlashCL needs")                                  \
@@ -189,25 +190,34 @@ FLASHCL_API size_t flashcl_context_scratch_bytes(const flashcl_context *ctx);
 FLASHCL_API void flashcl_context_release_scratch(flashcl_context *ctx);
 
 /*
- * Where a call's time goes: the device time of each kernel the context's calls launch.
+ * Where a call's time goes: the device time of each kernel the context's calls launch
+ * (kernels only, not buffer copies), as CUDA events or a profiler would show it.
  * flashcl_trace_kernels(ctx, 1) starts recording every launch (its kernel's name and its
  * event), 0 stops and forgets what was not read. It needs a queue with profiling
  * (FLASHCL_PROFILING=1 when FlashCL makes the queue, CL_QUEUE_PROFILING_ENABLE in the
  * application's own): else FLASHCL_ERR_INVALID_QUEUE, naming the property. At most
  * FLASHCL_TRACE_MAX launches are kept until read; later ones are counted, not kept.
+ * Launches a call made before one of its launches failed stay in the trace (they run).
  */
 #define FLASHCL_TRACE_MAX 4096
 typedef struct flashcl_kernel_time {
-    char name[64]; /* the kernel's function name, e.g. "flash_bwd_dot" */
-    double ms;     /* CL_PROFILING_COMMAND_END - CL_PROFILING_COMMAND_START */
+    /* The kernel's function name, e.g. "flash_bwd_dot". */
+    char name[64];
+    /* end - start in ms; NaN when the device gave no time (a launch that failed on the
+       device, or a queue without profiling switched in since). */
+    double ms;
+    /* CL_PROFILING_COMMAND_START / _END on the device's clock (gaps and overlaps between
+       kernels); 0 where ms is NaN. */
+    unsigned long long start_ns, end_ns;
 } flashcl_kernel_time;
 FLASHCL_API flashcl_status flashcl_trace_kernels(flashcl_context *ctx, int on);
-/* Waits for the recorded launches, writes the first min(cap, recorded) of them to out in
-   launch order, sets *recorded to how many were launched since the last read (more than
-   FLASHCL_TRACE_MAX: only that many have times), and forgets them; recording goes on.
-   out may be NULL when cap is 0. Not recording: FLASHCL_ERR_INVALID_ARGUMENT. */
+/* Waits for the recorded launches (so it blocks while a traced call waits on an event the
+   application has not set), writes the first min(cap, kept) of them to out in launch order,
+   sets *written to that number and *launched (when not NULL) to every launch since the last
+   read, kept or not; then forgets them all (pass cap = FLASHCL_TRACE_MAX to get every kept
+   one). Recording goes on. out may be NULL when cap is 0. Not recording: FLASHCL_ERR_TRACE_OFF. */
 FLASHCL_API flashcl_status flashcl_trace_read(flashcl_context *ctx, flashcl_kernel_time *out, size_t cap,
-                                              size_t *recorded);
+                                              size_t *written, size_t *launched);
 
 /* The on-disk program cache directory in use ("" when disabled). */
 FLASHCL_API const char *flashcl_context_cache_dir(const flashcl_context *ctx);

@@ -6,7 +6,7 @@
  * carry times only on a profiling queue, so tracing asks for one rather
  * than returning zeros.
  */
-#include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,15 +61,14 @@ static flashcl_status require_profiling(flashcl_context *ctx) {
 }
 
 flashcl_status flashcl_trace_kernels(flashcl_context *ctx, int on) {
-    if (!ctx) return FLASHCL_ERR_INVALID_ARGUMENT;
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
     flashcl__clear_error(ctx);
     if (!on) {
         flashcl__trace_release(ctx);
         return FLASHCL_SUCCESS;
     }
-    if (ctx->trace) return FLASHCL_SUCCESS;
-    flashcl_status st = require_profiling(ctx);
-    if (st != FLASHCL_SUCCESS) return st;
+    flashcl_status st = require_profiling(ctx); /* also when on already: the queue may have been switched */
+    if (st != FLASHCL_SUCCESS || ctx->trace) return st;
     struct flashcl__trace *t = calloc(1, sizeof *t);
     flashcl__trace_entry *entries = calloc(FLASHCL_TRACE_MAX, sizeof *entries);
     if (!t || !entries) {
@@ -82,47 +81,41 @@ flashcl_status flashcl_trace_kernels(flashcl_context *ctx, int on) {
     return FLASHCL_SUCCESS;
 }
 
-static flashcl_status event_ms(flashcl_context *ctx, const flashcl__trace_entry *e, double *ms) {
+/* One launch's times; NaN (and zeros) when its event has none: it failed on the device, or the queue
+   lost profiling since (flashcl_context_set_queue). One bad event never spoils the others. */
+static void event_times(const flashcl__trace_entry *e, flashcl_kernel_time *out) {
     cl_ulong start = 0, end = 0;
     cl_int err = clWaitForEvents(1, &e->done);
     if (err == CL_SUCCESS)
         err = clGetEventProfilingInfo(e->done, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
     if (err == CL_SUCCESS) err = clGetEventProfilingInfo(e->done, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+    flashcl__copy_str(out->name, sizeof out->name, e->name);
     if (err != CL_SUCCESS) {
-        char what[112];
-        snprintf(what, sizeof what, "clGetEventProfilingInfo(%s)", e->name);
-        return flashcl__fail_cl(ctx, err, what);
+        out->ms = NAN;
+        out->start_ns = out->end_ns = 0;
+        return;
     }
-    *ms = end > start ? (double)(end - start) * 1e-6 : 0.0;
-    return FLASHCL_SUCCESS;
+    out->start_ns = start;
+    out->end_ns = end;
+    out->ms = end > start ? (double)(end - start) * 1e-6 : 0.0;
 }
 
-flashcl_status flashcl_trace_read(flashcl_context *ctx, flashcl_kernel_time *out, size_t cap, size_t *recorded) {
-    if (!ctx) return FLASHCL_ERR_INVALID_ARGUMENT;
+flashcl_status flashcl_trace_read(flashcl_context *ctx, flashcl_kernel_time *out, size_t cap, size_t *written,
+                                  size_t *launched) {
+    if (!ctx) return FLASHCL_ERR_INVALID_CONTEXT;
     flashcl__clear_error(ctx);
-    if (!recorded) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "recorded is NULL");
-    *recorded = 0;
+    if (!written) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "written is NULL");
+    *written = 0;
+    if (launched) *launched = 0;
     if (!out && cap) return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT, "out is NULL with cap %zu", cap);
     struct flashcl__trace *t = ctx->trace;
     if (!t)
-        return flashcl__fail(ctx, FLASHCL_ERR_INVALID_ARGUMENT,
+        return flashcl__fail(ctx, FLASHCL_ERR_TRACE_OFF,
                              "ctx: not recording kernels (flashcl_trace_kernels(ctx, 1) starts it)");
     const size_t n = cap < t->kept ? cap : t->kept;
-    double *ms = malloc((n ? n : 1) * sizeof *ms);
-    if (!ms) return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_HOST_MEMORY, "the times of %zu launches", n);
-    for (size_t i = 0; i < n; ++i) {
-        flashcl_status st = event_ms(ctx, &t->entries[i], &ms[i]);
-        if (st != FLASHCL_SUCCESS) { /* out untouched and the launches kept, for another read */
-            free(ms);
-            return st;
-        }
-    }
-    for (size_t i = 0; i < n; ++i) {
-        flashcl__copy_str(out[i].name, sizeof out[i].name, t->entries[i].name);
-        out[i].ms = ms[i];
-    }
-    free(ms);
-    *recorded = t->launched;
+    for (size_t i = 0; i < n; ++i) event_times(&t->entries[i], &out[i]);
+    *written = n;
+    if (launched) *launched = t->launched;
     forget(t);
     return FLASHCL_SUCCESS;
 }

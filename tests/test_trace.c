@@ -33,14 +33,14 @@ static void check_refusals(cl_context cl_ctx, cl_device_id dev) {
     REQUIRE(flashcl_context_create_from_queue(&ctx, queue) == FLASHCL_SUCCESS);
     CHECK_STATUS(flashcl_trace_kernels(ctx, 1), FLASHCL_ERR_INVALID_QUEUE);
     CHECK(strstr(flashcl_last_error(ctx), "CL_QUEUE_PROFILING_ENABLE") != NULL);
-    flashcl_kernel_time t = {"untouched", 7.0};
+    flashcl_kernel_time t = {"untouched", 7.0, 0, 0};
     size_t recorded = 99;
-    CHECK_STATUS(flashcl_trace_read(ctx, &t, 1, &recorded), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_trace_read(ctx, &t, 1, &recorded, NULL), FLASHCL_ERR_TRACE_OFF);
     CHECK(strstr(flashcl_last_error(ctx), "not recording") != NULL);
     CHECK(strcmp(t.name, "untouched") == 0 && t.ms == 7.0 && recorded == 0);
     CHECK_STATUS(flashcl_trace_kernels(ctx, 0), FLASHCL_SUCCESS); /* stopping what never started: fine */
-    CHECK_STATUS(flashcl_trace_kernels(NULL, 1), FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(flashcl_trace_read(NULL, &t, 1, &recorded), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_trace_kernels(NULL, 1), FLASHCL_ERR_INVALID_CONTEXT);
+    CHECK_STATUS(flashcl_trace_read(NULL, &t, 1, &recorded, NULL), FLASHCL_ERR_INVALID_CONTEXT);
     flashcl_context_destroy(ctx);
     clReleaseCommandQueue(queue);
 }
@@ -58,35 +58,49 @@ static void check_trace(cl_context cl_ctx, cl_device_id dev) {
 
     REQUIRE(flashcl_trace_kernels(ctx, 1) == FLASHCL_SUCCESS);
     CHECK_STATUS(flashcl_trace_kernels(ctx, 1), FLASHCL_SUCCESS); /* already on: kept as it is */
-    size_t recorded = 99;
+    size_t written = 99, launched = 99;
     flashcl_kernel_time t[16];
-    CHECK_STATUS(flashcl_trace_read(ctx, NULL, 1, &recorded), FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(flashcl_last_error(ctx), "out is NULL") != NULL);
-    CHECK_STATUS(flashcl_trace_read(ctx, t, 16, NULL), FLASHCL_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(flashcl_last_error(ctx), "recorded") != NULL);
+    CHECK_STATUS(flashcl_trace_read(ctx, NULL, 1, &written, &launched), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(flashcl_last_error(ctx), "out is NULL") != NULL && written == 0 && launched == 0);
+    CHECK_STATUS(flashcl_trace_read(ctx, t, 16, NULL, &launched), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(flashcl_last_error(ctx), "written") != NULL);
 
-    /* One forward: its launches, the plan's kernel among them, each with a device time. */
+    /* One forward: its launches in order, the plan's kernel among them, each with a device time. */
     cl_event ev = NULL;
     REQUIRE(tu_problem_run(ctx, &p, FLASHCL_PATH_FLASH, 0, NULL, &ev) == FLASHCL_SUCCESS);
     CHECK(tu_problem_verify(&p, queue, ev, "traced forward"));
     clReleaseEvent(ev);
-    CHECK_STATUS(flashcl_trace_read(ctx, t, 16, &recorded), FLASHCL_SUCCESS);
-    CHECK(recorded >= 1 && recorded <= 16);
-    if (!names_kernel(t, recorded < 16 ? recorded : 16, plan.kernel))
+    CHECK_STATUS(flashcl_trace_read(ctx, t, 16, &written, &launched), FLASHCL_SUCCESS);
+    REQUIRE(written >= 1 && written <= 16 && launched == written);
+    if (!names_kernel(t, written, plan.kernel))
         fprintf(stderr, "FAIL the trace of a forward does not name the plan's kernel %s (first: %s)\n", plan.kernel,
-                recorded ? t[0].name : "none");
-    CHECK(names_kernel(t, recorded < 16 ? recorded : 16, plan.kernel));
-    for (size_t i = 0; i < recorded && i < 16; ++i) {
+                t[0].name);
+    CHECK(names_kernel(t, written, plan.kernel));
+    double sum = 0.0;
+    for (size_t i = 0; i < written; ++i) {
         CHECK(t[i].name[0] != '\0');
-        CHECK(isfinite(t[i].ms) && t[i].ms >= 0.0);
+        CHECK(isfinite(t[i].ms) && t[i].ms >= 0.0 && t[i].end_ns >= t[i].start_ns);
+        CHECK(fabs(t[i].ms - (double)(t[i].end_ns - t[i].start_ns) * 1e-6) < 1e-9);
+        if (i) CHECK(t[i].start_ns >= t[i - 1].start_ns); /* an in-order queue: launch order is start order */
+        sum += t[i].ms;
     }
-    const size_t per_call = recorded;
+    CHECK(sum > 0.0); /* times, not zeros */
+    const size_t per_call = written;
     printf("a forward launched %zu kernels:", per_call);
-    for (size_t i = 0; i < per_call && i < 16; ++i) printf(" %s %.3f ms", t[i].name, t[i].ms);
+    for (size_t i = 0; i < per_call; ++i) printf(" %s %.3f ms", t[i].name, t[i].ms);
     printf("\n");
     /* Read, so forgotten: the next read sees nothing; cap 0 with out NULL counts only. */
-    CHECK_STATUS(flashcl_trace_read(ctx, NULL, 0, &recorded), FLASHCL_SUCCESS);
-    CHECK(recorded == 0);
+    CHECK_STATUS(flashcl_trace_read(ctx, NULL, 0, &written, &launched), FLASHCL_SUCCESS);
+    CHECK(written == 0 && launched == 0);
+    /* cap below what was kept: the first cap written, the rest counted and forgotten. */
+    REQUIRE(tu_problem_run(ctx, &p, FLASHCL_PATH_FLASH, 0, NULL, NULL) == FLASHCL_SUCCESS);
+    REQUIRE(tu_problem_run(ctx, &p, FLASHCL_PATH_FLASH, 0, NULL, NULL) == FLASHCL_SUCCESS);
+    flashcl_kernel_time one[2];
+    one[1].name[0] = '#';
+    CHECK_STATUS(flashcl_trace_read(ctx, one, 1, &written, &launched), FLASHCL_SUCCESS);
+    CHECK(written == 1 && launched == 2 * per_call && strcmp(one[0].name, t[0].name) == 0 && one[1].name[0] == '#');
+    CHECK_STATUS(flashcl_trace_read(ctx, t, 16, &written, NULL), FLASHCL_SUCCESS);
+    CHECK(written == 0);
 
     /* More launches than the trace keeps: counted, the first FLASHCL_TRACE_MAX with times. */
     const size_t calls = FLASHCL_TRACE_MAX / per_call + 2;
@@ -94,15 +108,21 @@ static void check_trace(cl_context cl_ctx, cl_device_id dev) {
         REQUIRE(tu_problem_run(ctx, &p, FLASHCL_PATH_FLASH, 0, NULL, NULL) == FLASHCL_SUCCESS);
     static flashcl_kernel_time all[FLASHCL_TRACE_MAX + 1];
     all[FLASHCL_TRACE_MAX].name[0] = '#';
-    CHECK_STATUS(flashcl_trace_read(ctx, all, FLASHCL_TRACE_MAX + 1, &recorded), FLASHCL_SUCCESS);
-    CHECK(recorded == calls * per_call);
-    CHECK(strcmp(all[0].name, t[0].name) == 0 && strcmp(all[FLASHCL_TRACE_MAX - 1].name, "") != 0);
+    CHECK_STATUS(flashcl_trace_read(ctx, all, FLASHCL_TRACE_MAX + 1, &written, &launched), FLASHCL_SUCCESS);
+    CHECK(written == FLASHCL_TRACE_MAX && launched == calls * per_call);
+    CHECK(strcmp(all[0].name, t[0].name) == 0 && isfinite(all[FLASHCL_TRACE_MAX - 1].ms));
     CHECK(all[FLASHCL_TRACE_MAX].name[0] == '#'); /* only the kept ones are written */
 
     /* Stopped: reads refused; destroying a context that still records releases its events. */
     CHECK_STATUS(flashcl_trace_kernels(ctx, 0), FLASHCL_SUCCESS);
-    CHECK_STATUS(flashcl_trace_read(ctx, t, 16, &recorded), FLASHCL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(flashcl_trace_read(ctx, t, 16, &written, NULL), FLASHCL_ERR_TRACE_OFF);
     REQUIRE(flashcl_trace_kernels(ctx, 1) == FLASHCL_SUCCESS);
+    /* A queue without profiling switched in while recording: tracing on again is refused by name. */
+    cl_command_queue plain = make_queue(cl_ctx, dev, 0);
+    REQUIRE(flashcl_context_set_queue(ctx, plain) == FLASHCL_SUCCESS);
+    CHECK_STATUS(flashcl_trace_kernels(ctx, 1), FLASHCL_ERR_INVALID_QUEUE);
+    REQUIRE(flashcl_context_set_queue(ctx, queue) == FLASHCL_SUCCESS);
+    clReleaseCommandQueue(plain);
     REQUIRE(tu_problem_run(ctx, &p, FLASHCL_PATH_STANDARD, 0, NULL, NULL) == FLASHCL_SUCCESS);
     REQUIRE_CL(clFinish(queue));
     tu_problem_free(&p);

@@ -29,8 +29,9 @@ typedef struct bench_kernel_times {
     bench_kernel_share kernel[BENCH_MAX_KERNELS];
 } bench_kernel_times;
 
-/* Runs enqueue(user) BENCH_KERNEL_CALLS times with the trace on and fills out; returns 0 or a
-   tool error (printed). The context's queue must have profiling (FLASHCL_PROFILING=1). */
+/* Runs enqueue(user) BENCH_KERNEL_CALLS times with the trace on, on a queue with profiling swapped
+   in for them (the context's own comes back after), and fills out; returns 0 or a tool error
+   (printed). */
 int bench_kernels_measure(flashcl_context *ctx, const char *label, flashcl_status (*enqueue)(const void *),
                           const void *user, bench_kernel_times *out);
 

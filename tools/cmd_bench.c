@@ -4,7 +4,6 @@
  * passes, which ratio, whether outputs are checked. Adding a mode is adding
  * an entry to `modes` and the function that fills its job.
  */
-#define _POSIX_C_SOURCE 200809L /* setenv: --kernels asks the library for a profiling queue */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -58,11 +57,11 @@ void cmd_bench_help(FILE *out) {
           "                   SGEMM 2048^3 measured at the start (when built with it)\n"
           "  --read-bw R      the read bandwidth %bw divides by: GBPS, 'measure' or 'off';\n"
           "                   default: measured for decode shapes (seqlen <= 16) and caches\n"
-          "  --kernels        after timing each pass, trace 5 more calls and print each\n"
-          "                   kernel's device time per call (where the time goes: the\n"
-          "                   backward's D, dK/dV and dQ kernels, decode's split and\n"
-          "                   merge); the queue then has profiling, which costs NVIDIA\n"
-          "                   about 7 us per launch in the wall-clock figures\n"
+          "  --kernels        after timing each pass, trace 5 more calls on a queue with\n"
+          "                   profiling and print each kernel's device time per call\n"
+          "                   (where the time goes: the backward's D, dK/dV and dQ\n"
+          "                   kernels, decode's split and merge); the timed calls run\n"
+          "                   on the usual queue, untraced\n"
           "  --json           one JSON object per line: one per path and pass, then a\n"
           "                   summary\n"
           "  --sweep          the run at each power of two of seqlen from --sweep-min\n"
@@ -417,7 +416,6 @@ int cmd_bench(int argc, char **argv) {
     }
 
     job.kernels = a.kernels;
-    if (a.kernels) setenv("FLASHCL_PROFILING", "1", 1); /* read when the context makes its queue */
     char err[1024] = "";
     flashcl_status status = flashcl_context_create(&job.ctx, a.device, err, sizeof err);
     if (status != FLASHCL_SUCCESS) return tool_status_error(NULL, status, err);

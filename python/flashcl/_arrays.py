@@ -78,19 +78,20 @@ def kind_check(names_values, required=()):
 def rows_contiguous(x):
     """An array the library only reads, with its last dimension packed: x itself, or a copy where that dimension
     is strided (or, numpy, any stride is negative), as flash_attn's maybe_contiguous copies; the library reads
-    each row as packed elements. Also a copy where the rows overlap (the sequence dimension, third from the end,
-    strided less than a row: torch's expand, numpy's broadcast_to), which the library refuses for any view.
-    Outputs and caches written in place are never copied: those are refused by name instead (a copy would take
-    the results)."""
+    each row as packed elements. Also a copy where rows overlap: a dimension before the heads (batch,
+    sequence, qkv's parts) strided less than a row, as torch's expand and numpy's broadcast_to make, which the
+    library refuses (a zero head stride it reads as it is). Outputs and caches written in place are never
+    copied: those are refused by name instead (a copy would take the results)."""
     if is_torch(x):
         if not x.ndim or x.is_contiguous():  # (first: no sizes read, which torch.jit.trace would record)
             return x
         strided_last = x.stride(-1) != 1 and x.shape[-1] > 1
-        overlapping = x.ndim >= 3 and x.shape[-3] > 1 and x.stride(-3) < x.shape[-1]
+        row = x.shape[-1]
+        overlapping = any(x.shape[i] > 1 and x.stride(i) < row for i in range(x.ndim - 2))
         return x.contiguous() if strided_last or overlapping else x
     if isinstance(x, np.ndarray) and x.ndim and (
             (x.shape[-1] > 1 and x.strides[-1] != x.itemsize) or any(s < 0 for s in x.strides) or
-            (x.ndim >= 3 and x.shape[-3] > 1 and x.strides[-3] < x.shape[-1] * x.itemsize)):
+            any(x.shape[i] > 1 and x.strides[i] < x.shape[-1] * x.itemsize for i in range(x.ndim - 2))):
         return np.ascontiguousarray(x)
     return x
 

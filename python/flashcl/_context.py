@@ -90,10 +90,12 @@ class Context:
         return self._c.profiling
 
     def trace_kernels(self):
-        """Where the time goes: `with ctx, ctx.trace_kernels() as trace: ...` records every kernel the
-        calls on this context launch; after the block, trace.kernels is [(kernel name, device ms), ...] in
-        launch order (the first 4096), trace.launches how many there were, trace.by_kernel() the
-        milliseconds summed per name. Needs Context(profiling=True) or FLASHCL_PROFILING=1."""
+        """Where the time goes: `with ctx.trace_kernels() as trace: ...` runs the block's calls on this
+        context (as `with ctx:`) and records every kernel they launch; after the block, trace.kernels is
+        [(kernel name, device ms), ...] in launch order (the first 4096; NaN where the device gave no
+        time), trace.launches how many there were, trace.by_kernel() {name: (ms, launches)}. Calls of
+        other threads on this context are recorded too. One block at a time per context. Needs
+        Context(profiling=True) or FLASHCL_PROFILING=1."""
         _check_not_forked()
         if not self._c.profiling:
             raise ValueError("trace_kernels needs a context whose queue records times: "
@@ -121,25 +123,35 @@ class KernelTrace:
         self.launches = 0
 
     def __enter__(self):
-        self._context._c.trace_kernels(True)
+        ctx = self._context
+        if getattr(ctx, "_tracing", False):  # a second block would stop the first's recording at its end
+            raise RuntimeError("a trace_kernels() block is already open on this context")
+        ctx._c.trace_kernels(True)
+        ctx._tracing = True
+        _stack().append(ctx)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        ctx = self._context
+        _stack().pop()
         try:
-            self.kernels, self.launches = self._context._c.trace_read()
+            if exc_type is None:  # (after an error the block's kernels are not waited for)
+                self.kernels, self.launches = ctx._c.trace_read()
         finally:
-            self._context._c.trace_kernels(False)
+            ctx._tracing = False
+            ctx._c.trace_kernels(False)
         return False
 
     def by_kernel(self):
-        """{kernel name: device milliseconds summed over its launches}, in order of first launch."""
+        """{kernel name: (device ms summed over its launches, launches)}, in order of first launch."""
         totals = {}
         for name, ms in self.kernels:
-            totals[name] = totals.get(name, 0.0) + ms
+            total, count = totals.get(name, (0.0, 0))
+            totals[name] = (total + ms, count + 1)
         return totals
 
     def __repr__(self):
-        parts = ", ".join(f"{name} {ms:.4f} ms" for name, ms in self.by_kernel().items())
+        parts = ", ".join(f"{name} {ms:.4f} ms x{n}" for name, (ms, n) in self.by_kernel().items())
         return f"KernelTrace({self.launches} launches: {parts})"
 
 

@@ -185,7 +185,7 @@ Context::Context(std::optional<std::string> device_spec, bool zero_copy, bool pr
         if (qerr != CL_SUCCESS) {
             flashcl_context_destroy(ctx_);
             ctx_ = nullptr;
-            check(qerr, "clCreateCommandQueue(CL_QUEUE_PROFILING_ENABLE) failed");
+            check(qerr, std::string("clCreateCommandQueue(CL_QUEUE_PROFILING_ENABLE): ") + flashcl_status_name(qerr));
         }
         st = flashcl_context_set_queue(ctx_, q); // retains q
         clReleaseCommandQueue(q);
@@ -460,6 +460,7 @@ void Context::release_scratch() {
 std::string Context::cache_dir() const { return flashcl_context_cache_dir(ctx_); }
 
 bool Context::profiling() {
+    nb::gil_scoped_release nogil; // another thread's call may hold the lock for long
     std::lock_guard<std::mutex> lock(mutex_);
     cl_command_queue_properties props = 0;
     clGetCommandQueueInfo(flashcl_context_queue(ctx_), CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
@@ -467,27 +468,33 @@ bool Context::profiling() {
 }
 
 void Context::trace_kernels(bool on) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    flashcl_status st = flashcl_trace_kernels(ctx_, on ? 1 : 0);
-    check(st, flashcl_last_error(ctx_));
+    flashcl_status st;
+    std::string message;
+    {
+        nb::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> lock(mutex_);
+        st = flashcl_trace_kernels(ctx_, on ? 1 : 0);
+        if (st != FLASHCL_SUCCESS) message = flashcl_last_error(ctx_);
+    }
+    check(st, message);
 }
 
 nb::tuple Context::trace_read() {
     std::vector<flashcl_kernel_time> times(FLASHCL_TRACE_MAX);
-    size_t recorded = 0;
+    size_t written = 0, launched = 0;
     flashcl_status st;
     std::string message;
     {
         nb::gil_scoped_release nogil; // waits for the recorded kernels
         std::lock_guard<std::mutex> lock(mutex_);
-        st = flashcl_trace_read(ctx_, times.data(), times.size(), &recorded);
+        st = flashcl_trace_read(ctx_, times.data(), times.size(), &written, &launched);
         if (st != FLASHCL_SUCCESS) message = flashcl_last_error(ctx_);
     }
     check(st, message);
     nb::list kernels;
-    for (size_t i = 0; i < recorded && i < times.size(); ++i)
+    for (size_t i = 0; i < written; ++i)
         kernels.append(nb::make_tuple(std::string(times[i].name), times[i].ms));
-    return nb::make_tuple(kernels, recorded);
+    return nb::make_tuple(kernels, launched);
 }
 
 nb::dict Context::transfer_stats() const {

@@ -63,6 +63,10 @@ def test_rows_broadcast_along_the_sequence_are_copied(rng):
     one_value = np.broadcast_to(v[0, :1], v[0].shape)
     assert np.array_equal(flashcl.flash_attn_varlen_func(q[0], k[0], one_value, cu, cu, 8, 8),
                           flashcl.flash_attn_varlen_func(q[0], k[0], np.ascontiguousarray(one_value), cu, cu, 8, 8))
+    parts = np.stack([q, q, q], axis=2)  # (b, s, 3, h, d): the sequence is not third from the end here
+    one_row = np.broadcast_to(parts[:, :1], parts.shape)
+    assert np.array_equal(flashcl.flash_attn_qkvpacked_func(one_row),
+                          flashcl.flash_attn_qkvpacked_func(np.ascontiguousarray(one_row)))
     one_query = np.broadcast_to(q[:1, :1, :1], q.shape)
     assert np.array_equal(flashcl.flash_attn_with_kvcache(one_query, k, v),
                           flashcl.flash_attn_with_kvcache(np.ascontiguousarray(one_query), k, v))
