@@ -178,7 +178,11 @@ Context::Context(std::optional<std::string> device_spec, bool zero_copy, bool pr
         st = flashcl_context_create(&ctx_, device_spec ? device_spec->c_str() : nullptr, err, sizeof err);
     }
     check(st, err);
-    if (profiling) { // a queue of the same device and cl_context, with profiling, in place of FlashCL's own
+    cl_command_queue_properties props = 0;
+    if (profiling) // FLASHCL_PROFILING=1 gave FlashCL's own queue profiling already
+        clGetCommandQueueInfo(flashcl_context_queue(ctx_), CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
+    // Otherwise a queue of the same device and cl_context, with profiling, in place of FlashCL's own.
+    if (profiling && !(props & CL_QUEUE_PROFILING_ENABLE)) {
         cl_int qerr = CL_SUCCESS;
         cl_command_queue q = clCreateCommandQueue(flashcl_context_cl_context(ctx_), flashcl_context_device(ctx_),
                                                   CL_QUEUE_PROFILING_ENABLE, &qerr);
@@ -492,8 +496,7 @@ nb::tuple Context::trace_read() {
     }
     check(st, message);
     nb::list kernels;
-    for (size_t i = 0; i < written; ++i)
-        kernels.append(nb::make_tuple(std::string(times[i].name), times[i].ms));
+    for (size_t i = 0; i < written; ++i) kernels.append(nb::make_tuple(std::string(times[i].name), times[i].ms));
     return nb::make_tuple(kernels, launched);
 }
 
