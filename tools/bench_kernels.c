@@ -10,24 +10,20 @@ static bench_kernel_share *share_of(bench_kernel_times *t, const char *name) {
     for (size_t i = 0; i < t->count; ++i)
         if (strcmp(t->kernel[i].name, name) == 0) return &t->kernel[i];
     /* The last slot gathers every name past the others, so no time is lost from the sum. */
-    const char *label = t->count + 1 < BENCH_MAX_KERNELS ? name : "other";
     if (t->count == BENCH_MAX_KERNELS) return &t->kernel[BENCH_MAX_KERNELS - 1];
     bench_kernel_share *s = &t->kernel[t->count++];
-    snprintf(s->name, sizeof s->name, "%s", label);
+    snprintf(s->name, sizeof s->name, "%s", t->count < BENCH_MAX_KERNELS ? name : "other");
     return s;
 }
 
 /* The traced calls, on the context's current queue; the trace stopped whatever happens. */
 static int trace_calls(flashcl_context *ctx, const char *label, flashcl_status (*enqueue)(const void *),
                        const void *user, bench_kernel_times *out) {
+    flashcl_kernel_time *times = malloc(FLASHCL_TRACE_MAX * sizeof *times);
+    if (times == NULL) return tool_failure("bench: out of host memory for the kernel trace");
+    size_t written = 0;
     flashcl_status st = flashcl_trace_kernels(ctx, 1);
     for (int i = 0; i < BENCH_KERNEL_CALLS && st == FLASHCL_SUCCESS; ++i) st = enqueue(user);
-    flashcl_kernel_time *times = st == FLASHCL_SUCCESS ? malloc(FLASHCL_TRACE_MAX * sizeof *times) : NULL;
-    size_t written = 0;
-    if (st == FLASHCL_SUCCESS && times == NULL) {
-        flashcl_trace_kernels(ctx, 0);
-        return tool_failure("bench: out of host memory for the kernel trace");
-    }
     if (st == FLASHCL_SUCCESS) st = flashcl_trace_read(ctx, times, FLASHCL_TRACE_MAX, &written, NULL);
     int rc = st == FLASHCL_SUCCESS ? 0 : tool_status_error(label, st, flashcl_last_error(ctx));
     flashcl_trace_kernels(ctx, 0);

@@ -170,6 +170,12 @@ const int32_t *host_table(const char *name, const std::optional<InArray> &a, int
 
 } // namespace
 
+static bool queue_has_profiling(cl_command_queue queue) {
+    cl_command_queue_properties props = 0;
+    clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
+    return (props & CL_QUEUE_PROFILING_ENABLE) != 0;
+}
+
 Context::Context(std::optional<std::string> device_spec, bool zero_copy, bool profiling) {
     char err[1024] = "";
     flashcl_status st;
@@ -178,11 +184,9 @@ Context::Context(std::optional<std::string> device_spec, bool zero_copy, bool pr
         st = flashcl_context_create(&ctx_, device_spec ? device_spec->c_str() : nullptr, err, sizeof err);
     }
     check(st, err);
-    cl_command_queue_properties props = 0;
-    if (profiling) // FLASHCL_PROFILING=1 gave FlashCL's own queue profiling already
-        clGetCommandQueueInfo(flashcl_context_queue(ctx_), CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
-    // Otherwise a queue of the same device and cl_context, with profiling, in place of FlashCL's own.
-    if (profiling && !(props & CL_QUEUE_PROFILING_ENABLE)) {
+    // A queue of the same device and cl_context, with profiling, in place of FlashCL's own, unless
+    // FLASHCL_PROFILING=1 gave that one profiling already.
+    if (profiling && !queue_has_profiling(flashcl_context_queue(ctx_))) {
         cl_int qerr = CL_SUCCESS;
         cl_command_queue q = clCreateCommandQueue(flashcl_context_cl_context(ctx_), flashcl_context_device(ctx_),
                                                   CL_QUEUE_PROFILING_ENABLE, &qerr);
@@ -466,9 +470,7 @@ std::string Context::cache_dir() const { return flashcl_context_cache_dir(ctx_);
 bool Context::profiling() {
     nb::gil_scoped_release nogil; // another thread's call may hold the lock for long
     std::lock_guard<std::mutex> lock(mutex_);
-    cl_command_queue_properties props = 0;
-    clGetCommandQueueInfo(flashcl_context_queue(ctx_), CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
-    return (props & CL_QUEUE_PROFILING_ENABLE) != 0;
+    return queue_has_profiling(flashcl_context_queue(ctx_));
 }
 
 void Context::trace_kernels(bool on) {
