@@ -148,7 +148,7 @@ static flashcl_status check_tables(flashcl_context *ctx, const flashcl_attention
         p->seqinfo[4 * s] = (int32_t)pad;             /* the sequence's first key row */
         p->seqinfo[4 * s + 1] = (int32_t)(end - pad); /* its keys after the append */
         p->seqinfo[4 * s + 2] = (int32_t)len;         /* where the new rows go */
-        p->seqinfo[4 * s + 3] = (int32_t)len; /* the rotary position of the first new row: its cache row, as
+        p->seqinfo[4 * s + 3] = (int32_t)len;         /* the rotary position of the first new row: its cache row, as
                                                  FlashAttention rotates (cache_leftpad does not shift it) */
         if ((size_t)(end - pad) > p->max_kv) p->max_kv = (size_t)(end - pad);
     }
@@ -177,8 +177,9 @@ static flashcl_status check_rotary_and_scales(flashcl_context *ctx, const flashc
         }
         if ((size_t)need > c->seqlen_ro)
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,
-                                 "cache->seqlen_ro (%zu): the call rotates positions up to %ld", c->seqlen_ro,
-                                 need - 1);
+                                 "cache->seqlen_ro (%zu), the rows of rotary_cos and rotary_sin: the call rotates "
+                                 "positions up to %ld",
+                                 c->seqlen_ro, need - 1);
         /* seqlen_ro is the caller's: a product that wraps would let any buffer pass. */
         if (c->seqlen_ro > SIZE_MAX / (c->rotary_dim / 2))
             return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_BOUNDS,

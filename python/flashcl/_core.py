@@ -376,6 +376,10 @@ def clip_window(window_size, seqlen_k):
     return tuple(-1 if w < 0 or w >= seqlen_k else int(w) for w in (int(x) for x in window_size))
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
+
+
 def make_desc(p, spec):
     """The C descriptor for a checked problem (Problem, or the KV-cache call, ran check_spec)."""
     d = _flashcl.Desc()
@@ -393,12 +397,25 @@ def make_desc(p, spec):
     # rather than silently replaced, and so are NaN and infinities.
     _need(scale != 0 and math.isfinite(scale),
           lambda: f"softmax_scale must be a finite nonzero number, got {scale} (0 would be taken as 1/sqrt(head_dim))")
+    # The descriptor holds a float32. Beyond its range the library would see inf (and refuse "scale (inf)");
+    # below its smallest subnormal, 0, its default: the smallest normal float32 in its place attends as
+    # flash_attn's float32 zero does (uniformly: every score times it rounds to 0 in the exponent).
+    _need(abs(scale) <= _FLOAT32_MAX,
+          lambda: f"softmax_scale ({scale}) is beyond float32's range (the kernels scale in float32)")
+    if float(np.float32(scale)) == 0.0:
+        scale = math.copysign(_FLOAT32_TINY, scale)
     d.scale = scale
     d.causal = 1 if spec.causal else 0
     left, right = clip_window(spec.window_size, p.window_bound)
     if (left, right) != (-1, -1):
         d.window, d.window_left, d.window_right = 1, int(left), int(right)
-    d.softcap = max(float(spec.softcap or 0.0), 0.0)  # <= 0: off, as flash_attn documents it
+    softcap = max(float(spec.softcap or 0.0), 0.0)  # <= 0: off, as flash_attn documents it
+    # The descriptor holds a float32: a softcap that overflows it would reach the library as inf, one that
+    # underflows as 0 (off).
+    _need(softcap <= 1e37, lambda: f"softcap ({spec.softcap}) must be a number in [0, 1e37]")  # (the library's)
+    _need(softcap == 0.0 or float(np.float32(softcap)) != 0.0,
+          lambda: f"softcap ({spec.softcap}) rounds to 0 in float32, which would turn the softcap off")
+    d.softcap = softcap
     if spec.dropout_p:
         _need(0 <= spec.dropout_p < 1, lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
         d.dropout_p = float(spec.dropout_p)

@@ -84,6 +84,15 @@ def _scale(name, x, heads_kv):
     return x
 
 
+def _written_in_place(cache):
+    """The append wrote a torch cache's memory behind autograd's back: bump its version counter, as any
+    in-place op does, so a backward that saved the cache before the append refuses to run on the new
+    contents instead of using them silently."""
+    if _arrays.is_torch(cache) and not cache.is_inference():
+        import torch
+        torch.autograd.graph.increment_version(cache)
+
+
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                     cache_batch_idx=None, cache_leftpad=None, block_table=None, spec=None, rotary_interleaved=True,
                     num_splits=0, return_lse=False, k_scale=None, v_scale=None, context=None, window_bound=None):
@@ -256,7 +265,9 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     if seqlen_new:
         for caller, host in zip(caller_caches, (k_cache, v_cache)):
             if host is not caller:
-                caller.copy_(host)
+                caller.copy_(host)  # (an in-place op: autograd sees it)
+            else:
+                _written_in_place(caller)
     if out_device is not None:
         out = out.to(out_device)
         lse = lse.to(out_device) if lse is not None else None

@@ -101,12 +101,24 @@ def test_library_checks_name_the_field(rng):
     (dict(window_size=None), r"window_size must be a pair \(left, right\), got None"),
     (dict(window_size=(1, 2, 3)), "window_size must be a pair"),
     (dict(softcap=1e38), r"softcap \(1e\+38\) must be a number in \[0, 1e37\]"),
+    (dict(softcap=1e300), r"softcap \(1e\+300\) must be a number in \[0, 1e37\]"),
+    (dict(softcap=1e-300), r"softcap \(1e-300\) rounds to 0 in float32, which would turn the softcap off"),
+    (dict(softmax_scale=1e300), r"softmax_scale \(1e\+300\) is beyond float32's range"),
     (dict(alibi_slopes=np.zeros(3, np.float32)), r"alibi_slopes must be \(2,\) or \(1, 2\)"),
     (dict(alibi_slopes=np.zeros(2, np.float64)), "alibi_slopes has dtype float64, expected float32"),
 ])
 def test_bad_variant_arguments(rng, kwargs, match):
     with pytest.raises(ValueError, match=match):
         flashcl.flash_attn_func(*qkv(rng), **kwargs)
+
+
+def test_scale_below_float32_attends_uniformly(rng):
+    """A softmax_scale that rounds to 0 in float32 attends uniformly, as flash_attn's float32 zero does; it
+    must not become the descriptor's 0, which means the default 1/sqrt(head_dim)."""
+    q, k, v = qkv(rng)
+    for scale in (1e-300, -1e-300, 1e-46):
+        out = flashcl.flash_attn_func(q, k, v, softmax_scale=scale)
+        np.testing.assert_allclose(out, np.broadcast_to(v.mean(axis=1, keepdims=True), out.shape), atol=1e-6)
 
 
 def test_negative_window_and_softcap_mean_off(rng):

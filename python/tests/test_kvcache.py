@@ -147,6 +147,23 @@ def test_append_through_copied_buffers():
     assert_close(out, ref_out)
 
 
+def test_append_bumps_torch_version():
+    """An append writes a torch cache in place: autograd must see it, so a backward that saved the cache
+    before the append refuses to run on the new contents (as after any in-place op)."""
+    torch = pytest.importorskip("torch")
+    w = torch.ones(1, requires_grad=True)
+    kc, vc = torch.randn(1, 8, 1, 16), torch.randn(1, 8, 1, 16)
+    y = (kc * w).sum()
+    new = dict(k=torch.randn(1, 1, 1, 16), v=torch.randn(1, 1, 1, 16))
+    flashcl.flash_attn_with_kvcache(torch.randn(1, 1, 1, 16), kc, vc, cache_seqlens=2, **new)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    with torch.inference_mode():  # (inference tensors have no version counter)
+        kc, vc = torch.randn(1, 8, 1, 16), torch.randn(1, 8, 1, 16)
+        flashcl.flash_attn_with_kvcache(torch.randn(1, 1, 1, 16), kc, vc, cache_seqlens=2, **new)
+        assert torch.equal(kc[0, 2], new["k"][0, 0])
+
+
 def test_return_value_and_readonly_cache_without_append():
     """Without return_softmax_lse only out comes back (as flash_attn); a cache that is not appended
     to may be read-only."""
