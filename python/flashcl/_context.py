@@ -14,22 +14,33 @@ from . import _flashcl
 _local = threading.local()
 _default_spec = None
 _default_generation = 0  # bumped by use_device(): threads rebuild their default context
-_opened_in = None  # the process that first loaded the OpenCL driver (a context, or the device list)
+_driver_loaded = False  # this process, or the one it was forked from, loaded the OpenCL driver
+_forked_after_load = False  # ... and this process was forked after that
+
+
+def _after_fork_in_child():
+    global _forked_after_load
+    _forked_after_load = _driver_loaded
+
+
+# A fork is noted as it happens rather than found by comparing process ids on every call: the check
+# is then one flag, which torch.compile traces without a graph break (it cannot trace os.getpid).
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def driver_used():
     """Called before anything that loads the OpenCL driver: refused in a process forked after the
-    driver was loaded (see _check_not_forked); else remembers this process as the one that did."""
-    global _opened_in
+    driver was loaded (see _check_not_forked); else remembers that it is loaded."""
+    global _driver_loaded
     _check_not_forked()
-    if _opened_in is None:
-        _opened_in = os.getpid()
+    _driver_loaded = True
 
 
 def _check_not_forked():
     """OpenCL drivers do not survive fork(): POCL's threads stay in the parent, and a child's first
     call, even on a new context, waits for them forever. Refused as PyTorch refuses CUDA there."""
-    if _opened_in is not None and _opened_in != os.getpid():
+    if _forked_after_load:
         raise RuntimeError(
             "FlashCL cannot run in a process forked after it made an OpenCL context (the driver's threads and "
             "state do not survive fork()): start child processes with the 'spawn' or 'forkserver' method "

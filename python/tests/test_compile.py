@@ -225,3 +225,23 @@ def test_compile_dynamic_varlen_bounds_from_shapes():
         if graphs is None:
             graphs = counters["stats"]["unique_graphs"]
     assert counters["stats"]["unique_graphs"] == graphs, "a second total length compiled a new graph"
+
+
+def test_compile_kvcache_step_without_warnings():
+    """flash_attn_with_kvcache is not an operator: torch.compile runs it between graphs. The package's
+    own checks must not make dynamo warn on the way (a per-call os.getpid() for the fork check did:
+    "Dynamo does not know how to trace the builtin posix.getpid"), and the append must land."""
+    import warnings
+
+    torch.manual_seed(0)
+    kc, vc = torch.zeros(1, 16, 2, 16), torch.zeros(1, 16, 2, 16)
+    q, k, v = (torch.randn(1, 1, 2, 16) for _ in range(3))
+    step = torch.compile(lambda q, k, v: flashcl.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=3),
+                         backend="aot_eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = step(q, k, v)
+    assert not [w for w in caught if "getpid" in str(w.message)]
+    assert torch.equal(kc[0, 3], k[0, 0]) and torch.equal(vc[0, 3], v[0, 0])
+    want = flashcl.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), cache_seqlens=4)
+    assert torch.allclose(out, want)
