@@ -185,26 +185,21 @@ inline void bwdt_scores_and_dp(float s[TILE_M][TILE_N], float dp[TILE_M][TILE_N]
             bwdt_store_slice(Vs, LDN, vn, TILE_N, lid);                                                                \
         }                                                                                                              \
     } while (0)
+/* acc[i][j] += sum over the slice's dims of A[row i] B[key j], A [SLICE][LDM] and B [SLICE][LDN] staged. */
+#define BWDT_SLICE_PRODUCT(acc, As, Bs)                                                                                \
+    do {                                                                                                               \
+        for (int c = 0; c < SLICE; ++c) {                                                                              \
+            float a_[TILE_M], b_[TILE_N];                                                                              \
+            for (int i = 0; i < TILE_M; ++i) a_[i] = (As)[c * LDM + ty + GRID * i];                                    \
+            for (int j = 0; j < TILE_N; ++j) b_[j] = (Bs)[c * LDN + tx + GRID * j];                                    \
+            for (int i = 0; i < TILE_M; ++i)                                                                           \
+                for (int j = 0; j < TILE_N; ++j) acc[i][j] = fma(a_[i], b_[j], acc[i][j]);                             \
+        }                                                                                                              \
+    } while (0)
 #define BWDT_PRODUCTS_A(c0)                                                                                            \
     do {                                                                                                               \
-        if ((c0) < HEAD_DIM) {                                                                                         \
-            for (int c = 0; c < SLICE; ++c) {                                                                          \
-                float qa[TILE_M], kb[TILE_N];                                                                          \
-                for (int i = 0; i < TILE_M; ++i) qa[i] = Qs[c * LDM + ty + GRID * i];                                  \
-                for (int j = 0; j < TILE_N; ++j) kb[j] = Ks[c * LDN + tx + GRID * j];                                  \
-                for (int i = 0; i < TILE_M; ++i)                                                                       \
-                    for (int j = 0; j < TILE_N; ++j) s[i][j] = fma(qa[i], kb[j], s[i][j]);                             \
-            }                                                                                                          \
-        }                                                                                                              \
-        if ((c0) < HEAD_DIM_V) {                                                                                       \
-            for (int c = 0; c < SLICE; ++c) {                                                                          \
-                float ga[TILE_M], vb[TILE_N];                                                                          \
-                for (int i = 0; i < TILE_M; ++i) ga[i] = Gs[c * LDM + ty + GRID * i];                                  \
-                for (int j = 0; j < TILE_N; ++j) vb[j] = Vs[c * LDN + tx + GRID * j];                                  \
-                for (int i = 0; i < TILE_M; ++i)                                                                       \
-                    for (int j = 0; j < TILE_N; ++j) dp[i][j] = fma(ga[i], vb[j], dp[i][j]);                           \
-            }                                                                                                          \
-        }                                                                                                              \
+        if ((c0) < HEAD_DIM) BWDT_SLICE_PRODUCT(s, Qs, Ks);                                                            \
+        if ((c0) < HEAD_DIM_V) BWDT_SLICE_PRODUCT(dp, Gs, Vs);                                                         \
     } while (0)
     BWDT_LOAD_A(0);
     BWDT_STORE_A(0);
@@ -224,6 +219,7 @@ inline void bwdt_scores_and_dp(float s[TILE_M][TILE_N], float dp[TILE_M][TILE_N]
 #undef BWDT_LOAD_A
 #undef BWDT_STORE_A
 #undef BWDT_PRODUCTS_A
+#undef BWDT_SLICE_PRODUCT
 }
 
 /*
@@ -338,26 +334,19 @@ flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const sto
             bwdt_load_rows(rn, Gb, dout_sr, row0, hd.sq, HEAD_DIM_V, lid);
             bwdt_store_rows(Rs, rn, HEAD_DIM_V, lid);
             barrier(CLK_LOCAL_MEM_FENCE); /* publishes Pb and the first dO rows */
-#define BWDT_DV_ROWS(r0)                                                                                               \
+/* acc[j][k] += Pb[r0 + r][key j] x Rs[r][dim k] over the slice's rows: dV (P Z, dO) or dK (dS, Q). */
+#define BWDT_KEY_ROWS(acc, per_item, dim, r0)                                                                          \
     do {                                                                                                               \
         for (int r = 0; r < ROW_SLICE; ++r) {                                                                          \
-            float pa[TILE_N], gb[DIMS_V_PER_ITEM];                                                                     \
+            float pa[TILE_N], rb[per_item];                                                                            \
             for (int j = 0; j < TILE_N; ++j) pa[j] = Pb[((r0) + r) * LDP + ty + GRID * j];                             \
-            for (int k = 0; k < DIMS_V_PER_ITEM; ++k) gb[k] = Rs[r * HEAD_DIM_V + bwdt_dim(tx, k, HEAD_DIM_V)];        \
+            for (int k = 0; k < (per_item); ++k) rb[k] = Rs[r * (dim) + bwdt_dim(tx, k, (dim))];                       \
             for (int j = 0; j < TILE_N; ++j)                                                                           \
-                for (int k = 0; k < DIMS_V_PER_ITEM; ++k) dv[j][k] = fma(pa[j], gb[k], dv[j][k]);                      \
+                for (int k = 0; k < (per_item); ++k) acc[j][k] = fma(pa[j], rb[k], acc[j][k]);                         \
         }                                                                                                              \
     } while (0)
-#define BWDT_DK_ROWS(r0)                                                                                               \
-    do {                                                                                                               \
-        for (int r = 0; r < ROW_SLICE; ++r) {                                                                          \
-            float da[TILE_N], qb[DIMS_PER_ITEM];                                                                       \
-            for (int j = 0; j < TILE_N; ++j) da[j] = Pb[((r0) + r) * LDP + ty + GRID * j];                             \
-            for (int k = 0; k < DIMS_PER_ITEM; ++k) qb[k] = Rs[r * HEAD_DIM + bwdt_dim(tx, k, HEAD_DIM)];              \
-            for (int j = 0; j < TILE_N; ++j)                                                                           \
-                for (int k = 0; k < DIMS_PER_ITEM; ++k) dk[j][k] = fma(da[j], qb[k], dk[j][k]);                        \
-        }                                                                                                              \
-    } while (0)
+#define BWDT_DV_ROWS(r0) BWDT_KEY_ROWS(dv, DIMS_V_PER_ITEM, HEAD_DIM_V, r0)
+#define BWDT_DK_ROWS(r0) BWDT_KEY_ROWS(dk, DIMS_PER_ITEM, HEAD_DIM, r0)
             int r0 = 0;
             for (; r0 + ROW_SLICE < BLOCK_M; r0 += ROW_SLICE) {
                 bwdt_load_rows(rn, Gb, dout_sr, row0 + r0 + ROW_SLICE, hd.sq, HEAD_DIM_V, lid);
@@ -385,6 +374,7 @@ flash_bwd_dkdv_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const sto
             BWDT_DK_ROWS(r0);
 #undef BWDT_DV_ROWS
 #undef BWDT_DK_ROWS
+#undef BWDT_KEY_ROWS
             /* The next block rewrites Ls, Ds, the stage and Pb. */
             barrier(CLK_LOCAL_MEM_FENCE);
         }
