@@ -12,8 +12,9 @@
 /* Largest size the kernels index with 32-bit ints (sequence lengths, heads, batch). */
 #define MAX_DIM ((size_t)INT_MAX)
 
-/* The first descriptor with a struct_size (FlashCL 0.2) ends with `num_splits`: no caller's is shorter. */
-#define DESC_MIN_SIZE (offsetof(flashcl_attention_desc, num_splits) + sizeof(size_t))
+/* The first descriptor with a struct_size (FlashCL 0.2.0 as first released) ends with `path`
+   (num_splits and allow_tf32 came later, still as 0.2.0): no caller's is shorter. */
+#define DESC_MIN_SIZE (offsetof(flashcl_attention_desc, path) + sizeof(flashcl_path))
 
 /* Copies the caller's descriptor, whatever header it was built with: fields it lacks read as
    zero (off); fields this library lacks must be zero. */

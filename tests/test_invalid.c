@@ -259,6 +259,22 @@ static void check_newer_descriptor(void) {
     tu_buffer_write(F.queue, F.buf[BUF_LSE], CAP, F.host[BUF_LSE]);
 }
 
+/*
+ * A caller built against the first 0.2.0 header: its descriptor ends with `path` (sizeof 352 on
+ * LP64, before num_splits and allow_tf32). The call runs (copy_desc reads the later fields as zero).
+ */
+static void check_older_descriptor(void) {
+    flashcl_attention_desc d = base_desc();
+    const size_t align = sizeof(size_t);
+    d.struct_size = (offsetof(flashcl_attention_desc, path) + sizeof(flashcl_path) + align - 1) / align * align;
+    CHECK(d.struct_size < offsetof(flashcl_attention_desc, num_splits) + sizeof(size_t));
+    views w = make_views(&d);
+    CHECK_STATUS(flashcl_forward(F.ctx, &d, &w.q, &w.k, &w.v, &w.o, F.buf[BUF_LSE], 0, 0, NULL, NULL), FLASHCL_SUCCESS);
+    REQUIRE_CL(clFinish(F.queue));
+    tu_buffer_write(F.queue, F.buf[BUF_O], CAP, F.host[BUF_O]);
+    tu_buffer_write(F.queue, F.buf[BUF_LSE], CAP, F.host[BUF_LSE]);
+}
+
 static void check_views(void) {
     flashcl_attention_desc d = base_desc();
     views w = make_views(&d), bad;
@@ -506,6 +522,7 @@ int main(void) {
     check_null_arguments();
     check_desc_fields();
     check_newer_descriptor();
+    check_older_descriptor();
     check_views();
     check_lse();
     check_aliasing();
