@@ -168,7 +168,10 @@ FLASHCL_API flashcl_status flashcl_context_create_from_queue(flashcl_context **o
 /* Switches the queue later calls use; it must belong to the same cl_context and device. */
 FLASHCL_API flashcl_status flashcl_context_set_queue(flashcl_context *ctx, cl_command_queue queue);
 
-/* Releases everything FlashCL created. NULL is a no-op. */
+/* Releases everything FlashCL created. NULL is a no-op. It does not wait: calls already enqueued
+   still run (OpenCL keeps the objects they use alive until they finish), so wait for their events
+   (or clFinish the queue) before releasing the buffers they read or write, or before the process
+   exits. */
 FLASHCL_API void flashcl_context_destroy(flashcl_context *ctx);
 
 /*

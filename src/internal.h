@@ -74,9 +74,9 @@ struct flashcl_context {
     /* Tuned plans read from the device's tuning file at creation (tuning.c). */
     struct flashcl__tuned_entry *tuned;
     size_t tuned_count;
-    char tuning_path[1100]; /* "" = none */
-    int tuning_off;         /* FLASHCL_TUNING turned tuning files off (at creation) */
-    char tuning_note[640];  /* why the file was ignored; "" when read or absent */
+    char tuning_path[1100];       /* "" = none */
+    int tuning_off;               /* FLASHCL_TUNING turned tuning files off (at creation) */
+    char tuning_note[640];        /* why the file was ignored; "" when read or absent */
     struct flashcl__trace *trace; /* flashcl_trace_kernels: the launches recorded; NULL when off (trace.c) */
     char *error;                  /* last detailed error message */
     size_t error_cap;
@@ -255,6 +255,9 @@ size_t flashcl__block_cols(const flashcl_attention_desc *d);
 /* ---- scratch (scratch.c) */
 /* Makes scratch slot `slot` hold at least `bytes`; `what` names the use in messages. */
 flashcl_status flashcl__scratch(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out);
+/* Whether one scratch buffer of `bytes` can exist on this device (the check flashcl__scratch makes
+   before allocating), for plan queries that must refuse what the call would. */
+flashcl_status flashcl__scratch_fits(flashcl_context *ctx, size_t bytes, const char *what);
 /* The same for a slot whose users need it zero when first used (and leave it zero): a buffer it
    makes starts as zeros (CL_MEM_COPY_HOST_PTR of a zeroed host block, no command to order). */
 flashcl_status flashcl__scratch_zeroed(flashcl_context *ctx, int slot, size_t bytes, const char *what, cl_mem *out);

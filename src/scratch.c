@@ -6,6 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+flashcl_status flashcl__scratch_fits(flashcl_context *ctx, size_t bytes, const char *what) {
+    if (bytes > ctx->info.max_alloc_bytes || bytes > ctx->info.global_mem_bytes)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY,
+                             "%s needs %zu bytes of scratch but the device allows %llu bytes per buffer", what, bytes,
+                             (unsigned long long)ctx->info.max_alloc_bytes);
+    return FLASHCL_SUCCESS;
+}
+
 static flashcl_status scratch_slot(flashcl_context *ctx, int slot, size_t bytes, int zeroed, const char *what,
                                    cl_mem *out) {
     if (bytes == 0) bytes = sizeof(float);
@@ -13,10 +21,8 @@ static flashcl_status scratch_slot(flashcl_context *ctx, int slot, size_t bytes,
         *out = ctx->scratch[slot];
         return FLASHCL_SUCCESS;
     }
-    if (bytes > ctx->info.max_alloc_bytes || bytes > ctx->info.global_mem_bytes)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY,
-                             "%s needs %zu bytes of scratch but the device allows %llu bytes per buffer", what, bytes,
-                             (unsigned long long)ctx->info.max_alloc_bytes);
+    flashcl_status fits = flashcl__scratch_fits(ctx, bytes, what);
+    if (fits != FLASHCL_SUCCESS) return fits;
     if (ctx->scratch[slot]) {
         /* OpenCL frees the old buffer once the commands using it have finished. */
         clReleaseMemObject(ctx->scratch[slot]);

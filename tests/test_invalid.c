@@ -389,6 +389,15 @@ static void check_other_entry_points(void) {
     CHECK_STATUS(flashcl_plan_query(F.ctx, NULL, &plan), FLASHCL_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(flashcl_plan_query(F.ctx, &d, NULL), FLASHCL_ERR_INVALID_ARGUMENT);
     CHECK_STATUS(flashcl_plan_query(NULL, &d, &plan), FLASHCL_ERR_INVALID_CONTEXT);
+    /* The standard path's S/P of 2^20 x 2^20 floats (4 TiB) cannot be one buffer: the plan queries
+       refuse it as the calls would, naming the scratch, rather than plan a call that cannot run. */
+    flashcl_attention_desc huge = d;
+    huge.path = FLASHCL_PATH_STANDARD;
+    huge.seqlen_q = huge.seqlen_k = (size_t)1 << 20;
+    CHECK_STATUS(flashcl_plan_query(F.ctx, &huge, &plan), FLASHCL_ERR_OUT_OF_DEVICE_MEMORY);
+    CHECK(strstr(flashcl_last_error(F.ctx), "S/P") != NULL);
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &huge, &plan), FLASHCL_ERR_OUT_OF_DEVICE_MEMORY);
+    CHECK(strstr(flashcl_last_error(F.ctx), "standard backward: P") != NULL);
     flashcl_attention_desc bad = d;
     bad.head_dim = 0;
     CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, &plan), FLASHCL_ERR_INVALID_HEAD_DIM);

@@ -13,6 +13,17 @@ static flashcl_status standard_plan(flashcl_context *ctx, flashcl__pass pass, co
     flashcl_status st =
         flashcl__require_plain(ctx, d, pass == FLASHCL__FORWARD ? "standard path" : "standard backward");
     if (st != FLASHCL_SUCCESS) return st;
+    /* ... and what its launch would fail to allocate: the N x N scratch (S/P; the backward's P and dS,
+       each that size) is one buffer. */
+    const int fwd = pass == FLASHCL__FORWARD;
+    const size_t rows = d->batch * d->heads_q * d->seqlen_q;
+    if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows)
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "%s: scratch size overflows size_t",
+                             fwd ? "standard path: S/P" : "standard backward");
+    st = flashcl__scratch_fits(ctx, rows * d->seqlen_k * sizeof(float),
+                               fwd ? "standard path: S/P (batch*heads_q*seqlen_q*seqlen_k floats)"
+                                   : "standard backward: P");
+    if (st != FLASHCL_SUCCESS) return st;
     const flashcl__standard_plan *p = NULL;
     st = flashcl__plan_standard(ctx, &p);
     if (st == FLASHCL_SUCCESS) *out = p->pub;
