@@ -398,6 +398,15 @@ static void check_other_entry_points(void) {
     CHECK(strstr(flashcl_last_error(F.ctx), "S/P") != NULL);
     CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &huge, &plan), FLASHCL_ERR_OUT_OF_DEVICE_MEMORY);
     CHECK(strstr(flashcl_last_error(F.ctx), "standard backward: P") != NULL);
+    /* ... and the backward's per-head dV of batch*heads_q*seqlen_k*head_dim floats, larger than P
+       when head_dim > seqlen_q (here 144 GiB against P's 256 MiB). */
+    flashcl_attention_desc wide = d;
+    wide.path = FLASHCL_PATH_STANDARD;
+    wide.seqlen_q = 1;
+    wide.seqlen_k = (size_t)1 << 25;
+    wide.head_dim = wide.head_dim_v = 576;
+    CHECK_STATUS(flashcl_backward_plan_query(F.ctx, &wide, &plan), FLASHCL_ERR_OUT_OF_DEVICE_MEMORY);
+    CHECK(strstr(flashcl_last_error(F.ctx), "per-head dV") != NULL);
     flashcl_attention_desc bad = d;
     bad.head_dim = 0;
     CHECK_STATUS(flashcl_plan_query(F.ctx, &bad, &plan), FLASHCL_ERR_INVALID_HEAD_DIM);

@@ -44,7 +44,7 @@ flashcl_status flashcl__standard_backward(flashcl_context *ctx, const flashcl__c
     st = flashcl__plan_standard(ctx, &plan);
     if (st != FLASHCL_SUCCESS) return st;
     const size_t z = d->batch * d->heads_q, rows = z * d->seqlen_q;
-    if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows)
+    if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows || d->seqlen_k > SIZE_MAX / sizeof(float) / z / d->head_dim)
         return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "standard backward: scratch size overflows size_t");
     const size_t nn = rows * d->seqlen_k, grads = z * d->seqlen_k * d->head_dim;
     cl_mem p = NULL, ds = NULL, gbuf[2] = {NULL, NULL}, dsum = NULL;
