@@ -15,24 +15,16 @@ static flashcl_status standard_plan(flashcl_context *ctx, flashcl__pass pass, co
     if (st != FLASHCL_SUCCESS) return st;
     /* ... and what its launch would fail to allocate: the N x N scratch (S/P; the backward's P and dS,
        each that size) is one buffer, the backward's per-head dK and dV one each. */
-    const int fwd = pass == FLASHCL__FORWARD;
-    const size_t rows = d->batch * d->heads_q * d->seqlen_q;
-    if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "%s: scratch size overflows size_t",
-                             fwd ? "standard path: S/P" : "standard backward");
-    st = flashcl__scratch_fits(ctx, rows * d->seqlen_k * sizeof(float),
-                               fwd ? "standard path: S/P (batch*heads_q*seqlen_q*seqlen_k floats)"
-                                   : "standard backward: P");
+    const int backward = pass == FLASHCL__BACKWARD;
+    flashcl__standard_sizes n;
+    st = flashcl__standard_scratch_sizes(ctx, d, backward, &n);
+    if (st == FLASHCL_SUCCESS)
+        st = flashcl__scratch_fits(ctx, n.scores * sizeof(float),
+                                   backward ? "standard backward: P"
+                                            : "standard path: S/P (batch*heads_q*seqlen_q*seqlen_k floats)");
+    if (st == FLASHCL_SUCCESS && backward)
+        st = flashcl__scratch_fits(ctx, n.grads * sizeof(float), "standard backward: per-head dV");
     if (st != FLASHCL_SUCCESS) return st;
-    if (!fwd) { /* and its per-query-head dK and dV, each batch*heads_q*seqlen_k*head_dim floats */
-        const size_t z = d->batch * d->heads_q;
-        if (d->seqlen_k > SIZE_MAX / sizeof(float) / z / d->head_dim)
-            return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY,
-                                 "standard backward: scratch size overflows size_t");
-        st =
-            flashcl__scratch_fits(ctx, z * d->seqlen_k * d->head_dim * sizeof(float), "standard backward: per-head dV");
-        if (st != FLASHCL_SUCCESS) return st;
-    }
     const flashcl__standard_plan *p = NULL;
     st = flashcl__plan_standard(ctx, &p);
     if (st == FLASHCL_SUCCESS) *out = p->pub;

@@ -43,10 +43,10 @@ flashcl_status flashcl__standard_backward(flashcl_context *ctx, const flashcl__c
     const flashcl__standard_plan *plan = NULL;
     st = flashcl__plan_standard(ctx, &plan);
     if (st != FLASHCL_SUCCESS) return st;
-    const size_t z = d->batch * d->heads_q, rows = z * d->seqlen_q;
-    if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows || d->seqlen_k > SIZE_MAX / sizeof(float) / z / d->head_dim)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "standard backward: scratch size overflows size_t");
-    const size_t nn = rows * d->seqlen_k, grads = z * d->seqlen_k * d->head_dim;
+    flashcl__standard_sizes n;
+    st = flashcl__standard_scratch_sizes(ctx, d, 1, &n);
+    if (st != FLASHCL_SUCCESS) return st;
+    const size_t z = d->batch * d->heads_q, rows = z * d->seqlen_q, nn = n.scores, grads = n.grads;
     cl_mem p = NULL, ds = NULL, gbuf[2] = {NULL, NULL}, dsum = NULL;
     st = flashcl__scratch(ctx, FLASHCL__SCRATCH_SCORES, nn * sizeof(float), "standard backward: P", &p);
     if (st == FLASHCL_SUCCESS)

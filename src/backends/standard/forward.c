@@ -12,11 +12,12 @@ flashcl_status flashcl__standard_forward(flashcl_context *ctx, const flashcl__ca
     const flashcl__standard_plan *plan = NULL;
     st = flashcl__plan_standard(ctx, &plan);
     if (st != FLASHCL_SUCCESS) return st;
+    flashcl__standard_sizes n;
+    st = flashcl__standard_scratch_sizes(ctx, d, 0, &n);
+    if (st != FLASHCL_SUCCESS) return st;
     const size_t rows = d->batch * d->heads_q * d->seqlen_q;
-    if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows)
-        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "standard path: S/P scratch size overflows size_t");
     cl_mem s = NULL;
-    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_SCORES, rows * d->seqlen_k * sizeof(float),
+    st = flashcl__scratch(ctx, FLASHCL__SCRATCH_SCORES, n.scores * sizeof(float),
                           "standard path: S/P (batch*heads_q*seqlen_q*seqlen_k floats)", &s);
     if (st != FLASHCL_SUCCESS) return st;
     const cl_int sq = (cl_int)d->seqlen_q, sk = (cl_int)d->seqlen_k, dim = (cl_int)d->head_dim, hq = (cl_int)d->heads_q;

@@ -6,6 +6,7 @@
  */
 #include "standard.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,18 @@ flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__stand
         ctx->family[FLASHCL__FAMILY_STANDARD] = p;
     }
     *out = ctx->family[FLASHCL__FAMILY_STANDARD];
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl__standard_scratch_sizes(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
+                                               flashcl__standard_sizes *out) {
+    const size_t z = d->batch * d->heads_q, rows = z * d->seqlen_q;
+    if (d->seqlen_k > SIZE_MAX / sizeof(float) / rows ||
+        (backward && d->seqlen_k > SIZE_MAX / sizeof(float) / z / d->head_dim))
+        return flashcl__fail(ctx, FLASHCL_ERR_OUT_OF_DEVICE_MEMORY, "%s: scratch size overflows size_t",
+                             backward ? "standard backward" : "standard path: S/P");
+    out->scores = rows * d->seqlen_k;
+    out->grads = backward ? z * d->seqlen_k * d->head_dim : 0;
     return FLASHCL_SUCCESS;
 }
 

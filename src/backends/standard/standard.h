@@ -19,6 +19,15 @@ typedef struct flashcl__standard_plan {
 flashcl_status flashcl__plan_standard(flashcl_context *ctx, const flashcl__standard_plan **out);
 void flashcl__release_standard_plan(flashcl_context *ctx);
 
+/* Floats of the scratch a call needs: `scores`, the N x N of S/P (also the backward's P and its dS,
+   each that size), and, for the backward, `grads`, its per-query-head dK or dV. Fails (naming the
+   pass) when a size overflows size_t. The plan query checks that they fit; the launches allocate them. */
+typedef struct flashcl__standard_sizes {
+    size_t scores, grads;
+} flashcl__standard_sizes;
+flashcl_status flashcl__standard_scratch_sizes(flashcl_context *ctx, const flashcl_attention_desc *d, int backward,
+                                               flashcl__standard_sizes *out);
+
 flashcl_status flashcl__standard_forward(flashcl_context *ctx, const flashcl__call *call);
 flashcl_status flashcl__standard_backward(flashcl_context *ctx, const flashcl__call *call);
 
