@@ -54,7 +54,12 @@ def _to_numpy(t):
     """A CPU tensor as numpy (bfloat16 and fp8 through ml_dtypes, which numpy needs for them)."""
     name = _arrays.dtype_name(t)
     if name == "bfloat16" or name in _arrays._FP8_NAMES:
-        import ml_dtypes
+        try:
+            import ml_dtypes
+        except ImportError as e:
+            raise ImportError(f"DeviceArray.numpy(): a {name} array needs the ml_dtypes package (numpy has no {name} "
+                              "of its own): pip install ml_dtypes, or flashcl[bfloat16]; to_host() gives the torch "
+                              "tensor without it") from e
 
         torch = _arrays.torch_module()
         bits = t.view(torch.int16 if name == "bfloat16" else torch.uint8).numpy()

@@ -4,6 +4,8 @@ Checked on a context that copies (zero_copy=False), which is what a discrete GPU
 decode loop with DeviceArray caches gives bit for bit the outputs and the caches of the loop with
 numpy caches, while only q, the new rows and the output cross to the device.
 """
+import sys
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,15 @@ def test_torch_round_trip():
     assert isinstance(back, torch.Tensor) and back.dtype == torch.bfloat16 and dev.shape == (3, 2, 5, 4)
     assert torch.equal(back, x.transpose(1, 2).contiguous())
     assert dev.numpy().dtype.name == "bfloat16"
+
+
+def test_bfloat16_numpy_without_ml_dtypes_names_it(monkeypatch):
+    torch = pytest.importorskip("torch")
+    dev = flashcl.to_device(torch.zeros(2, 3, dtype=torch.bfloat16))
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # import ml_dtypes now raises ImportError
+    with pytest.raises(ImportError, match="bfloat16 array needs the ml_dtypes package"):
+        dev.numpy()
+    assert dev.to_host().dtype == torch.bfloat16  # the tensor needs nothing extra
 
 
 def test_errors():
