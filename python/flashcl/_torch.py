@@ -382,3 +382,75 @@ def attention(inputs, spec, packing="none"):
     if torch.compiler.is_compiling():
         tensors = _distinct(tensors)
     return AttentionFunction.apply(packing, flat[7:-2] + flat[-1:], *tensors)
+
+
+def _kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
+             rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
+             cache_seqlens_int: int, cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor],
+             block_table: Optional[Tensor], alibi_slopes: Optional[Tensor], k_scale: Optional[Tensor],
+             v_scale: Optional[Tensor], softmax_scale: Optional[float], causal: bool, window_left: int,
+             window_right: int, softcap: float, rotary_interleaved: bool, num_splits: int,
+             return_lse: bool) -> Tuple[Tensor, Tensor]:
+    """flash_attn_with_kvcache as one operator, for traced code: (out, softmax_lse, or an empty tensor without
+    return_lse); k and v appended into k_cache and v_cache in place. cache_seqlens_int: an int cache_seqlens
+    (-1 when it is the tensor or None)."""
+    from . import _kvcache
+
+    spec = _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+                      softcap=softcap, alibi_slopes=alibi_slopes)
+    seqlens = cache_seqlens if cache_seqlens is not None else cache_seqlens_int if cache_seqlens_int >= 0 else None
+    out, lse = _kvcache.forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, cache_batch_idx,
+                                        cache_leftpad, block_table, spec, rotary_interleaved, num_splits, return_lse,
+                                        k_scale, v_scale)
+    return out, lse if lse is not None else out.new_empty((0,), dtype=torch.float32)
+
+
+# The append writes the caches: declared, so that the compiled graph orders it against their other readers.
+kvcache_op = torch.library.custom_op("flashcl::forward_kvcache", mutates_args=("k_cache", "v_cache"))(_kvcache)
+
+
+@kvcache_op.register_fake
+def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_int, cache_batch_idx,
+      cache_leftpad, block_table, alibi_slopes, k_scale, v_scale, softmax_scale, causal, window_left, window_right,
+      softcap, rotary_interleaved, num_splits, return_lse):
+    b, sq, hq = q.shape[:3]
+    out = q.new_empty((b, sq, hq, v_cache.shape[-1]))
+    return out, q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
+
+
+def _plain_scalar(x):
+    return x is None or type(x) in (bool, int, float)
+
+
+def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+            block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+            return_lse, k_scale, v_scale):
+    """flash_attn_with_kvcache through the operator when torch.compile traces it with tensor caches and plain
+    Python scalars (dynamo would otherwise trace into the argument checks, which read cache_seqlens' values:
+    a graph break, or an error with fullgraph=True); None when the call should run as it is."""
+    if not (torch.compiler.is_compiling() and isinstance(k_cache, Tensor) and isinstance(v_cache, Tensor)):
+        return None
+    if isinstance(window_size, (tuple, list)) and len(window_size) == 2:
+        window_left, window_right = window_size
+    else:
+        return None  # (refused by the eager checks, with their message)
+    scalars = (softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits)
+    if not all(_plain_scalar(x) for x in scalars) or not (cache_seqlens is None or isinstance(cache_seqlens, Tensor)
+                                                         or type(cache_seqlens) is int):
+        return None
+    scales = []
+    for x in (k_scale, v_scale):
+        if x is not None and not isinstance(x, Tensor):
+            if not isinstance(x, (int, float)):
+                return None
+            x = torch.tensor([float(x)], dtype=torch.float32)
+        scales.append(x)
+    tensors = (q, k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table, alibi_slopes)
+    if not all(x is None or isinstance(x, Tensor) for x in tensors):
+        return None
+    seqlens_int = cache_seqlens if type(cache_seqlens) is int else -1
+    seqlens = cache_seqlens if isinstance(cache_seqlens, Tensor) else None
+    return kvcache_op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlens_int, cache_batch_idx,
+                      cache_leftpad, block_table, alibi_slopes, scales[0], scales[1], softmax_scale, bool(causal),
+                      int(window_left), int(window_right), float(softcap or 0.0), bool(rotary_interleaved),
+                      int(num_splits), bool(return_lse))

@@ -193,6 +193,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Returns out (batch, seqlen_q, nheads, d_v), or (out, softmax_lse) with softmax_lse
     (batch, nheads, seqlen_q) float32 (natural log) when return_softmax_lse.
     """
+    if _arrays.is_torch(q):  # traced by torch.compile: one operator (_torch.kvcache), not the checks' Python
+        from . import _torch
+
+        traced = _torch.kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+                                rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, k_scale, v_scale)
+        if traced is not None:
+            return traced if return_softmax_lse else traced[0]
     spec = _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                       alibi_slopes=alibi_slopes)
     out, lse = _kvcache.forward_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,

@@ -228,9 +228,9 @@ def test_compile_dynamic_varlen_bounds_from_shapes():
 
 
 def test_compile_kvcache_step_without_warnings():
-    """flash_attn_with_kvcache is not an operator: torch.compile runs it between graphs. The package's
-    own checks must not make dynamo warn on the way (a per-call os.getpid() for the fork check did:
-    "Dynamo does not know how to trace the builtin posix.getpid"), and the append must land."""
+    """The package's own checks must not make dynamo warn on the way to flash_attn_with_kvcache's operator
+    (a per-call os.getpid() for the fork check did: "Dynamo does not know how to trace the builtin
+    posix.getpid"), and the append must land."""
     import warnings
 
     torch.manual_seed(0)
@@ -245,3 +245,46 @@ def test_compile_kvcache_step_without_warnings():
     assert torch.equal(kc[0, 3], k[0, 0]) and torch.equal(vc[0, 3], v[0, 0])
     want = flashcl.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), cache_seqlens=4)
     assert torch.allclose(out, want)
+
+
+def test_compile_fullgraph_kvcache_is_one_operator():
+    """flash_attn_with_kvcache under torch.compile(fullgraph=True) runs as the flashcl::forward_kvcache
+    operator (traced, its checks read cache_seqlens' values: dynamo failed on them with fullgraph=True):
+    contiguous and paged caches, rotary, an int or tensor cache_seqlens, the LSE, window and softcap. The
+    append lands in the caller's caches, and results and caches equal the eager call's."""
+    torch.manual_seed(0)
+    b, hq, hkv, d = 2, 4, 2, 32
+    lens = torch.tensor([10, 20], dtype=torch.int32)
+    q, k = torch.randn(b, 1, hq, d), torch.randn(b, 1, hkv, d)
+    v = torch.randn_like(k)
+    cos, sin = torch.randn(64, 8), torch.randn(64, 8)
+    table = torch.arange(16, dtype=torch.int32).flip(0).reshape(2, 8)
+    calls = {
+        "contiguous, int cache_seqlens": (dict(cache_seqlens=5, causal=True), (b, 64, hkv, d)),
+        "rotary, lse": (dict(cache_seqlens=lens, rotary_cos=cos, rotary_sin=sin, causal=True,
+                             return_softmax_lse=True), (b, 64, hkv, d)),
+        "paged, window, softcap": (dict(cache_seqlens=lens, block_table=table, window_size=(8, 0), softcap=20.0),
+                                   (16, 8, hkv, d)),
+    }
+    for name, (kw, shape) in calls.items():
+        kc0, vc0 = torch.randn(shape), torch.randn(shape)
+
+        def step(q, kc, vc, k, v):
+            return flashcl.flash_attn_with_kvcache(q, kc, vc, k, v, **kw)
+
+        kc, vc = kc0.clone(), vc0.clone()
+        got = torch.compile(step, fullgraph=True, backend="aot_eager")(q, kc, vc, k, v)
+        kc_eager, vc_eager = kc0.clone(), vc0.clone()
+        want = step(q, kc_eager, vc_eager, k, v)
+        assert not torch.equal(kc, kc0), name
+        assert torch.equal(kc, kc_eager) and torch.equal(vc, vc_eager), name
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        assert len(got) == len(want) and all(torch.equal(a, w) for a, w in zip(got, want)), name
+
+
+def test_kvcache_operator_passes_opcheck():
+    q, kc, vc = torch.randn(1, 1, 2, 16), torch.randn(1, 8, 1, 16), torch.randn(1, 8, 1, 16)
+    k, v = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+    torch.library.opcheck(torch.ops.flashcl.forward_kvcache.default,
+                          (q, kc, vc, k, v, None, None, torch.tensor([3], dtype=torch.int32), -1, None, None, None,
+                           None, None, None, None, True, -1, -1, 0.0, True, 0, True))
