@@ -405,52 +405,71 @@ def _kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v
     return out, lse if lse is not None else out.new_empty((0,), dtype=torch.float32)
 
 
-# The append writes the caches: declared, so that the compiled graph orders it against their other readers.
+# With an append the call writes the caches: declared, so that the compiled graph orders it against their other
+# readers. Without one it writes nothing, and a second operator says so (a declared write makes aot_eager copy
+# both caches in and out on every call).
 kvcache_op = torch.library.custom_op("flashcl::forward_kvcache", mutates_args=("k_cache", "v_cache"))(_kvcache)
+kvcache_read_op = torch.library.custom_op("flashcl::forward_kvcache_read", mutates_args=())(_kvcache)
 
 
-@kvcache_op.register_fake
-def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_int, cache_batch_idx,
-      cache_leftpad, block_table, alibi_slopes, k_scale, v_scale, softmax_scale, causal, window_left, window_right,
-      softcap, rotary_interleaved, num_splits, return_lse):
+def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_int,
+                  cache_batch_idx, cache_leftpad, block_table, alibi_slopes, k_scale, v_scale, softmax_scale, causal,
+                  window_left, window_right, softcap, rotary_interleaved, num_splits, return_lse):
     b, sq, hq = q.shape[:3]
     out = q.new_empty((b, sq, hq, v_cache.shape[-1]))
     return out, q.new_empty((b, hq, sq) if return_lse else (0,), dtype=torch.float32)
 
 
-def _plain_scalar(x):
-    return x is None or type(x) in (bool, int, float)
+kvcache_op.register_fake(_kvcache_fake)
+kvcache_read_op.register_fake(_kvcache_fake)
+
+
+def _exact(x, types):
+    """x is of one of these types exactly (a bool is not an int here, as the eager checks see it)."""
+    return type(x) in types
 
 
 def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
             block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
             return_lse, k_scale, v_scale):
-    """flash_attn_with_kvcache through the operator when torch.compile traces it with tensor caches and plain
-    Python scalars (dynamo would otherwise trace into the argument checks, which read cache_seqlens' values:
-    a graph break, or an error with fullgraph=True); None when the call should run as it is."""
+    """flash_attn_with_kvcache through an operator when torch.compile traces it (dynamo would otherwise trace
+    into the argument checks, which read cache_seqlens' values: a graph break, or an error with
+    fullgraph=True); None when the call should run as it is: not compiling, caches that are not tensors or
+    that require grad, or arguments the operator's schema would coerce (any value but a plain bool, int or
+    float of the kind the eager checks accept runs those checks, which then refuse or convert it)."""
     if not (torch.compiler.is_compiling() and isinstance(k_cache, Tensor) and isinstance(v_cache, Tensor)):
         return None
-    if isinstance(window_size, (tuple, list)) and len(window_size) == 2:
-        window_left, window_right = window_size
-    else:
-        return None  # (refused by the eager checks, with their message)
-    scalars = (softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits)
-    if not all(_plain_scalar(x) for x in scalars) or not (cache_seqlens is None or isinstance(cache_seqlens, Tensor)
-                                                         or type(cache_seqlens) is int):
+    if k_cache.requires_grad or v_cache.requires_grad:
         return None
+    if not (isinstance(window_size, (tuple, list)) and len(window_size) == 2):
+        return None
+    window_left, window_right = window_size
+    ints = (window_left, window_right, num_splits)
+    if not (all(_exact(x, (int,)) for x in ints) and _exact(causal, (bool,)) and _exact(rotary_interleaved, (bool,))
+            and (softmax_scale is None or _exact(softmax_scale, (int, float)))
+            and (softcap is None or _exact(softcap, (int, float))) and _exact(return_lse, (bool, int))):
+        return None
+    if not (cache_seqlens is None or isinstance(cache_seqlens, Tensor)
+            or (_exact(cache_seqlens, (int,)) and cache_seqlens >= 0)):
+        return None  # (a negative int is refused by the eager checks, with their message)
     scales = []
     for x in (k_scale, v_scale):
         if x is not None and not isinstance(x, Tensor):
-            if not isinstance(x, (int, float)):
+            if not _exact(x, (int, float)):
                 return None
             x = torch.tensor([float(x)], dtype=torch.float32)
         scales.append(x)
     tensors = (q, k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table, alibi_slopes)
-    if not all(x is None or isinstance(x, Tensor) for x in tensors):
+    if not all(x is None or isinstance(x, Tensor) for x in tensors + tuple(scales)):
         return None
-    seqlens_int = cache_seqlens if type(cache_seqlens) is int else -1
+    # The results carry no gradient, as eager ones: inputs that require grad go in detached (an operator
+    # without an autograd formula would make AOT autograd refuse the graph).
+    (q, k, v, rotary_cos, rotary_sin, alibi_slopes, k_scale, v_scale) = (
+        x.detach() if x is not None else None for x in (q, k, v, rotary_cos, rotary_sin, alibi_slopes) + tuple(scales))
+    seqlens_int = cache_seqlens if _exact(cache_seqlens, (int,)) else -1
     seqlens = cache_seqlens if isinstance(cache_seqlens, Tensor) else None
-    return kvcache_op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlens_int, cache_batch_idx,
-                      cache_leftpad, block_table, alibi_slopes, scales[0], scales[1], softmax_scale, bool(causal),
-                      int(window_left), int(window_right), float(softcap or 0.0), bool(rotary_interleaved),
-                      int(num_splits), bool(return_lse))
+    op = kvcache_op if k is not None or v is not None else kvcache_read_op
+    return op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlens_int, cache_batch_idx,
+              cache_leftpad, block_table, alibi_slopes, k_scale, v_scale,
+              None if softmax_scale is None else float(softmax_scale), causal, window_left, window_right,
+              float(softcap or 0.0), rotary_interleaved, num_splits, bool(return_lse))

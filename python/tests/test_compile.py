@@ -282,9 +282,59 @@ def test_compile_fullgraph_kvcache_is_one_operator():
         assert len(got) == len(want) and all(torch.equal(a, w) for a, w in zip(got, want)), name
 
 
-def test_kvcache_operator_passes_opcheck():
+def _kvcache_ops_traced(fn, *args):
+    """The flashcl operators in the graph dynamo captures for fn (fullgraph), run through eagerly."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function" and "flashcl" in str(n.target))
+        return gm.forward
+
+    torch.compile(fn, fullgraph=True, backend=backend)(*args)
+    return seen
+
+
+def test_compile_kvcache_operator_choice_and_eager_semantics():
+    """An append is the operator that writes the caches; a call without one the operator that does not (a
+    declared write makes aot_eager copy both caches per call). Inputs that require grad (q from a Linear in
+    a compiled model) give results without a gradient, as eager; values the eager checks refuse are still
+    refused under compile (the operator's schema would have coerced them), with the eager message."""
+    torch.manual_seed(0)
+    kc, vc = torch.randn(2, 16, 2, 32), torch.randn(2, 16, 2, 32)
+    q, k = torch.randn(2, 1, 4, 32), torch.randn(2, 1, 2, 32)
+    v = torch.randn_like(k)
+    append = _kvcache_ops_traced(lambda q: flashcl.flash_attn_with_kvcache(q, kc.clone(), vc.clone(), k, v,
+                                                                           cache_seqlens=3), q)
+    read = _kvcache_ops_traced(lambda q: flashcl.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=3), q)
+    assert append == ["flashcl.forward_kvcache.default"] and read == ["flashcl.forward_kvcache_read.default"]
+
+    lin = torch.nn.Linear(32, 4 * 32)
+    x = torch.randn(2, 1, 32)
+
+    def model(x):
+        return flashcl.flash_attn_with_kvcache(lin(x).view(2, 1, 4, 32), kc, vc, cache_seqlens=5) * 2
+
+    got = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    want = model(x)
+    assert torch.equal(got, want) and not got.requires_grad and not want.requires_grad
+
+    bad = [(dict(cache_seqlens=-1), "cache_seqlens must be from 0"), (dict(cache_seqlens=3, causal=0.5), "causal"),
+           (dict(cache_seqlens=3, window_size=(3.7, 0)), "window_size"), (dict(cache_seqlens=3, num_splits=2.5),
+                                                                         "num_splits")]
+    for kw, message in bad:
+        with pytest.raises(Exception, match=message):
+            flashcl.flash_attn_with_kvcache(q, kc, vc, **kw)
+        with pytest.raises(Exception, match=message):
+            torch.compile(lambda q: flashcl.flash_attn_with_kvcache(q, kc, vc, **kw), backend="aot_eager")(q)
+
+
+def test_kvcache_operators_pass_opcheck():
     q, kc, vc = torch.randn(1, 1, 2, 16), torch.randn(1, 8, 1, 16), torch.randn(1, 8, 1, 16)
     k, v = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+    seqlens = torch.tensor([3], dtype=torch.int32)
     torch.library.opcheck(torch.ops.flashcl.forward_kvcache.default,
-                          (q, kc, vc, k, v, None, None, torch.tensor([3], dtype=torch.int32), -1, None, None, None,
-                           None, None, None, None, True, -1, -1, 0.0, True, 0, True))
+                          (q, kc, vc, k, v, None, None, seqlens, -1, None, None, None, None, None, None, None, True,
+                           -1, -1, 0.0, True, 0, True))
+    torch.library.opcheck(torch.ops.flashcl.forward_kvcache_read.default,
+                          (q, kc, vc, None, None, None, None, None, 5, None, None, None, None, None, None, 0.25, False,
+                           -1, -1, 0.0, True, 0, False))
