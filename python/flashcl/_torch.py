@@ -460,7 +460,7 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
             x = torch.tensor([float(x)], dtype=torch.float32)
         scales.append(x)
     tensors = (q, k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table, alibi_slopes)
-    if not all(x is None or isinstance(x, Tensor) for x in tensors + tuple(scales)):
+    if not all(x is None or isinstance(x, Tensor) for x in tensors):  # (the scales are by now)
         return None
     # The results carry no gradient, as eager ones: inputs that require grad go in detached (an operator
     # without an autograd formula would make AOT autograd refuse the graph).
