@@ -97,7 +97,7 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     /* stage holds [Q slice | K slice] while scoring and a V slice during PV. */
     __local float stage[STAGE_FLOATS] __attribute__((aligned(16)));
     __local float Pt[BLOCK_N * PT_STRIDE] __attribute__((aligned(16))); /* P transposed: [key][row] */
-    __local float red[BLOCK_M * GRID];
+    __local float red[BLOCK_M * GRID] __attribute__((aligned(16)));
 #if HAS_MASK
     __local int tile_live;
 #endif
@@ -238,8 +238,12 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
         barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
         for (int i = 0; i < TILE_M; ++i) {
-            float tile_max = red[(ty * TILE_M + i) * GRID];
-            for (int u = 1; u < GRID; ++u) tile_max = fmax(tile_max, red[(ty * TILE_M + i) * GRID + u]);
+            /* The row's 16 partial maxima as four 16-byte reads. */
+            __local const float *row_red = red + (ty * TILE_M + i) * GRID;
+            float4 m4 = vload4(0, row_red);
+#pragma unroll
+            for (int u = 1; u < GRID / 4; ++u) m4 = fmax(m4, vload4(u, row_red));
+            const float tile_max = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
             const flashcl_online upd = flashcl_online_update(m[i], tile_max);
             m[i] = upd.m;
             l_part[i] *= upd.alpha;
@@ -253,8 +257,17 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
                 const long row = row0 + ty * TILE_M + i;
                 if (row < hd.sq) p *= flashcl_dropout_factor(hd, row, key0 + tx * TILE_N + j, VARIANT_PASS);
 #endif
-                Pt[(tx * TILE_N + j) * PT_STRIDE + ty * TILE_M + i] = p;
+                s[i][j] = p;
             }
+        }
+        /* P transposed into Pt: a key's TILE_M rows are contiguous, one 16-byte store when TILE_M is 4. */
+#pragma unroll
+        for (int j = 0; j < TILE_N; ++j) {
+            __local float *pt = Pt + (tx * TILE_N + j) * PT_STRIDE + ty * TILE_M;
+            if (TILE_M == 4)
+                vstore4((float4)(s[0][j], s[1 % TILE_M][j], s[2 % TILE_M][j], s[3 % TILE_M][j]), 0, pt);
+            else
+                for (int i = 0; i < TILE_M; ++i) pt[i] = s[i][j];
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* Pt complete */
 
