@@ -445,8 +445,9 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
         return None
     window_left, window_right = window_size
     ints = (window_left, window_right, num_splits)
-    if not (all(_exact(x, (int,)) for x in ints) and _exact(causal, (bool,)) and _exact(rotary_interleaved, (bool,))
-            and (softmax_scale is None or _exact(softmax_scale, (int, float)))
+    # The flags as the eager checks take them (_core.as_bool): a bool, or a plain int as its truth value.
+    if not (all(_exact(x, (int,)) for x in ints) and _exact(causal, (bool, int))
+            and _exact(rotary_interleaved, (bool, int)) and (softmax_scale is None or _exact(softmax_scale, (int, float)))
             and (softcap is None or _exact(softcap, (int, float))) and _exact(return_lse, (bool, int))):
         return None
     if not (cache_seqlens is None or isinstance(cache_seqlens, Tensor)
@@ -471,5 +472,5 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     op = kvcache_op if k is not None or v is not None else kvcache_read_op
     return op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, seqlens_int, cache_batch_idx,
               cache_leftpad, block_table, alibi_slopes, k_scale, v_scale,
-              None if softmax_scale is None else float(softmax_scale), causal, window_left, window_right,
-              float(softcap or 0.0), rotary_interleaved, num_splits, bool(return_lse))
+              None if softmax_scale is None else float(softmax_scale), bool(causal), window_left, window_right,
+              float(softcap or 0.0), bool(rotary_interleaved), num_splits, bool(return_lse))

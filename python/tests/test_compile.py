@@ -265,6 +265,9 @@ def test_compile_fullgraph_kvcache_is_one_operator():
                              return_softmax_lse=True), (b, 64, hkv, d)),
         "paged, window, softcap": (dict(cache_seqlens=lens, block_table=table, window_size=(8, 0), softcap=20.0),
                                    (16, 8, hkv, d)),
+        # flags as plain ints, which the eager checks take as their truth value
+        "int flags": (dict(cache_seqlens=lens, rotary_cos=cos, rotary_sin=sin, causal=1, rotary_interleaved=0),
+                      (b, 64, hkv, d)),
     }
     for name, (kw, shape) in calls.items():
         kc0, vc0 = torch.randn(shape), torch.randn(shape)
