@@ -146,6 +146,8 @@ static void tensor_core_lists(void) {
     /* The portable and CPU lists keep their families. */
     tune_candidates_for("kernel=tiles,br=64,bc=64", 128, FLASHCL_DTYPE_F32, 1024, &c);
     CHECK(c.count > 1 && strncmp(c.tile[c.count - 1], "kernel=mma", 10) != 0);
+    CHECK(tune_candidates_contain(&c, "kernel=tiles,br=128,bc=64") &&
+          tune_candidates_contain(&c, "kernel=tiles,br=96,bc=48"));
     tune_candidates_for("kernel=cpu,br=16,bc=48", 64, FLASHCL_DTYPE_F32, 4096, &c);
     CHECK(c.count > 1 && tune_candidates_contain(&c, "kernel=cpu,br=64,bc=192"));
 }

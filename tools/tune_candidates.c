@@ -113,14 +113,16 @@ static void cpu_family(tune_candidates *c) {
         }
 }
 
-/* The portable kernels: the register-blocked tiles (br, bc in {16..64}), the split rows (tpr work-items a
-   row) and one work-item a row; work-groups above the device's limit are left out here. */
+/* The portable kernels: the register-blocked tiles (br in {16..128}, bc in {16..64}; 128-key tiles lost to
+   64 on an H100 at every br), the split rows (tpr work-items a row) and one work-item a row; work-groups above
+   the device's limit are left out here, tiles above its __local fail their plan and are noted. */
 static void portable(tune_candidates *c, size_t max_wg) {
     char t[TUNE_TILE_CAP];
-    static const int tiles[] = {64, 32, 48, 16};
-    for (size_t i = 0; i < 4; ++i)
-        for (size_t j = 0; j < 4; ++j) {
-            snprintf(t, sizeof t, "kernel=tiles,br=%d,bc=%d", tiles[i], tiles[j]);
+    static const int rows[] = {64, 128, 96, 32, 48, 16};
+    static const int keys[] = {64, 32, 48, 16};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i)
+        for (size_t j = 0; j < sizeof keys / sizeof keys[0]; ++j) {
+            snprintf(t, sizeof t, "kernel=tiles,br=%d,bc=%d", rows[i], keys[j]);
             if (256 <= max_wg) add(c, t);
         }
     static const int tprs[] = {4, 8, 2};
