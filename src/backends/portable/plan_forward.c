@@ -57,7 +57,8 @@ static int fits_device(const flashcl_context *ctx, const shape *s, int d);
    (float32, b4 h16 N4096): d = 32 1.23x, 64 1.14x (causal 1.12x), 96 1.10x,
    128 1.04x: each Q row block streams K and V once, so more rows per block
    halve (d <= 64) that traffic. A device whose __local cannot hold the taller
-   tile gets 64 rows, then narrower key tiles (the caller's loop). */
+   tile gets 64 rows, then (large d_v) narrower key tiles; the caller checks
+   that the result fits. */
 static int table_shape(const flashcl_context *ctx, int d, shape *s, char *why, size_t cap) {
     if (ctx->info.is_cpu) return 0;
     const int dims = d > s->dv ? d : s->dv;
@@ -67,7 +68,8 @@ static int table_shape(const flashcl_context *ctx, int d, shape *s, char *why, s
     s->tpr = TILES_GRID;
     s->staging = FLASHCL_STAGING_LOCAL;
     if (s->br > 64 && !fits_device(ctx, s, d)) s->br = 64;
-    snprintf(why, cap, "table: GPU device -> register-blocked tiles kernel, Br=%d, Bc=64", s->br);
+    while (!fits_device(ctx, s, d) && s->bc > TILES_GRID) s->bc -= TILES_GRID;
+    snprintf(why, cap, "table: GPU device -> register-blocked tiles kernel, Br=%d, Bc=%d", s->br, s->bc);
     return 1;
 }
 
@@ -403,8 +405,6 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
     }
     shape s = proto;
     if (table_shape(ctx, d, &s, why, sizeof why)) {
-        /* Large d_v: narrower key tiles keep P and the V slice inside local memory. */
-        while (!fits_device(ctx, &s, d) && s.bc > TILES_GRID) s.bc -= TILES_GRID;
         if (fits_device(ctx, &s, d)) {
             int fits = 0;
             size_t pm = 1;
