@@ -88,7 +88,7 @@ extern "C" {
     XX(ERR_INVALID_SHAPE, -10003, "batch, heads or sequence length is zero or too large")                              \
     XX(ERR_INVALID_HEADS, -10004, "heads_q is not a multiple of heads_kv")                                             \
     XX(ERR_INVALID_HEAD_DIM, -10005, "head_dim is zero or larger than FLASHCL_MAX_HEAD_DIM")                           \
-    XX(ERR_INVALID_SCALE, -10006, "scale is infinite or NaN")                                                          \
+    XX(ERR_INVALID_SCALE, -10006, "scale is NaN or beyond 2.35e38")                                                    \
     XX(ERR_INVALID_BUFFER, -10007, "a tensor buffer is NULL or belongs to another OpenCL context")                     \
     XX(ERR_INVALID_STRIDE, -10008, "a tensor stride lets rows or heads overlap")                                       \
     XX(ERR_OUT_OF_BOUNDS, -10009, "a tensor view reaches past the end of its buffer")                                  \
@@ -333,7 +333,7 @@ typedef struct flashcl_attention_desc {
     size_t seqlen_q; /* >= 1 (with varlen: total query rows of the packed views) */
     size_t seqlen_k; /* 0 = seqlen_q (with varlen: total key rows) */
     size_t head_dim; /* of q and k: 1..FLASHCL_MAX_HEAD_DIM */
-    float scale;     /* 0 = 1/sqrt(head_dim); any other finite value, negative too */
+    float scale;     /* 0 = 1/sqrt(head_dim); any other value of magnitude <= 2.35e38, negative too */
     int causal;      /* nonzero: bottom-right aligned causal mask (= window (-1, 0), or (left, 0) with a window) */
 
     size_t head_dim_v; /* of v, o (and dv, dout): 0 = head_dim; 1..FLASHCL_MAX_HEAD_DIM */
@@ -353,8 +353,11 @@ typedef struct flashcl_attention_desc {
 
     /* Attention sinks: float32 [heads_q] logits added to each row's softmax
        denominator only (gpt-oss); a row with no visible key then gets O = 0 and
-       LSE = its sink. The backward writes d(loss)/d(sinks) to dsinks
-       ([heads_q] floats from dsinks_offset) when dsinks is not NULL. */
+       LSE = its sink. Each sink is finite or -inf (no sink); the library reads
+       them on the device only, so +inf or NaN is not refused and makes its
+       head's rows NaN (Python refuses them). The backward writes
+       d(loss)/d(sinks) to dsinks ([heads_q] floats from dsinks_offset) when
+       dsinks is not NULL. */
     cl_mem sinks;
     size_t sinks_offset;
     cl_mem dsinks;

@@ -86,9 +86,12 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
                              FLASHCL_MAX_HEAD_DIM);
     /* Any finite scale: a negative one is a softmax of the negated logits (every kernel scales the
        scores before their running max; the tensor-core path, which does not, declines scale <= 0). */
-    if (!isfinite(d.scale))
+    /* The kernels scale by scale * log2(e) in float32, which must stay finite too. */
+    if (!(fabsf(d.scale) <= FLASHCL__MAX_SCALE))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SCALE,
-                             "scale (%g) must be a finite number (0 = 1/sqrt(head_dim))", (double)d.scale);
+                             "scale (%g) must be a finite number of magnitude at most %g (the kernels scale by it "
+                             "times log2(e) in float32; 0 = 1/sqrt(head_dim))",
+                             (double)d.scale, (double)FLASHCL__MAX_SCALE);
     if (d.scale == 0.0f) d.scale = (float)(1.0 / sqrt((double)d.head_dim));
     st = flashcl__resolve_variants(ctx, &d);
     if (st != FLASHCL_SUCCESS) return st;

@@ -173,6 +173,24 @@ class Problem:
         return self.batch, self.heads_q, self.score_rows, self.score_cols
 
 
+def _check_sink_values(sinks):
+    """A sink of +inf or NaN turns its rows into NaN in the kernels (the library reads the values only on the
+    device, so it cannot refuse them): refused here wherever the values are at hand. -inf is a head without
+    a sink. Not while torch.compile traces, nor for tensors without data (their calls refuse them by name)."""
+    torch = _arrays.torch_module()
+    if torch is not None and isinstance(sinks, torch.Tensor):
+        if torch.compiler.is_compiling() or _arrays.holds_no_data(sinks) or not sinks.dtype.is_floating_point:
+            return
+        values = sinks.detach().float().cpu().numpy()
+    elif isinstance(sinks, np.ndarray) and sinks.dtype.kind == "f" and sinks.dtype.itemsize >= 2:
+        values = sinks
+    else:
+        return  # another dtype: the extension refuses it by name
+    bad = np.isnan(values) | np.isposinf(values)
+    _need(not bad.any(), lambda: f"sinks must be finite or -inf (no sink), got {values[bad][0]} at head "
+                                 f"{int(np.flatnonzero(bad)[0])}")
+
+
 def _check_features(p, spec):
     """Shapes of the array-valued features (their dtypes: the extension checks). With varlen the
     score-shaped ones may be sized by the caller's max_seqlen or by the bounds the library takes
@@ -184,6 +202,7 @@ def _check_features(p, spec):
     if spec.sinks is not None:
         s = _shape(spec.sinks)
         _need(s == (h,), lambda: f"sinks must be ({h},), got {s}")
+        _check_sink_values(spec.sinks)
     rows, cols = p.max_seqlen_q, p.max_seqlen_k
     capped = (rows, cols) != (p.score_rows, p.score_cols)
     note = f" (or ({rows}, {cols}): max_seqlen capped at the packed totals)" if capped else ""
@@ -378,6 +397,7 @@ def clip_window(window_size, seqlen_k):
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
+_SCALE_MAX = 2.35e38  # the library's bound on |scale|: scale * log2(e) must stay a finite float32
 
 
 def make_desc(p, spec):
@@ -400,8 +420,9 @@ def make_desc(p, spec):
     # The descriptor holds a float32. Beyond its range the library would see inf (and refuse "scale (inf)");
     # below its smallest subnormal, 0, its default: the smallest normal float32 in its place attends as
     # flash_attn's float32 zero does (uniformly: every score times it rounds to 0 in the exponent).
-    _need(abs(scale) <= _FLOAT32_MAX,
-          lambda: f"softmax_scale ({scale}) is beyond float32's range (the kernels scale in float32)")
+    _need(abs(scale) <= _SCALE_MAX,
+          lambda: f"softmax_scale ({scale}) is beyond {_SCALE_MAX:.6g}: the kernels scale by it times log2(e) "
+                  f"in float32 (the library's bound)")
     if float(np.float32(scale)) == 0.0:
         scale = math.copysign(_FLOAT32_TINY, scale)
     d.scale = scale
@@ -412,12 +433,18 @@ def make_desc(p, spec):
     softcap = max(float(spec.softcap or 0.0), 0.0)  # <= 0: off, as flash_attn documents it
     # The descriptor holds a float32: a softcap that overflows it would reach the library as inf, one that
     # underflows as 0 (off).
-    _need(softcap <= 1e37, lambda: f"softcap ({spec.softcap}) must be a number in [0, 1e37]")  # (the library's)
+    _need(softcap <= 1e37,  # (the library's bound)
+          lambda: f"softcap ({spec.softcap}) must be a number up to 1e37 (0 or less turns it off, as in flash_attn)")
     _need(softcap == 0.0 or float(np.float32(softcap)) != 0.0,
           lambda: f"softcap ({spec.softcap}) rounds to 0 in float32, which would turn the softcap off")
     d.softcap = softcap
     if spec.dropout_p:
         _need(0 <= spec.dropout_p < 1, lambda: f"dropout_p must be in [0, 1), got {spec.dropout_p}")
+        # The descriptor holds a float32: a p this close to 1 would reach the library as 1.0 and be refused
+        # there with the rounded value.
+        _need(float(np.float32(spec.dropout_p)) < 1,
+              lambda: f"dropout_p ({spec.dropout_p}) rounds to 1 in float32 (the library's type); the largest "
+                      f"accepted is {float(np.nextafter(np.float32(1), np.float32(0)))}")
         d.dropout_p = float(spec.dropout_p)
         d.dropout_seed = int(spec.dropout_seed)
         d.dropout_offset = int(spec.dropout_offset or 0)

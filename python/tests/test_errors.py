@@ -100,16 +100,36 @@ def test_library_checks_name_the_field(rng):
     (dict(window_size=(True, 0)), "window_size entries must be integers"),
     (dict(window_size=None), r"window_size must be a pair \(left, right\), got None"),
     (dict(window_size=(1, 2, 3)), "window_size must be a pair"),
-    (dict(softcap=1e38), r"softcap \(1e\+38\) must be a number in \[0, 1e37\]"),
-    (dict(softcap=1e300), r"softcap \(1e\+300\) must be a number in \[0, 1e37\]"),
+    (dict(softcap=1e38), r"softcap \(1e\+38\) must be a number up to 1e37 \(0 or less turns it off"),
+    (dict(softcap=1e300), r"softcap \(1e\+300\) must be a number up to 1e37"),
+    (dict(softcap=float("nan")), r"softcap \(nan\) must be a number up to 1e37"),
+    (dict(dropout_p=0.99999999), r"dropout_p \(0.99999999\) rounds to 1 in float32 .* the largest accepted is "
+                                 r"0.99999994"),
     (dict(softcap=1e-300), r"softcap \(1e-300\) rounds to 0 in float32, which would turn the softcap off"),
-    (dict(softmax_scale=1e300), r"softmax_scale \(1e\+300\) is beyond float32's range"),
+    (dict(softmax_scale=1e300), r"softmax_scale \(1e\+300\) is beyond 2.35e\+38: the kernels scale by it times "
+                                r"log2\(e\)"),
+    (dict(softmax_scale=-3e38), r"softmax_scale \(-3e\+38\) is beyond 2.35e\+38"),
     (dict(alibi_slopes=np.zeros(3, np.float32)), r"alibi_slopes must be \(2,\) or \(1, 2\)"),
     (dict(alibi_slopes=np.zeros(2, np.float64)), "alibi_slopes has dtype float64, expected float32"),
 ])
 def test_bad_variant_arguments(rng, kwargs, match):
     with pytest.raises(ValueError, match=match):
         flashcl.flash_attn_func(*qkv(rng), **kwargs)
+
+
+def test_sinks_that_would_make_rows_nan(rng):
+    """+inf or NaN sinks are refused where their values are at hand (the library reads them on the device
+    only); -inf is a head without a sink and stays valid."""
+    q, k, v = qkv(rng)
+    for sinks, match in ((np.array([0.0, np.inf], np.float32), "got inf at head 1"),
+                         (np.array([np.nan, 0.0], np.float32), "got nan at head 0")):
+        with pytest.raises(ValueError, match=r"sinks must be finite or -inf \(no sink\), " + match):
+            flashcl.attention(q, k, v, sinks=sinks)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="got inf at head 0"):
+        flashcl.attention(*(torch.from_numpy(x) for x in (q, k, v)), sinks=torch.tensor([np.inf, 0.0]))
+    out = flashcl.attention(q, k, v, sinks=np.array([-np.inf, -np.inf], np.float32))
+    np.testing.assert_allclose(out, flashcl.attention(q, k, v), rtol=0, atol=1e-6)
 
 
 def test_scale_below_float32_attends_uniformly(rng):
