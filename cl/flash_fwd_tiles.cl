@@ -20,9 +20,11 @@
  * 17.0 -> 17.7. Two alternating __local stages (one barrier per slice) ran
  * float32 slower (21.1) and bf16 within 2% (18.0): one stage is kept.
  *
- * P^T shares its __local with the Q/K slices (never live at once), which makes room for 128-row
- * tiles at d <= 64 and 96-row tiles up to d = 128 under 48 KiB: on an H100 (float32, b4 h16 N4096)
- * 1.23x at d = 32, 1.14x at 64, 1.10x at 96, 1.04x at 128 against 64x64; 128-key tiles ran slower.
+ * P^T shares its __local with the Q/K slices and the row maxima share the V slice's (neither pair
+ * is live at once), which makes room for 128-row tiles up to d = 128 under 48 KiB (42 KiB there):
+ * on an H100 (float32, b4 h16 N4096) 1.23x at d = 32, 1.14x at 64 and 1.15x at 128 against
+ * 64x64; 128-key tiles ran slower. Keeping the first V slice in registers until the maxima are
+ * read also drops a barrier per tile: 96x64 at d = 128 went 23.3 -> 24.6 TF/s with it.
  *
  * Grid: (query blocks * 256, heads_q, batch), query blocks in reverse so the
  * heavy (late) blocks of a causal problem start first.
@@ -61,6 +63,9 @@
 #define PT_FLOATS (BLOCK_N * PT_STRIDE)
 /* The Q/K slices (scoring) and P^T (P V) are never live at once: they share one region. */
 #define QKP_FLOATS (QK_FLOATS > PT_FLOATS ? QK_FLOATS : PT_FLOATS)
+/* Likewise the V slice (P V) and the row maxima (between the products): the first V slice waits in
+   registers until the maxima have been read. */
+#define VR_FLOATS (SLICE * V_STRIDE > BLOCK_M * GRID ? SLICE * V_STRIDE : BLOCK_M * GRID)
 
 #if BLOCK_M != TILE_M * GRID || BLOCK_N != TILE_N * GRID
 #error "BLOCK_M and BLOCK_N must be 16 * TILE_M and 16 * TILE_N"
@@ -105,9 +110,9 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     /* stage holds [Q slice | K slice] while scoring and P transposed ([key][row], Pt) during P V, when
        vstage holds the V slice. Sharing one region lets 128-key (or 128-row) tiles fit 48 KiB. */
     __local float stage[QKP_FLOATS] __attribute__((aligned(16)));
-    __local float vstage[SLICE * V_STRIDE] __attribute__((aligned(16)));
+    __local float vstage[VR_FLOATS] __attribute__((aligned(16)));
     __local float *const Pt = stage;
-    __local float red[BLOCK_M * GRID] __attribute__((aligned(16)));
+    __local float *const red = vstage; /* [row][16] partial maxima (and sums at the end) */
 #if HAS_MASK
     __local int tile_live;
 #endif
@@ -157,8 +162,7 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     do {                                                                                                               \
         for (int t_ = 0; t_ < V_SHARE; ++t_) vstage[lid + t_ * GRID * GRID] = v_next[t_];                           \
     } while (0)
-    /* Stores the loaded slice once every work-item is done reading the one before (for the first V
-       slice of a tile: done reading the Q/K slices, which P^T overwrites next). */
+    /* Stores the loaded slice once every work-item is done reading the one before. */
 #define STORE_NEXT(store)                                                                                              \
     do {                                                                                                               \
         barrier(CLK_LOCAL_MEM_FENCE);                                                                                  \
@@ -218,8 +222,7 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
             STORE_NEXT(STORE_QK());
         }
         LOAD_V(0);
-        SCORE_SLICE();
-        STORE_NEXT(STORE_V());
+        SCORE_SLICE(); /* the first V slice stays in registers until the maxima are read (red) */
 #undef SCORE_SLICE
 
         /* Score terms and masks, then the row max across the 16 work-items sharing each row. */
@@ -286,7 +289,9 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
                 for (int i = 0; i < TILE_M; ++i) pt[i] = s[i][j];
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* Pt complete */
+        barrier(CLK_LOCAL_MEM_FENCE); /* Pt complete, every maximum read */
+        STORE_V();
+        barrier(CLK_LOCAL_MEM_FENCE);
 
         /* O += P V, 16 keys at a time (the first slice is in vstage already); the last slice
            peeled as above. After it, everyone is done with Pt and vstage before the next

@@ -50,24 +50,27 @@ typedef struct {
 static int fits_device(const flashcl_context *ctx, const shape *s, int d);
 
 /* The built-in table (the step before the formula): GPUs get the register-
-   blocked kernel, 64 keys per tile (4 per work-item) and as many rows as fit
-   the registers and __local: 128 (8 per work-item) where the head dims are
-   at most 64, 96 up to 128, else 64. 64x64 was measured on an H200 at 1.6-2x
-   the formula's split kernel; the taller tiles on an H100 against 64x64
-   (float32, b4 h16 N4096): d = 32 1.23x, 64 1.14x (causal 1.12x), 96 1.10x,
-   128 1.04x: each Q row block streams K and V once, so more rows per block
-   halve (d <= 64) that traffic. A device whose __local cannot hold the taller
-   tile gets 64 rows, then (large d_v) narrower key tiles; the caller checks
-   that the result fits. */
+   blocked kernel, 64 keys per tile (4 per work-item) and as many rows as
+   pay: 128 (8 per work-item) where the head dims are at most 64 or from 97
+   to 128, 96 from 65 to 96, else 64. 64x64 was measured on an H200 at
+   1.6-2x the formula's split kernel; the taller tiles on an H100 against
+   64x64 (float32, b4 h16 N4096): 128 rows at d = 32 1.23x, 64 1.14x
+   (causal 1.12x), 128 1.15x (causal 1.16x against 96 rows, the most that
+   fit before the row maxima shared the V slice's __local); 96 rows at d = 96
+   1.10x, where 128 rows ran 1.4% slower than 96 (d_v = 96 is padded to 128
+   in P V, so those rows carry a quarter of idle FMAs). Each Q row block
+   streams K and V once, so more rows per block cut that traffic. A device
+   whose __local cannot hold the taller tile gets 96 rows, then 64, then
+   (large d_v) narrower key tiles; the caller checks that the result fits. */
 static int table_shape(const flashcl_context *ctx, int d, shape *s, char *why, size_t cap) {
     if (ctx->info.is_cpu) return 0;
     const int dims = d > s->dv ? d : s->dv;
     s->kernel = KERNEL_TILES;
-    s->br = dims <= 64 ? 128 : dims <= 128 ? 96 : 64;
+    s->br = dims <= 64 ? 128 : dims <= 96 ? 96 : dims <= 128 ? 128 : 64;
     s->bc = 64;
     s->tpr = TILES_GRID;
     s->staging = FLASHCL_STAGING_LOCAL;
-    if (s->br > 64 && !fits_device(ctx, s, d)) s->br = 64;
+    while (s->br > 64 && !fits_device(ctx, s, d)) s->br -= 32;
     while (!fits_device(ctx, s, d) && s->bc > TILES_GRID) s->bc -= TILES_GRID;
     snprintf(why, cap, "table: GPU device -> register-blocked tiles kernel, Br=%d, Bc=%d", s->br, s->bc);
     return 1;
@@ -81,11 +84,12 @@ static int round_down(int x, int m) { return x / m * m; }
 /* __local bytes each kernel declares (mirrors cl/flash_fwd_rows.cl, _split.cl and _tiles.cl). */
 static size_t local_bytes(const shape *s, int d) {
     if (s->kernel == KERNEL_TILES) {
-        /* The Q/K slices and P^T share one region; the V slice and the row reductions have their own. */
+        /* The Q/K slices and P^T share one region, the V slice and the row reductions another. */
         size_t qk = (size_t)TILES_SLICE * ((size_t)s->br + 4 + (size_t)s->bc + 4);
         size_t pt = (size_t)s->bc * ((size_t)s->br + 4);
         size_t v = (size_t)TILES_SLICE * (size_t)((s->dv + 63) / 64 * 64);
-        return 4 * ((qk > pt ? qk : pt) + v + (size_t)s->br * TILES_GRID);
+        size_t red = (size_t)s->br * TILES_GRID;
+        return 4 * ((qk > pt ? qk : pt) + (v > red ? v : red));
     }
     if (s->tpr > 1) {
         size_t lds = (size_t)d + 1;
