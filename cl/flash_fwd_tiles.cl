@@ -21,7 +21,7 @@
  * float32 slower (21.1) and bf16 within 2% (18.0): one stage is kept.
  *
  * P^T shares its __local with the Q/K slices and the row maxima share the V slice's (neither pair
- * is live at once), which makes room for 128-row tiles up to d = 128 under 48 KiB (42 KiB there):
+ * is live at once), which makes room for 128-row tiles up to d = 128 under 48 KiB (41 KiB there):
  * on an H100 (float32, b4 h16 N4096) 1.23x at d = 32, 1.14x at 64 and 1.15x at 128 against
  * 64x64; 128-key tiles ran slower. Keeping the first V slice in registers until the maxima are
  * read also drops a barrier per tile: 96x64 at d = 128 went 23.3 -> 24.6 TF/s with it.

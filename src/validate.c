@@ -84,9 +84,9 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
     if (d.head_dim == 0 || d.head_dim > FLASHCL_MAX_HEAD_DIM)
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_HEAD_DIM, "head_dim (%zu) must be in 1..%d", d.head_dim,
                              FLASHCL_MAX_HEAD_DIM);
-    /* Any finite scale: a negative one is a softmax of the negated logits (every kernel scales the
-       scores before their running max; the tensor-core path, which does not, declines scale <= 0). */
-    /* The kernels scale by scale * log2(e) in float32, which must stay finite too. */
+    /* Any scale whose product with log2(e), which the kernels scale by in float32, stays finite; a
+       negative one is a softmax of the negated logits (every kernel scales the scores before their
+       running max; the tensor-core path, which does not, declines scale <= 0). */
     if (!(fabsf(d.scale) <= FLASHCL__MAX_SCALE))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SCALE,
                              "scale (%g) must be a finite number of magnitude at most %g (the kernels scale by it "

@@ -182,7 +182,7 @@ def _check_sink_values(sinks):
         if torch.compiler.is_compiling() or _arrays.holds_no_data(sinks) or not sinks.dtype.is_floating_point:
             return
         values = sinks.detach().float().cpu().numpy()
-    elif isinstance(sinks, np.ndarray) and sinks.dtype.kind == "f" and sinks.dtype.itemsize >= 2:
+    elif isinstance(sinks, np.ndarray) and sinks.dtype.kind == "f":
         values = sinks
     else:
         return  # another dtype: the extension refuses it by name
@@ -412,14 +412,15 @@ def make_desc(p, spec):
     scale = spec.softmax_scale
     if scale is None:
         scale = 1.0 / math.sqrt(p.head_dim)
-    # Any finite scale, a negative one too (the library's kernels scale the scores before their max). The C
-    # descriptor reads 0 as "the default": an explicit 0 (flash_attn's would attend uniformly) is refused here
-    # rather than silently replaced, and so are NaN and infinities.
+    # Any finite scale up to the library's bound, a negative one too (its kernels scale the scores before
+    # their max). The C descriptor reads 0 as "the default": an explicit 0 (flash_attn's would attend
+    # uniformly) is refused here rather than silently replaced, and so are NaN and infinities.
     _need(scale != 0 and math.isfinite(scale),
           lambda: f"softmax_scale must be a finite nonzero number, got {scale} (0 would be taken as 1/sqrt(head_dim))")
-    # The descriptor holds a float32. Beyond its range the library would see inf (and refuse "scale (inf)");
-    # below its smallest subnormal, 0, its default: the smallest normal float32 in its place attends as
-    # flash_attn's float32 zero does (uniformly: every score times it rounds to 0 in the exponent).
+    # The descriptor holds a float32 and the kernels scale by it times log2(e): beyond _SCALE_MAX that
+    # overflows (the library refuses it too). Below float32's smallest subnormal it would be 0, the
+    # default: the smallest normal float32 in its place attends as flash_attn's float32 zero does
+    # (uniformly: every score times it rounds to 0 in the exponent).
     _need(abs(scale) <= _SCALE_MAX,
           lambda: f"softmax_scale ({scale}) is beyond {_SCALE_MAX:.6g}: the kernels scale by it times log2(e) "
                   f"in float32 (the library's bound)")
@@ -444,7 +445,7 @@ def make_desc(p, spec):
         # there with the rounded value.
         _need(float(np.float32(spec.dropout_p)) < 1,
               lambda: f"dropout_p ({spec.dropout_p}) rounds to 1 in float32 (the library's type); the largest "
-                      f"accepted is {float(np.nextafter(np.float32(1), np.float32(0)))}")
+                      f"float32 below 1 is {float(np.nextafter(np.float32(1), np.float32(0)))}")
         d.dropout_p = float(spec.dropout_p)
         d.dropout_seed = int(spec.dropout_seed)
         d.dropout_offset = int(spec.dropout_offset or 0)

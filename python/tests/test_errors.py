@@ -103,7 +103,7 @@ def test_library_checks_name_the_field(rng):
     (dict(softcap=1e38), r"softcap \(1e\+38\) must be a number up to 1e37 \(0 or less turns it off"),
     (dict(softcap=1e300), r"softcap \(1e\+300\) must be a number up to 1e37"),
     (dict(softcap=float("nan")), r"softcap \(nan\) must be a number up to 1e37"),
-    (dict(dropout_p=0.99999999), r"dropout_p \(0.99999999\) rounds to 1 in float32 .* the largest accepted is "
+    (dict(dropout_p=0.99999999), r"dropout_p \(0.99999999\) rounds to 1 in float32 .* the largest float32 below 1 is "
                                  r"0.99999994"),
     (dict(softcap=1e-300), r"softcap \(1e-300\) rounds to 0 in float32, which would turn the softcap off"),
     (dict(softmax_scale=1e300), r"softmax_scale \(1e\+300\) is beyond 2.35e\+38: the kernels scale by it times "

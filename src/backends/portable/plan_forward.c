@@ -61,12 +61,15 @@ static int fits_device(const flashcl_context *ctx, const shape *s, int d);
    in P V, so those rows carry a quarter of idle FMAs). Each Q row block
    streams K and V once, so more rows per block cut that traffic. A device
    whose __local cannot hold the taller tile gets 96 rows, then 64, then
-   (large d_v) narrower key tiles; the caller checks that the result fits. */
-static int table_shape(const flashcl_context *ctx, int d, shape *s, char *why, size_t cap) {
+   (large d_v) narrower key tiles; the caller checks that the result fits
+   and, where the compiled kernel refuses 256 work-items, asks again with
+   max_rows below the rows it tried. */
+static int table_shape(const flashcl_context *ctx, int d, int max_rows, shape *s, char *why, size_t cap) {
     if (ctx->info.is_cpu) return 0;
     const int dims = d > s->dv ? d : s->dv;
     s->kernel = KERNEL_TILES;
     s->br = dims <= 64 ? 128 : dims <= 96 ? 96 : dims <= 128 ? 128 : 64;
+    if (s->br > max_rows) s->br = max_rows;
     s->bc = 64;
     s->tpr = TILES_GRID;
     s->staging = FLASHCL_STAGING_LOCAL;
@@ -407,19 +410,26 @@ static flashcl_status compute_plan(flashcl_context *ctx, const flashcl_attention
             flashcl__appendf(rejected, sizeof rejected, "%s not used: its family does not run this call; ", why);
         }
     }
-    shape s = proto;
-    if (table_shape(ctx, d, &s, why, sizeof why)) {
-        if (fits_device(ctx, &s, d)) {
-            int fits = 0;
-            size_t pm = 1;
-            st = try_shape(ctx, &s, d, out, &fits, &pm);
-            if (st != FLASHCL_SUCCESS) return st;
-            if (fits) {
-                describe(out, &s, "table", why);
-                flashcl__prepend(out->pub.reason, sizeof out->pub.reason, rejected, "");
-                return FLASHCL_SUCCESS;
-            }
+    /* A compiled tile may still refuse 256 work-items (its registers, on some GPUs): shorter tiles then,
+       down to 64 rows, before the formula. */
+    char declined[96] = "";
+    for (int max_rows = TILES_MAX_BLOCK; max_rows >= 64; max_rows -= 32) {
+        shape s = proto;
+        if (!table_shape(ctx, d, max_rows, &s, why, sizeof why) || !fits_device(ctx, &s, d)) break;
+        int fits = 0;
+        size_t pm = 1;
+        st = try_shape(ctx, &s, d, out, &fits, &pm);
+        if (st != FLASHCL_SUCCESS) return st;
+        if (fits) {
+            flashcl__appendf(why, sizeof why, "%s", declined);
+            describe(out, &s, "table", why);
+            flashcl__prepend(out->pub.reason, sizeof out->pub.reason, rejected, "");
+            return FLASHCL_SUCCESS;
         }
+        if (s.br <= 64) break;
+        snprintf(declined, sizeof declined, " (the compiled %d-row tile refused a work-group of %d)", s.br,
+                 TILES_GRID * TILES_GRID);
+        max_rows = s.br;
     }
     st = plan_from_formula(ctx, d, &proto, out);
     if (st == FLASHCL_SUCCESS) flashcl__prepend(out->pub.reason, sizeof out->pub.reason, rejected, "");
