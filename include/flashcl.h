@@ -64,6 +64,8 @@
 /* Largest head dimension (of q/k and of v) the kernels are built for: 576
    covers DeepSeek MLA's d_qk = 576, d_v = 512. */
 #define FLASHCL_MAX_HEAD_DIM 576
+/* The largest |desc.scale|: the kernels scale by scale * log2(e) in float32 (FLT_MAX / log2(e) is 2.3588e38). */
+#define FLASHCL_MAX_SCALE 2.35e38
 
 #ifdef __cplusplus
 extern "C" {
@@ -333,7 +335,7 @@ typedef struct flashcl_attention_desc {
     size_t seqlen_q; /* >= 1 (with varlen: total query rows of the packed views) */
     size_t seqlen_k; /* 0 = seqlen_q (with varlen: total key rows) */
     size_t head_dim; /* of q and k: 1..FLASHCL_MAX_HEAD_DIM */
-    float scale;     /* 0 = 1/sqrt(head_dim); any other value of magnitude <= 2.35e38, negative too */
+    float scale;     /* 0 = 1/sqrt(head_dim); any other value of magnitude <= FLASHCL_MAX_SCALE, negative too */
     int causal;      /* nonzero: bottom-right aligned causal mask (= window (-1, 0), or (left, 0) with a window) */
 
     size_t head_dim_v; /* of v, o (and dv, dout): 0 = head_dim; 1..FLASHCL_MAX_HEAD_DIM */

@@ -140,8 +140,6 @@ cl_program flashcl__cache_load(flashcl_context *ctx, const char *source, const c
 void flashcl__cache_store(flashcl_context *ctx, const char *source, const char *options, cl_program program);
 
 /* ---- argument checks (validate.c) */
-/* The largest |scale|: the kernels scale by scale * log2(e) in float32 (FLT_MAX / log2(e) is 2.3588e38). */
-#define FLASHCL__MAX_SCALE 2.35e38f
 /* Fills defaults (heads_kv, seqlen_k, scale) into *out and validates the descriptor. */
 flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attention_desc *desc,
                                      flashcl_attention_desc *out);

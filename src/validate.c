@@ -87,11 +87,11 @@ flashcl_status flashcl__resolve_desc(flashcl_context *ctx, const flashcl_attenti
     /* Any scale whose product with log2(e), which the kernels scale by in float32, stays finite; a
        negative one is a softmax of the negated logits (every kernel scales the scores before their
        running max; the tensor-core path, which does not, declines scale <= 0). */
-    if (!(fabsf(d.scale) <= FLASHCL__MAX_SCALE))
+    if (!(fabsf(d.scale) <= (float)FLASHCL_MAX_SCALE))
         return flashcl__fail(ctx, FLASHCL_ERR_INVALID_SCALE,
                              "scale (%g) must be a finite number of magnitude at most %g (the kernels scale by it "
                              "times log2(e) in float32; 0 = 1/sqrt(head_dim))",
-                             (double)d.scale, (double)FLASHCL__MAX_SCALE);
+                             (double)d.scale, FLASHCL_MAX_SCALE);
     if (d.scale == 0.0f) d.scale = (float)(1.0 / sqrt((double)d.head_dim));
     st = flashcl__resolve_variants(ctx, &d);
     if (st != FLASHCL_SUCCESS) return st;

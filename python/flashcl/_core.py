@@ -395,9 +395,8 @@ def clip_window(window_size, seqlen_k):
     return tuple(-1 if w < 0 or w >= seqlen_k else int(w) for w in (int(x) for x in window_size))
 
 
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # the smallest normal float32
-_SCALE_MAX = 2.35e38  # the library's bound on |scale|: scale * log2(e) must stay a finite float32
+_SCALE_MAX = _flashcl.MAX_SCALE  # the library's bound on |scale|: scale * log2(e) must stay a finite float32
 
 
 def make_desc(p, spec):

@@ -58,6 +58,7 @@ NB_MODULE(_flashcl, m) {
     m.def("status_string", [](int s) { return std::string(flashcl_status_string(s)); });
     m.def("devices", &flashcl_py::list_devices);
     m.attr("MAX_HEAD_DIM") = FLASHCL_MAX_HEAD_DIM;
+    m.attr("MAX_SCALE") = FLASHCL_MAX_SCALE;
     m.attr("DTYPE_F32") = (int)FLASHCL_DTYPE_F32;
     m.attr("DTYPE_F16") = (int)FLASHCL_DTYPE_F16;
     m.attr("DTYPE_BF16") = (int)FLASHCL_DTYPE_BF16;
