@@ -3,7 +3,8 @@
  * cl/flash_fwd_rows.cl (see there) with both products register-blocked like a
  * GEMM: a 16x16 grid of work-items, work-item (ty, tx) owning rows
  * ty*TILE_M.. and keys tx*TILE_N.. of the BLOCK_M x BLOCK_N score tile, and
- * the same rows x dims {64g + 4tx .. 64g + 4tx + 3} of the output. Owned rows,
+ * the same rows x dims {64g + 4tx .. 64g + 4tx + 3} of the output (and, for a
+ * d_v that ends in a partial group, 1-3 dims per work-item of it). Owned rows,
  * keys and dims are contiguous so one 16-byte __local read feeds four FMAs
  * (a GEMM-style micro-tile is otherwise bound by __local read issue). Q and K
  * stream through __local in slices of 16 dims, P goes through __local once
@@ -25,6 +26,13 @@
  * on an H100 (float32, b4 h16 N4096) 1.23x at d = 32, 1.14x at 64 and 1.15x at 128 against
  * 64x64; 128-key tiles ran slower. Keeping the first V slice in registers until the maxima are
  * read also drops a barrier per tile: 96x64 at d = 128 went 23.3 -> 24.6 TF/s with it.
+ *
+ * __local reads per FMA, three changes measured together on an H100 (float32, b4 h16 N4096, the
+ * table's tiles, TF/s): each warp a 4 x 8 block of the grid (see tx/ty below), the row maxima
+ * padded off each other's banks (RED_AT), and a narrow tail group of output dims where d_v is not
+ * near a multiple of 64 (before, d_v = 96 paid P V FMAs for 128). d = 128 25.72 -> 26.30, causal
+ * 23.95 -> 24.40, d = 64 (128x64) 24.18 -> 24.92, 96 22.10 -> 24.26, 80 20.03 -> 24.02, 160
+ * 18.64 -> 21.99 (22.45 without the padding, which is kept for d <= 128).
  *
  * Grid: (query blocks * 256, heads_q, batch), query blocks in reverse so the
  * heavy (late) blocks of a causal problem start first.
@@ -54,8 +62,13 @@
 
 #define GRID 16
 #define SLICE 16
-#define DIM_GROUPS ((HEAD_DIM_V + 63) / 64) /* float4 output groups per work-item */
-#define V_STRIDE (DIM_GROUPS * 64)          /* V slice rows, zero-padded past HEAD_DIM_V */
+/* Output dims: full groups of 64 (a float4 per work-item), then a narrow tail of TAIL_W dims per
+   work-item (1-3) where d_v mod 64 is at most 48, so d_v = 80 or 96 does not pay P V FMAs for 128. */
+#define TAIL_W_ROUNDED ((HEAD_DIM_V % 64 + 15) / 16)
+#define DIM_GROUPS (HEAD_DIM_V / 64 + (TAIL_W_ROUNDED == 4)) /* float4 output groups per work-item */
+#define TAIL_W (TAIL_W_ROUNDED == 4 ? 0 : TAIL_W_ROUNDED)
+#define TAIL0 (DIM_GROUPS * 64)          /* the tail's first dim */
+#define V_STRIDE (TAIL0 + TAIL_W * GRID) /* V slice rows, zero-padded past HEAD_DIM_V */
 #define QS_STRIDE (BLOCK_M + 4)             /* +4 floats: spreads stores over banks, keeps 16-byte alignment */
 #define KS_STRIDE (BLOCK_N + 4)
 #define PT_STRIDE (BLOCK_M + 4)
@@ -65,7 +78,11 @@
 #define QKP_FLOATS (QK_FLOATS > PT_FLOATS ? QK_FLOATS : PT_FLOATS)
 /* Likewise the V slice (P V) and the row maxima (between the products): the first V slice waits in
    registers until the maxima have been read. */
-#define VR_FLOATS (SLICE * V_STRIDE > BLOCK_M * GRID ? SLICE * V_STRIDE : BLOCK_M * GRID)
+/* Row r's 16 partial maxima start at RED_AT(r): 4 floats of padding per TILE_M rows put the rows of
+   the 4 ty values sharing a warp on different banks. */
+#define RED_AT(r) ((r) * GRID + ((r) / TILE_M) * 4)
+#define RED_FLOATS (BLOCK_M * GRID + GRID * 4)
+#define VR_FLOATS (SLICE * V_STRIDE > RED_FLOATS ? SLICE * V_STRIDE : RED_FLOATS)
 
 #if BLOCK_M != TILE_M * GRID || BLOCK_N != TILE_N * GRID
 #error "BLOCK_M and BLOCK_N must be 16 * TILE_M and 16 * TILE_N"
@@ -90,7 +107,11 @@ __kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1))) void
 flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
                 __global const store_t *V, VIEW_ARGS(v), __global store_t *O, VIEW_ARGS(o), FWD_ARGS) {
     const int lid = (int)get_local_id(0);
-    const int tx = lid % GRID, ty = lid / GRID;
+    /* Each 32 work-items (an NVIDIA warp) form a 4 x 8 block of the grid, not 2 x 16: a 16-byte
+       __local read then has 8 distinct addresses across K or V (128 bytes, one wavefront) instead
+       of 16 (two), while Q and P reads stay broadcasts. Any bijection is correct; this one reads
+       less __local per FMA wherever 32 work-items run in lockstep. */
+    const int tx = (lid & 7) | ((lid >> 5) & 1) << 3, ty = ((lid >> 3) & 3) | (lid >> 6) << 2;
     const int nblocks = (int)get_num_groups(0);
     const int block = nblocks - 1 - (int)get_group_id(0);
     const int h = (int)get_group_id(1);
@@ -117,10 +138,16 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     __local int tile_live;
 #endif
 
-    float4 acc[TILE_M][DIM_GROUPS];
+    float4 acc[TILE_M][DIM_GROUPS > 0 ? DIM_GROUPS : 1];
+#if TAIL_W
+    float acc_tail[TILE_M][TAIL_W]; /* dims TAIL0 + tx * TAIL_W .. */
+#endif
     float m[TILE_M], l_part[TILE_M];
     for (int i = 0; i < TILE_M; ++i) {
         for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] = (float4)(0.0f);
+#if TAIL_W
+        for (int w = 0; w < TAIL_W; ++w) acc_tail[i][w] = 0.0f;
+#endif
         m[i] = FLASHCL_NEG_INF;
         l_part[i] = 0.0f;
     }
@@ -247,13 +274,13 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
             float mx = FLASHCL_NEG_INF;
 #pragma unroll
             for (int j = 0; j < TILE_N; ++j) mx = fmax(mx, s[i][j]);
-            red[(ty * TILE_M + i) * GRID + tx] = mx;
+            red[RED_AT(ty * TILE_M + i) + tx] = mx;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
         for (int i = 0; i < TILE_M; ++i) {
             /* The row's 16 partial maxima as four 16-byte reads. */
-            __local const float *row_red = red + (ty * TILE_M + i) * GRID;
+            __local const float *row_red = red + RED_AT(ty * TILE_M + i);
             float4 m4 = vload4(0, row_red);
 #pragma unroll
             for (int u = 1; u < GRID / 4; ++u) m4 = fmax(m4, vload4(u, row_red));
@@ -262,6 +289,9 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
             m[i] = upd.m;
             l_part[i] *= upd.alpha;
             for (int g = 0; g < DIM_GROUPS; ++g) acc[i][g] *= upd.alpha;
+#if TAIL_W
+            for (int w = 0; w < TAIL_W; ++w) acc_tail[i][w] *= upd.alpha;
+#endif
 #pragma unroll
             for (int j = 0; j < TILE_N; ++j) {
                 float p = exp2(s[i][j] - upd.base);
@@ -296,6 +326,19 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
         /* O += P V, 16 keys at a time (the first slice is in vstage already); the last slice
            peeled as above. After it, everyone is done with Pt and vstage before the next
            tile rewrites them (and red). */
+#if TAIL_W
+#define PV_TAIL(jj)                                                                                                    \
+    do {                                                                                                               \
+        float vt[TAIL_W];                                                                                              \
+        for (int w = 0; w < TAIL_W; ++w) vt[w] = vstage[(jj) * V_STRIDE + TAIL0 + tx * TAIL_W + w];                   \
+        for (int i = 0; i < TILE_M; ++i)                                                                               \
+            for (int w = 0; w < TAIL_W; ++w) acc_tail[i][w] = fma(p[i], vt[w], acc_tail[i][w]);                       \
+    } while (0)
+#else
+#define PV_TAIL(jj)                                                                                                    \
+    do {                                                                                                               \
+    } while (0)
+#endif
 #define PV_SLICE(j0)                                                                                                   \
     do {                                                                                                               \
         for (int jj = 0; jj < SLICE; ++jj) {                                                                           \
@@ -305,6 +348,7 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
                 float4 vv = vload4(0, vstage + jj * V_STRIDE + g * 64 + tx * 4);                                        \
                 for (int i = 0; i < TILE_M; ++i) acc[i][g] = fma((float4)(p[i]), vv, acc[i][g]);                       \
             }                                                                                                          \
+            PV_TAIL(jj);                                                                                               \
         }                                                                                                              \
     } while (0)
         for (int j0 = 0; j0 + SLICE < BLOCK_N; j0 += SLICE) {
@@ -315,6 +359,7 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
         PV_SLICE(BLOCK_N - SLICE);
         barrier(CLK_LOCAL_MEM_FENCE);
 #undef PV_SLICE
+#undef PV_TAIL
     }
 #undef LOAD_QK
 #undef STORE_QK
@@ -323,18 +368,24 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
 #undef STORE_NEXT
 #undef V_SHARE
 
-    for (int i = 0; i < TILE_M; ++i) red[(ty * TILE_M + i) * GRID + tx] = l_part[i];
+    for (int i = 0; i < TILE_M; ++i) red[RED_AT(ty * TILE_M + i) + tx] = l_part[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = 0; i < TILE_M; ++i) {
         long row = row0 + ty * TILE_M + i;
         float l = 0.0f;
-        for (int u = 0; u < GRID; ++u) l += red[(ty * TILE_M + i) * GRID + u];
+        for (int u = 0; u < GRID; ++u) l += red[RED_AT(ty * TILE_M + i) + u];
         if (row >= hd.sq) continue;
         float mi = m[i];
         const float alpha = flashcl_fold_sink(&mi, &l, hd.sink2);
         const float inv_l = flashcl_row_inv(alpha, l);
         __global store_t *Or = O + VIEW_BASE(o, b, h) + (hd.q0 + row) * o_sr;
         for (int g = 0; g < DIM_GROUPS; ++g) flashcl_st4(Or, g * 16 + tx, acc[i][g] * inv_l, HEAD_DIM_V);
+#if TAIL_W
+        for (int w = 0; w < TAIL_W; ++w) {
+            const int c = TAIL0 + tx * TAIL_W + w;
+            if (c < HEAD_DIM_V) FLASHCL_STORE(Or, c, acc_tail[i][w] * inv_l);
+        }
+#endif
         if (write_lse && tx == 0)
             LSE[lse_off + flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = flashcl_lse(mi, l);
     }

@@ -57,8 +57,10 @@ static int fits_device(const flashcl_context *ctx, const shape *s, int d);
    64x64 (float32, b4 h16 N4096): 128 rows at d = 32 1.23x, 64 1.14x
    (causal 1.12x), 128 1.15x (causal 1.16x against 96 rows, the most that
    fit before the row maxima shared the V slice's __local); 96 rows at d = 96
-   1.10x, where 128 rows ran 1.4% slower than 96 (d_v = 96 is padded to 128
-   in P V, so those rows carry a quarter of idle FMAs). Each Q row block
+   1.10x, where 128 rows ran 1.4% slower than 96 (d_v = 96 was then padded to
+   128 in P V, so those rows carried a quarter of idle FMAs; the kernel's
+   narrow tail group has removed that padding since, and 128 rows there were
+   not re-measured). Each Q row block
    streams K and V once, so more rows per block cut that traffic. A device
    whose __local cannot hold the taller tile gets 96 rows, then 64, then
    (large d_v) narrower key tiles; the caller checks that the result fits
@@ -90,8 +92,9 @@ static size_t local_bytes(const shape *s, int d) {
         /* The Q/K slices and P^T share one region, the V slice and the row reductions another. */
         size_t qk = (size_t)TILES_SLICE * ((size_t)s->br + 4 + (size_t)s->bc + 4);
         size_t pt = (size_t)s->bc * ((size_t)s->br + 4);
-        size_t v = (size_t)TILES_SLICE * (size_t)((s->dv + 63) / 64 * 64);
-        size_t red = (size_t)s->br * TILES_GRID;
+        /* V slice rows: d_v up to a multiple of 16, or of 64 where its last partial group is over 48. */
+        size_t v = (size_t)TILES_SLICE * (size_t)(s->dv % 64 > 48 ? (s->dv + 63) / 64 * 64 : (s->dv + 15) / 16 * 16);
+        size_t red = (size_t)s->br * TILES_GRID + TILES_GRID * 4; /* + 4 floats of bank padding per row of work-items */
         return 4 * ((qk > pt ? qk : pt) + (v > red ? v : red));
     }
     if (s->tpr > 1) {
