@@ -32,7 +32,7 @@
  * padded off each other's banks (RED_AT), and a narrow tail group of output dims where d_v is not
  * near a multiple of 64 (before, d_v = 96 paid P V FMAs for 128). d = 128 25.72 -> 26.30, causal
  * 23.95 -> 24.40, d = 64 (128x64) 24.18 -> 24.92, 96 22.10 -> 24.26, 80 20.03 -> 24.02, 160
- * 18.64 -> 21.99 (22.45 without the padding, which is kept for d <= 128).
+ * 18.64 -> 21.99 (22.45 without the padding, which gained 1-2.5% at every other d and is kept).
  *
  * Grid: (query blocks * 256, heads_q, batch), query blocks in reverse so the
  * heavy (late) blocks of a causal problem start first.
@@ -77,9 +77,8 @@
 /* The Q/K slices (scoring) and P^T (P V) are never live at once: they share one region. */
 #define QKP_FLOATS (QK_FLOATS > PT_FLOATS ? QK_FLOATS : PT_FLOATS)
 /* Likewise the V slice (P V) and the row maxima (between the products): the first V slice waits in
-   registers until the maxima have been read. */
-/* Row r's 16 partial maxima start at RED_AT(r): 4 floats of padding per TILE_M rows put the rows of
-   the 4 ty values sharing a warp on different banks. */
+   registers until the maxima have been read. Row r's 16 partial maxima start at RED_AT(r): 4 floats
+   of padding per TILE_M rows put the rows of the 4 ty values sharing a warp on different banks. */
 #define RED_AT(r) ((r) * GRID + ((r) / TILE_M) * 4)
 #define RED_FLOATS (BLOCK_M * GRID + GRID * 4)
 #define VR_FLOATS (SLICE * V_STRIDE > RED_FLOATS ? SLICE * V_STRIDE : RED_FLOATS)
@@ -107,10 +106,11 @@ __kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1))) void
 flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
                 __global const store_t *V, VIEW_ARGS(v), __global store_t *O, VIEW_ARGS(o), FWD_ARGS) {
     const int lid = (int)get_local_id(0);
-    /* Each 32 work-items (an NVIDIA warp) form a 4 x 8 block of the grid, not 2 x 16: a 16-byte
-       __local read then has 8 distinct addresses across K or V (128 bytes, one wavefront) instead
-       of 16 (two), while Q and P reads stay broadcasts. Any bijection is correct; this one reads
-       less __local per FMA wherever 32 work-items run in lockstep. */
+    /* Each 32 work-items (an NVIDIA warp) form a 4 x 8 block of the grid, not 2 x 16: with 4 keys
+       or dims a work-item (the table's 64-key tiles), a 16-byte __local read of K or V then has 8
+       distinct addresses (128 bytes, one wavefront) instead of 16 (two), while a Q or P read has 4
+       instead of 2 (one wavefront either way). Any bijection is correct; this one reads less
+       __local per FMA wherever 32 work-items run in lockstep (a 64-wide wave is 4 x 16 as before). */
     const int tx = (lid & 7) | ((lid >> 5) & 1) << 3, ty = ((lid >> 3) & 3) | (lid >> 6) << 2;
     const int nblocks = (int)get_num_groups(0);
     const int block = nblocks - 1 - (int)get_group_id(0);
@@ -133,7 +133,7 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     __local float stage[QKP_FLOATS] __attribute__((aligned(16)));
     __local float vstage[VR_FLOATS] __attribute__((aligned(16)));
     __local float *const Pt = stage;
-    __local float *const red = vstage; /* [row][16] partial maxima (and sums at the end) */
+    __local float *const red = vstage; /* 16 partial maxima (and sums at the end) per row, at RED_AT */
 #if HAS_MASK
     __local int tile_live;
 #endif

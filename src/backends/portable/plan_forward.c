@@ -95,7 +95,7 @@ static size_t local_bytes(const shape *s, int d) {
         /* V slice rows: d_v up to a multiple of 16, or of 64 where its last partial group is over 48. */
         size_t v = (size_t)TILES_SLICE * (size_t)(s->dv % 64 > 48 ? (s->dv + 63) / 64 * 64 : (s->dv + 15) / 16 * 16);
         size_t red = (size_t)s->br * TILES_GRID + TILES_GRID * 4; /* + 4 floats of bank padding per row of work-items */
-        return 4 * ((qk > pt ? qk : pt) + (v > red ? v : red));
+        return 4 * ((qk > pt ? qk : pt) + (v > red ? v : red)) + 4; /* + tile_live (boolean masks) */
     }
     if (s->tpr > 1) {
         size_t lds = (size_t)d + 1;
