@@ -259,6 +259,9 @@ void variant_cases_all(vc_list *l) {
         varlen(c, 2, lq, lk);
         c->desc.softcap = 5.0f;
     }
+    /* An odd d_v past a whole 64-dim group: flash_fwd_tiles' narrow tail group (one dim a
+       work-item, dims 64..79 of which 73..79 are never stored), with GQA and causal rows. */
+    c = push(l, "d=40 dv=73 causal+GQA", F32, 1, 4, 2, 77, 150, 40, 73, 1);
 }
 
 void variant_cases_quick(vc_list *l) {
