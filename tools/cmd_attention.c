@@ -63,9 +63,13 @@ void cmd_attention_help(FILE *out) {
           "          heads than query heads, already summed over each group)\n"
           "--dout, --dq, --dk and --dv go together: give all four or none.\n"
           "\n"
-          "  --causal       bottom-right aligned causal mask (FlashAttention 2.1+)\n"
-          "  --scale S      softmax scale, of magnitude up to 2.35e38 (negative too); 0\n"
-          "                 (the default) means 1/sqrt(head_dim)\n"
+          "  --causal       bottom-right aligned causal mask (FlashAttention 2.1+)\n",
+          out);
+    /* The library's bound (include/flashcl.h), spelled as the header spells it. */
+#define SCALE_BOUND FLASHCL_STRINGIFY(FLASHCL_MAX_SCALE)
+    fputs("  --scale S      softmax scale, of magnitude up to " SCALE_BOUND " (negative too); 0\n", out);
+#undef SCALE_BOUND
+    fputs("                 (the default) means 1/sqrt(head_dim)\n"
           "  --path P       flash (the default: FlashCL's kernels) or standard (S and P\n"
           "                 through global memory), forward and backward\n"
           "  --device SPEC  \"P:D\" from `flashcl info`, or text matching the device's or\n"

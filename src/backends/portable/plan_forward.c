@@ -60,12 +60,11 @@ static int fits_device(const flashcl_context *ctx, const shape *s, int d);
    1.10x, where 128 rows ran 1.4% slower than 96 (d_v = 96 was then padded to
    128 in P V, so those rows carried a quarter of idle FMAs; the kernel's
    narrow tail group has removed that padding since, and 128 rows there were
-   not re-measured). Each Q row block
-   streams K and V once, so more rows per block cut that traffic. A device
-   whose __local cannot hold the taller tile gets 96 rows, then 64, then
-   (large d_v) narrower key tiles; the caller checks that the result fits
-   and, where the compiled kernel refuses 256 work-items, asks again with
-   max_rows below the rows it tried. */
+   not re-measured). Each Q row block streams K and V once, so more rows per
+   block cut that traffic. A device whose __local cannot hold the taller tile
+   gets 96 rows, then 64, then (large d_v) narrower key tiles; the caller
+   checks that the result fits and, where the compiled kernel refuses 256
+   work-items, asks again with max_rows below the rows it tried. */
 static int table_shape(const flashcl_context *ctx, int d, int max_rows, shape *s, char *why, size_t cap) {
     if (ctx->info.is_cpu) return 0;
     const int dims = d > s->dv ? d : s->dv;
