@@ -50,26 +50,25 @@ typedef struct {
 static int fits_device(const flashcl_context *ctx, const shape *s, int d);
 
 /* The built-in table (the step before the formula): GPUs get the register-
-   blocked kernel, 64 keys per tile (4 per work-item) and as many rows as
-   pay: 128 (8 per work-item) where the head dims are at most 64 or from 97
-   to 128, 96 from 65 to 96, else 64. 64x64 was measured on an H200 at
-   1.6-2x the formula's split kernel; the taller tiles on an H100 against
-   64x64 (float32, b4 h16 N4096): 128 rows at d = 32 1.23x, 64 1.14x
-   (causal 1.12x), 128 1.15x (causal 1.16x against 96 rows, the most that
-   fit before the row maxima shared the V slice's __local); 96 rows at d = 96
-   1.10x, where 128 rows ran 1.4% slower than 96 (d_v = 96 was then padded to
-   128 in P V, so those rows carried a quarter of idle FMAs; the kernel's
-   narrow tail group has removed that padding since, and 128 rows there were
-   not re-measured). Each Q row block streams K and V once, so more rows per
-   block cut that traffic. A device whose __local cannot hold the taller tile
-   gets 96 rows, then 64, then (large d_v) narrower key tiles; the caller
-   checks that the result fits and, where the compiled kernel refuses 256
-   work-items, asks again with max_rows below the rows it tried. */
+   blocked kernel, 64 keys per tile (4 per work-item) and 128 rows (8 per
+   work-item) where the head dims are at most 128, else 64. 64x64 was
+   measured on an H200 at 1.6-2x the formula's split kernel; the taller
+   tiles on an H100 against 64x64 (float32, b4 h16 N4096): 128 rows at
+   d = 32 1.23x, 64 1.14x (causal 1.12x), 128 1.15x (causal 1.16x against
+   96 rows, the most that fit before the row maxima shared the V slice's
+   __local). From 65 to 96 the table gave 96 rows while d_v = 96 was padded
+   to 128 in P V; with the kernel's narrow tail group 128 rows beat 96 there
+   too (H100, same run: d = 72 1.05x, 80 1.04x, 96 1.07x). Each Q row block
+   streams K and V once, so more rows per block cut that traffic. A device
+   whose __local cannot hold the taller tile gets 96 rows, then 64, then
+   (large d_v) narrower key tiles; the caller checks that the result fits
+   and, where the compiled kernel refuses 256 work-items, asks again with
+   max_rows below the rows it tried. */
 static int table_shape(const flashcl_context *ctx, int d, int max_rows, shape *s, char *why, size_t cap) {
     if (ctx->info.is_cpu) return 0;
     const int dims = d > s->dv ? d : s->dv;
     s->kernel = KERNEL_TILES;
-    s->br = dims <= 64 ? 128 : dims <= 96 ? 96 : dims <= 128 ? 128 : 64;
+    s->br = dims <= 128 ? 128 : 64;
     if (s->br > max_rows) s->br = max_rows;
     s->bc = 64;
     s->tpr = TILES_GRID;
