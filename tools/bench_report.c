@@ -32,9 +32,10 @@ static const flashcl_plan *pass_plan(const bench_path_result *p, const bench_pas
     return pass->calls == BENCH_CALLS_FORWARD ? &p->fwd_plan : &p->bwd_plan;
 }
 
-/* The scratch the plan query predicts for a pass of one call. */
+/* The scratch the plan query predicts for a pass of one call. A cache call has no plan query (its
+   tables and append need scratch of their own), so the plain call's plan predicts nothing for it. */
 static bool planned_bytes(const bench_path_result *p, const bench_pass *pass, size_t *out) {
-    if (!p->planned || pass->calls == BENCH_CALLS_BOTH) return false;
+    if (!p->planned || pass->calls == BENCH_CALLS_BOTH || p->cache[0]) return false;
     *out = pass_plan(p, pass)->scratch_bytes;
     return true;
 }
@@ -114,6 +115,7 @@ static void print_plans(FILE *out, const bench_job *job, const bench_results *r)
         if (!p->planned) continue;
         fprintf(out, "plan %-*s %s", width, job->paths[i].name, r->training ? "fwd  " : "");
         plan_print_summary(out, &p->fwd_plan);
+        if (p->cache[0]) fputs(" (the same call without the cache: a cache call has no plan query)", out);
         fputc('\n', out);
         if (r->training) {
             fprintf(out, "plan %-*s bwd  ", width, job->paths[i].name);
