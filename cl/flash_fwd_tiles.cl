@@ -102,6 +102,23 @@
         }                                                                                                              \
     } while (0)
 
+/* 16-byte global loads of the Q/K and V slices where every row starts 16-byte aligned (checked at run
+   time, uniform per work-group, so misaligned views keep the scalar loads) and the slices hold whole
+   float4 shares. One bounds check per 4 floats instead of per float, and a quarter of the load
+   instructions: H200, float32, b4 h16 N4096, the same build, 26.24 -> 29.04 TF/s at d = 128 (45.3% ->
+   50.2% of the FMA rate), causal 24.35 -> 27.13, d = 64 24.86 -> 26.15, d = 192 21.92 -> 27.10;
+   d = 32 and 72 unchanged (docs/nvidia.md). */
+#define VEC_QK (HEAD_DIM % SLICE == 0 && TILE_M % 4 == 0 && TILE_N % 4 == 0)
+#define VEC_V (HEAD_DIM_V % 4 == 0 && V_STRIDE % 64 == 0)
+#if FLASHCL_DTYPE == 0
+#define LOAD4_ALIGNED(p, i) (*(__global const float4 *)((p) + (i)))
+#elif FLASHCL_DTYPE == 2
+#define LOAD4_ALIGNED(p, i) flashcl_bf16x4(*(__global const ushort4 *)((p) + (i)))
+#else
+#define LOAD4_ALIGNED(p, i) FLASHCL_LOAD4(p, i)
+#endif
+#define ROWS_ALIGNED(p, sr) (((ulong)(p)) % (4 * sizeof(store_t)) == 0 && (sr) % 4 == 0)
+
 __kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1))) void
 flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
                 __global const store_t *V, VIEW_ARGS(v), __global store_t *O, VIEW_ARGS(o), FWD_ARGS) {
@@ -157,9 +174,80 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
 #define V_SHARE (SLICE * V_STRIDE / (GRID * GRID))
     float q_next[TILE_M], k_next[TILE_N], v_next[V_SHARE];
     const int share_r = lid / SLICE, share_c = lid % SLICE;
+    /* The vector forms: float4 e of a slice is row e / 4, dims 4 (e % 4).. (Q, K), or the 4 floats
+       from 4 e of the row-major V slice; a work-item takes e = lid + 256 u. */
+#if VEC_QK
+    const int vec_qk = ROWS_ALIGNED(Qb, q_sr) && ROWS_ALIGNED(Kb, k_sr);
+#define LOAD_QK_VEC(c0)                                                                                                \
+    do {                                                                                                               \
+        for (int u_ = 0; u_ < TILE_M / 4; ++u_) {                                                                      \
+            const int e_ = lid + u_ * GRID * GRID;                                                                     \
+            const long qi_ = row0 + e_ / 4;                                                                            \
+            const float4 x_ =                                                                                          \
+                qi_ < hd.sq ? LOAD4_ALIGNED(Qb, qi_ * q_sr + (c0) + (e_ % 4) * 4) * scale_log2 : (float4)(0.0f);      \
+            q_next[4 * u_] = x_.x, q_next[4 * u_ + 1] = x_.y, q_next[4 * u_ + 2] = x_.z, q_next[4 * u_ + 3] = x_.w;  \
+        }                                                                                                              \
+        for (int u_ = 0; u_ < TILE_N / 4; ++u_) {                                                                      \
+            const int e_ = lid + u_ * GRID * GRID;                                                                     \
+            const long kj_ = key0 + e_ / 4;                                                                            \
+            const float4 x_ = kj_ < hd.sk ? LOAD4_ALIGNED(Kb, kj_ * k_sr + (c0) + (e_ % 4) * 4) : (float4)(0.0f);    \
+            k_next[4 * u_] = x_.x, k_next[4 * u_ + 1] = x_.y, k_next[4 * u_ + 2] = x_.z, k_next[4 * u_ + 3] = x_.w;  \
+        }                                                                                                              \
+    } while (0)
+#define STORE_QK_VEC()                                                                                                 \
+    do {                                                                                                               \
+        for (int u_ = 0; u_ < TILE_M / 4; ++u_) {                                                                      \
+            const int e_ = lid + u_ * GRID * GRID, r_ = e_ / 4, c_ = (e_ % 4) * 4;                                     \
+            for (int w_ = 0; w_ < 4; ++w_) stage[(c_ + w_) * QS_STRIDE + r_] = q_next[4 * u_ + w_];                    \
+        }                                                                                                              \
+        for (int u_ = 0; u_ < TILE_N / 4; ++u_) {                                                                      \
+            const int e_ = lid + u_ * GRID * GRID, r_ = e_ / 4, c_ = (e_ % 4) * 4;                                     \
+            for (int w_ = 0; w_ < 4; ++w_) stage[SLICE * QS_STRIDE + (c_ + w_) * KS_STRIDE + r_] = k_next[4 * u_ + w_]; \
+        }                                                                                                              \
+    } while (0)
+#else
+    const int vec_qk = 0;
+#define LOAD_QK_VEC(c0)                                                                                                \
+    do {                                                                                                               \
+    } while (0)
+#define STORE_QK_VEC()                                                                                                 \
+    do {                                                                                                               \
+    } while (0)
+#endif
+#if VEC_V
+    const int vec_v = ROWS_ALIGNED(Vb, v_sr);
+#define LOAD_V_VEC(j0)                                                                                                 \
+    do {                                                                                                               \
+        for (int u_ = 0; u_ < V_SHARE / 4; ++u_) {                                                                     \
+            const int f_ = 4 * (lid + u_ * GRID * GRID), r_ = f_ / V_STRIDE, c_ = f_ - r_ * V_STRIDE;                  \
+            const long kj_ = key0 + (j0) + r_;                                                                         \
+            const float4 x_ =                                                                                          \
+                (kj_ < hd.sk && c_ < HEAD_DIM_V) ? LOAD4_ALIGNED(Vb, kj_ * v_sr + c_) : (float4)(0.0f);                \
+            v_next[4 * u_] = x_.x, v_next[4 * u_ + 1] = x_.y, v_next[4 * u_ + 2] = x_.z, v_next[4 * u_ + 3] = x_.w;  \
+        }                                                                                                              \
+    } while (0)
+#define STORE_V_VEC()                                                                                                  \
+    do {                                                                                                               \
+        for (int u_ = 0; u_ < V_SHARE / 4; ++u_)                                                                       \
+            vstore4((float4)(v_next[4 * u_], v_next[4 * u_ + 1], v_next[4 * u_ + 2], v_next[4 * u_ + 3]), 0,          \
+                    vstage + 4 * (lid + u_ * GRID * GRID));                                                            \
+    } while (0)
+#else
+    const int vec_v = 0;
+#define LOAD_V_VEC(j0)                                                                                                 \
+    do {                                                                                                               \
+    } while (0)
+#define STORE_V_VEC()                                                                                                  \
+    do {                                                                                                               \
+    } while (0)
+#endif
     /* Q (times scale_log2) and K dims c0.. of rows row0.. and keys key0.. -> q_next, k_next. */
 #define LOAD_QK(c0)                                                                                                    \
     do {                                                                                                               \
+        if (vec_qk) {                                                                                                  \
+            LOAD_QK_VEC(c0);                                                                                           \
+            break;                                                                                                     \
+        }                                                                                                              \
         const int c_ = (c0) + share_c;                                                                                 \
         for (int t_ = 0; t_ < TILE_M; ++t_) {                                                                          \
             const long qi_ = row0 + share_r + t_ * SLICE;                                                              \
@@ -172,6 +260,10 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     } while (0)
 #define STORE_QK()                                                                                                   \
     do {                                                                                                               \
+        if (vec_qk) {                                                                                                  \
+            STORE_QK_VEC();                                                                                            \
+            break;                                                                                                     \
+        }                                                                                                              \
         for (int t_ = 0; t_ < TILE_M; ++t_) stage[share_c * QS_STRIDE + share_r + t_ * SLICE] = q_next[t_];        \
         for (int t_ = 0; t_ < TILE_N; ++t_)                                                                            \
             stage[SLICE * QS_STRIDE + share_c * KS_STRIDE + share_r + t_ * SLICE] = k_next[t_];                    \
@@ -179,6 +271,10 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     /* V keys key0 + j0 .. (+ SLICE), every dim (zeros past HEAD_DIM_V) -> v_next. */
 #define LOAD_V(j0)                                                                                                     \
     do {                                                                                                               \
+        if (vec_v) {                                                                                                   \
+            LOAD_V_VEC(j0);                                                                                            \
+            break;                                                                                                     \
+        }                                                                                                              \
         for (int t_ = 0; t_ < V_SHARE; ++t_) {                                                                         \
             const int e_ = lid + t_ * GRID * GRID, r_ = e_ / V_STRIDE, c_ = e_ - r_ * V_STRIDE;                        \
             const long kj_ = key0 + (j0) + r_;                                                                         \
@@ -187,6 +283,10 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     } while (0)
 #define STORE_V()                                                                                                    \
     do {                                                                                                               \
+        if (vec_v) {                                                                                                   \
+            STORE_V_VEC();                                                                                             \
+            break;                                                                                                     \
+        }                                                                                                              \
         for (int t_ = 0; t_ < V_SHARE; ++t_) vstage[lid + t_ * GRID * GRID] = v_next[t_];                           \
     } while (0)
     /* Stores the loaded slice once every work-item is done reading the one before. */
@@ -366,6 +466,10 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
 #undef LOAD_V
 #undef STORE_V
 #undef STORE_NEXT
+#undef STORE_V_VEC
+#undef LOAD_V_VEC
+#undef STORE_QK_VEC
+#undef LOAD_QK_VEC
 #undef V_SHARE
 
     for (int i = 0; i < TILE_M; ++i) red[RED_AT(ty * TILE_M + i) + tx] = l_part[i];
