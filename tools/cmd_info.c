@@ -145,7 +145,8 @@ static int print_device_plans(const char *spec) {
         else if (tuning.note[0])
             printf("    %-22s %s\n", "tuning", tuning.note); /* the note names the file */
         else
-            printf("    %-22s %s (%zu tuned plans read)\n", "tuning file", tuning.path, tuning.entries);
+            printf("    %-22s %s (%zu tuned plan%s read)\n", "tuning file", tuning.path, tuning.entries,
+                   tuning.entries == 1 ? "" : "s");
     }
     printf("    plans for batch %d, heads %d, seqlen %d, float32, non-causal:\n", INFO_BATCH, INFO_HEADS, INFO_SEQLEN);
 

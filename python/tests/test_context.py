@@ -1,5 +1,6 @@
 """Devices, contexts per thread, FLASHCL_DEVICE, zero-copy, the GIL, plan()."""
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -184,6 +185,18 @@ def test_plan(rng):
     assert "softcap" in with_softcap["reason"] or "softcap" in with_softcap["build_options"].lower()
     with pytest.raises(TypeError, match="unexpected"):
         flashcl.plan(q, k, v, nonsense=1)
+
+
+def test_long_plan_reason_is_cut_between_words(rng):
+    # The CPU family's backward reason plus the families that declined the call pass the
+    # 511 characters of flashcl_plan.reason: the family's own text gives way, and is cut
+    # after a whole clause or word (a trial once read "... 48 keys; F...").
+    q = rand(rng, (1, 8, 2, 16))
+    reason = flashcl.plan(q, q, q, backward=True)["reason"]
+    assert "not decode" in reason
+    for cut in re.finditer(r"\.\.\.", reason):
+        before = reason[: cut.start()]
+        assert re.search(r"(\w{2,}|\))$", before), reason
 
 
 def test_standard_path(rng):

@@ -21,8 +21,8 @@ static flashcl_status decode_plan(flashcl_context *ctx, flashcl__pass pass, cons
     flashcl_status st = flashcl__decode_plan_for(ctx, d, 0, FLASHCL_CACHE_DTYPE_SAME, 1, &p);
     if (st != FLASHCL_SUCCESS) return st;
     *out = p->pub;
-    flashcl__appendf(out->reason, sizeof out->reason, "; %d splits",
-                     flashcl__decode_splits(ctx, d, p, d->max_seqlen_k));
+    const int splits = flashcl__decode_splits(ctx, d, p, d->max_seqlen_k);
+    flashcl__appendf(out->reason, sizeof out->reason, "; %d split%s", splits, splits == 1 ? "" : "s");
     return FLASHCL_SUCCESS;
 }
 

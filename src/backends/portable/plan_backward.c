@@ -355,11 +355,15 @@ static flashcl_status compute(flashcl_context *ctx, const problem *pr, flashcl__
         if ((ov.block_rows > 0 && !valid_block(ov.block_rows)) || (ov.block_cols > 0 && !valid_block(ov.block_cols)) ||
             (ov.slice > 0 && TILES_GRID % ov.slice != 0)) {
             release(out);
+            char got[64] = ""; /* only the sizes the variable gave: the others take the table's values */
+            if (ov.block_rows > 0) flashcl__appendf(got, sizeof got, " br=%d", ov.block_rows);
+            if (ov.block_cols > 0) flashcl__appendf(got, sizeof got, " bc=%d", ov.block_cols);
+            if (ov.slice > 0) flashcl__appendf(got, sizeof got, " slice=%d", ov.slice);
             return flashcl__fail(
                 ctx, FLASHCL_ERR_INVALID_TILE,
                 "FLASHCL_BWD_KERNEL: the tiles kernels need br and bc in {16, 32, 48, 64} and slice in "
-                "{1, 2, 4, 8, 16} (got br=%d bc=%d slice=%d)",
-                ov.block_rows, ov.block_cols, ov.slice);
+                "{1, 2, 4, 8, 16} (got%s)",
+                got);
         }
         if (ov.block_rows > 0) s.bm = ov.block_rows;
         if (ov.block_cols > 0) s.bn = ov.block_cols;
