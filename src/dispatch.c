@@ -35,25 +35,6 @@ flashcl_status flashcl__dispatch(flashcl_context *ctx, flashcl__pass pass, const
     return pass == FLASHCL__FORWARD ? b->forward(ctx, call) : b->backward(ctx, call);
 }
 
-/* Cuts a reason to at most `keep` characters plus "...", at the end of a whole clause (before a
-   "; ") where one ends in the second half of what is kept, else after a whole word, so the text
-   never stops mid-word. */
-static void cut_reason(char *reason, size_t keep) {
-    size_t at = keep;
-    for (size_t i = keep; i > keep / 2; --i)
-        if (reason[i] == ';' && reason[i + 1] == ' ') {
-            at = i;
-            break;
-        }
-    if (at == keep)
-        for (size_t i = keep; i > keep / 2; --i)
-            if (reason[i] == ' ') {
-                at = i;
-                break;
-            }
-    memcpy(reason + at, "...", 4);
-}
-
 static flashcl_status dispatch_plan(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d,
                                     flashcl_plan *out) {
     char skipped[512];
@@ -67,7 +48,7 @@ static flashcl_status dispatch_plan(flashcl_context *ctx, flashcl__pass pass, co
     const size_t have = strlen(out->reason), need = strlen(skipped), cap = sizeof out->reason;
     if (need > 0 && have + need >= cap && need + 4 < cap) {
         const size_t keep = cap - 1 - need - 3;
-        if (keep < have) cut_reason(out->reason, keep);
+        if (keep < have) flashcl__cut_text(out->reason, keep);
     }
     flashcl__appendf(out->reason, sizeof out->reason, "%s", skipped);
     /* first, so that a long reason's truncation never hides it */

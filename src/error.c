@@ -62,9 +62,25 @@ void flashcl__copy_str(char *dst, size_t cap, const char *src) {
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
+void flashcl__cut_text(char *s, size_t keep) {
+    size_t at = keep;
+    for (size_t i = keep; i > keep / 2; --i)
+        if (s[i] == ';' && s[i + 1] == ' ') {
+            at = i;
+            break;
+        }
+    if (at == keep)
+        for (size_t i = keep; i > keep / 2; --i)
+            if (s[i] == ' ') {
+                at = i;
+                break;
+            }
+    memcpy(s + at, "...", 4);
+}
+
 void flashcl__mark_truncated(char *dst, size_t cap) {
     if (cap < 4) return;
-    memcpy(dst + cap - 4, "...", 4);
+    flashcl__cut_text(dst, cap - 4);
 }
 
 void flashcl__prepend(char *dst, size_t cap, const char *prefix, const char *separator) {

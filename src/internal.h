@@ -318,8 +318,14 @@ const char *flashcl__cl_error_name(cl_int err);
 /* snprintf into a fixed buffer that never overflows and always terminates. */
 void flashcl__copy_str(char *dst, size_t cap, const char *src);
 
-/* For text cut short on purpose (a plan's reason): ends the full buffer dst[cap] with "..." so that a
-   reader sees it was truncated. Callers test snprintf's result: if (snprintf(...) >= (int)cap) ... */
+/* Cuts s (longer than keep) to at most keep characters plus "...": at the end of a whole clause
+   (before a "; ") where one ends in the second half of what is kept, else after a whole word, so the
+   text never stops mid-word. */
+void flashcl__cut_text(char *s, size_t keep);
+
+/* For text cut short on purpose (a plan's reason): ends the full buffer dst[cap] with "..." (through
+   flashcl__cut_text) so that a reader sees it was truncated. Callers test snprintf's result:
+   if (snprintf(...) >= (int)cap) ... */
 void flashcl__mark_truncated(char *dst, size_t cap);
 
 /* Whether an environment value turns a file off: "off" or "0" (FLASHCL_CACHE_DIR, FLASHCL_TUNING). */
