@@ -204,6 +204,8 @@ static void check_bad_inputs(const tu_problem *p) {
     expect_usage_error("unknown option", "Q.npy", "K.npy", "V.npy", "--bogus");
     expect_usage_error("--scale nan", "Q.npy", "K.npy", "V.npy", "--scale nan");
     expect_usage_error("--scale inf", "Q.npy", "K.npy", "V.npy", "--scale -inf");
+    /* Finite in float32 but past FLASHCL_MAX_SCALE: a usage error too (it exited 1 with the library's status). */
+    expect_usage_error("--scale beyond the bound", "Q.npy", "K.npy", "V.npy", "--scale -3e38");
     /* attention computes one path; --standard became --path standard. */
     expect_usage_error("--path both", "Q.npy", "K.npy", "V.npy", "--path both");
     expect_usage_error("--standard (retired)", "Q.npy", "K.npy", "V.npy", "--standard");

@@ -255,6 +255,10 @@ static int parse_args(int argc, char **argv, attention_args *a) {
             return TOOL_SHOW_HELP;
         } else if (options_is(&c, "--scale")) {
             ok = options_float(&c, -INFINITY, &a->scale); /* negative too, as the library takes it */
+            /* The library's bound, refused here as a usage error (exit 2) like every other bad option. */
+            if (ok && fabsf(a->scale) > (float)FLASHCL_MAX_SCALE)
+                return tool_usage_error("--scale: %g is beyond the largest magnitude the kernels take (%g)",
+                                        (double)a->scale, FLASHCL_MAX_SCALE);
         } else if (options_is(&c, "--causal")) {
             ok = options_flag(&c);
             a->causal = true;

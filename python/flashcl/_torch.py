@@ -331,13 +331,26 @@ class _FirstOrderOnly(torch.autograd.Function):
                            "attention); use SDPA's math backend for second-order gradients")
 
 
+def _no_data(x):
+    return "on device meta" if x.device.type == "meta" else "a fake tensor (FakeTensorMode)" if _is_fake(x) else None
+
+
 def _check_data(inputs, spec, packing):
     """Meta or fake tensors beside a q that holds data: the call would take the fake kernel's path and return
     q-device outputs of uninitialised memory (a meta k), or fail naming nothing (a meta ALiBi slope's host
-    copy; FakeTensorMode's assertion about real inputs). Refused by name; an all shape-only call is fine."""
-    if _symbolic(inputs[:1]):
-        return
+    copy; FakeTensorMode's assertion about real inputs). Refused by name; an all shape-only call is fine.
+    The other way round, a real k or v beside a meta or fake q, is refused too (its data would be ignored and
+    a meta output returned); feature arrays (cu_seqlens say) may hold data in a shape-only call."""
     names = {"none": ("q", "k", "v"), "qkv": ("qkv",), "kv": ("q", "kv")}[packing]
+    if _symbolic(inputs[:1]):
+        q_what = _no_data(inputs[0])
+        if q_what is None:  # traced by torch.compile or torch.jit.trace: every input is symbolic there
+            return
+        for name, x in list(zip(names, inputs))[1:]:
+            if x is not None and _no_data(x) is None:
+                raise ValueError(f"{name} holds data, but {names[0]} is {q_what}: pass tensors of one kind (all "
+                                 "real, or all meta/fake for shapes only)")
+        return
     for name, x in list(zip(names, inputs)) + spec.arrays():
         if x is not None and (x.device.type == "meta" or _is_fake(x)):
             what = "on device meta" if x.device.type == "meta" else "a fake tensor (FakeTensorMode)"

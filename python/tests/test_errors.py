@@ -452,6 +452,17 @@ def test_meta_or_fake_tensors_beside_real_ones_are_named():
     cu = torch.tensor([0, 8], dtype=torch.int32)
     out = flashcl.flash_attn_varlen_func(meta[0], meta[0], meta[0], cu, cu, 8, 8)
     assert out.device.type == "meta" and out.shape == (8, 2, 16)
+    # The other way round (a new-user trial: a meta q with real k and v returned a meta output silently).
+    for kw, name in ((dict(k=q), "k"), (dict(v=q), "v")):
+        args = dict(dict(q=meta, k=meta, v=meta), **kw)
+        with pytest.raises(ValueError, match=f"^{name} holds data, but q is on device meta"):
+            flashcl.flash_attn_func(**args)
+    with pytest.raises(ValueError, match="^kv holds data, but q is on device meta"):
+        flashcl.flash_attn_kvpacked_func(meta, torch.zeros(1, 8, 2, 2, 16))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake_q = torch.zeros(1, 8, 2, 16)
+        with pytest.raises(ValueError, match=fr"^k holds data, but q is {fake_what}"):
+            flashcl.flash_attn_func(fake_q, q, fake_q)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
