@@ -157,4 +157,32 @@ inline float16 flashcl_exp2_16(float16 x) {
     for (type v##_base = 0, v = (lid); v##_base < (n); v##_base += (wg), v = v##_base + (lid))                         \
         if ((n) % (wg) == 0 || v < (n))
 
+/* n consecutive floats from (to) 16-byte aligned __local memory, as float4 accesses where n
+   is a multiple of 4, else one float at a time. The "% (n)" keeps indices in range when n < 4, where
+   that branch is dead code. One 16-byte access is one instruction where four were: the tiles kernels'
+   products read their operands this way. */
+#define FLASHCL_LDS_READ(dst, src, n)                                                                                  \
+    do {                                                                                                               \
+        if ((n) % 4 == 0) {                                                                                            \
+            for (int w_ = 0; w_ < (n); w_ += 4) {                                                                      \
+                float4 t_ = vload4(0, (src) + w_);                                                                     \
+                (dst)[w_ % (n)] = t_.x, (dst)[(w_ + 1) % (n)] = t_.y;                                                  \
+                (dst)[(w_ + 2) % (n)] = t_.z, (dst)[(w_ + 3) % (n)] = t_.w;                                            \
+            }                                                                                                          \
+        } else {                                                                                                       \
+            for (int u_ = 0; u_ < (n); ++u_) (dst)[u_] = (src)[u_];                                                    \
+        }                                                                                                              \
+    } while (0)
+#define FLASHCL_LDS_WRITE(dst, src, n)                                                                                 \
+    do {                                                                                                               \
+        if ((n) % 4 == 0) {                                                                                            \
+            for (int w_ = 0; w_ < (n); w_ += 4)                                                                        \
+                vstore4((float4)((src)[w_ % (n)], (src)[(w_ + 1) % (n)], (src)[(w_ + 2) % (n)],                        \
+                                 (src)[(w_ + 3) % (n)]),                                                               \
+                        0, (dst) + w_);                                                                                \
+        } else {                                                                                                       \
+            for (int u_ = 0; u_ < (n); ++u_) (dst)[u_] = (src)[u_];                                                    \
+        }                                                                                                              \
+    } while (0)
+
 #endif

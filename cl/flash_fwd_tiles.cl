@@ -87,21 +87,6 @@
 #error "BLOCK_M and BLOCK_N must be 16 * TILE_M and 16 * TILE_N"
 #endif
 
-/* n consecutive floats from 16-byte aligned __local memory (n <= 8), as float4 reads where n is a
-   multiple of 4. The "% (n)" keeps indices in range when n < 4, where that branch is dead code. */
-#define LDS_READ(dst, src, n)                                                                                          \
-    do {                                                                                                               \
-        if ((n) % 4 == 0) {                                                                                            \
-            for (int w_ = 0; w_ < (n); w_ += 4) {                                                                      \
-                float4 t_ = vload4(0, (src) + w_);                                                                     \
-                (dst)[w_ % (n)] = t_.x, (dst)[(w_ + 1) % (n)] = t_.y;                                                  \
-                (dst)[(w_ + 2) % (n)] = t_.z, (dst)[(w_ + 3) % (n)] = t_.w;                                            \
-            }                                                                                                          \
-        } else {                                                                                                       \
-            for (int u_ = 0; u_ < (n); ++u_) (dst)[u_] = (src)[u_];                                                    \
-        }                                                                                                              \
-    } while (0)
-
 /* 16-byte global loads of the Q/K and V slices where every row starts 16-byte aligned (checked at run
    time, uniform per work-group, so misaligned views keep the scalar loads) and the slices hold whole
    float4 shares. One bounds check per 4 floats instead of per float, and a quarter of the load
@@ -110,14 +95,6 @@
    d = 32 and 72 unchanged (docs/nvidia.md). */
 #define VEC_QK (HEAD_DIM % SLICE == 0 && TILE_M % 4 == 0 && TILE_N % 4 == 0)
 #define VEC_V (HEAD_DIM_V % 4 == 0 && V_STRIDE % 64 == 0)
-#if FLASHCL_DTYPE == 0
-#define LOAD4_ALIGNED(p, i) (*(__global const float4 *)((p) + (i)))
-#elif FLASHCL_DTYPE == 2
-#define LOAD4_ALIGNED(p, i) flashcl_bf16x4(*(__global const ushort4 *)((p) + (i)))
-#else
-#define LOAD4_ALIGNED(p, i) FLASHCL_LOAD4(p, i)
-#endif
-#define ROWS_ALIGNED(p, sr) (((ulong)(p)) % (4 * sizeof(store_t)) == 0 && (sr) % 4 == 0)
 
 __kernel __attribute__((reqd_work_group_size(GRID * GRID, 1, 1))) void
 flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t *K, VIEW_ARGS(k),
@@ -177,21 +154,22 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     /* The vector forms: float4 e of a slice is row e / 4, dims 4 (e % 4).. (Q, K), or the 4 floats
        from 4 e of the row-major V slice; a work-item takes e = lid + 256 u. */
 #if VEC_QK
-    const int vec_qk = ROWS_ALIGNED(Qb, q_sr) && ROWS_ALIGNED(Kb, k_sr);
+    const int vec_qk = FLASHCL_ROWS_ALIGNED(Qb, q_sr) && FLASHCL_ROWS_ALIGNED(Kb, k_sr);
 #define LOAD_QK_VEC(c0)                                                                                                \
     do {                                                                                                               \
         for (int u_ = 0; u_ < TILE_M / 4; ++u_) {                                                                      \
             const int e_ = lid + u_ * GRID * GRID;                                                                     \
             const long qi_ = row0 + e_ / 4;                                                                            \
-            const float4 x_ =                                                                                          \
-                qi_ < hd.sq ? LOAD4_ALIGNED(Qb, qi_ * q_sr + (c0) + (e_ % 4) * 4) * scale_log2 : (float4)(0.0f);      \
-            q_next[4 * u_] = x_.x, q_next[4 * u_ + 1] = x_.y, q_next[4 * u_ + 2] = x_.z, q_next[4 * u_ + 3] = x_.w;  \
+            const float4 x_ = qi_ < hd.sq ? FLASHCL_LOAD4_ALIGNED(Qb, qi_ * q_sr + (c0) + (e_ % 4) * 4) * scale_log2   \
+                                          : (float4)(0.0f);                                                            \
+            q_next[4 * u_] = x_.x, q_next[4 * u_ + 1] = x_.y, q_next[4 * u_ + 2] = x_.z, q_next[4 * u_ + 3] = x_.w;    \
         }                                                                                                              \
         for (int u_ = 0; u_ < TILE_N / 4; ++u_) {                                                                      \
             const int e_ = lid + u_ * GRID * GRID;                                                                     \
             const long kj_ = key0 + e_ / 4;                                                                            \
-            const float4 x_ = kj_ < hd.sk ? LOAD4_ALIGNED(Kb, kj_ * k_sr + (c0) + (e_ % 4) * 4) : (float4)(0.0f);    \
-            k_next[4 * u_] = x_.x, k_next[4 * u_ + 1] = x_.y, k_next[4 * u_ + 2] = x_.z, k_next[4 * u_ + 3] = x_.w;  \
+            const float4 x_ =                                                                                          \
+                kj_ < hd.sk ? FLASHCL_LOAD4_ALIGNED(Kb, kj_ * k_sr + (c0) + (e_ % 4) * 4) : (float4)(0.0f);            \
+            k_next[4 * u_] = x_.x, k_next[4 * u_ + 1] = x_.y, k_next[4 * u_ + 2] = x_.z, k_next[4 * u_ + 3] = x_.w;    \
         }                                                                                                              \
     } while (0)
 #define STORE_QK_VEC()                                                                                                 \
@@ -215,21 +193,21 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     } while (0)
 #endif
 #if VEC_V
-    const int vec_v = ROWS_ALIGNED(Vb, v_sr);
+    const int vec_v = FLASHCL_ROWS_ALIGNED(Vb, v_sr);
 #define LOAD_V_VEC(j0)                                                                                                 \
     do {                                                                                                               \
         for (int u_ = 0; u_ < V_SHARE / 4; ++u_) {                                                                     \
             const int f_ = 4 * (lid + u_ * GRID * GRID), r_ = f_ / V_STRIDE, c_ = f_ - r_ * V_STRIDE;                  \
             const long kj_ = key0 + (j0) + r_;                                                                         \
             const float4 x_ =                                                                                          \
-                (kj_ < hd.sk && c_ < HEAD_DIM_V) ? LOAD4_ALIGNED(Vb, kj_ * v_sr + c_) : (float4)(0.0f);                \
-            v_next[4 * u_] = x_.x, v_next[4 * u_ + 1] = x_.y, v_next[4 * u_ + 2] = x_.z, v_next[4 * u_ + 3] = x_.w;  \
+                (kj_ < hd.sk && c_ < HEAD_DIM_V) ? FLASHCL_LOAD4_ALIGNED(Vb, kj_ * v_sr + c_) : (float4)(0.0f);        \
+            v_next[4 * u_] = x_.x, v_next[4 * u_ + 1] = x_.y, v_next[4 * u_ + 2] = x_.z, v_next[4 * u_ + 3] = x_.w;    \
         }                                                                                                              \
     } while (0)
 #define STORE_V_VEC()                                                                                                  \
     do {                                                                                                               \
         for (int u_ = 0; u_ < V_SHARE / 4; ++u_)                                                                       \
-            vstore4((float4)(v_next[4 * u_], v_next[4 * u_ + 1], v_next[4 * u_ + 2], v_next[4 * u_ + 3]), 0,          \
+            vstore4((float4)(v_next[4 * u_], v_next[4 * u_ + 1], v_next[4 * u_ + 2], v_next[4 * u_ + 3]), 0,           \
                     vstage + 4 * (lid + u_ * GRID * GRID));                                                            \
     } while (0)
 #else
@@ -258,15 +236,15 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
             k_next[t_] = (kj_ < hd.sk && c_ < HEAD_DIM) ? FLASHCL_LOAD(Kb, kj_ * k_sr + c_) : 0.0f;                    \
         }                                                                                                              \
     } while (0)
-#define STORE_QK()                                                                                                   \
+#define STORE_QK()                                                                                                     \
     do {                                                                                                               \
         if (vec_qk) {                                                                                                  \
             STORE_QK_VEC();                                                                                            \
             break;                                                                                                     \
         }                                                                                                              \
-        for (int t_ = 0; t_ < TILE_M; ++t_) stage[share_c * QS_STRIDE + share_r + t_ * SLICE] = q_next[t_];        \
+        for (int t_ = 0; t_ < TILE_M; ++t_) stage[share_c * QS_STRIDE + share_r + t_ * SLICE] = q_next[t_];            \
         for (int t_ = 0; t_ < TILE_N; ++t_)                                                                            \
-            stage[SLICE * QS_STRIDE + share_c * KS_STRIDE + share_r + t_ * SLICE] = k_next[t_];                    \
+            stage[SLICE * QS_STRIDE + share_c * KS_STRIDE + share_r + t_ * SLICE] = k_next[t_];                        \
     } while (0)
     /* V keys key0 + j0 .. (+ SLICE), every dim (zeros past HEAD_DIM_V) -> v_next. */
 #define LOAD_V(j0)                                                                                                     \
@@ -281,13 +259,13 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
             v_next[t_] = (kj_ < hd.sk && c_ < HEAD_DIM_V) ? FLASHCL_LOAD(Vb, kj_ * v_sr + c_) : 0.0f;                  \
         }                                                                                                              \
     } while (0)
-#define STORE_V()                                                                                                    \
+#define STORE_V()                                                                                                      \
     do {                                                                                                               \
         if (vec_v) {                                                                                                   \
             STORE_V_VEC();                                                                                             \
             break;                                                                                                     \
         }                                                                                                              \
-        for (int t_ = 0; t_ < V_SHARE; ++t_) vstage[lid + t_ * GRID * GRID] = v_next[t_];                           \
+        for (int t_ = 0; t_ < V_SHARE; ++t_) vstage[lid + t_ * GRID * GRID] = v_next[t_];                              \
     } while (0)
     /* Stores the loaded slice once every work-item is done reading the one before. */
 #define STORE_NEXT(store)                                                                                              \
@@ -334,8 +312,8 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
         __local const float *Qs_ = stage, *Ks_ = stage + SLICE * QS_STRIDE;                                            \
         for (int c = 0; c < SLICE; ++c) {                                                                              \
             float a[TILE_M], bk[TILE_N];                                                                               \
-            LDS_READ(a, Qs_ + c * QS_STRIDE + ty * TILE_M, TILE_M);                                                    \
-            LDS_READ(bk, Ks_ + c * KS_STRIDE + tx * TILE_N, TILE_N);                                                   \
+            FLASHCL_LDS_READ(a, Qs_ + c * QS_STRIDE + ty * TILE_M, TILE_M);                                            \
+            FLASHCL_LDS_READ(bk, Ks_ + c * KS_STRIDE + tx * TILE_N, TILE_N);                                           \
             for (int i = 0; i < TILE_M; ++i)                                                                           \
                 for (int j = 0; j < TILE_N; ++j) s[i][j] = fma(a[i], bk[j], s[i][j]);                                  \
         }                                                                                                              \
@@ -430,9 +408,9 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
 #define PV_TAIL(jj)                                                                                                    \
     do {                                                                                                               \
         float vt[TAIL_W];                                                                                              \
-        for (int w = 0; w < TAIL_W; ++w) vt[w] = vstage[(jj) * V_STRIDE + TAIL0 + tx * TAIL_W + w];                   \
+        for (int w = 0; w < TAIL_W; ++w) vt[w] = vstage[(jj) * V_STRIDE + TAIL0 + tx * TAIL_W + w];                    \
         for (int i = 0; i < TILE_M; ++i)                                                                               \
-            for (int w = 0; w < TAIL_W; ++w) acc_tail[i][w] = fma(p[i], vt[w], acc_tail[i][w]);                       \
+            for (int w = 0; w < TAIL_W; ++w) acc_tail[i][w] = fma(p[i], vt[w], acc_tail[i][w]);                        \
     } while (0)
 #else
 #define PV_TAIL(jj)                                                                                                    \
@@ -443,9 +421,9 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
     do {                                                                                                               \
         for (int jj = 0; jj < SLICE; ++jj) {                                                                           \
             float p[TILE_M];                                                                                           \
-            LDS_READ(p, Pt + ((j0) + jj) * PT_STRIDE + ty * TILE_M, TILE_M);                                           \
+            FLASHCL_LDS_READ(p, Pt + ((j0) + jj) * PT_STRIDE + ty * TILE_M, TILE_M);                                   \
             for (int g = 0; g < DIM_GROUPS; ++g) {                                                                     \
-                float4 vv = vload4(0, vstage + jj * V_STRIDE + g * 64 + tx * 4);                                        \
+                float4 vv = vload4(0, vstage + jj * V_STRIDE + g * 64 + tx * 4);                                       \
                 for (int i = 0; i < TILE_M; ++i) acc[i][g] = fma((float4)(p[i]), vv, acc[i][g]);                       \
             }                                                                                                          \
             PV_TAIL(jj);                                                                                               \

@@ -87,6 +87,18 @@ inline float4 flashcl_bf16x4(ushort4 u) { return as_float4(convert_uint4(u) << 1
 #define FLASHCL_LOAD4(p, i) flashcl_bf16x4(vload4(0, (p) + (i)))
 #endif
 
+/* Four elements at an offset aligned to four elements (16 bytes of float, 8 of 16-bit: one load where
+   FLASHCL_LOAD4's vload4 may be split), for views whose rows all start aligned:
+   FLASHCL_ROWS_ALIGNED(base, row stride), checked at run time by the tiles kernels. */
+#if FLASHCL_DTYPE == 0
+#define FLASHCL_LOAD4_ALIGNED(p, i) (*(__global const float4 *)((p) + (i)))
+#elif FLASHCL_DTYPE == 2
+#define FLASHCL_LOAD4_ALIGNED(p, i) flashcl_bf16x4(*(__global const ushort4 *)((p) + (i)))
+#else
+#define FLASHCL_LOAD4_ALIGNED(p, i) FLASHCL_LOAD4(p, i)
+#endif
+#define FLASHCL_ROWS_ALIGNED(p, sr) (((ulong)(p)) % (4 * sizeof(store_t)) == 0 && (sr) % 4 == 0)
+
 /* ------------------------------------------------------- 8-bit KV caches */
 
 /* OCP fp8 e4m3fn to float: bias 7, no infinities, S.1111.111 is NaN, subnormals m * 2^-9. */

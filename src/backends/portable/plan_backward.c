@@ -162,16 +162,17 @@ typedef struct {
 
 /* The stage arrays of cl/flash_bwd_tiles.cl, in floats (mirrors its LDM, LDN, STAGE_A, STAGE_B). */
 static size_t stage_a_floats(const tile_shape *s) {
-    return TILES_SLICE * (2 * (size_t)(s->bm + 2) + 2 * (size_t)(s->bn + 2));
+    return TILES_SLICE * (2 * (size_t)(s->bm + 4) + 2 * (size_t)(s->bn + 4));
 }
 /* d: the longer of the two head dims (phase B stages rows of d_v for dV, of d for dK and dQ). */
 static size_t stage_b_floats(const tile_shape *s, int d) { return (size_t)s->slice * (size_t)d; }
 
-/* __local bytes of flash_bwd_dkdv_tiles, the larger of the two kernels (dQ lacks Ls and Ds); d as above. */
+/* __local bytes of the larger of the two kernels: they share the stage; dK/dV adds P/dS [bm][bn + 4] with
+   the rows' LSE and D, dQ its transposed dS [bn][bm + 4]. d as above. */
 static size_t tiles_local_bytes(const tile_shape *s, int d) {
     size_t a = stage_a_floats(s), b = stage_b_floats(s, d);
-    size_t ldp = (size_t)s->bn / 32 * 32 + 16;
-    return 4 * ((a > b ? a : b) + (size_t)s->bm * ldp + 2 * (size_t)s->bm);
+    size_t dkdv = (size_t)s->bm * (size_t)(s->bn + 4) + 2 * (size_t)s->bm, dq = (size_t)s->bn * (size_t)(s->bm + 4);
+    return 4 * ((a > b ? a : b) + (dkdv > dq ? dkdv : dq));
 }
 
 /* One step smaller in registers (and __local): Bc first while it is the larger, then Br. 0 at 16x16. */
