@@ -18,6 +18,7 @@
  *   (K, V through __local): S = Q K^T, P, dP = dO V^T, dS, dQ += dS K.
  * Every output element is written once by one thread: deterministic, no atomics.
  * P and dS are rounded to the storage type before their mma (as in FlashAttention-2).
+ * MMA_TF32 = 1 runs float32 storage on the TF32 mma (the caller's allow_tf32; below).
  *
  * Variants (cl/variants.cl, the portable backward's semantics, cl/flash_bwd.cl):
  * f is the forward's final logit (softcap, ALiBi, bias; -inf where the
@@ -29,7 +30,7 @@
  * them; d(sinks) is the portable flash_bwd_dsinks kernel's.
  *
  * The host guarantees: HEAD_DIM (the user's d rounded up to 16; MB_D_REAL the
- * real one, a multiple of 8) <= 128 and d_v = d, views 16-byte aligned,
+ * real one, a multiple of 8) <= 256 (TF32: 128) and d_v = d, views 16-byte aligned,
  * scale > 0, and that D was computed before the two main kernels run.
  */
 
@@ -113,10 +114,40 @@
 #endif
 #endif
 
+/*
+ * TF32 (MMA_TF32 = 1: float32 storage, the caller's allow_tf32; the general kernels on mma.sync,
+ * not MMA_PLAIN, MB_WG or sm_75): the same kernels on mma.sync.m16n8k8.tf32, two k = 8 halves per
+ * 16 of k, so an A fragment over 16 of k is 8 registers (MB_AF) where 16-bit storage packs it in
+ * 4. The tiles hold floats, 4 per 16-byte copy (MB_CE), rows padded by one copy: with lane = 4 g
+ * + c, every fragment read below (row g, column c; or rows 2c, 2c + 1, column g) then touches 32
+ * distinct banks for any head dim that is a multiple of 16. ldmatrix moves 16-bit elements, so
+ * the fragments are plain __local reads, each rounded to TF32 (cvt.rna) as it is read; P and dS
+ * are rounded the same before their products, as the 16-bit kernels round them to the storage
+ * type. The accumulator's columns 2c, 2c + 1 become an A fragment's k = c, c + 4, and the B
+ * operands read rows-as-k take their rows in that order (a sum over k may take any order; the
+ * forward's P V does the same). At d = 128 the fragments weigh what 16-bit ones weigh at 256, so
+ * the host slices the same way above 64.
+ */
+#ifndef MMA_TF32
+#define MMA_TF32 0
+#endif
+#if MMA_TF32 && (MMA_PLAIN || MB_WG || MMA_SM75)
+#error "MMA_TF32: the general mma.sync kernels only"
+#endif
+#if MMA_TF32
+typedef float mb_t; /* a storage element */
+#define MB_CE 4     /* elements per 16-byte copy */
+#define MB_AF 8     /* registers of an A fragment over 16 of k */
+#else
+typedef ushort mb_t;
+#define MB_CE 8
+#define MB_AF 4
+#endif
+
 #define MB_THREADS (32 * MMA_WARPS)
 #define MMA_BWD_BC (16 * MMA_WARPS) /* keys per dK/dV work-group, rows per dQ work-group */
-#define MB_LD (HEAD_DIM + 8)
-#define MB_CHUNKS (HEAD_DIM / 8)
+#define MB_LD (HEAD_DIM + MB_CE)
+#define MB_CHUNKS (HEAD_DIM / MB_CE)
 #define MB_DT (HEAD_DIM / 16)
 /* Output dims per work-group (a multiple of 16): one slice, except in the dV part (MB_PART = 1),
    which owns all of them: its 16 keys' K fragments and dV accumulators fit at d = 256, and each
@@ -148,33 +179,49 @@ inline float mb_to_float(uint x) {
 
 /* Rows [row0, row0 + rows) of a view -> padded __local tile; rows >= limit and the
    head dim's padding (chunks past MB_D_REAL) become zeros. */
-inline void mb_load_tile(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0, int rows,
+inline void mb_load_tile(__local mb_t *tile, __global const mb_t *base, ulong stride_row, long row0, int rows,
                          long limit, int lid) {
     for (int c = lid; c < rows * MB_CHUNKS; c += MB_THREADS) {
         const int r = c / MB_CHUNKS, ch = c - r * MB_CHUNKS;
         const long gr = row0 + r;
 #if MB_D_REAL == HEAD_DIM
         const int ok = gr < limit;
-        __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + ch * 8;
+        __global const mb_t *src = base + (ulong)(ok ? gr : 0) * stride_row + ch * MB_CE;
 #else
-        const int ok = gr < limit && ch < MB_D_REAL / 8;
-        __global const ushort *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * 8;
+        const int ok = gr < limit && ch < MB_D_REAL / MB_CE;
+        __global const mb_t *src = base + (ulong)(ok ? gr : 0) * stride_row + (ok ? ch : 0) * MB_CE;
 #endif
-        ptx_cp16(ptx_smem_addr(tile + r * MB_LD + ch * 8), src, ok ? 16u : 0u);
+        ptx_cp16(ptx_smem_addr((__local const ushort *)(tile + r * MB_LD + ch * MB_CE)), (__global const ushort *)src,
+                 ok ? 16u : 0u);
     }
 }
 
 /* A fragments of 16 rows (starting at `row`) of a padded tile, one per 16 dims. */
-inline void mb_frags_a(__local const ushort *tile, int row, int lane, uint f[MB_DT][4]) {
+inline void mb_frags_a(__local const mb_t *tile, int row, int lane, uint f[MB_DT][MB_AF]) {
+#if MMA_TF32
+    /* Rows g, g + 8 and columns c, c + 4 of each k = 8 half. */
+    __local const float *p = tile + (row + (lane >> 2)) * MB_LD + (lane & 3);
+#pragma unroll
+    for (int kk = 0; kk < MB_DT; ++kk)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            __local const float *ph = p + kk * 16 + h * 8;
+            f[kk][4 * h + 0] = ptx_tf32(ph[0]);
+            f[kk][4 * h + 1] = ptx_tf32(ph[8 * MB_LD]);
+            f[kk][4 * h + 2] = ptx_tf32(ph[4]);
+            f[kk][4 * h + 3] = ptx_tf32(ph[8 * MB_LD + 4]);
+        }
+#else
     const uint a = ptx_smem_addr(tile + (row + (lane & 15)) * MB_LD + (lane >> 4) * 8);
 #pragma unroll
     for (int kk = 0; kk < MB_DT; ++kk) ptx_ldsm_x4(a + kk * 32, &f[kk][0], &f[kk][1], &f[kk][2], &f[kk][3]);
+#endif
 }
 
 /* Sliced builds: a block's A fragments of one view through the one staging buffer (load, wait,
    fragments). The caller puts a barrier before it when the buffer had other readers. */
-inline void mb_stage_frags(__local ushort *tile, __global const ushort *base, ulong stride_row, long row0, long limit,
-                           int lid, uint f[MB_DT][4]) {
+inline void mb_stage_frags(__local mb_t *tile, __global const mb_t *base, ulong stride_row, long row0, long limit,
+                           int lid, uint f[MB_DT][MB_AF]) {
     mb_load_tile(tile, base, stride_row, row0, MMA_BWD_BC, limit, lid);
     ptx_cp_commit();
     ptx_cp_wait_all();
@@ -190,10 +237,23 @@ inline void mb_zero(float acc[MB_OUT / 8][4]) {
         for (int c = 0; c < 4; ++c) acc[n][c] = 0.0f;
 }
 
-/* Per-lane byte offsets of ldmatrix inside a padded tile: B operand read
-   from rows-as-n (non-transposed) and rows-as-k (transposed). */
+#if MMA_TF32
+/* A lane's position in a tile (mb_at, from MB_AT(tile, offset)) is a __local pointer, offsets in
+   elements: B read rows-as-n (row g, column c) and rows-as-k (rows 2c, 2c + 1, column g). */
+typedef __local const float *mb_at;
+#define MB_AT(tile, off) ((__local const float *)(tile) + (off))
+#define MB_BYTES(e) (e)
+#define MB_LANE_N(lane) (((lane) >> 2) * MB_LD + ((lane)&3))
+#define MB_LANE_K(lane) (2 * ((lane)&3) * MB_LD + ((lane) >> 2))
+#else
+/* A lane's position in a tile is a shared-window address, offsets in bytes: ldmatrix's B operand
+   read from rows-as-n (non-transposed) and rows-as-k (transposed). */
+typedef uint mb_at;
+#define MB_AT(tile, off) (ptx_smem_addr((__local const ushort *)(tile)) + (off))
+#define MB_BYTES(e) ((uint)(e)*2)
 #define MB_LANE_N(lane) ((uint)((((lane)&7) + (((lane) >> 4) << 3)) * MB_LD + ((((lane) >> 3) & 1) << 3)) * 2)
 #define MB_LANE_K(lane) ((uint)((((lane)&7) + ((((lane) >> 3) & 1) << 3)) * MB_LD + (((lane) >> 4) << 3)) * 2)
+#endif
 
 /*
  * The products of every kernel below, on mma.sync fragments (16 rows per warp, accumulator tile n
@@ -206,6 +266,16 @@ inline void mb_zero(float acc[MB_OUT / 8][4]) {
  * lane's shared address of the tile (MB_LANE_N). MB_MMA_ABT2 does two such products over tiles
  * with the same layout in one loop, their loads and mmas interleaved.
  */
+#if MMA_TF32
+#define MB_MMA_ABT_STEP(acc, a, at, kk_, np_)                                                                          \
+    do {                                                                                                               \
+        _Pragma("unroll") for (int j_ = 0; j_ < 2; ++j_) {                                                             \
+            __local const float *p_ = (at) + ((np_)*16 + j_ * 8) * MB_LD + (kk_)*16;                                   \
+            const uint b_[4] = {ptx_tf32(p_[0]), ptx_tf32(p_[4]), ptx_tf32(p_[8]), ptx_tf32(p_[12])};                  \
+            PTX_MMA_TF32_K16(acc[2 * (np_) + j_], a[kk_], b_);                                                         \
+        }                                                                                                              \
+    } while (0)
+#else
 #define MB_MMA_ABT_STEP(acc, a, at, kk_, np_)                                                                          \
     do {                                                                                                               \
         uint b0_, b1_, b2_, b3_;                                                                                       \
@@ -213,6 +283,7 @@ inline void mb_zero(float acc[MB_OUT / 8][4]) {
         PTX_MMA(acc[2 * (np_)], a[kk_], b0_, b1_);                                                                     \
         PTX_MMA(acc[2 * (np_) + 1], a[kk_], b2_, b3_);                                                                 \
     } while (0)
+#endif
 #define MB_MMA_ABT(acc, a, at, NT)                                                                                     \
     _Pragma("unroll") for (int kk_ = 0; kk_ < MB_DT; ++kk_)                                                            \
         _Pragma("unroll") for (int np_ = 0; np_ < (NT) / 16; ++np_) MB_MMA_ABT_STEP(acc, a, at, kk_, np_)
@@ -225,6 +296,24 @@ inline void mb_zero(float acc[MB_OUT / 8][4]) {
 /* acc[2 dp], acc[2 dp + 1] += P B for the NK rows (the k dim) and the ND 16-column steps from
    column col0 of a __local tile read transposed (ldmatrix.trans, rows as k): `pf` the NK / 16 A
    fragments of P, `at` the lane's shared address of the tile (MB_LANE_K). */
+#if MMA_TF32
+#define MB_MMA_PB(acc, pf, at, NK, ND, col0)                                                                           \
+    _Pragma("unroll") for (int kk_ = 0; kk_ < (NK) / 16; ++kk_)                                                        \
+        _Pragma("unroll") for (int dn_ = 0; dn_ < 2 * (ND); ++dn_) {                                                   \
+        __local const float *p_ = (at) + kk_ * 16 * MB_LD + (col0) + dn_ * 8;                                          \
+        const uint b_[4] = {ptx_tf32(p_[0]), ptx_tf32(p_[MB_LD]), ptx_tf32(p_[8 * MB_LD]), ptx_tf32(p_[9 * MB_LD])};   \
+        PTX_MMA_TF32_K16(acc[dn_], pf[kk_], b_);                                                                       \
+    }
+/* The accumulator tile n's four values (rows g, g + 8 x columns 2c, 2c + 1 of n's 8) as the k =
+   8 half n & 1 of A fragment n >> 1, rounded to TF32: column 2c is k = c, 2c + 1 is k = c + 4. */
+#define MB_PACK_A(pf, n, v0, v1, v2, v3)                                                                               \
+    do {                                                                                                               \
+        pf[(n) >> 1][((n)&1) * 4 + 0] = ptx_tf32(v0);                                                                 \
+        pf[(n) >> 1][((n)&1) * 4 + 1] = ptx_tf32(v2);                                                                 \
+        pf[(n) >> 1][((n)&1) * 4 + 2] = ptx_tf32(v1);                                                                 \
+        pf[(n) >> 1][((n)&1) * 4 + 3] = ptx_tf32(v3);                                                                 \
+    } while (0)
+#else
 #define MB_MMA_PB(acc, pf, at, NK, ND, col0)                                                                           \
     _Pragma("unroll") for (int kk_ = 0; kk_ < (NK) / 16; ++kk_)                                                        \
         _Pragma("unroll") for (int dn_ = 0; dn_ < (ND); ++dn_) {                                                       \
@@ -233,25 +322,40 @@ inline void mb_zero(float acc[MB_OUT / 8][4]) {
         PTX_MMA(acc[2 * dn_], pf[kk_], b0_, b1_);                                                                      \
         PTX_MMA(acc[2 * dn_ + 1], pf[kk_], b2_, b3_);                                                                  \
     }
+/* The accumulator tile n's four values (rows g, g + 8 x columns 2c, 2c + 1 of n's 8) as half n & 1
+   of the 16-bit A fragment n >> 1, rounded to the storage type. */
+#define MB_PACK_A(pf, n, v0, v1, v2, v3)                                                                               \
+    do {                                                                                                               \
+        pf[(n) >> 1][((n)&1) * 2 + 0] = ptx_pack(v0, v1);                                                              \
+        pf[(n) >> 1][((n)&1) * 2 + 1] = ptx_pack(v2, v3);                                                              \
+    } while (0)
+#endif
 /* dS^T = P^T (dP^T - D) (P already carrying g and dP^T its dropout factor), packed as the A
    fragments pf of dK += dS^T Q: `dsum` the __local D of the tile's NT query rows. */
 #define MB_DS_PACK(pf, s, dp, dsum, lane, NT)                                                                          \
     _Pragma("unroll") for (int n_ = 0; n_ < (NT) / 8; ++n_) {                                                          \
         const int qc_ = n_ * 8 + ((lane)&3) * 2;                                                                       \
         const float d0_ = (dsum)[qc_], d1_ = (dsum)[qc_ + 1];                                                          \
-        pf[n_ >> 1][(n_ & 1) * 2 + 0] = ptx_pack(s[n_][0] * (dp[n_][0] - d0_), s[n_][1] * (dp[n_][1] - d1_));          \
-        pf[n_ >> 1][(n_ & 1) * 2 + 1] = ptx_pack(s[n_][2] * (dp[n_][2] - d0_), s[n_][3] * (dp[n_][3] - d1_));          \
+        MB_PACK_A(pf, n_, s[n_][0] * (dp[n_][0] - d0_), s[n_][1] * (dp[n_][1] - d1_), s[n_][2] * (dp[n_][2] - d0_),  \
+                  s[n_][3] * (dp[n_][3] - d1_));                                                                       \
     }
 
 /* Stores 16 rows x MB_OUT columns (from col0) of accumulator fragments times `mul`, rows >= limit skipped. */
-inline void mb_store(__global ushort *base, ulong stride_row, long row0, long limit, int lane, float mul,
+inline void mb_store(__global mb_t *base, ulong stride_row, long row0, long limit, int lane, float mul,
                      float acc[MB_OUT / 8][4], int col0) {
     const int col = col0 + (lane & 3) * 2;
 #pragma unroll
     for (int half_ = 0; half_ < 2; ++half_) {
         const long row = row0 + (lane >> 2) + half_ * 8;
         if (row < limit) {
-#if MB_D_REAL == HEAD_DIM
+#if MMA_TF32
+            /* float32 out: two floats per 8-byte store (rows start 16-byte aligned). */
+            __global float2 *dst = (__global float2 *)(base + (ulong)row * stride_row + col);
+#pragma unroll
+            for (int n = 0; n < MB_OUT / 8; ++n)
+                if (MB_D_REAL == HEAD_DIM || n * 8 + col < MB_D_REAL)
+                    dst[n * 4] = (float2)(acc[n][half_ * 2] * mul, acc[n][half_ * 2 + 1] * mul);
+#elif MB_D_REAL == HEAD_DIM
             __global uint *dst = (__global uint *)(base + (ulong)row * stride_row + col);
 #pragma unroll
             for (int n = 0; n < MB_OUT / 8; ++n)
@@ -268,11 +372,23 @@ inline void mb_store(__global ushort *base, ulong stride_row, long row0, long li
 }
 
 /* D[row] = sum_c dO[row, c] O[row, c]; one work-item per row (rows of the longest sequence with varlen). */
-__kernel void flash_bwd_mma_dot(__global const ushort *dO, VIEW_ARGS(do), __global const ushort *O, VIEW_ARGS(o),
+__kernel void flash_bwd_mma_dot(__global const mb_t *dO, VIEW_ARGS(do), __global const mb_t *O, VIEW_ARGS(o),
                                 __global float *Dsum, int seqlen_q, int seqlen_k, int heads_q, VARIANT_ARGS) {
     const int row = (int)get_global_id(0), h = (int)get_global_id(1), b = (int)get_global_id(2);
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     if (row >= hd.sq) return;
+#if MMA_TF32
+    __global const float4 *x = (__global const float4 *)(dO + VIEW_BASE(do, b, h) + (ulong)(hd.q0 + row) * do_sr);
+    __global const float4 *y = (__global const float4 *)(O + VIEW_BASE(o, b, h) + (ulong)(hd.q0 + row) * o_sr);
+    float acc = 0.0f; /* the exact float32 D, as the portable backward's */
+    for (int c = 0; c < MB_D_REAL / 4; ++c) {
+        const float4 u = x[c], w = y[c];
+        acc = fma(u.s0, w.s0, acc);
+        acc = fma(u.s1, w.s1, acc);
+        acc = fma(u.s2, w.s2, acc);
+        acc = fma(u.s3, w.s3, acc);
+    }
+#else
     __global const uint4 *x = (__global const uint4 *)(dO + VIEW_BASE(do, b, h) + (ulong)(hd.q0 + row) * do_sr);
     __global const uint4 *y = (__global const uint4 *)(O + VIEW_BASE(o, b, h) + (ulong)(hd.q0 + row) * o_sr);
     float acc = 0.0f;
@@ -285,6 +401,7 @@ __kernel void flash_bwd_mma_dot(__global const ushort *dO, VIEW_ARGS(do), __glob
             acc = fma(mb_to_float(uu[i] >> 16), mb_to_float(ww[i] >> 16), acc);
         }
     }
+#endif
     Dsum[flashcl_row_index(hd, b, h, heads_q, seqlen_q, row)] = acc;
 }
 
@@ -578,19 +695,19 @@ inline float mb_keep_bits(flashcl_head hd, long i, uint bits, VARIANT_ARGS) {
 #endif
 
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
-flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
-                   __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
-                   __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dK,
-                   VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
+flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, VIEW_ARGS(k),
+                   __global const mb_t *V, VIEW_ARGS(v), __global const mb_t *dO, VIEW_ARGS(do),
+                   __global const float *LSE, ulong lse_off, __global const float *Dsum, __global mb_t *dK,
+                   VIEW_ARGS(dk), __global mb_t *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
                    int group, float scale_log2, float scale, VARIANT_ARGS) {
     /* K and V of the block first (for the fragments; one after the other when sliced), then Q and dO tiles. */
 #define MB_KV_E (MMA_BWD_BC * MB_LD)
 #define MB_QT_E (MMA_BWD_BR * MB_LD)
 #define MB_KV_STAGE (MB_SLICES > 1 ? MB_KV_E : 2 * MB_KV_E)
 #define MB_SM_E (MB_KV_STAGE > 2 * MB_QT_E ? MB_KV_STAGE : 2 * MB_QT_E)
-    __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
+    __local mb_t smem[MB_SM_E] __attribute__((aligned(16)));
     __local float lse_s[MMA_BWD_BR], d_s[MMA_BWD_BR];
-    __local ushort *qs = smem, *dos = smem + MB_QT_E;
+    __local mb_t *qs = smem, *dos = smem + MB_QT_E;
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
@@ -602,9 +719,9 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
     const long k1 = min(k0 + MMA_BWD_BC, hd0.sk) - 1;
     const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
 
-    uint kf[MB_DT][4];
+    uint kf[MB_DT][MB_AF];
 #if MB_PART != 1
-    uint vf[MB_DT][4];
+    uint vf[MB_DT][MB_AF];
 #endif
 #if MB_SLICES > 1
     mb_stage_frags(smem, K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr, k_sr, k0, hd0.sk, lid, kf);
@@ -635,14 +752,14 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
     const long q_begin = flashcl_q_begin(hd0, k0, MMA_BWD_BR, win_right), q_end = flashcl_q_end(hd0, k1, win_left);
     const long key_lo = k0 + warp * 16 + (lane >> 2); /* this thread's keys: key_lo, key_lo + 8 */
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
-    const uint qs_n = ptx_smem_addr(qs) + n_lane, qs_k = ptx_smem_addr(qs) + k_lane;
-    const uint dos_n = ptx_smem_addr(dos) + n_lane, dos_k = ptx_smem_addr(dos) + k_lane;
+    const mb_at qs_n = MB_AT(qs, n_lane), qs_k = MB_AT(qs, k_lane);
+    const mb_at dos_n = MB_AT(dos, n_lane), dos_k = MB_AT(dos, k_lane);
 
     for (int hh = 0; hh < group; ++hh) {
         const int h = hk * group + hh;
         const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
-        __global const ushort *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
-        __global const ushort *dOb = dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr;
+        __global const mb_t *Qb = Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr;
+        __global const mb_t *dOb = dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr;
         for (long q0 = q_begin; q0 < q_end; q0 += MMA_BWD_BR) {
             const long q1 = q0 + MMA_BWD_BR - 1;
             if (flashcl_tile_skipped(hd, q0, q1, k0, k1, VARIANT_PASS)) continue; /* uniform */
@@ -667,7 +784,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
             /* P^T (masked where the pair is hidden), dropped for dV; s keeps P g, z the factor. */
             const int check =
                 MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0, q1, k0, k0 + MMA_BWD_BC - 1, win_left, win_right);
-            uint pf[MMA_BWD_BR / 16][4];
+            uint pf[MMA_BWD_BR / 16][MB_AF];
 #if HAS_DROPOUT
 #if MMA_BWD_BR > 64
 #error "zmask holds 4 bits per 8 query rows of a tile in 32 bits"
@@ -701,8 +818,7 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
                     pz[c] = p * zz;
                     s[n][c] = p * g;
                 }
-                pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(pz[0], pz[1]);
-                pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(pz[2], pz[3]);
+                MB_PACK_A(pf, n, pz[0], pz[1], pz[2], pz[3]);
             }
 #if MB_PART != 2
             /* dV += (P Z)^T dO (k = queries), my output dims. */
@@ -741,9 +857,9 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
 
 #if MB_PART != 1 /* the sliced dV part's program has no dQ kernel (MB_OUT above) */
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
-flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
-                 __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
-                 __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dQ,
+flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, VIEW_ARGS(k),
+                 __global const mb_t *V, VIEW_ARGS(v), __global const mb_t *dO, VIEW_ARGS(do),
+                 __global const float *LSE, ulong lse_off, __global const float *Dsum, __global mb_t *dQ,
                  VIEW_ARGS(dq), int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
                  VARIANT_ARGS) {
 #define MB_QB_E (MMA_BWD_BC * MB_LD)
@@ -754,8 +870,8 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     /* Two buffers of a K tile and a V tile, swizzled (1024-byte atoms: cl/ptx.cl). */
     __local ushort smem[4 * MMA_BWD_BCQ * HEAD_DIM] __attribute__((aligned(1024)));
 #else
-    __local ushort smem[MB_SM_E] __attribute__((aligned(16)));
-    __local ushort *ks = smem, *vs = smem + MB_KT_E; /* stage 0; stage 1 is 2 MB_KT_E on */
+    __local mb_t smem[MB_SM_E] __attribute__((aligned(16)));
+    __local mb_t *ks = smem, *vs = smem + MB_KT_E; /* stage 0; stage 1 is 2 MB_KT_E on */
 #endif
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
@@ -769,7 +885,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     const long last_row = min(q0 + MMA_BWD_BC, hd.sq) - 1;
     const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
 
-    uint qf[MB_DT][4], of[MB_DT][4];
+    uint qf[MB_DT][MB_AF], of[MB_DT][MB_AF];
 #if MB_WG
     /* Q's and dO's A fragments straight from global memory. */
     mb_frags_global(Q + VIEW_BASE(q, b, h) + hd.q0 * q_sr, q_sr, q0 + warp * 16 + (lane >> 2), hd.sq, lane, qf);
@@ -800,7 +916,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
     mb_zero(dq);
 
     const long kv_end = flashcl_kv_end(hd, last_row, win_right);
-    __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr, *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
+    __global const mb_t *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr, *Vb = V + VIEW_BASE(v, b, hk) + hd.k0 * v_sr;
     long kv0 = flashcl_kv_begin(hd, q0, MMA_BWD_BCQ, win_left);
     while (kv0 < kv_end && flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MMA_BWD_BCQ - 1, VARIANT_PASS)) {
         kv0 += MMA_BWD_BCQ;
@@ -824,7 +940,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         ptx_cp_commit();                                                                                               \
     } while (0)
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
-    const uint ks_n = ptx_smem_addr(ks) + n_lane, ks_k = ptx_smem_addr(ks) + k_lane, vs_n = ptx_smem_addr(vs) + n_lane;
+    const mb_at ks_n = MB_AT(ks, n_lane), ks_k = MB_AT(ks, k_lane), vs_n = MB_AT(vs, n_lane);
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its Q/dO fragments: the stages take the buffer */
 #endif
     /* The j-th visited key tile (tiles the block mask skips do not count) in stage j & 1. The next
@@ -856,7 +972,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
         WG_QKR(MMA_BWD_BCQ, MB_WG_SR, MB_WG_BLOCKS, MB_WG_DSTEPS, s, qf, k_desc, (ulong)(MMA_BWD_BCQ * 8));
         WG_QKR(MMA_BWD_BCQ, MB_WG_SR, MB_WG_BLOCKS, MB_WG_DSTEPS, dp_, of, v_desc, (ulong)(MMA_BWD_BCQ * 8));
 #else
-        const uint so = (uint)(cur * 2 * MB_KT_E * 2); /* this stage's byte offset */
+        const uint so = MB_BYTES(cur * 2 * MB_KT_E); /* this stage's offset */
 #pragma unroll
         for (int n = 0; n < MMA_BWD_BCQ / 8; ++n)
 #pragma unroll
@@ -865,7 +981,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #endif /* MB_WG */
         const int check = MB_ALWAYS_CHECK || !flashcl_tile_plain(hd, q0 + warp * 16, q0 + warp * 16 + 15, kv0,
                                                                  kv0 + MMA_BWD_BCQ - 1, win_left, win_right);
-        uint pf[MMA_BWD_BCQ / 16][4];
+        uint pf[MMA_BWD_BCQ / 16][MB_AF];
 #if HAS_DROPOUT
         uint4 dw; /* the dropout call of rows r0, r0 + 8 and this lane's keys of tiles n, n + 1 (n even) */
 #endif
@@ -890,8 +1006,7 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #endif
                 ds[c] = p * g * (dp_[n][c] * zz - dd[c >> 1]);
             }
-            pf[n >> 1][(n & 1) * 2 + 0] = ptx_pack(ds[0], ds[1]);
-            pf[n >> 1][(n & 1) * 2 + 1] = ptx_pack(ds[2], ds[3]);
+            MB_PACK_A(pf, n, ds[0], ds[1], ds[2], ds[3]);
         }
         /* dQ += dS K (k = keys), my output dims. */
 #if MB_WG

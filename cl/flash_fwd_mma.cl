@@ -243,12 +243,6 @@ inline void mma_tf32_frag_v(__local const float *t, int ld, int lane, uint b[4])
     b[2] = ptx_tf32(p[8 * ld]);
     b[3] = ptx_tf32(p[9 * ld]);
 }
-/* d += a * b over 16 of k: the two k = 8 halves. */
-#define MMA_TF32_K16(d, a, b)                                                                                          \
-    do {                                                                                                               \
-        PTX_MMA_TF32(d, a, b);                                                                                         \
-        PTX_MMA_TF32(d, (a) + 4, (b) + 2);                                                                             \
-    } while (0)
 #endif
 
 /* The first key tile at or after kv0 that the block mask keeps for rows [r0, r1] (kv_end if none). */
@@ -420,7 +414,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                 uint bk[4];
                 mma_tf32_frag_k(ks + n * 8 * MMA_LDK + kk * 16, MMA_LDK, lane, bk);
 #pragma unroll
-                for (int mt = 0; mt < MMA_MT; ++mt) MMA_TF32_K16(s[mt][n], qf[mt][kk], bk);
+                for (int mt = 0; mt < MMA_MT; ++mt) PTX_MMA_TF32_K16(s[mt][n], qf[mt][kk], bk);
             }
 #else
 #if MMA_QLOCAL
@@ -620,7 +614,7 @@ flash_fwd_mma(__global const mma_t *Q, VIEW_ARGS(q), __global const mma_t *K, VI
                 uint bv[4];
                 mma_tf32_frag_v(vs + kk * 16 * MMA_LDV + dn * 8, MMA_LDV, lane, bv);
 #pragma unroll
-                for (int mt = 0; mt < MMA_MT; ++mt) MMA_TF32_K16(acc[mt][dn], pf[mt][kk], bv);
+                for (int mt = 0; mt < MMA_MT; ++mt) PTX_MMA_TF32_K16(acc[mt][dn], pf[mt][kk], bv);
             }
 #else
 #pragma unroll

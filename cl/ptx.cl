@@ -253,6 +253,12 @@ inline uint ptx_tf32(float x) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"     \
         : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                                                       \
         : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
+/* d += a * b over 16 of k as two k = 8 halves: A a[0..7] (a[4..7] the second half), B b[0..3]. */
+#define PTX_MMA_TF32_K16(d, a, b)                                                                                      \
+    do {                                                                                                               \
+        PTX_MMA_TF32(d, a, b);                                                                                         \
+        PTX_MMA_TF32(d, (a) + 4, (b) + 2);                                                                             \
+    } while (0)
 #endif
 
 /* The SFU's exp2 (flush-to-zero; exp2(-inf) = 0). */

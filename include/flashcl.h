@@ -404,9 +404,10 @@ typedef struct flashcl_attention_desc {
        the batch size or the other sequences (bitwise). */
     size_t num_splits;
 
-    /* float32 storage only: nonzero lets the forward run on TF32 tensor cores where a device has
-       them (NVIDIA sm_80+: inputs and P rounded to a 10-bit mantissa, float32 accumulation,
-       torch.backends.cuda.matmul.allow_tf32); 0 = exact float32 arithmetic everywhere. */
+    /* float32 storage only: nonzero lets the forward and the backward run on TF32 tensor cores
+       where a device has them (NVIDIA sm_80+, d <= 128: inputs, P and dS rounded to a 10-bit
+       mantissa, float32 accumulation, torch.backends.cuda.matmul.allow_tf32); 0 = exact float32
+       arithmetic everywhere. */
     int allow_tf32;
 } flashcl_attention_desc;
 

@@ -251,7 +251,7 @@ void rv_backward(const rv_problem *p, const float *q, const float *k, const floa
                 }
             }
         }
-    if (p->round) {
+    if (p->round && !p->exact_output) {
         for (size_t e = 0; e < nq * d; e++) dq[e] = p->round(dq[e]);
         for (size_t e = 0; e < nk * d; e++) dk[e] = p->round(dk[e]);
         for (size_t e = 0; e < nk * dv; e++) dv_out[e] = p->round(dv_out[e]);

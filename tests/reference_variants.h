@@ -73,8 +73,8 @@ typedef struct rv_problem {
      * float32 accumulation would. NULL: the exact reference.
      */
     rv_round_fn round;
-    /* With round: the forward's O stays unrounded (float32 outputs of a TF32 forward, whose only
-       rounding past the inputs is P's). */
+    /* With round: O and the gradients stay unrounded (the float32 outputs of the TF32 kernels,
+       whose only rounding past the inputs is P's and dS's). */
     int exact_output;
 } rv_problem;
 

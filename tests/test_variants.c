@@ -82,7 +82,7 @@ static int g_backward_context;       /* --fresh-context: the backward runs in a 
 static const char *g_expect_forward; /* "flash_fwd_mma" with --tensor-cores on a device that has them */
 static int g_expect_cpu;             /* the CPU family must plan every case it covers (see check_cpu_family) */
 
-static int g_tf32; /* --tf32: float32 cases with allow_tf32 */
+static int g_tf32; /* --tf32: every case in float32 with allow_tf32 (TF32 tensor cores forward and backward) */
 
 /* The plan of a plain d = 64 forward of 64 rows in storage `t` (with --tf32's opt-in) on this device. */
 static flashcl_status plain_plan(flashcl_context *ctx, flashcl_dtype t, flashcl_plan *plan) {
@@ -155,12 +155,12 @@ static int tensor_core_case(const vc_case *c) {
            !decode;
 }
 
-/* Whether the tensor-core backward covers the case: d = d_v a multiple of 8 up to 128. */
+/* Whether the tensor-core backward covers the case: d = d_v a multiple of 8 up to 256 (TF32: 128). */
 static int tensor_core_backward_case(const vc_case *c) {
     const flashcl_attention_desc *d = &c->desc;
     const size_t dv = d->head_dim_v ? d->head_dim_v : d->head_dim;
     const int lowp = d->dtype == FLASHCL_DTYPE_F16 || d->dtype == FLASHCL_DTYPE_BF16;
-    return lowp && d->head_dim % 8 == 0 && d->head_dim <= 256 && dv == d->head_dim;
+    return (lowp || d->allow_tf32) && d->head_dim % 8 == 0 && d->head_dim <= (lowp ? 256u : 128u) && dv == d->head_dim;
 }
 
 static int expect_kernel(flashcl_context *ctx, flashcl_status st, const flashcl_plan *plan, const char *pass,
@@ -396,7 +396,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--sm75") == 0)
             sm75 = 1;
         else if (strcmp(argv[i], "--tf32") == 0)
-            g_tf32 = 1, g_forward_only = 1; /* TF32 is forward-only: the backward is the exact runs' */
+            g_tf32 = 1;
         else {
             fprintf(stderr, "usage: test_variants [--quick] [--case N] [--skip N] [--list] "
                             "[--no-family-check] [--forward-only] [--fresh-context] [--storage f16|bf16] "
@@ -413,10 +413,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "--tf32 needs --tensor-cores and float32 storage (no --storage, no --sm75)\n");
         return 2;
     }
-    /* --tf32 runs the float32 cases only (the 16-bit ones have no TF32 to allow). */
-    for (size_t i = 0; i < cases.count && g_tf32; i++)
-        if (cases.items[i].desc.dtype == FLASHCL_DTYPE_DEFAULT || cases.items[i].desc.dtype == FLASHCL_DTYPE_F32)
-            cases.items[i].desc.allow_tf32 = 1;
+    /* --tf32: every case in float32 with the opt-in (the 16-bit ones bring the larger head dims
+       and tiles: d = 64 and 128 with GQA, varlen, dropout, block masks). */
+    for (size_t i = 0; i < cases.count && g_tf32; i++) {
+        cases.items[i].desc.dtype = FLASHCL_DTYPE_F32;
+        cases.items[i].desc.allow_tf32 = 1;
+    }
     if (storage != FLASHCL_DTYPE_DEFAULT)
         for (size_t i = 0; i < cases.count; i++) cases.items[i].desc.dtype = storage;
     char desc[400];

@@ -192,10 +192,11 @@ void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed) 
     p->v = random_floats(p->nv, &rng, -1.0f, 1.0f, dtype);
     p->dout = random_floats(p->no, &rng, -1.0f, 1.0f, dtype);
     if (d->allow_tf32 && dtype == FLASHCL_DTYPE_F32) {
-        /* TF32 inputs, so that the kernel's rounding of them is exact and only P's rounding remains. */
-        float *in[] = {p->q, p->k, p->v};
-        const size_t counts[] = {p->nq, p->nk, p->nv};
-        for (int t = 0; t < 3; t++)
+        /* TF32 inputs, so that the kernel's rounding of them is exact and only P's (and the
+           backward's dS) rounding remains. */
+        float *in[] = {p->q, p->k, p->v, p->dout};
+        const size_t counts[] = {p->nq, p->nk, p->nv, p->no};
+        for (int t = 0; t < 4; t++)
             for (size_t e = 0; e < counts[t]; e++) in[t][e] = st_round_tf32(in[t][e]);
     }
     p->q_buf = storage_buffer(cl_ctx, dtype, p->nq, p->q);
@@ -236,9 +237,9 @@ void vp_init(vp_problem *p, cl_context cl_ctx, const vc_case *c, uint64_t seed) 
     }
     p->base = *r;
     p->base.round = dtype == FLASHCL_DTYPE_F16 ? st_round_f16 : dtype == FLASHCL_DTYPE_BF16 ? st_round_bf16 : NULL;
-    /* TF32: the plain implementation rounds P to TF32 and keeps O float32, as the tensor-core
-       forward does; its inputs are TF32 values already (above). test_variants --tf32 checks the
-       forward only (the backward stays exact float32, checked by the other runs). */
+    /* TF32: the plain implementation rounds P (and in the backward dS) to TF32 and keeps O and
+       the gradients float32, as the tensor-core kernels do; its inputs are TF32 values already
+       (above). */
     if (is_tf32(p)) p->base.round = st_round_tf32_d, p->base.exact_output = 1;
 }
 

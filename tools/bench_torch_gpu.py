@@ -6,7 +6,9 @@ Times torch.nn.functional.scaled_dot_product_attention with the FLASH
 on the issue's shapes, then runs `flashcl bench --json --dtype bf16
 --backward` (the library's own path: the tensor-core kernels where the plan
 picks them) on the same shapes and prints FlashCL TF/s / torch FLASH TF/s,
-and plain float32 `flashcl bench` next to torch EFFICIENT fp32.
+and float32 `flashcl bench --allow-tf32 --backward` (exact float32 and TF32
+in one process) next to torch EFFICIENT fp32 on the shapes with d <= 128
+(--fp32-only: just these).
 
     python3 tools/bench_torch_gpu.py --flashcl build/tools/flashcl [--mma-fwd 4:32:2:1 ...]
 
@@ -44,6 +46,9 @@ SHAPES = [  # (label, b, h, n, d, causal)
 ]
 
 
+# The shapes float32 runs on (TF32 covers d <= 128).
+FP32_LABELS = ("b4 h16 N4096 d128", "b4 h16 N4096 d128 causal", "b16 h16 N1024 d64")
+
 DECODE_SHAPES = [  # (label, b, hq, hkv, sk, d)
     ("b1 hq32 hkv8 sk32768 d128", 1, 32, 8, 32768, 128),
     ("b32 hq32 hkv8 sk8192 d128", 32, 32, 8, 8192, 128),
@@ -62,7 +67,7 @@ def fwd_flops(b, h, n, d, causal):
     return 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
 
 
-def torch_times(iters):
+def torch_times(iters, fp32_only=False):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
@@ -72,7 +77,7 @@ def torch_times(iters):
                 "EFFICIENT": SDPBackend.EFFICIENT_ATTENTION}
     for label, b, h, n, d, causal in SHAPES:
         for dtype_name, dtype, names in (("bf16", torch.bfloat16, ("FLASH", "CUDNN")), ("fp32", torch.float32, ("EFFICIENT",))):
-            if dtype_name == "fp32" and label != SHAPES[0][0]:
+            if (dtype_name == "fp32" and label not in FP32_LABELS) or (dtype_name == "bf16" and fp32_only):
                 continue
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
             g = torch.randn(b, h, n, d, device="cuda", dtype=dtype)
@@ -240,7 +245,9 @@ def report_decode(a, torch_dec):
 def flashcl_cli(path, dtype, b, h, n, d, causal, backward, iters, env=None):
     cmd = [path, "bench", "--batch", str(b), "--heads", str(h), "--seqlen", str(n), "--head-dim", str(d),
            "--json", "--path", "flash", "--iters", str(iters)]
-    if dtype != "fp32":
+    if dtype == "tf32":
+        cmd.append("--allow-tf32")  # the plain run stays exact float32: both in one process
+    elif dtype != "fp32":
         cmd += ["--dtype", dtype, "--no-plain"]
     if causal:
         cmd.append("--causal")
@@ -249,6 +256,9 @@ def flashcl_cli(path, dtype, b, h, n, d, causal, backward, iters, env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+    if dtype == "tf32":
+        return {"exact": bench_json_passes(r.stdout, "flash", "tflops"),
+                "tf32": bench_json_passes(r.stdout, "flash+variants", "tflops")}, None
     want = "flash" if dtype == "fp32" else "flash+variants"  # variants mode names the 16-bit run so
     return bench_json_passes(r.stdout, want, "tflops"), None
 
@@ -287,6 +297,29 @@ def report_bf16(a, torch_res, tag, env):
         print(line, flush=True)
 
 
+def report_fp32(a, torch_res):
+    print("\nfloat32: FlashCL exact (portable kernels) and TF32 (allow_tf32) TF/s; ratio = FlashCL / torch "
+          "EFFICIENT fp32, same GPU, same run", flush=True)
+    for label, b, h, n, d, causal in SHAPES:
+        if label not in FP32_LABELS:
+            continue
+        ref = torch_res.get(("EFFICIENT", "fp32", label))
+        got, err = flashcl_cli(a.flashcl, "tf32", b, h, n, d, causal, not a.no_backward, a.iters)
+        if not got:
+            print(f"fp32 {label:28s} flashcl: {err}")
+            continue
+        for mode in ("exact", "tf32"):
+            line = f"fp32 {label:28s} {mode:5s}"
+            for i, pass_ in enumerate(("fwd", "fwd+bwd")):
+                r = got[mode].get(pass_)
+                if not r:
+                    continue
+                line += f" | {pass_} {r[0]:6.1f} TF/s [{r[1]}]"
+                if ref:
+                    line += f" ratio {r[0] / ref[i]:.2f}"
+            print(line, flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flashcl", required=True, help="path of the flashcl CLI")
@@ -296,26 +329,19 @@ def main():
     ap.add_argument("--mma-fwd", nargs="*", default=[], help="FLASHCL_MMA_FWD shapes W:BC:MT:QL to compare")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode shapes")
     ap.add_argument("--decode-only", action="store_true", help="only the decode shapes")
+    ap.add_argument("--fp32-only", action="store_true", help="only the float32 (exact and TF32) shapes")
     a = ap.parse_args()
-    if not a.no_decode:
+    if not a.no_decode and not a.fp32_only:
         report_decode(a, {} if a.no_torch else torch_decode_times(a.iters))
     if a.decode_only:
         return 0
-    torch_res = {} if a.no_torch else torch_times(a.iters)
-    print("\nratio = FlashCL TF/s / torch FLASH (FlashAttention-2) TF/s, same GPU, same run", flush=True)
-    report_bf16(a, torch_res, "table", None)
-    for shape in a.mma_fwd:
-        report_bf16(a, torch_res, shape, dict(os.environ, FLASHCL_MMA_FWD=shape))
-    ref32 = torch_res.get(("EFFICIENT", "fp32", SHAPES[0][0]))
-    _, b, h, n, d, causal = SHAPES[0]
-    got, err = flashcl_cli(a.flashcl, "fp32", b, h, n, d, causal, False, a.iters)
-    if got and "fwd" in got:
-        line = f"fp32 {SHAPES[0][0]:28s} flashcl fwd {got['fwd'][0]:7.1f} TF/s [{got['fwd'][1]}]"
-        if ref32:
-            line += f"  ratio vs torch EFFICIENT fp32 {got['fwd'][0] / ref32[0]:.2f}"
-        print(line)
-    else:
-        print(f"fp32: {err}")
+    torch_res = {} if a.no_torch else torch_times(a.iters, a.fp32_only)
+    if not a.fp32_only:
+        print("\nratio = FlashCL TF/s / torch FLASH (FlashAttention-2) TF/s, same GPU, same run", flush=True)
+        report_bf16(a, torch_res, "table", None)
+        for shape in a.mma_fwd:
+            report_bf16(a, torch_res, shape, dict(os.environ, FLASHCL_MMA_FWD=shape))
+    report_fp32(a, torch_res)
     return 0
 
 

@@ -267,7 +267,7 @@ void variant_help(FILE *out) {
           "A data option takes a .npy file or a word that makes the data: 'random' is\n"
           "uniform from a fixed seed, so every run sees the same.\n"
           "  --dtype f32|f16|bf16   storage type on the device; accumulation is float32\n"
-          "  --allow-tf32           float32: the forward may run on TF32 tensor cores\n"
+          "  --allow-tf32           float32: forward and backward may run on TF32 tensor cores\n"
           "                         (NVIDIA sm_80+; 10-bit mantissa products)\n"
           "  --window L,R           sliding window: key j is visible to query i iff\n"
           "                         i+sk-sq-L <= j <= i+sk-sq+R; -1 = unbounded side\n"

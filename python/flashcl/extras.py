@@ -83,9 +83,10 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
     dropout_seed/offset: the Philox key and counter offset, integers in [0, 2**63) (a seed is
       drawn from torch's or numpy's generator when None).
     path: "flash" (default) or "standard", the S = QK^T baseline (plain float32 only).
-    allow_tf32: float32 inputs may run the forward on TF32 tensor cores where the device has
-      them (NVIDIA sm_80+, d <= 128: products of 10-bit mantissas, float32 accumulation), as
-      torch.backends.cuda.matmul.allow_tf32; elsewhere it changes nothing.
+    allow_tf32: float32 inputs may run the forward and its backward on TF32 tensor cores where
+      the device has them (NVIDIA sm_80+, d <= 128, and d_v = d for the backward: products of
+      10-bit mantissas, float32 accumulation), as torch.backends.cuda.matmul.allow_tf32;
+      elsewhere it changes nothing.
     context: a flashcl.Context (default: this thread's).
     Returns out, or (out, softmax_lse) with return_lse.
     """
@@ -99,7 +100,8 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1)
 def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, causal=False, window_size=(-1, -1),
                        softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0,
                        sinks=None, bias=None, mask=None, block_mask=None, block_size=None, cu_seqlens_q=None,
-                       cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, path="flash", context=None):
+                       cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, path="flash", allow_tf32=False,
+                       context=None):
     """(dq, dk, dv), or (dq, dk, dv, dsinks) with sinks: the backward of attention() without autograd.
 
     Takes the forward's out and softmax_lse and the same keyword arguments;
@@ -109,7 +111,7 @@ def attention_backward(dout, q, k, v, out, softmax_lse, *, softmax_scale=None, c
         raise ValueError("attention_backward with dropout needs the forward's dropout_seed")
     spec = _spec(softmax_scale, causal, window_size, softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset,
                  sinks, bias, mask, block_mask, block_size, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                 path)
+                 path, allow_tf32)
     named = list(zip(("dout", "q", "k", "v", "out", "softmax_lse"), (dout, q, k, v, out, softmax_lse))) + spec.arrays()
     # (the forward's checks see q, k, v: dout, out and softmax_lse too, by name)
     _arrays.kind_check(named, required=("dout", "q", "k", "v", "out", "softmax_lse"))

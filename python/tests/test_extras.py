@@ -147,6 +147,29 @@ def test_allow_tf32(rng):
     assert max_err(lse, ref_lse) <= 4e-3, (kernel, max_err(lse, ref_lse))
 
 
+def test_allow_tf32_backward(rng):
+    """The backward with allow_tf32: bitwise the exact backward where it plans no TF32 kernel, and
+    within TF32's error of the float64 reference gradients everywhere."""
+    torch = pytest.importorskip("torch")
+    from reference import torch_attention
+
+    q, k, v = _qkv(rng)
+    out, lse = flashcl.attention(q, k, v, causal=True, allow_tf32=True, return_lse=True)
+    dout = rand(rng, out.shape)
+    grads = flashcl.attention_backward(dout, q, k, v, out, lse, causal=True, allow_tf32=True)
+    kernel = flashcl.plan(q, k, v, backward=True, causal=True, allow_tf32=True)["kernel"]
+    if kernel != "flash_bwd_mma":
+        exact = flashcl.attention_backward(dout, q, k, v, out, lse, causal=True)
+        for g, e in zip(grads, exact):
+            np.testing.assert_array_equal(g, e)
+    x64 = [torch.from_numpy(f64(x)).requires_grad_() for x in (q, k, v)]
+    torch_attention(*x64, causal=True).backward(torch.from_numpy(f64(dout)))
+    for g, r in zip(grads, x64):
+        # Inputs, P and dS rounded to a 10-bit mantissa (2^-11 relative each), float32 accumulation.
+        scale = float(np.abs(r.grad.numpy()).max())
+        assert max_err(g, r.grad) <= 1e-2 * scale, (kernel, max_err(g, r.grad), scale)
+
+
 def test_results_go_back_to_the_inputs_device():
     """merge_states, attention_backward and dropout_mask compute in host memory; like the attention calls, they
     return tensors on the device of their inputs (checked with the meta device, which any tensor can move to)."""

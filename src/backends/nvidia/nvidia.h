@@ -5,7 +5,7 @@
  * head dims d and d_v that are multiples of 8 up to 256, every variant
  * (window, softcap, ALiBi, sinks, dropout, bias, masks, block masks, varlen,
  * GQA), scale > 0, views whose offsets and strides are 16-byte multiples, on a device whose probe passed (probe.c); the
- * backward the same with d = d_v (above 128 in two output-dim slices). Every other call goes to the next
+ * backward the same with d = d_v (above 128, TF32 above 64, in two output-dim slices). Every other call goes to the next
  * family.
  */
 #ifndef FLASHCL_BACKENDS_NVIDIA_H

@@ -268,14 +268,11 @@ static int desc_applies(flashcl_context *ctx, flashcl__pass pass, const flashcl_
         snprintf(why, cap, "tensor-core path needs f16 or bf16 storage (or float32 with allow_tf32)");
         return 0;
     }
-    if (is_tf32(d) && pass != FLASHCL__FORWARD) {
-        snprintf(why, cap, "tensor-core backward runs 16-bit storage only (TF32 is forward-only)");
-        return 0;
-    }
     if (is_tf32(d) && (d->head_dim % 8 != 0 || d->head_dim > 128 || d->head_dim_v % 8 != 0 || d->head_dim_v > 128)) {
-        /* Above 128 the float Q staging of 64 rows passes 48 KiB. */
-        snprintf(why, cap, "TF32 forward covers head dims d, d_v that are multiples of 8 up to 128 (not %zu/%zu)",
-                 d->head_dim, d->head_dim_v);
+        /* Above 128 the forward's float Q staging of 64 rows passes 48 KiB, and the backward's
+           float K/V fragments would need slices of less than 64 dims. */
+        snprintf(why, cap, "TF32 covers head dims d, d_v that are multiples of 8 up to 128 (not %zu/%zu)", d->head_dim,
+                 d->head_dim_v);
         return 0;
     }
     if (pass == FLASHCL__FORWARD) {
@@ -421,14 +418,14 @@ int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_
 }
 
 /* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only. */
-static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, size_t dk, int step, int plain,
+static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, size_t dk, int br, int bcq, int plain,
                         int slices, int mb_part, const char *variants, int sm75, int wg) {
     snprintf(out, cap,
-             "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d "
+             "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d "
              "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d -DMMA_WG=%d -DMB_WG=%d "
              "-DMMA_TANH_SFU=%d %s",
-             dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype), sm75, step, step, plain, slices, mb_part, wg != 0, wg,
-             d->softcap > 0.0f, variants);
+             dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype) == 1, sm75, is_tf32(d), br, bcq, plain, slices, mb_part,
+             wg != 0, wg, d->softcap > 0.0f, variants);
 }
 
 /* The backward's dQ kernel on wgmma (cl/flash_bwd_mma.cl's MB_WG): on Hopper after the wgmma probe,
@@ -450,18 +447,25 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
        they were then (MMA_PLAIN; cl/flash_bwd_mma.cl says why). */
     flashcl_attention_desc f32 = *d;
     f32.dtype = FLASHCL_DTYPE_F32;
-    const int plain = flashcl__desc_is_plain(&f32) && d->head_dim % 16 == 0 && d->head_dim >= 32 && d->head_dim <= 128;
+    const int tf32 = is_tf32(d); /* the general kernels only (cl/flash_bwd_mma.cl's MMA_TF32) */
+    const int plain =
+        !tf32 && flashcl__desc_is_plain(&f32) && d->head_dim % 16 == 0 && d->head_dim >= 32 && d->head_dim <= 128;
     flashcl__mma_bwd *w = &((flashcl__mma_plan *)cp)->bwd[plain];
     if (!w->k[0]) {
         /* On Hopper the general kernels' dQ runs on wgmma (MB_WG). Plain and causal calls keep the
            MMA_PLAIN mma.sync dQ, which measured 1.02-1.07x faster than the general one on wgmma. */
-        const int wg = !plain && bwd_wgmma(ctx, d);
+        const int wg = !plain && !tf32 && bwd_wgmma(ctx, d);
         /* dK/dV: 32 query rows per step at d > 64 (registers), 64 below; dQ: 32 or 64 keys per step.
            Above 128: two output slices (the head dim padded to 32 so each is whole 16-dim steps),
-           16 rows / keys per step, and the dK/dV kernel built as a dV part and a dK part. */
-        const int slices = d->head_dim > 128 ? 2 : 1;
+           16 rows / keys per step, and the dK/dV kernel built as a dV part and a dK part. TF32's
+           fragments are twice the registers and its tiles twice the bytes of 16-bit ones at the
+           same d: 32 rows / keys per step up to 64 (64 rows measured the same on an H100), slices
+           above, there with 32 query rows per dK/dV step (its two 32-row tiles fit beside the
+           64-key one; 1.04-1.10x faster than 16 on an H100 at d = 96 and 128) and dQ's 16 keys
+           (two stages of 32 would not fit 48 KiB). */
+        const int slices = d->head_dim > (tf32 ? 64 : 128) ? 2 : 1;
         const size_t dk = slices > 1 ? (d->head_dim + 31) / 32 * 32 : padded_dim(d->head_dim);
-        const int step = slices > 1 ? 16 : dk > 64 ? 32 : 64;
+        const int bcq = slices > 1 ? 16 : dk > 64 || tf32 ? 32 : 64, br = tf32 ? 32 : bcq;
         char variants[256], options[sizeof w->pub.build_options];
         flashcl__variant_options(d, variants, sizeof variants);
         cl_program program = NULL, program_dk = NULL;
@@ -470,7 +474,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         /* Sliced: the dK part's program first (with dQ); then the dV part's (with dot; it owns every
            output dim: cl/flash_bwd_mma.cl's MB_OUT), whose options the plan reports. */
         for (int mb_part = slices > 1 ? 2 : 0; st == FLASHCL_SUCCESS; mb_part = 1) {
-            bwd_options(options, sizeof options, d, dk, step, plain, slices, mb_part, variants,
+            bwd_options(options, sizeof options, d, dk, br, bcq, plain, slices, mb_part, variants,
                         flashcl__nvidia_state_of(ctx)->sm75, wg);
             cl_program *built = mb_part == 2 ? &program_dk : &program;
             if (wg)
@@ -519,7 +523,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         clGetKernelWorkGroupInfo(k[1], ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
         clGetKernelWorkGroupInfo(k[1], ctx->device, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof pm, &pm, NULL);
         snprintf(bp->kernel, sizeof bp->kernel, "flash_bwd_mma");
-        bp->block_rows = step;
+        bp->block_rows = br;
         bp->block_cols = 16 * MMA_WARPS;
         bp->threads_per_row = 1;
         bp->staging = FLASHCL_STAGING_LOCAL;
@@ -532,14 +536,19 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                  "NVIDIA tensor cores (%.100s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
                  "flash_bwd_mma_dkdv (%d keys per work-group, query tiles of %d) and flash_bwd_mma_dq (%d rows per "
                  "work-group, key tiles of %d%s)%s, no atomics; needs all eight views 16-byte aligned (offsets and "
-                 "strides multiples of 8)",
-                 flashcl__nvidia_state_of(ctx)->why, dtype_slot(d->dtype) ? "f16" : "bf16", 16 * MMA_WARPS, step,
-                 16 * MMA_WARPS, step, wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
-                 dsinks ? " and flash_bwd_dsinks" : "");
+                 "strides multiples of %zu)",
+                 flashcl__nvidia_state_of(ctx)->why,
+                 tf32                   ? "tf32 (allow_tf32)"
+                 : dtype_slot(d->dtype) ? "f16"
+                                        : "bf16",
+                 16 * MMA_WARPS, br, 16 * MMA_WARPS, bcq,
+                 wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
+                 dsinks ? " and flash_bwd_dsinks" : "", flashcl__mma_chunk_elems(d));
         if (slices > 1)
             flashcl__appendf(bp->reason, sizeof bp->reason,
-                             "; d > 128: dK/dV as a dV kernel (every output dim) and a dK kernel, whose work-groups "
-                             "own half of the output dims, as dQ's (S and dP recomputed per part and half)");
+                             "; d > %d: dK/dV as a dV kernel (every output dim) and a dK kernel, whose work-groups "
+                             "own half of the output dims, as dQ's (S and dP recomputed per part and half)",
+                             tf32 ? 64 : 128);
         if (dk != d->head_dim)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
         if (!plain && (d->head_dim == 64 || d->head_dim == 128) && flashcl__nvidia_state_of(ctx)->wg_bwd_failed)
