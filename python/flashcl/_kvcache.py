@@ -110,9 +110,11 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     named = [("q", q)] + caches + [("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin),
                                    ("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad),
                                    ("block_table", block_table), ("alibi_slopes", spec.alibi_slopes)]
-    if isinstance(cache_seqlens, (bool, np.bool_)):  # (an Integral, which was taken as 0 or 1 rows)
-        raise _core.ArgumentTypeError(f"cache_seqlens must be an integer or an int32 (batch,) array, got "
-                                      f"{cache_seqlens!r}")
+    # A bool is an Integral, which was taken as 0 or 1 rows; a float is a number but not a row count.
+    if isinstance(cache_seqlens, (bool, np.bool_)) or (isinstance(cache_seqlens, numbers.Number) and
+                                                        not isinstance(cache_seqlens, numbers.Integral)):
+        raise _core.ArgumentTypeError(f"cache_seqlens must be an int, or an int32 (batch,) numpy array or torch "
+                                      f"tensor, got {cache_seqlens!r}")
     if not isinstance(cache_seqlens, numbers.Integral):
         named.append(("cache_seqlens", cache_seqlens))
     torch_kind = _arrays.kind_check(named, required=("q", "k_cache", "v_cache"))

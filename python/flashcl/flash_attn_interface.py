@@ -181,7 +181,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     windowed, else all at cache_seqlens[b]), rotary_interleaved: pairs (0, 1), (2, 3) .. (GPT-J),
     else the halves (GPT-NeoX); q itself is not modified. cache_batch_idx int32 (batch,): the cache
     sequence of each batch entry (contiguous caches). cache_leftpad int32 (batch,): the keys of
-    sequence b start at row cache_leftpad[b] (positions counted from there). causal is bottom-right
+    sequence b start at row cache_leftpad[b] (the causal diagonal and ALiBi distances count from
+    there; rotary positions stay the absolute cache rows, as in flash_attn). causal is bottom-right
     against each sequence's keys; window_size, softcap, alibi_slopes, softmax_scale as in
     flash_attn_func. num_splits: split-KV partitions (0, or any value below 1 as in flash_attn: chosen by the
     library).
