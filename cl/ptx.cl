@@ -289,10 +289,10 @@ inline float ptx_tanh_exact(float x) {
 
 /* The tensor-core kernels' softcap tanh. The backward recomputes P from the forward's LSE, so both
    must take the same tanh: the host sets MMA_TANH_SFU=1 (ptx_tanh) in a backward and in a forward
-   whose backward runs on the tensor cores too (16-bit, d = d_v); a forward whose backward goes to
-   the portable kernels (TF32, d != d_v) keeps ptx_tanh_exact, as they keep OpenCL's tanh. A
-   16-bit forward paired with a portable backward (gradient views not 16-byte aligned) differs by
-   the SFU's error in each softcapped logit. */
+   whose backward runs on the tensor cores too (16-bit or TF32, d = d_v); a forward whose backward
+   goes to the portable kernels (d != d_v) keeps ptx_tanh_exact, as they keep OpenCL's tanh. A
+   tensor-core forward paired with a portable backward (gradient views not 16-byte aligned, or
+   FLASHCL_BWD_KERNEL forcing one) differs by the SFU's error in each softcapped logit. */
 #if defined(MMA_TANH_SFU) && MMA_TANH_SFU
 #define MMA_TANH ptx_tanh
 #else

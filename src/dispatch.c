@@ -6,7 +6,7 @@
 /* Most specific first: a family earlier in the list covers less and runs faster where it does. */
 static const flashcl__backend *const k_backends[] = {
     &flashcl__backend_decode,   /* short queries (decoding): split-KV, GQA rows packed per KV head */
-    &flashcl__backend_nvidia,   /* NVIDIA tensor cores (f16/bf16) when the probe passes */
+    &flashcl__backend_nvidia,   /* NVIDIA tensor cores (f16/bf16; float32 with allow_tf32) when the probe passes */
     &flashcl__backend_cpu,      /* CPUs: float16-lane GEMM micro-kernels (plain float32) */
     &flashcl__backend_portable, /* any device: rows / split / tiles kernels, every variant */
     &flashcl__backend_standard, /* FLASHCL_PATH_STANDARD: the three-kernel baseline */

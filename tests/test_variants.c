@@ -172,6 +172,31 @@ static int expect_kernel(flashcl_context *ctx, flashcl_status st, const flashcl_
     return 0;
 }
 
+/* --tf32: each case at d = d_v = 64 or 128 again at head dims that the kernels pad (40, 72, 120) or
+   slice into uneven steps (96), which no other case reaches in float32: 128 -> 72, 96, 120 and
+   64 -> 40, variants kept. Added only here: elsewhere they would cost every device's runs. */
+static void add_tf32_head_dims(vc_list *cases) {
+    static const struct {
+        size_t from, to;
+    } dims[] = {{128, 72}, {128, 96}, {128, 120}, {64, 40}};
+    const size_t n = cases->count;
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
+        for (size_t i = 0; i < n; i++) {
+            const flashcl_attention_desc *d = &cases->items[i].desc;
+            if (d->head_dim != dims[k].from || (d->head_dim_v && d->head_dim_v != d->head_dim)) continue;
+            if (cases->count == cases->cap) {
+                cases->cap = cases->cap ? 2 * cases->cap : 16;
+                vc_case *grown = realloc(cases->items, cases->cap * sizeof *cases->items);
+                REQUIRE(grown != NULL);
+                cases->items = grown;
+            }
+            vc_case *c = &cases->items[cases->count++];
+            *c = cases->items[i];
+            c->desc.head_dim = dims[k].to;
+            if (c->desc.head_dim_v) c->desc.head_dim_v = dims[k].to;
+        }
+}
+
 /* --tensor-cores: the plans of a covered case must be the tensor-core forward (and backward). */
 static int check_forward_kernel(flashcl_context *ctx, const vp_problem *p, const char *label) {
     if (!g_expect_forward) return 1;
@@ -419,6 +444,7 @@ int main(int argc, char **argv) {
         cases.items[i].desc.dtype = FLASHCL_DTYPE_F32;
         cases.items[i].desc.allow_tf32 = 1;
     }
+    if (g_tf32) add_tf32_head_dims(&cases);
     if (storage != FLASHCL_DTYPE_DEFAULT)
         for (size_t i = 0; i < cases.count; i++) cases.items[i].desc.dtype = storage;
     char desc[400];

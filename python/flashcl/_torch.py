@@ -56,7 +56,9 @@ def _host(x):
 def _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
           softmax_scale, causal, window_left, window_right, softcap, dropout_p, dropout_seed, dropout_offset,
           block_q, block_k, path):
-    """A Spec from the operators' flat arguments (their schema has no objects)."""
+    """A Spec from the operators' flat arguments (their schema has no objects). `path` carries allow_tf32 as a
+    ":tf32" suffix (see _flat)."""
+    path, _, options = path.partition(":")
     return _core.Spec(softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
                       softcap=softcap, alibi_slopes=_host(alibi_slopes), dropout_p=dropout_p,
                       dropout_seed=dropout_seed if dropout_seed >= 0 else None, dropout_offset=dropout_offset,
@@ -64,7 +66,8 @@ def _spec(alibi_slopes, sinks, bias, mask, block_mask, cu_seqlens_q, cu_seqlens_
                       block_size=(block_q, block_k) if block_mask is not None else None,
                       cu_seqlens_q=_host(cu_seqlens_q), cu_seqlens_k=_host(cu_seqlens_k),
                       max_seqlen_q=max_seqlen_q if max_seqlen_q >= 0 else None,
-                      max_seqlen_k=max_seqlen_k if max_seqlen_k >= 0 else None, path=path)
+                      max_seqlen_k=max_seqlen_k if max_seqlen_k >= 0 else None, path=path,
+                      allow_tf32=options == "tf32")
 
 
 def _or_minus_one(n):
@@ -127,7 +130,9 @@ def _flat(spec):
     return (spec.alibi_slopes, spec.sinks, spec.bias, spec.mask, spec.block_mask, spec.cu_seqlens_q,
             spec.cu_seqlens_k, _or_minus_one(max_q), _or_minus_one(max_k), scale, bool(causal), int(left),
             int(right), float(softcap or 0.0), float(dropout_p or 0.0), seed, int(offset or 0), int(bq), int(bk),
-            spec.path, traced, traced_mask)
+            # allow_tf32 rides on the path string, which the forward and the backward operators both take: a new
+            # argument would change both operators' schemas and every caller of them.
+            spec.path + (":tf32" if spec.allow_tf32 else ""), traced, traced_mask)
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor], sinks: Optional[Tensor],

@@ -170,6 +170,31 @@ def test_allow_tf32_backward(rng):
         assert max_err(g, r.grad) <= 1e-2 * scale, (kernel, max_err(g, r.grad), scale)
 
 
+@pytest.mark.parametrize("allow", [False, True])
+def test_allow_tf32_reaches_the_library_through_autograd(rng, monkeypatch, allow):
+    """With torch tensors the forward and the autograd backward run through flashcl's operators: the
+    opt-in must reach both library calls (what decides the TF32 kernels on a GPU)."""
+    torch = pytest.importorskip("torch")
+    from flashcl import _core
+
+    seen = []
+    forward, backward = _core.forward, _core.backward
+
+    def spy_forward(q, k, v, spec, *args, **kwargs):
+        seen.append(("forward", spec.allow_tf32))
+        return forward(q, k, v, spec, *args, **kwargs)
+
+    def spy_backward(dout, q, k, v, out, lse, spec, *args, **kwargs):
+        seen.append(("backward", spec.allow_tf32))
+        return backward(dout, q, k, v, out, lse, spec, *args, **kwargs)
+
+    monkeypatch.setattr(_core, "forward", spy_forward)
+    monkeypatch.setattr(_core, "backward", spy_backward)
+    q, k, v = (x.requires_grad_() for x in _qkv(rng, "torch"))
+    flashcl.attention(q, k, v, causal=True, allow_tf32=allow).sum().backward()
+    assert seen == [("forward", allow), ("backward", allow)]
+
+
 def test_results_go_back_to_the_inputs_device():
     """merge_states, attention_backward and dropout_mask compute in host memory; like the attention calls, they
     return tensors on the device of their inputs (checked with the meta device, which any tensor can move to)."""

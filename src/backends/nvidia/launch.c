@@ -1,9 +1,9 @@
 /*
  * The NVIDIA tensor-core backward (cl/flash_bwd_mma.cl): D = rowsum(dO * O),
  * then dK/dV per key block and dQ per query block (and d(sinks) per head), all
- * after D, no atomics. Above d = 128 dK/dV is two kernels: dV, one work-group
- * per key block owning every output dim, then dK, whose blocks are two
- * work-groups (one per half of the output dims), as dQ's are.
+ * after D, no atomics. Above d = 128 (TF32: 64) dK/dV is two kernels: dV, one
+ * work-group per key block owning every output dim, then dK, whose blocks are
+ * two work-groups (one per half of the output dims); dQ owns every output dim.
  */
 #include "nvidia.h"
 #include "../../backward_args.h"
@@ -47,9 +47,9 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     const size_t g_dot[3] = {(msq + dot_wg - 1) / dot_wg * dot_wg, d->heads_q, d->batch};
     const size_t sl = (size_t)plan->slices; /* work-groups per block: one per output slice */
     const size_t g_keys[3] = {(msk + bl - 1) / bl * wg * sl, d->heads_kv, d->batch};
-    const size_t g_dv[3] = {(msk + bl - 1) / bl * wg, d->heads_kv, d->batch}; /* the sliced dV part: every dim */
-    const size_t g_rows[3] = {(msq + bl - 1) / bl * wg * sl, d->heads_q, d->batch};
-    const size_t g_sinks[3] = {sw, d->heads_q, 1}; /* one work-group per head */
+    const size_t g_dv[3] = {(msk + bl - 1) / bl * wg, d->heads_kv, d->batch};  /* the sliced dV part: every dim */
+    const size_t g_rows[3] = {(msq + bl - 1) / bl * wg, d->heads_q, d->batch}; /* dQ: every output dim */
+    const size_t g_sinks[3] = {sw, d->heads_q, 1};                             /* one work-group per head */
     flashcl__chain chain;
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
     if (st != FLASHCL_SUCCESS) return st;

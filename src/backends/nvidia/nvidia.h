@@ -23,7 +23,7 @@ typedef struct flashcl__mma_bwd {
     cl_kernel k[4];
     cl_kernel dsinks; /* cl/flash_bwd.cl's flash_bwd_dsinks, with sinks */
     int plain;        /* built with MMA_PLAIN: dK/dV and dQ take causal as their last argument */
-    int slices;       /* output-dim slices of dK and dQ per key / row block: 1, or 2 above d = 128 */
+    int slices;       /* output-dim slices of dK per key block: 1, or 2 above d = 128 (TF32: 64) */
     flashcl_plan pub; /* what flashcl_backward_plan_query reports */
 } flashcl__mma_bwd;
 

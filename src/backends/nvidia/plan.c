@@ -460,8 +460,8 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
            16 rows / keys per step, and the dK/dV kernel built as a dV part and a dK part. TF32's
            fragments are twice the registers and its tiles twice the bytes of 16-bit ones at the
            same d: 32 rows / keys per step up to 64 (64 rows measured the same on an H100), slices
-           above, there with 32 query rows per dK/dV step (its two 32-row tiles fit beside the
-           64-key one; 1.04-1.10x faster than 16 on an H100 at d = 96 and 128) and dQ's 16 keys
+           above, there with 32 query rows per dK/dV step (its two 32-row tiles fit in the space of
+           the 64-key one; 1.04-1.10x faster than 16 on an H100 at d = 96 and 128) and dQ's 16 keys
            (two stages of 32 would not fit 48 KiB). */
         const int slices = d->head_dim > (tf32 ? 64 : 128) ? 2 : 1;
         const size_t dk = slices > 1 ? (d->head_dim + 31) / 32 * 32 : padded_dim(d->head_dim);
@@ -471,7 +471,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         cl_program program = NULL, program_dk = NULL;
         static const char *const names[3] = {"flash_bwd_mma_dot", "flash_bwd_mma_dkdv", "flash_bwd_mma_dq"};
         cl_kernel k[4] = {NULL, NULL, NULL, NULL}, dsinks = NULL;
-        /* Sliced: the dK part's program first (with dQ); then the dV part's (with dot; it owns every
+        /* Sliced: the dK part's program first; then the dV part's (with dot and dQ, which own every
            output dim: cl/flash_bwd_mma.cl's MB_OUT), whose options the plan reports. */
         for (int mb_part = slices > 1 ? 2 : 0; st == FLASHCL_SUCCESS; mb_part = 1) {
             bwd_options(options, sizeof options, d, dk, br, bcq, plain, slices, mb_part, variants,
@@ -485,8 +485,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             if (mb_part != 2) break;
             if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program_dk, names[1], &k[3]);
         }
-        for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i)
-            st = flashcl__create_kernel(ctx, i == 2 && program_dk ? program_dk : program, names[i], &k[i]);
+        for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
         const int wg_failed = wg && st != FLASHCL_SUCCESS; /* the wgmma program or its kernels, not d(sinks) */
         if (st == FLASHCL_SUCCESS && d->sinks) {
             /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
@@ -533,10 +532,10 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         snprintf(bp->origin, sizeof bp->origin, "vendor");
         snprintf(bp->build_options, sizeof bp->build_options, "%s", options);
         snprintf(bp->reason, sizeof bp->reason,
-                 "NVIDIA tensor cores (%.100s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), then "
-                 "flash_bwd_mma_dkdv (%d keys per work-group, query tiles of %d) and flash_bwd_mma_dq (%d rows per "
-                 "work-group, key tiles of %d%s)%s, no atomics; needs all eight views 16-byte aligned (offsets and "
-                 "strides multiples of %zu)",
+                 "NVIDIA tensor cores (%.100s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), "
+                 "flash_bwd_mma_dkdv (%d keys per work-group, %d-row query tiles), flash_bwd_mma_dq (%d rows per "
+                 "work-group, %d-key tiles%s)%s, no atomics; all eight views 16-byte aligned (offsets, strides "
+                 "multiples of %zu)",
                  flashcl__nvidia_state_of(ctx)->why,
                  tf32                   ? "tf32 (allow_tf32)"
                  : dtype_slot(d->dtype) ? "f16"
@@ -545,15 +544,17 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                  wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
                  dsinks ? " and flash_bwd_dsinks" : "", flashcl__mma_chunk_elems(d));
         if (slices > 1)
-            flashcl__appendf(bp->reason, sizeof bp->reason,
-                             "; d > %d: dK/dV as a dV kernel (every output dim) and a dK kernel, whose work-groups "
-                             "own half of the output dims, as dQ's (S and dP recomputed per part and half)",
+            flashcl__appendf(bp->reason, sizeof bp->reason, "; d > %d: a dV kernel and a dK kernel over half the dims",
                              tf32 ? 64 : 128);
         if (dk != d->head_dim)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; head dim padded to %zu inside the kernels", dk);
-        if (!plain && (d->head_dim == 64 || d->head_dim == 128) && flashcl__nvidia_state_of(ctx)->wg_bwd_failed)
+        /* (TF32 never takes wgmma: a failed 16-bit wgmma build is not its reason) */
+        if (!plain && !tf32 && (d->head_dim == 64 || d->head_dim == 128) &&
+            flashcl__nvidia_state_of(ctx)->wg_bwd_failed)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; not wgmma: %s",
                              flashcl__nvidia_state_of(ctx)->wg_bwd_why);
+        if (strlen(bp->reason) + 1 >= sizeof bp->reason)
+            flashcl__mark_truncated(bp->reason, sizeof bp->reason);
     }
     *out = w;
     return FLASHCL_SUCCESS;
