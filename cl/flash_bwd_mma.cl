@@ -310,10 +310,10 @@ typedef uint mb_at;
    8 half n & 1 of A fragment n >> 1, rounded to TF32: column 2c is k = c, 2c + 1 is k = c + 4. */
 #define MB_PACK_A(pf, n, v0, v1, v2, v3)                                                                               \
     do {                                                                                                               \
-        pf[(n) >> 1][((n)&1) * 4 + 0] = ptx_tf32(v0);                                                                 \
-        pf[(n) >> 1][((n)&1) * 4 + 1] = ptx_tf32(v2);                                                                 \
-        pf[(n) >> 1][((n)&1) * 4 + 2] = ptx_tf32(v1);                                                                 \
-        pf[(n) >> 1][((n)&1) * 4 + 3] = ptx_tf32(v3);                                                                 \
+        pf[(n) >> 1][((n)&1) * 4 + 0] = ptx_tf32(v0);                                                                  \
+        pf[(n) >> 1][((n)&1) * 4 + 1] = ptx_tf32(v2);                                                                  \
+        pf[(n) >> 1][((n)&1) * 4 + 2] = ptx_tf32(v1);                                                                  \
+        pf[(n) >> 1][((n)&1) * 4 + 3] = ptx_tf32(v3);                                                                  \
     } while (0)
 #else
 #define MB_MMA_PB(acc, pf, at, NK, ND, col0)                                                                           \
@@ -338,7 +338,7 @@ typedef uint mb_at;
     _Pragma("unroll") for (int n_ = 0; n_ < (NT) / 8; ++n_) {                                                          \
         const int qc_ = n_ * 8 + ((lane)&3) * 2;                                                                       \
         const float d0_ = (dsum)[qc_], d1_ = (dsum)[qc_ + 1];                                                          \
-        MB_PACK_A(pf, n_, s[n_][0] * (dp[n_][0] - d0_), s[n_][1] * (dp[n_][1] - d1_), s[n_][2] * (dp[n_][2] - d0_),  \
+        MB_PACK_A(pf, n_, s[n_][0] * (dp[n_][0] - d0_), s[n_][1] * (dp[n_][1] - d1_), s[n_][2] * (dp[n_][2] - d0_),    \
                   s[n_][3] * (dp[n_][3] - d1_));                                                                       \
     }
 
@@ -857,7 +857,7 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
 #undef MB_SM_E
 }
 
-#if MB_PART != 2 /* the sliced dK part's program has no dQ kernel (MB_OUT above) */
+#if MB_PART != 2 /* the sliced dK part's program has no dQ kernel: dQ owns every output dim (MB_OUT above) */
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, VIEW_ARGS(k),
                  __global const mb_t *V, VIEW_ARGS(v), __global const mb_t *dO, VIEW_ARGS(do),
@@ -878,8 +878,7 @@ flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, V
 
     const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
     /* Heaviest (causal) blocks first. */
-    const int block = (int)(get_num_groups(0) / MB_WG_PER_BLOCK) - 1 - (int)(get_group_id(0) / MB_WG_PER_BLOCK);
-    const int out0 = (int)(get_group_id(0) % MB_WG_PER_BLOCK) * MB_OUT; /* my output dims */
+    const int block = (int)get_num_groups(0) - 1 - (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     const long q0 = (long)block * MMA_BWD_BC;
@@ -1010,12 +1009,12 @@ flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, V
             }
             MB_PACK_A(pf, n, ds[0], ds[1], ds[2], ds[3]);
         }
-        /* dQ += dS K (k = keys), my output dims. */
+        /* dQ += dS K (k = keys), every output dim. */
 #if MB_WG
         /* K read transposed (keys are k, d is n): column blocks MMA_BWD_BCQ * 128 B apart, 2048 B per k step. */
         WG_PV(MB_WG_OR, MB_WG_STEPS, dq, pf, wg_desc(ptx_smem_addr(ks), MMA_BWD_BCQ * 8, 64), (ulong)128);
 #else
-        MB_MMA_PB(dq, pf, ks_k + so, MMA_BWD_BCQ, MB_ODT, out0);
+        MB_MMA_PB(dq, pf, ks_k + so, MMA_BWD_BCQ, MB_DT, 0);
 #endif /* MB_WG */
         kv0 = next;
     }
@@ -1024,7 +1023,7 @@ flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, V
 #if MB_WG
 #undef MB_TILE_E
 #endif
-    mb_store(dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr, dq_sr, q0 + warp * 16, hd.sq, lane, scale, dq, out0);
+    mb_store(dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr, dq_sr, q0 + warp * 16, hd.sq, lane, scale, dq, 0);
 #undef MB_QB_E
 #undef MB_KT_E
 #undef MB_QB_STAGE

@@ -176,21 +176,13 @@ static int expect_kernel(flashcl_context *ctx, flashcl_status st, const flashcl_
    slice into uneven steps (96), which no other case reaches in float32: 128 -> 72, 96, 120 and
    64 -> 40, variants kept. Added only here: elsewhere they would cost every device's runs. */
 static void add_tf32_head_dims(vc_list *cases) {
-    static const struct {
-        size_t from, to;
-    } dims[] = {{128, 72}, {128, 96}, {128, 120}, {64, 40}};
+    static const struct { size_t from, to; } dims[] = {{128, 72}, {128, 96}, {128, 120}, {64, 40}};
     const size_t n = cases->count;
     for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
         for (size_t i = 0; i < n; i++) {
             const flashcl_attention_desc *d = &cases->items[i].desc;
             if (d->head_dim != dims[k].from || (d->head_dim_v && d->head_dim_v != d->head_dim)) continue;
-            if (cases->count == cases->cap) {
-                cases->cap = cases->cap ? 2 * cases->cap : 16;
-                vc_case *grown = realloc(cases->items, cases->cap * sizeof *cases->items);
-                REQUIRE(grown != NULL);
-                cases->items = grown;
-            }
-            vc_case *c = &cases->items[cases->count++];
+            vc_case *c = vc_list_add(cases); /* (may move the items: copy by index) */
             *c = cases->items[i];
             c->desc.head_dim = dims[k].to;
             if (c->desc.head_dim_v) c->desc.head_dim_v = dims[k].to;

@@ -7,8 +7,7 @@
 
 #include "testutil.h"
 
-static vc_case *push(vc_list *l, const char *name, flashcl_dtype dtype, size_t b, size_t hq, size_t hkv, size_t sq,
-                     size_t sk, size_t d, size_t dv, int causal) {
+vc_case *vc_list_add(vc_list *l) {
     if (l->count == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 32;
         l->items = realloc(l->items, l->cap * sizeof *l->items);
@@ -16,6 +15,12 @@ static vc_case *push(vc_list *l, const char *name, flashcl_dtype dtype, size_t b
     }
     vc_case *c = &l->items[l->count++];
     memset(c, 0, sizeof *c);
+    return c;
+}
+
+static vc_case *push(vc_list *l, const char *name, flashcl_dtype dtype, size_t b, size_t hq, size_t hkv, size_t sq,
+                     size_t sk, size_t d, size_t dv, int causal) {
+    vc_case *c = vc_list_add(l);
     c->desc = (flashcl_attention_desc)FLASHCL_ATTENTION_DESC_INIT;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->desc.dtype = dtype;

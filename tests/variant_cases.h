@@ -49,6 +49,8 @@ void variant_cases_all(vc_list *list);
 /* A few tiny cases with every feature on (what the Oclgrind runs use). */
 void variant_cases_quick(vc_list *list);
 void vc_list_free(vc_list *list);
+/* A new zeroed case at the end of the list (which grows as needed; earlier item pointers may move). */
+vc_case *vc_list_add(vc_list *list);
 
 /* One line naming the case's sizes and features. */
 void vc_describe(const vc_case *c, char *buf, size_t size);

@@ -337,6 +337,7 @@ class _FirstOrderOnly(torch.autograd.Function):
 
 
 def _no_data(x):
+    """What x is when it holds no data (a meta or fake tensor), in words; None when it holds data."""
     return "on device meta" if x.device.type == "meta" else "a fake tensor (FakeTensorMode)" if _is_fake(x) else None
 
 
@@ -357,8 +358,8 @@ def _check_data(inputs, spec, packing):
                                  "real, or all meta/fake for shapes only)")
         return
     for name, x in list(zip(names, inputs)) + spec.arrays():
-        if x is not None and (x.device.type == "meta" or _is_fake(x)):
-            what = "on device meta" if x.device.type == "meta" else "a fake tensor (FakeTensorMode)"
+        what = None if x is None else _no_data(x)
+        if what is not None:
             raise ValueError(f"{name} is {what}, which holds no data, but {names[0]} holds data: pass tensors of "
                              "one kind (all real, or all meta/fake for shapes only)")
 

@@ -5,8 +5,8 @@
  * head dims d and d_v that are multiples of 8 up to 256, every variant
  * (window, softcap, ALiBi, sinks, dropout, bias, masks, block masks, varlen,
  * GQA), scale > 0, views whose offsets and strides are 16-byte multiples, on a device whose probe passed (probe.c); the
- * backward the same with d = d_v (above 128, TF32 above 64, in two output-dim slices). Every other call goes to the next
- * family.
+ * backward the same with d = d_v (dK/dV above 128, TF32 above 64, in two output-dim slices). Every other call goes to
+ * the next family.
  */
 #ifndef FLASHCL_BACKENDS_NVIDIA_H
 #define FLASHCL_BACKENDS_NVIDIA_H
@@ -17,9 +17,9 @@
 
 /* The backward kernels of one build. */
 typedef struct flashcl__mma_bwd {
-    /* flash_bwd_mma_dot, _dkdv, _dq, and with head dims above 128 (slices = 2) k[1] is the
-       dV-only build of _dkdv (one work-group per key block, every output dim) and k[3] the
-       dK-only one (one per block and slice, as _dq; cl/flash_bwd_mma.cl's MB_PART) */
+    /* flash_bwd_mma_dot, _dkdv, _dq, and when sliced (slices = 2) k[1] is the dV-only build of
+       _dkdv (one work-group per key block, every output dim, built with _dot and _dq) and k[3]
+       the dK-only one (one work-group per block and slice; cl/flash_bwd_mma.cl's MB_PART) */
     cl_kernel k[4];
     cl_kernel dsinks; /* cl/flash_bwd.cl's flash_bwd_dsinks, with sinks */
     int plain;        /* built with MMA_PLAIN: dK/dV and dQ take causal as their last argument */
