@@ -157,6 +157,11 @@ inline float16 flashcl_exp2_16(float16 x) {
     for (type v##_base = 0, v = (lid); v##_base < (n); v##_base += (wg), v = v##_base + (lid))                         \
         if ((n) % (wg) == 0 || v < (n))
 
+/* A float4's lanes into 4 consecutive private floats, and 4 of them back into a float4: the tiles kernels
+   hold a tile's 16-byte global loads in private arrays until the products before its __local stores end. */
+#define FLASHCL_UNPACK4(dst, f4) ((dst)[0] = (f4).x, (dst)[1] = (f4).y, (dst)[2] = (f4).z, (dst)[3] = (f4).w)
+#define FLASHCL_PACK4(src) ((float4)((src)[0], (src)[1], (src)[2], (src)[3]))
+
 /* n consecutive floats from (to) 16-byte aligned __local memory, as float4 accesses where n
    is a multiple of 4, else one float at a time. The "% (n)" keeps indices in range when n < 4, where
    that branch is dead code. One 16-byte access is one instruction where four were: the tiles kernels'

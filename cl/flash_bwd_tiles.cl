@@ -133,7 +133,7 @@ inline void bwdt_load_slice(float *v, int n, __global const store_t *base, ulong
             const long row = first + e / 4;
             const float4 x =
                 (row < end && c < dim) ? FLASHCL_LOAD4_ALIGNED(base, row * stride + c) * mul : (float4)(0.0f);
-            v[4 * t] = x.x, v[4 * t + 1] = x.y, v[4 * t + 2] = x.z, v[4 * t + 3] = x.w;
+            FLASHCL_UNPACK4(v + 4 * t, x);
         }
         return;
     }
@@ -178,7 +178,7 @@ inline void bwdt_load_rows(float *v, __global const store_t *base, ulong stride,
             const int r = 4 * e / dim, c = 4 * e - r * dim, t = e_base / WG_ITEMS;
             const long row = first + r;
             const float4 x = row < end ? FLASHCL_LOAD4_ALIGNED(base, row * stride + c) : (float4)(0.0f);
-            v[4 * t] = x.x, v[4 * t + 1] = x.y, v[4 * t + 2] = x.z, v[4 * t + 3] = x.w;
+            FLASHCL_UNPACK4(v + 4 * t, x);
         }
         return;
     }
@@ -194,7 +194,7 @@ inline void bwdt_store_rows(__local float *dst, const float *v, int dim, int lid
     if (vec) {
         FLASHCL_SHARED_FOR(int, e, ROW_SLICE *dim / 4, lid, WG_ITEMS) {
             const int t = e_base / WG_ITEMS;
-            vstore4((float4)(v[4 * t], v[4 * t + 1], v[4 * t + 2], v[4 * t + 3]), e, dst);
+            vstore4(FLASHCL_PACK4(v + 4 * t), e, dst);
         }
         return;
     }

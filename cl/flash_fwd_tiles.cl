@@ -162,14 +162,14 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
             const long qi_ = row0 + e_ / 4;                                                                            \
             const float4 x_ = qi_ < hd.sq ? FLASHCL_LOAD4_ALIGNED(Qb, qi_ * q_sr + (c0) + (e_ % 4) * 4) * scale_log2   \
                                           : (float4)(0.0f);                                                            \
-            q_next[4 * u_] = x_.x, q_next[4 * u_ + 1] = x_.y, q_next[4 * u_ + 2] = x_.z, q_next[4 * u_ + 3] = x_.w;    \
+            FLASHCL_UNPACK4(q_next + 4 * u_, x_);                                                                      \
         }                                                                                                              \
         for (int u_ = 0; u_ < TILE_N / 4; ++u_) {                                                                      \
             const int e_ = lid + u_ * GRID * GRID;                                                                     \
             const long kj_ = key0 + e_ / 4;                                                                            \
             const float4 x_ =                                                                                          \
                 kj_ < hd.sk ? FLASHCL_LOAD4_ALIGNED(Kb, kj_ * k_sr + (c0) + (e_ % 4) * 4) : (float4)(0.0f);            \
-            k_next[4 * u_] = x_.x, k_next[4 * u_ + 1] = x_.y, k_next[4 * u_ + 2] = x_.z, k_next[4 * u_ + 3] = x_.w;    \
+            FLASHCL_UNPACK4(k_next + 4 * u_, x_);                                                                      \
         }                                                                                                              \
     } while (0)
 #define STORE_QK_VEC()                                                                                                 \
@@ -201,14 +201,13 @@ flash_fwd_tiles(__global const store_t *Q, VIEW_ARGS(q), __global const store_t 
             const long kj_ = key0 + (j0) + r_;                                                                         \
             const float4 x_ =                                                                                          \
                 (kj_ < hd.sk && c_ < HEAD_DIM_V) ? FLASHCL_LOAD4_ALIGNED(Vb, kj_ * v_sr + c_) : (float4)(0.0f);        \
-            v_next[4 * u_] = x_.x, v_next[4 * u_ + 1] = x_.y, v_next[4 * u_ + 2] = x_.z, v_next[4 * u_ + 3] = x_.w;    \
+            FLASHCL_UNPACK4(v_next + 4 * u_, x_);                                                                      \
         }                                                                                                              \
     } while (0)
 #define STORE_V_VEC()                                                                                                  \
     do {                                                                                                               \
         for (int u_ = 0; u_ < V_SHARE / 4; ++u_)                                                                       \
-            vstore4((float4)(v_next[4 * u_], v_next[4 * u_ + 1], v_next[4 * u_ + 2], v_next[4 * u_ + 3]), 0,           \
-                    vstage + 4 * (lid + u_ * GRID * GRID));                                                            \
+            vstore4(FLASHCL_PACK4(v_next + 4 * u_), 0, vstage + 4 * (lid + u_ * GRID * GRID));                         \
     } while (0)
 #else
     const int vec_v = 0;
