@@ -323,9 +323,29 @@ int main(void) {
         {1, 2, 2, 150, 700, 128, 0, 0, 0, 0, 1}, /* ramp: the forward's online max grows tile after tile */
         {1, 2, 1, 200, 300, 64, 1, 1, 0, 0, 1},  /* ramp, f16, causal, GQA */
     };
+    /* On sm_80+ the plain backward's dQ reads the dK/dV kernel's dS above d = 64 (flash_bwd_mma_dq_ds; the
+       probe's d is 128); with
+       FLASHCL_BWD_DS=0 it recomputes dS (flash_bwd_mma_dq), the way it goes where the scratch would
+       not fit: the cases run once more that way. */
+    int ds_form = 0;
+    if (vendor) {
+        flashcl_attention_desc plain = probe;
+        plain.seqlen_k = 64;
+        flashcl_plan pp;
+        CHECK_STATUS(flashcl_backward_plan_query(ctx, &plain, &pp), FLASHCL_SUCCESS);
+        ds_form = strstr(pp.reason, "flash_bwd_mma_dq_ds") != NULL;
+        const char *sm75_env = getenv("FLASHCL_MMA_SM75");
+        if (cc_major >= 8 && !(sm75_env && strcmp(sm75_env, "1") == 0)) CHECK(ds_form);
+    }
     const size_t ncases = vendor ? sizeof cases / sizeof cases[0] : 2; /* fallback: a sample */
-    for (int form = 0; form < (wgmma ? 2 : 1); ++form) {
-        if (form == 1) { /* the same cases in the mma.sync form */
+    const int forms = (wgmma ? 2 : 1) + ds_form;
+    for (int form = 0; form < forms; ++form) {
+        if (form > 0 && form == forms - 1 && ds_form) { /* dQ recomputing dS */
+            flashcl_context_destroy(ctx);
+            setenv("FLASHCL_BWD_DS", "0", 1);
+            ctx = tu_context_create();
+            printf("FLASHCL_BWD_DS=0: the plain backward's dQ recomputes dS\n");
+        } else if (form == 1) { /* the same cases in the mma.sync form */
             flashcl_context_destroy(ctx);
             setenv("FLASHCL_WGMMA", "0", 1);
             ctx = tu_context_create();

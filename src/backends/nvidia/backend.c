@@ -69,6 +69,15 @@ static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, cons
     return st;
 }
 
+/* D, and for a plain backward whose dQ reads dS, the dS scratch (launch.c). */
+static size_t nvidia_scratch_bytes(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d) {
+    size_t bytes = flashcl__bwd_dsum_scratch_bytes(ctx, pass, d), keys = 0, pitch = 0;
+    const flashcl__mma_bwd *w = NULL;
+    if (pass == FLASHCL__BACKWARD && flashcl__mma_backward_plan_for(ctx, d, &w) == FLASHCL_SUCCESS)
+        bytes += flashcl__mma_ds_bytes(ctx, d, w, &keys, &pitch);
+    return bytes;
+}
+
 static void nvidia_release(flashcl_context *ctx) {
     flashcl__nvidia_state *state = ctx->family[FLASHCL__FAMILY_NVIDIA];
     if (!state) return;
@@ -82,7 +91,7 @@ const flashcl__backend flashcl__backend_nvidia = {
     FLASHCL_PATH_FLASH,
     nvidia_covers,
     nvidia_plan,
-    flashcl__bwd_dsum_scratch_bytes,
+    nvidia_scratch_bytes,
     flashcl__mma_forward,
     flashcl__mma_backward,
     nvidia_release,

@@ -8,7 +8,27 @@
 #include "nvidia.h"
 #include "../../backward_args.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define MMA_BWD_BLOCK 64 /* 16 * MMA_WARPS: keys per dK/dV work-group, rows per dQ work-group */
+
+/* The dS scratch of a plain build (cl/flash_bwd_mma.cl's MB_DS): per (sequence, query head) one
+   key-major bf16/f16 matrix, keys rounded up to 64-blocks, query columns to dQ blocks; 0 when the
+   call keeps flash_bwd_mma_dq: no MB_DS build, FLASHCL_BWD_DS=0 (for measurements), or more than
+   an eighth of the device memory (the scratch stays with the context until it is released or
+   destroyed; a bound that leaves a training step's own memory to it). */
+size_t flashcl__mma_ds_bytes(const flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_bwd *plan,
+                             size_t *keys, size_t *pitch) {
+    const size_t bl = MMA_BWD_BLOCK, rows = plan->dq_ds_rows > 0 ? (size_t)plan->dq_ds_rows : bl;
+    *keys = (d->max_seqlen_k + bl - 1) / bl * bl;
+    *pitch = (d->max_seqlen_q + rows - 1) / rows * rows; /* whole dQ blocks */
+    const char *env = getenv("FLASHCL_BWD_DS");
+    if (!plan->dq_ds || (env && strcmp(env, "0") == 0) || *keys == 0 || *pitch == 0) return 0;
+    const double bytes = (double)d->batch * (double)d->heads_q * (double)*keys * (double)*pitch * 2.0;
+    if (bytes > (double)ctx->info.global_mem_bytes / 8 || bytes > (double)ctx->info.max_alloc_bytes) return 0;
+    return (size_t)bytes;
+}
 
 flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *call) {
     const flashcl_attention_desc *d = call->d;
@@ -16,9 +36,17 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     const flashcl__mma_bwd *plan = NULL;
     flashcl_status st = flashcl__mma_backward_plan_for(ctx, d, &plan);
     if (st != FLASHCL_SUCCESS) return st;
-    cl_mem dsum = NULL;
+    cl_mem dsum = NULL, ds = NULL;
     st = flashcl__bwd_dsum(ctx, d, &dsum);
     if (st != FLASHCL_SUCCESS) return st;
+    size_t ds_keys = 0, ds_pitch = 0;
+    const size_t ds_bytes = flashcl__mma_ds_bytes(ctx, d, plan, &ds_keys, &ds_pitch);
+    /* A device too full for the scratch (training near its memory) recomputes dS instead. */
+    if (ds_bytes &&
+        flashcl__scratch(ctx, FLASHCL__SCRATCH_SCORES, ds_bytes, "backward: dS for dQ", &ds) != FLASHCL_SUCCESS) {
+        flashcl__clear_error(ctx);
+        ds = NULL;
+    }
 
     /* Totals (packed rows with varlen): the kernels find each sequence through cu_seqlens. */
     const int want_dsinks = d->dsinks != NULL && plan->dsinks != NULL;
@@ -27,14 +55,23 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     flashcl__arg_bwd_dot(&dot, call, dsum);
     st = flashcl__args_check(ctx, &dot);
     /* k[3], the dK-only part of a sliced build, takes the dK/dV kernel's arguments. */
+    /* dQ's kernel: from dS (its arguments flash_bwd_mma_dq's and the scratch's), or recomputing it. */
+    cl_kernel dq = ds ? plan->dq_ds : plan->k[2];
+    const char *dq_name = ds ? "flash_bwd_mma_dq_ds" : names[2];
     for (int m = 1; m < 4 && st == FLASHCL_SUCCESS; ++m) {
         if (!plan->k[m]) continue;
-        flashcl__args a = flashcl__args_for(plan->k[m], names[m == 3 ? 1 : m]);
+        flashcl__args a =
+            m == 2 ? flashcl__args_for(dq, dq_name) : flashcl__args_for(plan->k[m], names[m == 3 ? 1 : m]);
         flashcl__arg_bwd_main(&a, call, dsum, m == 2);
         if (plan->plain)
             flashcl__arg_int(&a, d->causal != 0); /* MMA_PLAIN kernels: causal is their last argument */
         else
             flashcl__arg_variants(&a, d, views[FLASHCL__VQ].buffer);
+        if (plan->dq_ds && (m == 1 || ds)) { /* the dK/dV kernel's store (a pitch of 0: none) and dQ's read */
+            flashcl__arg_mem(&a, ds ? ds : dsum);
+            flashcl__arg_ulong(&a, ds_keys);
+            flashcl__arg_ulong(&a, ds ? ds_pitch : 0);
+        }
         st = flashcl__args_check(ctx, &a);
     }
     if (st == FLASHCL_SUCCESS && want_dsinks) st = flashcl__bwd_dsinks_args(ctx, plan->dsinks, call, dsum);
@@ -57,7 +94,9 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     int last[4], n = 0;
     last[n++] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, plan->k[3] ? g_dv : g_keys, main_local, e_dot);
     if (plan->k[3]) last[n++] = flashcl__chain_launch(&chain, plan->k[3], names[1], 3, g_keys, main_local, e_dot);
-    last[n++] = flashcl__chain_launch(&chain, plan->k[2], names[2], 3, g_rows, main_local, e_dot);
+    /* From dS, dQ waits for the dK/dV kernel that writes it. */
+    const size_t dsq = (size_t)plan->dq_ds_rows, g_ds[3] = {ds ? (msq + dsq - 1) / dsq * wg : 0, d->heads_q, d->batch};
+    last[n++] = flashcl__chain_launch(&chain, dq, dq_name, 3, ds ? g_ds : g_rows, main_local, ds ? last[0] : e_dot);
     if (want_dsinks)
         last[n++] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, sink_local, e_dot);
     return flashcl__chain_end(&chain, n, last, call->event);

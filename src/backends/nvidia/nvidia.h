@@ -22,6 +22,8 @@ typedef struct flashcl__mma_bwd {
        the dK-only one (one work-group per block and slice; cl/flash_bwd_mma.cl's MB_PART) */
     cl_kernel k[4];
     cl_kernel dsinks; /* cl/flash_bwd.cl's flash_bwd_dsinks, with sinks */
+    cl_kernel dq_ds;  /* MMA_PLAIN 16-bit builds (MB_DS): dQ from the dK/dV kernel's dS (launch.c) */
+    int dq_ds_rows;   /* its query rows per work-group (MB_DSQ_ROWS) */
     int plain;        /* built with MMA_PLAIN: dK/dV and dQ take causal as their last argument */
     int slices;       /* output-dim slices of dK per key block: 1, or 2 above d = 128 (TF32: 64) */
     flashcl_plan pub; /* what flashcl_backward_plan_query reports */
@@ -78,6 +80,10 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
 void flashcl__mma_release_plans(flashcl__nvidia_state *state);
 
 flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *call);
+/* Bytes of the dS scratch a plain backward uses for dQ (launch.c), 0 when it recomputes dS; the
+   scratch's key rows and query columns. */
+size_t flashcl__mma_ds_bytes(const flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_bwd *plan,
+                             size_t *keys, size_t *pitch);
 flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *call);
 
 #endif

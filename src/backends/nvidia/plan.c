@@ -418,14 +418,29 @@ int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_
 }
 
 /* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only. */
+/* Whether a plain build's dQ reads the dK/dV kernel's dS (cl/flash_bwd_mma.cl's MB_DS) instead of
+   recomputing it: above d = 64, where recomputing S and dP costs more than storing dS. H100, bf16
+   backward ms, recompute -> dS (two rounds): b4 h16 N4096 d128 7.77 -> 6.52 (1.19x), b2 hq32 hkv8
+   N8192 d128 causal 15.96 -> 13.73 (1.16x); but b16 h16 N1024 d64 1.167 -> 1.207 (0.97x): its
+   dK/dV kernel, 0.69 ms, took 0.22 ms more for the stores, more than dQ saved. */
+static int ds_wanted(int plain, int sm75, size_t dk) { return plain && !sm75 && dk > 64; }
+
+/* 16-row m-tiles per warp of flash_bwd_mma_dq_ds (MB_DSQ_MT: 128 or 64 query rows per work-group):
+   2, whose K tiles serve twice the rows (dQ kernel 1.32 -> 1.07 ms at d128 above);
+   FLASHCL_BWD_DS_MT=1 gives 1 for measurements, read when a backward is first built. */
+static int ds_m_tiles(void) {
+    const char *env = getenv("FLASHCL_BWD_DS_MT");
+    return env && strcmp(env, "1") == 0 ? 1 : 2;
+}
+
 static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, size_t dk, int br, int bcq, int plain,
                         int slices, int mb_part, const char *variants, int sm75, int wg) {
     snprintf(out, cap,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d "
              "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d -DMMA_WG=%d -DMB_WG=%d "
-             "-DMMA_TANH_SFU=%d %s",
+             "-DMB_DS=%d -DMB_DSQ_MT=%d -DMMA_TANH_SFU=%d %s",
              dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype) == 1, sm75, is_tf32(d), br, bcq, plain, slices, mb_part,
-             wg != 0, wg, d->softcap > 0.0f, variants);
+             wg != 0, wg, ds_wanted(plain, sm75, dk), ds_m_tiles(), d->softcap > 0.0f, variants);
 }
 
 /* The backward's dQ kernel on wgmma (cl/flash_bwd_mma.cl's MB_WG): on Hopper after the wgmma probe,
@@ -486,6 +501,9 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program_dk, names[1], &k[3]);
         }
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
+        cl_kernel dq_ds = NULL; /* built with MB_DS (bwd_options) */
+        if (st == FLASHCL_SUCCESS && ds_wanted(plain, flashcl__nvidia_state_of(ctx)->sm75, dk))
+            st = flashcl__create_kernel(ctx, program, "flash_bwd_mma_dq_ds", &dq_ds);
         const int wg_failed = wg && st != FLASHCL_SUCCESS; /* the wgmma program or its kernels, not d(sinks) */
         if (st == FLASHCL_SUCCESS && d->sinks) {
             /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
@@ -500,6 +518,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             for (int i = 0; i < 4; ++i)
                 if (k[i]) clReleaseKernel(k[i]);
             if (dsinks) clReleaseKernel(dsinks);
+            if (dq_ds) clReleaseKernel(dq_ds);
             if (!wg_failed) return st;
             /* The probe passed but this build did not: the backward keeps mma.sync in this context,
                and its plans say why (the end of the error, where a build log's cause is). */
@@ -514,6 +533,8 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         }
         memcpy(w->k, k, sizeof k);
         w->dsinks = dsinks;
+        w->dq_ds = dq_ds;
+        w->dq_ds_rows = 16 * MMA_WARPS * ds_m_tiles();
         w->plain = plain;
         w->slices = slices;
         /* The plan reports the dK/dV kernel: it does most of the work and needs the most __local/registers. */
@@ -533,16 +554,22 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         snprintf(bp->build_options, sizeof bp->build_options, "%s", options);
         snprintf(bp->reason, sizeof bp->reason,
                  "NVIDIA tensor cores (%.100s): mma.sync %s; flash_bwd_mma_dot (D = rowsum(dO*O)), "
-                 "flash_bwd_mma_dkdv (%d keys per work-group, %d-row query tiles), flash_bwd_mma_dq (%d rows per "
-                 "work-group, %d-key tiles%s)%s, no atomics; all eight views 16-byte aligned (offsets, strides "
-                 "multiples of %zu)",
+                 "flash_bwd_mma_dkdv (%d keys per work-group, %d-row query tiles), ",
                  flashcl__nvidia_state_of(ctx)->why,
                  tf32                   ? "tf32 (allow_tf32)"
                  : dtype_slot(d->dtype) ? "f16"
                                         : "bf16",
-                 16 * MMA_WARPS, br, 16 * MMA_WARPS, bcq,
-                 wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
-                 dsinks ? " and flash_bwd_dsinks" : "", flashcl__mma_chunk_elems(d));
+                 16 * MMA_WARPS, br);
+        flashcl__appendf(bp->reason, sizeof bp->reason, "%s (%d rows per work-group, %d-key tiles%s)%s, no atomics; ",
+                         dq_ds ? "flash_bwd_mma_dq_ds (dQ = dS K from the dK/dV kernel's dS: 2 bytes of scratch a "
+                                 "query-key pair, within 1/8 of the device memory, else flash_bwd_mma_dq)"
+                               : "flash_bwd_mma_dq",
+                         16 * MMA_WARPS * (dq_ds ? ds_m_tiles() : 1), bcq,
+                         wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
+                         dsinks ? " and flash_bwd_dsinks" : "");
+        flashcl__appendf(bp->reason, sizeof bp->reason,
+                         "all eight views 16-byte aligned (offsets, strides multiples of %zu)",
+                         flashcl__mma_chunk_elems(d));
         if (slices > 1)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; d > %d: a dV kernel and a dK kernel over half the dims",
                              tf32 ? 64 : 128);
@@ -553,8 +580,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             flashcl__nvidia_state_of(ctx)->wg_bwd_failed)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; not wgmma: %s",
                              flashcl__nvidia_state_of(ctx)->wg_bwd_why);
-        if (strlen(bp->reason) + 1 >= sizeof bp->reason)
-            flashcl__mark_truncated(bp->reason, sizeof bp->reason);
+        if (strlen(bp->reason) + 1 >= sizeof bp->reason) flashcl__mark_truncated(bp->reason, sizeof bp->reason);
     }
     *out = w;
     return FLASHCL_SUCCESS;
@@ -599,6 +625,7 @@ void flashcl__mma_release_plans(flashcl__nvidia_state *state) {
             for (int k = 0; k < 4; ++k)
                 if (p->bwd[s].k[k]) clReleaseKernel(p->bwd[s].k[k]);
             if (p->bwd[s].dsinks) clReleaseKernel(p->bwd[s].dsinks);
+            if (p->bwd[s].dq_ds) clReleaseKernel(p->bwd[s].dq_ds);
         }
         free(p);
     }
