@@ -696,7 +696,10 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #define MB_DSQ_MT 1
 #endif
 #define MB_DSQ_ROWS (16 * MB_DSQ_MT * MMA_WARPS)
-#define MB_DSQ_BC (MB_DSQ_MT > 1 && MMA_BWD_BCQ > 32 ? 32 : MMA_BWD_BCQ) /* two stages within 48 KiB */
+#define MB_DSQ_BC MMA_BWD_BCQ
+#if MB_DSQ_MT > 1 && MB_DSQ_BC > 32
+#error "MB_DSQ_MT = 2 takes key tiles of at most 32 (its two stages within 48 KiB)"
+#endif
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dq_ds(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
                     __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),

@@ -323,10 +323,9 @@ int main(void) {
         {1, 2, 2, 150, 700, 128, 0, 0, 0, 0, 1}, /* ramp: the forward's online max grows tile after tile */
         {1, 2, 1, 200, 300, 64, 1, 1, 0, 0, 1},  /* ramp, f16, causal, GQA */
     };
-    /* On sm_80+ the plain backward's dQ reads the dK/dV kernel's dS above d = 64 (flash_bwd_mma_dq_ds; the
-       probe's d is 128); with
-       FLASHCL_BWD_DS=0 it recomputes dS (flash_bwd_mma_dq), the way it goes where the scratch would
-       not fit: the cases run once more that way. */
+    /* On sm_80+ the plain backward's dQ reads the dK/dV kernel's dS above d = 64 (flash_bwd_mma_dq_ds;
+       the probe's d is 128); with FLASHCL_BWD_DS=0 it recomputes dS (flash_bwd_mma_dq), the way it
+       goes where the scratch would not fit: the cases run once more that way. */
     int ds_form = 0;
     if (vendor) {
         flashcl_attention_desc plain = probe;

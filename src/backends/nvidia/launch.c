@@ -20,11 +20,13 @@
    destroyed; a bound that leaves a training step's own memory to it). */
 size_t flashcl__mma_ds_bytes(const flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_bwd *plan,
                              size_t *keys, size_t *pitch) {
-    const size_t bl = MMA_BWD_BLOCK, rows = plan->dq_ds_rows > 0 ? (size_t)plan->dq_ds_rows : bl;
+    const size_t bl = MMA_BWD_BLOCK, rows = (size_t)plan->dq_ds_rows;
+    *keys = *pitch = 0;
+    const char *env = getenv("FLASHCL_BWD_DS");
+    if (!plan->dq_ds || (env && strcmp(env, "0") == 0)) return 0;
     *keys = (d->max_seqlen_k + bl - 1) / bl * bl;
     *pitch = (d->max_seqlen_q + rows - 1) / rows * rows; /* whole dQ blocks */
-    const char *env = getenv("FLASHCL_BWD_DS");
-    if (!plan->dq_ds || (env && strcmp(env, "0") == 0) || *keys == 0 || *pitch == 0) return 0;
+    if (*keys == 0 || *pitch == 0) return 0;
     const double bytes = (double)d->batch * (double)d->heads_q * (double)*keys * (double)*pitch * 2.0;
     if (bytes > (double)ctx->info.global_mem_bytes / 8 || bytes > (double)ctx->info.max_alloc_bytes) return 0;
     return (size_t)bytes;
@@ -95,7 +97,7 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     last[n++] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, plan->k[3] ? g_dv : g_keys, main_local, e_dot);
     if (plan->k[3]) last[n++] = flashcl__chain_launch(&chain, plan->k[3], names[1], 3, g_keys, main_local, e_dot);
     /* From dS, dQ waits for the dK/dV kernel that writes it. */
-    const size_t dsq = (size_t)plan->dq_ds_rows, g_ds[3] = {ds ? (msq + dsq - 1) / dsq * wg : 0, d->heads_q, d->batch};
+    const size_t g_ds[3] = {ds ? ds_pitch / (size_t)plan->dq_ds_rows * wg : 0, d->heads_q, d->batch}; /* its blocks */
     last[n++] = flashcl__chain_launch(&chain, dq, dq_name, 3, ds ? g_ds : g_rows, main_local, ds ? last[0] : e_dot);
     if (want_dsinks)
         last[n++] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, sink_local, e_dot);

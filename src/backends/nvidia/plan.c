@@ -417,7 +417,6 @@ int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_
     return desc_applies(ctx, pass, d, why, cap);
 }
 
-/* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only. */
 /* Whether a plain build's dQ reads the dK/dV kernel's dS (cl/flash_bwd_mma.cl's MB_DS) instead of
    recomputing it: above d = 64, where recomputing S and dP costs more than storing dS. H100, bf16
    backward ms, recompute -> dS (two rounds): b4 h16 N4096 d128 7.77 -> 6.52 (1.19x), b2 hq32 hkv8
@@ -433,6 +432,7 @@ static int ds_m_tiles(void) {
     return env && strcmp(env, "1") == 0 ? 1 : 2;
 }
 
+/* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only. */
 static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, size_t dk, int br, int bcq, int plain,
                         int slices, int mb_part, const char *variants, int sm75, int wg) {
     snprintf(out, cap,
@@ -534,7 +534,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         memcpy(w->k, k, sizeof k);
         w->dsinks = dsinks;
         w->dq_ds = dq_ds;
-        w->dq_ds_rows = 16 * MMA_WARPS * ds_m_tiles();
+        w->dq_ds_rows = dq_ds ? 16 * MMA_WARPS * ds_m_tiles() : 0;
         w->plain = plain;
         w->slices = slices;
         /* The plan reports the dK/dV kernel: it does most of the work and needs the most __local/registers. */
@@ -564,7 +564,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                          dq_ds ? "flash_bwd_mma_dq_ds (dQ = dS K from the dK/dV kernel's dS: 2 bytes of scratch a "
                                  "query-key pair, within 1/8 of the device memory, else flash_bwd_mma_dq)"
                                : "flash_bwd_mma_dq",
-                         16 * MMA_WARPS * (dq_ds ? ds_m_tiles() : 1), bcq,
+                         dq_ds ? w->dq_ds_rows : 16 * MMA_WARPS, bcq,
                          wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
                          dsinks ? " and flash_bwd_dsinks" : "");
         flashcl__appendf(bp->reason, sizeof bp->reason,
