@@ -16,7 +16,7 @@
  * - flash_bwd_mma_dq: one work-group per block of 16 * MMA_WARPS query rows
  *   (Q, dO A-fragments in registers); loops over key tiles of MMA_BWD_BCQ
  *   (K, V through __local): S = Q K^T, P, dP = dO V^T, dS, dQ += dS K.
- * - flash_bwd_mma_dq_ds (plain and causal 16-bit calls above d = 64, MB_DS): dQ += dS K from
+ * - flash_bwd_mma_dq_ds (16-bit calls above d = 64, MB_DS): dQ += dS K from
  *   the dS^T the dK/dV kernel stored, in place of flash_bwd_mma_dq's recompute.
  * Every output element is written once by one thread: deterministic, no atomics.
  * P and dS are rounded to the storage type before their mma (as in FlashAttention-2).
@@ -55,21 +55,22 @@
 #define MMA_PLAIN 0 /* 1: plain or causal attention only (see the dK/dV kernel) */
 #endif
 /*
- * MB_DS = 1 (MMA_PLAIN 16-bit builds above d = 64, the host's choice): the dK/dV kernel also
+ * MB_DS = 1 (16-bit builds on sm_80+ above d = 64, the host's choice): the dK/dV kernel also
  * stores each tile's dS^T, exactly the operand its dK product used, into a scratch of one
  * key-major matrix per (sequence, query head): ds_keys rows (the key blocks' keys) of ds_pitch
  * query columns; and flash_bwd_mma_dq_ds computes dQ = scale dS K from it, a product over the
  * keys, in place of flash_bwd_mma_dq, which recomputes S and dP (two of its three products) for
- * dS. Entries above the causal diagonal that no dK/dV tile visited are never written; the dQ
- * kernel zeroes them on the diagonal tiles and never reads the tiles beyond. Deterministic: each
- * entry is written once, dQ summed in a fixed order. A ds_pitch of 0 stores nothing: the host's
- * way back to flash_bwd_mma_dq (in the same program) where the scratch would be too large.
+ * dS. Entries in tiles no dK/dV work-group visited (outside the band, dropped by the block mask)
+ * are never written; the dQ kernel zeroes them (see it) and never reads the tiles beyond its band.
+ * Sliced builds: one of a key block's dK work-groups stores. Deterministic: each entry is written
+ * once, dQ summed in a fixed order. A ds_pitch of 0 stores nothing: the host's way back to
+ * flash_bwd_mma_dq (in the same program) where the scratch would be too large.
  */
 #ifndef MB_DS
 #define MB_DS 0
 #endif
-#if MB_DS && (!MMA_PLAIN || MMA_TF32 || MMA_SM75)
-#error "MB_DS: the 16-bit MMA_PLAIN kernels on sm_80+"
+#if MB_DS && (MMA_TF32 || MMA_SM75)
+#error "MB_DS: the 16-bit kernels on sm_80+"
 #endif
 /*
  * Head dims above 128 (MB_SLICES = 2, the general kernels only): a warp's 16 rows of K and V
@@ -361,6 +362,21 @@ typedef uint mb_at;
                   s[n_][3] * (dp[n_][3] - d1_));                                                                       \
     }
 
+/* MB_DS: a warp's dS^T fragments pf (from MB_DS_PACK: keys key_lo, key_lo + 8 of this thread x NT
+   query columns from q0) into the scratch matrix of (sequence, query head) bh, one 4-byte store per
+   register: pf[j] holds query columns 16 j + 2c (+1) and those + 8. */
+#define MB_DS_STORE(dS, ds_keys, ds_pitch, bh, key_lo, q0, pf, lane, NT)                                               \
+    do {                                                                                                               \
+        const ulong at_ = ((ulong)(bh) * (ds_keys) + (ulong)(key_lo)) * (ds_pitch) + (ulong)(q0) + ((lane)&3) * 2;     \
+        __global uint *lo_ = (__global uint *)((dS) + at_), *hi_ = (__global uint *)((dS) + at_ + 8 * (ds_pitch));     \
+        _Pragma("unroll") for (int j_ = 0; j_ < (NT) / 16; ++j_) {                                                     \
+            lo_[8 * j_] = pf[j_][0];                                                                                   \
+            hi_[8 * j_] = pf[j_][1];                                                                                   \
+            lo_[8 * j_ + 4] = pf[j_][2];                                                                               \
+            hi_[8 * j_ + 4] = pf[j_][3];                                                                               \
+        }                                                                                                              \
+    } while (0)
+
 /* Stores 16 rows x MB_OUT columns (from col0) of accumulator fragments times `mul`, rows >= limit skipped. */
 inline void mb_store(__global mb_t *base, ulong stride_row, long row0, long limit, int lane, float mul,
                      float acc[MB_OUT / 8][4], int col0) {
@@ -555,19 +571,9 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
             /* dS^T = P^T (dP^T - D), packed as the A operand of dK += dS^T Q. */
             MB_DS_PACK(pf, s, dp_, d_s[cur], lane, MMA_BWD_BR);
 #if MB_DS
-            if (ds_pitch != 0) { /* 0: the host runs flash_bwd_mma_dq instead (no scratch) */
-                /* pf[j] = keys g, g + 8 x queries 16 j + 2c (+1), + 8: 4-byte pairs of query columns. */
-                const ulong at = (((ulong)b * heads_q + hk * group + hh) * ds_keys + (ulong)key_lo) * ds_pitch +
-                                 (ulong)q0 + (lane & 3) * 2;
-                __global uint *lo = (__global uint *)(dS + at), *hi = (__global uint *)(dS + at + 8 * ds_pitch);
-#pragma unroll
-                for (int j = 0; j < MMA_BWD_BR / 16; ++j) {
-                    lo[8 * j] = pf[j][0];
-                    hi[8 * j] = pf[j][1];
-                    lo[8 * j + 4] = pf[j][2];
-                    hi[8 * j + 4] = pf[j][3];
-                }
-            }
+            if (ds_pitch != 0) /* 0: the host runs flash_bwd_mma_dq instead (no scratch) */
+                MB_DS_STORE(dS, ds_keys, ds_pitch, (ulong)b * heads_q + hk * group + hh, key_lo, q0, pf, lane,
+                            MMA_BWD_BR);
 #endif
             MB_MMA_PB(dk, pf, qs_k + so, MMA_BWD_BR, MB_DT, 0);
         }
@@ -682,131 +688,6 @@ flash_bwd_mma_dq(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *
 #undef MB_SM_E
 }
 
-#if MB_DS
-/*
- * dQ = scale dS K from the dK/dV kernel's dS^T (MB_DS above): one work-group per MB_DSQ_ROWS query
- * rows (MB_DSQ_MT 16-row m-tiles per warp), key tiles of MB_DSQ_BC through two stages of __local
- * (dS^T rows of the block's query columns, K rows), each tile's copies issued by the tile before.
- * A warp's A fragments (16 rows x 16 keys each) are read from the key-major dS^T tile by
- * ldmatrix.trans; K is the B operand, each fragment read once for the warp's m-tiles. A taller
- * block reads each K tile (from L2) for more rows. The arguments are flash_bwd_mma_dq's (Q, V,
- * dO, LSE and D unused) and the scratch's.
- */
-#ifndef MB_DSQ_MT
-#define MB_DSQ_MT 1
-#endif
-#define MB_DSQ_ROWS (16 * MB_DSQ_MT * MMA_WARPS)
-#define MB_DSQ_BC MMA_BWD_BCQ
-#if MB_DSQ_MT > 1 && MB_DSQ_BC > 32
-#error "MB_DSQ_MT = 2 takes key tiles of at most 32 (its two stages within 48 KiB)"
-#endif
-__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
-flash_bwd_mma_dq_ds(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
-                    __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
-                    __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dQ,
-                    VIEW_ARGS(dq), int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
-                    int causal, __global const ushort *dS, ulong ds_keys, ulong ds_pitch) {
-#define MB_DSL (MB_DSQ_ROWS + 8) /* a dS^T row in __local: the block's query columns and 16 bytes */
-#define MB_DST_E (MB_DSQ_BC * MB_DSL)
-#define MB_KT_E (MB_DSQ_BC * MB_LD)
-#define MB_STAGE_E (MB_DST_E + MB_KT_E)
-    __local ushort smem[2 * MB_STAGE_E] __attribute__((aligned(16)));
-    const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
-    /* Heaviest (causal) blocks first. */
-    const int block = (int)get_num_groups(0) - 1 - (int)get_group_id(0);
-    const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
-    const long q0 = (long)block * MB_DSQ_ROWS, w0 = q0 + warp * 16 * MB_DSQ_MT; /* the warp's first row */
-    const long shift = (long)seqlen_k - seqlen_q;
-    const long last_row = min(q0 + MB_DSQ_ROWS, (long)seqlen_q) - 1;
-    long kv_end = seqlen_k;
-    if (causal) kv_end = clamp(last_row + shift + 1, 0L, (long)seqlen_k);
-
-    float dq[MB_DSQ_MT][HEAD_DIM / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < MB_DSQ_MT; ++mt)
-#pragma unroll
-        for (int n = 0; n < HEAD_DIM / 8; ++n) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
-
-    __global const ushort *dsb = dS + ((ulong)b * heads_q + h) * ds_keys * ds_pitch + (ulong)q0;
-    __global const ushort *Kb = K + VIEW_BASE(k, b, hk);
-    /* ldmatrix.trans of dS^T rows (keys) as A (rows = queries): lanes 8 m .. 8 m + 7 address matrix m
-       = (queries + 8 (m & 1)) x (keys + 8 (m >> 1)), the A fragment's four 8 x 8 parts in order. */
-    const uint ds_a =
-        (uint)((((lane & 7) + ((lane >> 4) << 3)) * MB_DSL + (int)(w0 - q0) + (((lane >> 3) & 1) << 3)) * 2);
-    const uint ks_k = MB_LANE_K(lane);
-    const uint base = ptx_smem_addr(smem);
-
-    /* Key tile kv0 -> stage st: its dS^T rows (the block's query columns, 16 bytes a copy) and K
-       rows (zero past seqlen_k), one copy group. */
-#define MB_DS_TILE(st, kv0)                                                                                            \
-    do {                                                                                                               \
-        __local ushort *t_ = smem + (st)*MB_STAGE_E;                                                                   \
-        for (int c_ = lid; c_ < MB_DSQ_BC * (MB_DSQ_ROWS / 8); c_ += MB_THREADS) {                                     \
-            const int r_ = c_ / (MB_DSQ_ROWS / 8), ch_ = c_ - r_ * (MB_DSQ_ROWS / 8);                                  \
-            __global const ushort *src_ = dsb + (ulong)((kv0) + r_) * ds_pitch + ch_ * 8;                              \
-            ptx_cp16(ptx_smem_addr(t_ + r_ * MB_DSL + ch_ * 8), src_, 16u);                                            \
-        }                                                                                                              \
-        mb_load_tile(t_ + MB_DST_E, Kb, k_sr, (kv0), MB_DSQ_BC, seqlen_k, lid);                                        \
-        ptx_cp_commit();                                                                                               \
-    } while (0)
-    if (kv_end > 0) MB_DS_TILE(0, 0);
-    for (long kv0 = 0, st = 0; kv0 < kv_end; kv0 += MB_DSQ_BC, st ^= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the tile before: its stage is free */
-        if (kv0 + MB_DSQ_BC < kv_end) {
-            MB_DS_TILE(st ^ 1, kv0 + MB_DSQ_BC);
-            ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
-        } else {
-            ptx_cp_wait_all();
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const uint so = base + (uint)(st * MB_STAGE_E * 2);
-        uint pf[MB_DSQ_MT][MB_DSQ_BC / 16][4];
-#pragma unroll
-        for (int mt = 0; mt < MB_DSQ_MT; ++mt)
-#pragma unroll
-            for (int kk = 0; kk < MB_DSQ_BC / 16; ++kk)
-                ptx_ldsm_x4_trans(so + ds_a + (uint)((kk * 16 * MB_DSL + mt * 16) * 2), &pf[mt][kk][0], &pf[mt][kk][1],
-                                  &pf[mt][kk][2], &pf[mt][kk][3]);
-        /* On the diagonal: zero the pairs above it (entries there may never have been written). */
-        if (causal && kv0 + MB_DSQ_BC - 1 > w0 + shift) {
-#pragma unroll
-            for (int mt = 0; mt < MB_DSQ_MT; ++mt)
-#pragma unroll
-                for (int kk = 0; kk < MB_DSQ_BC / 16; ++kk)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const long row = w0 + mt * 16 + (lane >> 2) + (i & 1) * 8;
-                        const long key = kv0 + kk * 16 + (lane & 3) * 2 + (i >> 1) * 8;
-                        const uint keep =
-                            (key > row + shift ? 0u : 0xffffu) | (key + 1 > row + shift ? 0u : 0xffff0000u);
-                        pf[mt][kk][i] &= keep;
-                    }
-        }
-        /* dQ += dS K (k = keys), each K fragment (ldmatrix.trans, rows as k) read once for the m-tiles. */
-        const uint kt = so + (uint)(MB_DST_E * 2) + ks_k;
-#pragma unroll
-        for (int kk = 0; kk < MB_DSQ_BC / 16; ++kk)
-#pragma unroll
-            for (int dn = 0; dn < MB_DT; ++dn) {
-                uint b0, b1, b2, b3;
-                ptx_ldsm_x4_trans(kt + (uint)(kk * 16 * MB_LD + dn * 16) * 2, &b0, &b1, &b2, &b3);
-#pragma unroll
-                for (int mt = 0; mt < MB_DSQ_MT; ++mt) {
-                    PTX_MMA(dq[mt][2 * dn], pf[mt][kk], b0, b1);
-                    PTX_MMA(dq[mt][2 * dn + 1], pf[mt][kk], b2, b3);
-                }
-            }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MB_DSQ_MT; ++mt)
-        mb_store(dQ + VIEW_BASE(dq, b, h), dq_sr, w0 + mt * 16, seqlen_q, lane, scale, dq[mt], 0);
-#undef MB_DS_TILE
-#undef MB_DSL
-#undef MB_DST_E
-#undef MB_KT_E
-#undef MB_STAGE_E
-}
-#endif
 #else /* the general kernels: every variant */
 
 /*
@@ -866,7 +747,12 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
                    __global const mb_t *V, VIEW_ARGS(v), __global const mb_t *dO, VIEW_ARGS(do),
                    __global const float *LSE, ulong lse_off, __global const float *Dsum, __global mb_t *dK,
                    VIEW_ARGS(dk), __global mb_t *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
-                   int group, float scale_log2, float scale, VARIANT_ARGS) {
+                   int group, float scale_log2, float scale, VARIANT_ARGS
+#if MB_DS
+                   ,
+                   __global ushort *dS, ulong ds_keys, ulong ds_pitch
+#endif
+) {
     /* K and V of the block first (for the fragments; one after the other when sliced), then Q and dO tiles. */
 #define MB_KV_E (MMA_BWD_BC * MB_LD)
 #define MB_QT_E (MMA_BWD_BR * MB_LD)
@@ -1005,6 +891,11 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
 #endif
             /* dS^T = P^T g (dP^T Z - D), packed as the A operand of dK += dS^T Q. */
             MB_DS_PACK(pf, s, dp_, d_s, lane, MMA_BWD_BR);
+#if MB_DS
+            /* One dK slice's work-group stores (every slice computed the same dS); a pitch of 0: none. */
+            if (ds_pitch != 0 && slice == 0)
+                MB_DS_STORE(dS, ds_keys, ds_pitch, (ulong)b * heads_q + h, key_lo, q0, pf, lane, MMA_BWD_BR);
+#endif
             MB_MMA_PB(dk, pf, qs_k, MMA_BWD_BR, MB_ODT, out0);
 #endif
         }
@@ -1195,4 +1086,188 @@ flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, V
 #undef MB_SM_E
 }
 #endif /* MB_PART != 1 */
+#endif
+
+#if MB_DS && MB_PART != 2 /* in the program with the dQ kernel (the dV part's when sliced) */
+/*
+ * dQ = scale dS K from the dK/dV kernel's dS^T (MB_DS above): one work-group per MB_DSQ_ROWS query
+ * rows (MB_DSQ_MT 16-row m-tiles per warp), key tiles of MB_DSQ_BC through two stages of __local
+ * (dS^T rows of the block's query columns, K rows), each tile's copies issued by the tile before.
+ * A warp's A fragments (16 rows x 16 keys each) are read from the key-major dS^T tile by
+ * ldmatrix.trans; K is the B operand, each fragment read once for the warp's m-tiles. A taller
+ * block reads each K tile (from L2) for more rows. The arguments are flash_bwd_mma_dq's (Q, V,
+ * dO, LSE and D unused) and the scratch's.
+ *
+ * Entries the dK/dV kernel never visited hold whatever the scratch held: they are zeroed before
+ * the product. Plain builds: those above the causal diagonal, per pair on the diagonal tiles. The
+ * general kernels: whole fragments, by mb_ds_stored's replay of the dK/dV kernel's walk (its
+ * visited tiles hold every pair, hidden ones as 0), so no mask or bias is read again.
+ */
+#ifndef MB_DSQ_MT
+#define MB_DSQ_MT 1
+#endif
+#define MB_DSQ_ROWS (16 * MB_DSQ_MT * MMA_WARPS)
+#define MB_DSQ_BC 32 /* keys per tile: the two stages of K and dS^T within 48 KiB at d = 256 */
+#if MB_DSQ_MT * HEAD_DIM > 256
+#error "MB_DSQ_MT: its dQ accumulators are MB_DSQ_MT * HEAD_DIM / 2 registers (2 m-tiles up to d = 128)"
+#endif
+#if MMA_BWD_BR % 16 || MMA_BWD_BC % MB_DSQ_BC
+#error "a dS fragment (16 rows x 16 keys) lies in one of the dK/dV kernel's tiles"
+#endif
+
+#if !MMA_PLAIN
+/* Whether the dK/dV kernel stored the dS^T of rows [r, r + 15] x keys [j, j + 15] (multiples of 16):
+   its walk (flash_bwd_mma_dkdv) visits query tile t0 of key block k0 when the block is inside the
+   sequence, t0 inside the band's inverse and the block mask keeps some pair of the tile. */
+inline int mb_ds_stored(flashcl_head hd, long r, long j, VARIANT_ARGS) {
+    const long k0 = j / MMA_BWD_BC * MMA_BWD_BC, k1 = min(k0 + MMA_BWD_BC, hd.sk) - 1;
+    const long t0 = r / MMA_BWD_BR * MMA_BWD_BR;
+    return k0 < hd.sk && t0 >= flashcl_q_begin(hd, k0, MMA_BWD_BR, win_right) &&
+           t0 < flashcl_q_end(hd, k1, win_left) &&
+           !flashcl_tile_skipped(hd, t0, t0 + MMA_BWD_BR - 1, k0, k1, VARIANT_PASS);
+}
+#endif
+
+__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
+flash_bwd_mma_dq_ds(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                    __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
+                    __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dQ,
+                    VIEW_ARGS(dq), int seqlen_q, int seqlen_k, int heads_q, int group, float scale_log2, float scale,
+#if MMA_PLAIN
+                    int causal,
+#else
+                    VARIANT_ARGS,
+#endif
+                    __global const ushort *dS, ulong ds_keys, ulong ds_pitch) {
+#define MB_DSL (MB_DSQ_ROWS + 8) /* a dS^T row in __local: the block's query columns and 16 bytes */
+#define MB_DST_E (MB_DSQ_BC * MB_DSL)
+#define MB_KT_E (MB_DSQ_BC * MB_LD)
+#define MB_STAGE_E (MB_DST_E + MB_KT_E)
+    __local ushort smem[2 * MB_STAGE_E] __attribute__((aligned(16)));
+    const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
+    /* Heaviest (causal) blocks first. */
+    const int block = (int)get_num_groups(0) - 1 - (int)get_group_id(0);
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
+    const long q0 = (long)block * MB_DSQ_ROWS, w0 = q0 + warp * 16 * MB_DSQ_MT; /* the warp's first row */
+#if MMA_PLAIN
+    const long sq = seqlen_q, sk = seqlen_k, shift = sk - sq;
+    const long last_row = min(q0 + MB_DSQ_ROWS, sq) - 1;
+    long kv_end = sk;
+    if (causal) kv_end = clamp(last_row + shift + 1, 0L, sk);
+    long kv0 = 0;
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk);
+    __global ushort *dQb = dQ + VIEW_BASE(dq, b, h);
+#else
+    const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    if (q0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
+    const long sq = hd.sq, sk = hd.sk, last_row = min(q0 + MB_DSQ_ROWS, sq) - 1;
+    const long kv_end = flashcl_kv_end(hd, last_row, win_right);
+    long kv0 = flashcl_kv_begin(hd, q0, MB_DSQ_BC, win_left);
+    while (kv0 < kv_end && flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MB_DSQ_BC - 1, VARIANT_PASS))
+        kv0 += MB_DSQ_BC;
+    __global const ushort *Kb = K + VIEW_BASE(k, b, hk) + hd.k0 * k_sr;
+    __global ushort *dQb = dQ + VIEW_BASE(dq, b, h) + hd.q0 * dq_sr;
+#endif
+
+    float dq[MB_DSQ_MT][HEAD_DIM / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MB_DSQ_MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < HEAD_DIM / 8; ++n) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
+
+    __global const ushort *dsb = dS + ((ulong)b * heads_q + h) * ds_keys * ds_pitch + (ulong)q0;
+    /* ldmatrix.trans of dS^T rows (keys) as A (rows = queries): lanes 8 m .. 8 m + 7 address matrix m
+       = (queries + 8 (m & 1)) x (keys + 8 (m >> 1)), the A fragment's four 8 x 8 parts in order. */
+    const uint ds_a =
+        (uint)((((lane & 7) + ((lane >> 4) << 3)) * MB_DSL + (int)(w0 - q0) + (((lane >> 3) & 1) << 3)) * 2);
+    const uint ks_k = MB_LANE_K(lane);
+    const uint base = ptx_smem_addr(smem);
+
+    /* Key tile kv -> stage st: its dS^T rows (the block's query columns, 16 bytes a copy) and K
+       rows (zero past the sequence's keys), one copy group. */
+#define MB_DS_TILE(st, kv)                                                                                             \
+    do {                                                                                                               \
+        __local ushort *t_ = smem + (st)*MB_STAGE_E;                                                                   \
+        for (int c_ = lid; c_ < MB_DSQ_BC * (MB_DSQ_ROWS / 8); c_ += MB_THREADS) {                                     \
+            const int r_ = c_ / (MB_DSQ_ROWS / 8), ch_ = c_ - r_ * (MB_DSQ_ROWS / 8);                                  \
+            __global const ushort *src_ = dsb + (ulong)((kv) + r_) * ds_pitch + ch_ * 8;                               \
+            ptx_cp16(ptx_smem_addr(t_ + r_ * MB_DSL + ch_ * 8), src_, 16u);                                            \
+        }                                                                                                              \
+        mb_load_tile(t_ + MB_DST_E, Kb, k_sr, (kv), MB_DSQ_BC, sk, lid);                                               \
+        ptx_cp_commit();                                                                                               \
+    } while (0)
+    if (kv0 < kv_end) MB_DS_TILE(0, kv0);
+    for (int st = 0; kv0 < kv_end; st ^= 1) {
+        long next = kv0 + MB_DSQ_BC;
+#if !MMA_PLAIN
+        while (next < kv_end && flashcl_tile_skipped(hd, q0, last_row, next, next + MB_DSQ_BC - 1, VARIANT_PASS))
+            next += MB_DSQ_BC;
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the tile before: its stage is free */
+        if (next < kv_end) {
+            MB_DS_TILE(st ^ 1, next);
+            ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
+        } else {
+            ptx_cp_wait_all();
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const uint so = base + (uint)(st * MB_STAGE_E * 2);
+        uint pf[MB_DSQ_MT][MB_DSQ_BC / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < MB_DSQ_MT; ++mt)
+#pragma unroll
+            for (int kk = 0; kk < MB_DSQ_BC / 16; ++kk)
+                ptx_ldsm_x4_trans(so + ds_a + (uint)((kk * 16 * MB_DSL + mt * 16) * 2), &pf[mt][kk][0], &pf[mt][kk][1],
+                                  &pf[mt][kk][2], &pf[mt][kk][3]);
+#if MMA_PLAIN
+        /* On the diagonal: zero the pairs above it. */
+        if (causal && kv0 + MB_DSQ_BC - 1 > w0 + shift) {
+#pragma unroll
+            for (int mt = 0; mt < MB_DSQ_MT; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < MB_DSQ_BC / 16; ++kk)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const long row = w0 + mt * 16 + (lane >> 2) + (i & 1) * 8;
+                        const long key = kv0 + kk * 16 + (lane & 3) * 2 + (i >> 1) * 8;
+                        const uint keep =
+                            (key > row + shift ? 0u : 0xffffu) | (key + 1 > row + shift ? 0u : 0xffff0000u);
+                        pf[mt][kk][i] &= keep;
+                    }
+        }
+#else
+        /* Where the warp's tile is not all visible, the fragments the dK/dV kernel never visited. */
+        if (!flashcl_tile_plain(hd, w0, w0 + 16 * MB_DSQ_MT - 1, kv0, kv0 + MB_DSQ_BC - 1, win_left, win_right)) {
+#pragma unroll
+            for (int mt = 0; mt < MB_DSQ_MT; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < MB_DSQ_BC / 16; ++kk)
+                    if (!mb_ds_stored(hd, w0 + mt * 16, kv0 + kk * 16, VARIANT_PASS))
+                        pf[mt][kk][0] = pf[mt][kk][1] = pf[mt][kk][2] = pf[mt][kk][3] = 0u;
+        }
+#endif
+        /* dQ += dS K (k = keys), each K fragment (ldmatrix.trans, rows as k) read once for the m-tiles. */
+        const uint kt = so + (uint)(MB_DST_E * 2) + ks_k;
+#pragma unroll
+        for (int kk = 0; kk < MB_DSQ_BC / 16; ++kk)
+#pragma unroll
+            for (int dn = 0; dn < MB_DT; ++dn) {
+                uint b0, b1, b2, b3;
+                ptx_ldsm_x4_trans(kt + (uint)(kk * 16 * MB_LD + dn * 16) * 2, &b0, &b1, &b2, &b3);
+#pragma unroll
+                for (int mt = 0; mt < MB_DSQ_MT; ++mt) {
+                    PTX_MMA(dq[mt][2 * dn], pf[mt][kk], b0, b1);
+                    PTX_MMA(dq[mt][2 * dn + 1], pf[mt][kk], b2, b3);
+                }
+            }
+        kv0 = next;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MB_DSQ_MT; ++mt) mb_store(dQb, dq_sr, w0 + mt * 16, sq, lane, scale, dq[mt], 0);
+#undef MB_DS_TILE
+#undef MB_DSL
+#undef MB_DST_E
+#undef MB_KT_E
+#undef MB_STAGE_E
+}
 #endif

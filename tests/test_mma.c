@@ -323,9 +323,10 @@ int main(void) {
         {1, 2, 2, 150, 700, 128, 0, 0, 0, 0, 1}, /* ramp: the forward's online max grows tile after tile */
         {1, 2, 1, 200, 300, 64, 1, 1, 0, 0, 1},  /* ramp, f16, causal, GQA */
     };
-    /* On sm_80+ the plain backward's dQ reads the dK/dV kernel's dS above d = 64 (flash_bwd_mma_dq_ds;
-       the probe's d is 128); with FLASHCL_BWD_DS=0 it recomputes dS (flash_bwd_mma_dq), the way it
-       goes where the scratch would not fit: the cases run once more that way. */
+    /* On sm_80+ the backward's dQ reads the dK/dV kernel's dS above d = 64 (flash_bwd_mma_dq_ds; the
+       probe's d is 128; the d = 144 and 256 cases take it in the sliced general kernels); with
+       FLASHCL_BWD_DS=0 it recomputes dS (flash_bwd_mma_dq), the way it goes where the scratch would
+       not fit: the cases run once more that way. */
     int ds_form = 0;
     if (vendor) {
         flashcl_attention_desc plain = probe;
@@ -343,7 +344,7 @@ int main(void) {
             flashcl_context_destroy(ctx);
             setenv("FLASHCL_BWD_DS", "0", 1);
             ctx = tu_context_create();
-            printf("FLASHCL_BWD_DS=0: the plain backward's dQ recomputes dS\n");
+            printf("FLASHCL_BWD_DS=0: the backward's dQ recomputes dS\n");
         } else if (form == 1) { /* the same cases in the mma.sync form */
             flashcl_context_destroy(ctx);
             setenv("FLASHCL_WGMMA", "0", 1);

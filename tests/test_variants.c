@@ -139,6 +139,29 @@ static int check_sm75_plans(flashcl_context *ctx) {
     return 1;
 }
 
+/* Whether the backward of a windowed 16-bit call above d = 64 (the general kernels) on sm_80+ plans
+   dQ from the dK/dV kernel's stored dS (flash_bwd_mma_dq_ds). Calls fall back to recomputing it
+   (flash_bwd_mma_dq) where the scratch would not fit, or with FLASHCL_BWD_DS=0 (--recompute-ds). */
+static int check_ds_plan(flashcl_context *ctx, flashcl_dtype t) {
+    flashcl_attention_desc d = FLASHCL_ATTENTION_DESC_INIT;
+    d.dtype = t;
+    d.batch = d.heads_q = d.heads_kv = 1;
+    d.seqlen_q = d.seqlen_k = 64;
+    d.head_dim = 128;
+    d.window = 1;
+    d.window_left = 16;
+    d.window_right = 0;
+    flashcl_plan plan;
+    memset(&plan, 0, sizeof plan);
+    const flashcl_status st = flashcl_backward_plan_query(ctx, &d, &plan);
+    if (st != FLASHCL_SUCCESS || !strstr(plan.reason, "flash_bwd_mma_dq_ds")) {
+        fprintf(stderr, "FAIL: the windowed d = 128 backward plan (%s, %s) does not name flash_bwd_mma_dq_ds: %s\n",
+                plan.kernel, flashcl_status_name(st), plan.reason);
+        return 0;
+    }
+    return 1;
+}
+
 /* Whether the tensor-core forward covers the case (see --expect-forward). */
 static int tensor_core_case(const vc_case *c) {
     const flashcl_attention_desc *d = &c->desc;
@@ -385,7 +408,7 @@ static int check_families(const vc_case *c) {
 int main(int argc, char **argv) {
     long only = -1, skip = -1;
     int list_only = 0, family_check = 1, quick = 0, fresh = 0, cpu_only = 0;
-    int tensor_cores = 0, sm75 = 0;
+    int tensor_cores = 0, sm75 = 0, recompute_ds = 0;
     flashcl_dtype storage = FLASHCL_DTYPE_DEFAULT;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
@@ -414,10 +437,12 @@ int main(int argc, char **argv) {
             sm75 = 1;
         else if (strcmp(argv[i], "--tf32") == 0)
             g_tf32 = 1;
+        else if (strcmp(argv[i], "--recompute-ds") == 0)
+            recompute_ds = 1;
         else {
             fprintf(stderr, "usage: test_variants [--quick] [--case N] [--skip N] [--list] "
                             "[--no-family-check] [--forward-only] [--fresh-context] [--storage f16|bf16] "
-                            "[--tensor-cores [--sm75 | --tf32]] [--cpu-family]\n");
+                            "[--tensor-cores [--sm75 | --tf32 | --recompute-ds]] [--cpu-family]\n");
             return 2;
         }
     }
@@ -457,8 +482,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "--sm75 needs --tensor-cores --storage f16 (the sm_75 form runs f16 only)\n");
         return 2;
     }
-    /* The tensor-core family reads FLASHCL_MMA_SM75 when a context first plans it. */
+    if (recompute_ds && (!tensor_cores || storage == FLASHCL_DTYPE_DEFAULT || sm75 || g_tf32)) {
+        fprintf(stderr, "--recompute-ds needs --tensor-cores and 16-bit storage (no --sm75, no --tf32)\n");
+        return 2;
+    }
+    /* The tensor-core family reads FLASHCL_MMA_SM75 when a context first plans it, and
+       FLASHCL_BWD_DS when it builds a backward. */
     if (sm75) setenv("FLASHCL_MMA_SM75", "1", 1);
+    if (recompute_ds) setenv("FLASHCL_BWD_DS", "0", 1);
     flashcl_context *ctx = tu_context_create();
     const flashcl_dtype tc_type = g_tf32                             ? FLASHCL_DTYPE_F32
                                   : storage == FLASHCL_DTYPE_DEFAULT ? FLASHCL_DTYPE_BF16
@@ -467,25 +498,28 @@ int main(int argc, char **argv) {
     printf("tensor-core forward expected: %s\n", g_expect_forward ? "yes" : "no (not planned for plain 16-bit)");
     const char *vendor_path = getenv("FLASHCL_VENDOR_PATH");
     const int cc = nvidia_compute_capability(flashcl_context_device(ctx));
-    if ((sm75 || g_tf32) && (cc < (sm75 ? 75 : 80) || (vendor_path && strcmp(vendor_path, "off") == 0))) {
-        /* Not an NVIDIA GPU with the instructions (or the vendor path is off): FLASHCL_MMA_SM75 and
-           allow_tf32 change nothing, and the cases would repeat test_variants_f16 or test_variants. */
-        printf("%s: compute capability %d.%d, no tensor-core form to check here\n", sm75 ? "--sm75" : "--tf32", cc / 10,
-               cc % 10);
+    const char *form = sm75 ? "--sm75" : g_tf32 ? "--tf32" : "--recompute-ds";
+    if ((sm75 || g_tf32 || recompute_ds) &&
+        (cc < (sm75 ? 75 : 80) || (vendor_path && strcmp(vendor_path, "off") == 0))) {
+        /* Not an NVIDIA GPU with the instructions (or the vendor path is off): FLASHCL_MMA_SM75,
+           allow_tf32 and FLASHCL_BWD_DS change nothing, and the cases would repeat another run's. */
+        printf("%s: compute capability %d.%d, no tensor-core form to check here\n", form, cc / 10, cc % 10);
         flashcl_context_destroy(ctx);
         vc_list_free(&cases);
         return 77; /* CTest's SKIP_RETURN_CODE: reported as skipped, not passed */
     }
-    if ((sm75 || g_tf32) && !g_expect_forward) {
+    if ((sm75 || g_tf32 || recompute_ds) && !g_expect_forward) {
         /* An NVIDIA GPU that has them, yet the plan is not the tensor cores': the probe or the build
            failed. That is what these runs are for. */
         flashcl_plan plan;
         plain_plan(ctx, tc_type, &plan);
-        fprintf(stderr, "FAIL %s: compute capability %d.%d but the plain plan is %s: %s\n", sm75 ? "--sm75" : "--tf32",
-                cc / 10, cc % 10, plan.kernel, plan.reason);
+        fprintf(stderr, "FAIL %s: compute capability %d.%d but the plain plan is %s: %s\n", form, cc / 10, cc % 10,
+                plan.kernel, plan.reason);
         tu_fail_count();
     }
     if (sm75) CHECK(check_sm75_plans(ctx));
+    if (tensor_cores && storage != FLASHCL_DTYPE_DEFAULT && !sm75 && cc >= 80 && g_expect_forward)
+        CHECK(check_ds_plan(ctx, storage));
     g_expect_cpu = cpu_only || device_plans_cpu_family(ctx);
     printf("CPU family expected on the cases it covers: %s\n", g_expect_cpu ? "yes" : "no");
     size_t ran = 0, passed = 0;

@@ -69,7 +69,7 @@ static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, cons
     return st;
 }
 
-/* D, and for a plain backward whose dQ reads dS, the dS scratch (launch.c). */
+/* D, and for a backward whose dQ reads dS, the dS scratch (launch.c). */
 static size_t nvidia_scratch_bytes(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d) {
     size_t bytes = flashcl__bwd_dsum_scratch_bytes(ctx, pass, d), keys = 0, pitch = 0;
     const flashcl__mma_bwd *w = NULL;

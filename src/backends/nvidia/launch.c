@@ -13,7 +13,7 @@
 
 #define MMA_BWD_BLOCK 64 /* 16 * MMA_WARPS: keys per dK/dV work-group, rows per dQ work-group */
 
-/* The dS scratch of a plain build (cl/flash_bwd_mma.cl's MB_DS): per (sequence, query head) one
+/* The dS scratch of an MB_DS build (cl/flash_bwd_mma.cl): per (sequence, query head) one
    key-major bf16/f16 matrix, keys rounded up to 64-blocks, query columns to dQ blocks; 0 when the
    call keeps flash_bwd_mma_dq: no MB_DS build, FLASHCL_BWD_DS=0 (for measurements), or more than
    an eighth of the device memory (the scratch stays with the context until it is released or
@@ -69,7 +69,9 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
             flashcl__arg_int(&a, d->causal != 0); /* MMA_PLAIN kernels: causal is their last argument */
         else
             flashcl__arg_variants(&a, d, views[FLASHCL__VQ].buffer);
-        if (plan->dq_ds && (m == 1 || ds)) { /* the dK/dV kernel's store (a pitch of 0: none) and dQ's read */
+        /* Every dK/dV kernel of an MB_DS build takes the scratch (the dK one stores to it, a pitch of 0
+           stores nothing; the sliced dV part ignores it); dQ reads it. */
+        if (plan->dq_ds && (m != 2 || ds)) {
             flashcl__arg_mem(&a, ds ? ds : dsum);
             flashcl__arg_ulong(&a, ds_keys);
             flashcl__arg_ulong(&a, ds ? ds_pitch : 0);
@@ -96,9 +98,10 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     int last[4], n = 0;
     last[n++] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, plan->k[3] ? g_dv : g_keys, main_local, e_dot);
     if (plan->k[3]) last[n++] = flashcl__chain_launch(&chain, plan->k[3], names[1], 3, g_keys, main_local, e_dot);
-    /* From dS, dQ waits for the dK/dV kernel that writes it. */
+    /* From dS, dQ waits for the dK/dV kernel that writes it (the dK part when sliced: launched last). */
     const size_t g_ds[3] = {ds ? ds_pitch / (size_t)plan->dq_ds_rows * wg : 0, d->heads_q, d->batch}; /* its blocks */
-    last[n++] = flashcl__chain_launch(&chain, dq, dq_name, 3, ds ? g_ds : g_rows, main_local, ds ? last[0] : e_dot);
+    last[n] = flashcl__chain_launch(&chain, dq, dq_name, 3, ds ? g_ds : g_rows, main_local, ds ? last[n - 1] : e_dot);
+    ++n;
     if (want_dsinks)
         last[n++] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, sink_local, e_dot);
     return flashcl__chain_end(&chain, n, last, call->event);

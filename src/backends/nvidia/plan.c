@@ -417,19 +417,21 @@ int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_
     return desc_applies(ctx, pass, d, why, cap);
 }
 
-/* Whether a plain build's dQ reads the dK/dV kernel's dS (cl/flash_bwd_mma.cl's MB_DS) instead of
-   recomputing it: above d = 64, where recomputing S and dP costs more than storing dS. H100, bf16
-   backward ms, recompute -> dS (two rounds): b4 h16 N4096 d128 7.77 -> 6.52 (1.19x), b2 hq32 hkv8
-   N8192 d128 causal 15.96 -> 13.73 (1.16x); but b16 h16 N1024 d64 1.167 -> 1.207 (0.97x): its
-   dK/dV kernel, 0.69 ms, took 0.22 ms more for the stores, more than dQ saved. */
-static int ds_wanted(int plain, int sm75, size_t dk) { return plain && !sm75 && dk > 64; }
+/* Whether a build's dQ reads the dK/dV kernel's dS (cl/flash_bwd_mma.cl's MB_DS) instead of
+   recomputing it: 16-bit calls on sm_80+ above d = 64, where recomputing S and dP costs more than
+   storing dS. H100, bf16 backward ms, recompute -> dS (two rounds): b4 h16 N4096 d128 7.77 -> 6.52
+   (1.19x), b2 hq32 hkv8 N8192 d128 causal 15.96 -> 13.73 (1.16x); but b16 h16 N1024 d64 1.167 ->
+   1.207 (0.97x): its dK/dV kernel, 0.69 ms, took 0.22 ms more for the stores, more than dQ saved.
+   The general kernels (every variant, d > 128 in slices) take it on the same rule. */
+static int ds_wanted(int sm75, int tf32, size_t dk) { return !sm75 && !tf32 && dk > 64; }
 
 /* 16-row m-tiles per warp of flash_bwd_mma_dq_ds (MB_DSQ_MT: 128 or 64 query rows per work-group):
-   2, whose K tiles serve twice the rows (dQ kernel 1.32 -> 1.07 ms at d128 above);
-   FLASHCL_BWD_DS_MT=1 gives 1 for measurements, read when a backward is first built. */
-static int ds_m_tiles(void) {
+   2 up to d = 128, whose K tiles serve twice the rows (dQ kernel 1.32 -> 1.07 ms at d128 above); 1
+   above (two m-tiles of dQ accumulators would not fit the registers); FLASHCL_BWD_DS_MT=1 gives 1
+   for measurements, read when a backward is first built. */
+static int ds_m_tiles(size_t dk) {
     const char *env = getenv("FLASHCL_BWD_DS_MT");
-    return env && strcmp(env, "1") == 0 ? 1 : 2;
+    return dk > 128 || (env && strcmp(env, "1") == 0) ? 1 : 2;
 }
 
 /* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only. */
@@ -440,7 +442,7 @@ static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, 
              "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d -DMMA_WG=%d -DMB_WG=%d "
              "-DMB_DS=%d -DMB_DSQ_MT=%d -DMMA_TANH_SFU=%d %s",
              dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype) == 1, sm75, is_tf32(d), br, bcq, plain, slices, mb_part,
-             wg != 0, wg, ds_wanted(plain, sm75, dk), ds_m_tiles(), d->softcap > 0.0f, variants);
+             wg != 0, wg, ds_wanted(sm75, is_tf32(d), dk), ds_m_tiles(dk), d->softcap > 0.0f, variants);
 }
 
 /* The backward's dQ kernel on wgmma (cl/flash_bwd_mma.cl's MB_WG): on Hopper after the wgmma probe,
@@ -502,7 +504,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         }
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
         cl_kernel dq_ds = NULL; /* built with MB_DS (bwd_options) */
-        if (st == FLASHCL_SUCCESS && ds_wanted(plain, flashcl__nvidia_state_of(ctx)->sm75, dk))
+        if (st == FLASHCL_SUCCESS && ds_wanted(flashcl__nvidia_state_of(ctx)->sm75, tf32, dk))
             st = flashcl__create_kernel(ctx, program, "flash_bwd_mma_dq_ds", &dq_ds);
         const int wg_failed = wg && st != FLASHCL_SUCCESS; /* the wgmma program or its kernels, not d(sinks) */
         if (st == FLASHCL_SUCCESS && d->sinks) {
@@ -534,7 +536,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         memcpy(w->k, k, sizeof k);
         w->dsinks = dsinks;
         w->dq_ds = dq_ds;
-        w->dq_ds_rows = dq_ds ? 16 * MMA_WARPS * ds_m_tiles() : 0;
+        w->dq_ds_rows = dq_ds ? 16 * MMA_WARPS * ds_m_tiles(dk) : 0;
         w->plain = plain;
         w->slices = slices;
         /* The plan reports the dK/dV kernel: it does most of the work and needs the most __local/registers. */
@@ -564,8 +566,10 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                          dq_ds ? "flash_bwd_mma_dq_ds (dQ = dS K from the dK/dV kernel's dS: 2 bytes of scratch a "
                                  "query-key pair, within 1/8 of the device memory, else flash_bwd_mma_dq)"
                                : "flash_bwd_mma_dq",
-                         dq_ds ? w->dq_ds_rows : 16 * MMA_WARPS, bcq,
-                         wg ? ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered" : "",
+                         dq_ds ? w->dq_ds_rows : 16 * MMA_WARPS, dq_ds ? FLASHCL__MMA_DSQ_KEYS : bcq,
+                         !wg     ? ""
+                         : dq_ds ? "; flash_bwd_mma_dq on wgmma (sm_90a PTX)"
+                                 : ", on wgmma (sm_90a PTX), Q/dO in registers, double-buffered",
                          dsinks ? " and flash_bwd_dsinks" : "");
         flashcl__appendf(bp->reason, sizeof bp->reason,
                          "all eight views 16-byte aligned (offsets, strides multiples of %zu)",
