@@ -16,7 +16,7 @@
  * - flash_bwd_mma_dq: one work-group per block of 16 * MMA_WARPS query rows
  *   (Q, dO A-fragments in registers); loops over key tiles of MMA_BWD_BCQ
  *   (K, V through __local): S = Q K^T, P, dP = dO V^T, dS, dQ += dS K.
- * - flash_bwd_mma_dq_ds (16-bit calls above d = 64, MB_DS): dQ += dS K from
+ * - flash_bwd_mma_dq_ds (16-bit calls but plain ones at d <= 64, MB_DS): dQ += dS K from
  *   the dS^T the dK/dV kernel stored, in place of flash_bwd_mma_dq's recompute.
  * Every output element is written once by one thread: deterministic, no atomics.
  * P and dS are rounded to the storage type before their mma (as in FlashAttention-2).
@@ -55,16 +55,16 @@
 #define MMA_PLAIN 0 /* 1: plain or causal attention only (see the dK/dV kernel) */
 #endif
 /*
- * MB_DS = 1 (16-bit builds on sm_80+ above d = 64, the host's choice): the dK/dV kernel also
- * stores each tile's dS^T, exactly the operand its dK product used, into a scratch of one
- * key-major matrix per (sequence, query head): ds_keys rows (the key blocks' keys) of ds_pitch
- * query columns; and flash_bwd_mma_dq_ds computes dQ = scale dS K from it, a product over the
- * keys, in place of flash_bwd_mma_dq, which recomputes S and dP (two of its three products) for
- * dS. Entries in tiles no dK/dV work-group visited (outside the band, dropped by the block mask)
- * are never written; the dQ kernel zeroes them (see it) and never reads the tiles beyond its band.
- * Sliced builds: one of a key block's dK work-groups stores. Deterministic: each entry is written
- * once, dQ summed in a fixed order. A ds_pitch of 0 stores nothing: the host's way back to
- * flash_bwd_mma_dq (in the same program) where the scratch would be too large.
+ * MB_DS = 1 (16-bit builds on sm_80+: the general ones, the plain ones above d = 64; the host's
+ * choice): the dK/dV kernel also stores each tile's dS^T, exactly the operand its dK product used,
+ * into a scratch of one key-major matrix per (sequence, query head): ds_keys rows (the key blocks'
+ * keys) of ds_pitch query columns; and flash_bwd_mma_dq_ds computes dQ = scale dS K from it, a
+ * product over the keys, in place of flash_bwd_mma_dq, which recomputes S and dP (two of its three
+ * products) for dS. Entries in tiles no dK/dV work-group visited (outside the band, dropped by the
+ * block mask) are never written; the dQ kernel zeroes them (see it) and never reads the tiles
+ * beyond its band. Sliced builds: one of a key block's dK work-groups stores. Deterministic: each
+ * entry is written once, dQ summed in a fixed order. A ds_pitch of 0 stores nothing: the host's way
+ * back to flash_bwd_mma_dq (in the same program) where the scratch would be too large.
  */
 #ifndef MB_DS
 #define MB_DS 0
@@ -363,17 +363,21 @@ typedef uint mb_at;
     }
 
 /* MB_DS: a warp's dS^T fragments pf (from MB_DS_PACK: keys key_lo, key_lo + 8 of this thread x NT
-   query columns from q0) into the scratch matrix of (sequence, query head) bh, one 4-byte store per
-   register: pf[j] holds query columns 16 j + 2c (+1) and those + 8. */
+   query columns from q0) into the scratch matrix of (sequence, query head) bh. pf[j] holds query
+   columns 16 j + 2c, + 1 (c = lane & 3) and those + 8; lane pairs (c, c ^ 1) swap one register so
+   that each lane holds 4 adjacent columns (even c: 2c .. 2c + 3, odd c: 2c + 6 .. 2c + 9), and a
+   warp's 8-byte stores cover whole 32-byte rows of 16 columns. */
 #define MB_DS_STORE(dS, ds_keys, ds_pitch, bh, key_lo, q0, pf, lane, NT)                                               \
     do {                                                                                                               \
-        const ulong at_ = ((ulong)(bh) * (ds_keys) + (ulong)(key_lo)) * (ds_pitch) + (ulong)(q0) + ((lane)&3) * 2;     \
-        __global uint *lo_ = (__global uint *)((dS) + at_), *hi_ = (__global uint *)((dS) + at_ + 8 * (ds_pitch));     \
+        const int odd_ = (lane)&1;                                                                                     \
+        const ulong at_ = ((ulong)(bh) * (ds_keys) + (ulong)(key_lo)) * (ds_pitch) + (ulong)(q0) +                     \
+                          (((lane)&3) >> 1) * 4 + odd_ * 8;                                                            \
+        __global uint2 *lo_ = (__global uint2 *)((dS) + at_), *hi_ = (__global uint2 *)((dS) + at_ + 8 * (ds_pitch));  \
         _Pragma("unroll") for (int j_ = 0; j_ < (NT) / 16; ++j_) {                                                     \
-            lo_[8 * j_] = pf[j_][0];                                                                                   \
-            hi_[8 * j_] = pf[j_][1];                                                                                   \
-            lo_[8 * j_ + 4] = pf[j_][2];                                                                               \
-            hi_[8 * j_ + 4] = pf[j_][3];                                                                               \
+            const uint rl_ = as_uint(ptx_shfl_xor(as_float(odd_ ? pf[j_][0] : pf[j_][2]), 1));                         \
+            const uint rh_ = as_uint(ptx_shfl_xor(as_float(odd_ ? pf[j_][1] : pf[j_][3]), 1));                         \
+            lo_[4 * j_] = odd_ ? (uint2)(rl_, pf[j_][2]) : (uint2)(pf[j_][0], rl_);                                    \
+            hi_[4 * j_] = odd_ ? (uint2)(rh_, pf[j_][3]) : (uint2)(pf[j_][1], rh_);                                    \
         }                                                                                                              \
     } while (0)
 

@@ -418,12 +418,14 @@ int flashcl__mma_covers(flashcl_context *ctx, flashcl__pass pass, const flashcl_
 }
 
 /* Whether a build's dQ reads the dK/dV kernel's dS (cl/flash_bwd_mma.cl's MB_DS) instead of
-   recomputing it: 16-bit calls on sm_80+ above d = 64, where recomputing S and dP costs more than
-   storing dS. H100, bf16 backward ms, recompute -> dS (two rounds): b4 h16 N4096 d128 7.77 -> 6.52
-   (1.19x), b2 hq32 hkv8 N8192 d128 causal 15.96 -> 13.73 (1.16x); but b16 h16 N1024 d64 1.167 ->
-   1.207 (0.97x): its dK/dV kernel, 0.69 ms, took 0.22 ms more for the stores, more than dQ saved.
-   The general kernels (every variant, d > 128 in slices) take it on the same rule. */
-static int ds_wanted(int sm75, int tf32, size_t dk) { return !sm75 && !tf32 && dk > 64; }
+   recomputing it: 16-bit calls on sm_80+, where recomputing S and dP (and a variant's terms) costs
+   more than storing dS. H100, bf16 backward ms, recompute -> dS: b4 h16 N4096 d128 7.77 -> 6.52
+   (1.19x), b2 hq32 hkv8 N8192 d128 causal 15.96 -> 13.73 (1.16x); the general kernels: d128
+   window 4095 6.75 -> 5.45, d256 Gemma-2 23.67 -> 17.35, and at d = 64 b8 hq16 hkv8 N2048 causal
+   softcap 30 1.60 -> 1.15, b16 h16 N1024 causal window 255 0.53 -> 0.47. Plain builds keep the
+   recompute at d <= 64: b16 h16 N1024 d64 1.167 -> 1.207 (0.97x), its dK/dV kernel (0.69 ms) took
+   0.22 ms more for the stores than dQ saved. */
+static int ds_wanted(int sm75, int tf32, size_t dk, int plain) { return !sm75 && !tf32 && (dk > 64 || !plain); }
 
 /* 16-row m-tiles per warp of flash_bwd_mma_dq_ds (MB_DSQ_MT: 128 or 64 query rows per work-group):
    2 up to d = 128, whose K tiles serve twice the rows (dQ kernel 1.32 -> 1.07 ms at d128 above); 1
@@ -442,7 +444,7 @@ static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, 
              "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d -DMMA_WG=%d -DMB_WG=%d "
              "-DMB_DS=%d -DMB_DSQ_MT=%d -DMMA_TANH_SFU=%d %s",
              dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype) == 1, sm75, is_tf32(d), br, bcq, plain, slices, mb_part,
-             wg != 0, wg, ds_wanted(sm75, is_tf32(d), dk), ds_m_tiles(dk), d->softcap > 0.0f, variants);
+             wg != 0, wg, ds_wanted(sm75, is_tf32(d), dk, plain), ds_m_tiles(dk), d->softcap > 0.0f, variants);
 }
 
 /* The backward's dQ kernel on wgmma (cl/flash_bwd_mma.cl's MB_WG): on Hopper after the wgmma probe,
@@ -504,7 +506,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         }
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
         cl_kernel dq_ds = NULL; /* built with MB_DS (bwd_options) */
-        if (st == FLASHCL_SUCCESS && ds_wanted(flashcl__nvidia_state_of(ctx)->sm75, tf32, dk))
+        if (st == FLASHCL_SUCCESS && ds_wanted(flashcl__nvidia_state_of(ctx)->sm75, tf32, dk, plain))
             st = flashcl__create_kernel(ctx, program, "flash_bwd_mma_dq_ds", &dq_ds);
         const int wg_failed = wg && st != FLASHCL_SUCCESS; /* the wgmma program or its kernels, not d(sinks) */
         if (st == FLASHCL_SUCCESS && d->sinks) {
