@@ -896,8 +896,10 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
             /* dS^T = P^T g (dP^T Z - D), packed as the A operand of dK += dS^T Q. */
             MB_DS_PACK(pf, s, dp_, d_s, lane, MMA_BWD_BR);
 #if MB_DS
-            /* One dK slice's work-group stores (every slice computed the same dS); a pitch of 0: none. */
-            if (ds_pitch != 0 && slice == 0)
+            /* One dK slice's work-group stores (every slice computed the same dS); a pitch of 0: none.
+               A varlen sequence longer than max_seqlen_q (whose rows the call does not compute)
+               stops at the scratch's columns (a multiple of MMA_BWD_BR). */
+            if (ds_pitch != 0 && slice == 0 && q0 < (long)ds_pitch)
                 MB_DS_STORE(dS, ds_keys, ds_pitch, (ulong)b * heads_q + h, key_lo, q0, pf, lane, MMA_BWD_BR);
 #endif
             MB_MMA_PB(dk, pf, qs_k, MMA_BWD_BR, MB_ODT, out0);
@@ -1165,7 +1167,9 @@ flash_bwd_mma_dq_ds(__global const ushort *Q, VIEW_ARGS(q), __global const ushor
     const flashcl_head hd = flashcl_head_setup(b, h, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     if (q0 >= hd.sq) return; /* varlen: past this sequence (the whole group returns) */
     const long sq = hd.sq, sk = hd.sk, last_row = min(q0 + MB_DSQ_ROWS, sq) - 1;
-    const long kv_end = flashcl_kv_end(hd, last_row, win_right);
+    /* Keys past the scratch's rows: only a varlen sequence longer than max_seqlen_k, whose keys
+       past it the call does not compute (no dK/dV block reaches them). */
+    const long kv_end = min(flashcl_kv_end(hd, last_row, win_right), (long)ds_keys);
     long kv0 = flashcl_kv_begin(hd, q0, MB_DSQ_BC, win_left);
     while (kv0 < kv_end && flashcl_tile_skipped(hd, q0, last_row, kv0, kv0 + MB_DSQ_BC - 1, VARIANT_PASS))
         kv0 += MB_DSQ_BC;

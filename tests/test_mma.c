@@ -323,8 +323,8 @@ int main(void) {
         {1, 2, 2, 150, 700, 128, 0, 0, 0, 0, 1}, /* ramp: the forward's online max grows tile after tile */
         {1, 2, 1, 200, 300, 64, 1, 1, 0, 0, 1},  /* ramp, f16, causal, GQA */
     };
-    /* On sm_80+ the backward's dQ reads the dK/dV kernel's dS above d = 64 (flash_bwd_mma_dq_ds; the
-       probe's d is 128; the d = 144 and 256 cases take it in the sliced general kernels); with
+    /* On sm_80+ the backward's dQ reads the dK/dV kernel's dS (flash_bwd_mma_dq_ds: plain calls above
+       d = 64, the probe's d is 128; the d = 144 and 256 cases in the sliced general kernels); with
        FLASHCL_BWD_DS=0 it recomputes dS (flash_bwd_mma_dq), the way it goes where the scratch would
        not fit: the cases run once more that way. */
     int ds_form = 0;

@@ -139,7 +139,7 @@ static int check_sm75_plans(flashcl_context *ctx) {
     return 1;
 }
 
-/* Whether the backward of a windowed 16-bit call above d = 64 (the general kernels) on sm_80+ plans
+/* Whether the backward of a windowed 16-bit call (the general kernels) on sm_80+ plans
    dQ from the dK/dV kernel's stored dS (flash_bwd_mma_dq_ds). Calls fall back to recomputing it
    (flash_bwd_mma_dq) where the scratch would not fit, or with FLASHCL_BWD_DS=0 (--recompute-ds). */
 static int check_ds_plan(flashcl_context *ctx, flashcl_dtype t) {
@@ -487,7 +487,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     /* The tensor-core family reads FLASHCL_MMA_SM75 when a context first plans it, and
-       FLASHCL_BWD_DS when it builds a backward. */
+       FLASHCL_BWD_DS at each backward call. */
     if (sm75) setenv("FLASHCL_MMA_SM75", "1", 1);
     if (recompute_ds) setenv("FLASHCL_BWD_DS", "0", 1);
     flashcl_context *ctx = tu_context_create();

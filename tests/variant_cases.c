@@ -267,21 +267,25 @@ void variant_cases_all(vc_list *l) {
     /* An odd d_v past a whole 64-dim group: flash_fwd_tiles' narrow tail group (one dim a
        work-item, dims 64..79 of which 73..79 are never stored), with GQA and causal rows. */
     c = push(l, "d=40 dv=73 causal+GQA", F32, 1, 4, 2, 77, 150, 40, 73, 1);
-    /* The tensor-core backward's dQ from stored dS above d = 64 (cl/flash_bwd_mma.cl's MB_DS) zeroes
-       the fragments of tiles its dK/dV kernel skipped: the band's edges (a two-sided window), the
+    /* The tensor-core backward's dQ from stored dS (cl/flash_bwd_mma.cl's MB_DS) zeroes the
+       fragments of tiles its dK/dV kernel skipped: the band's edges (a two-sided window), the
        block mask's dropped 32 x 64 tiles (32 x 32 blocks, so some key blocks are half kept), a
-       boolean mask and a bias inside the kept tiles, sequences of a varlen batch ending mid-tile.
-       Last, so the cases above keep their numbers. */
+       boolean mask and a bias inside the kept tiles, sequences of a varlen batch ending mid-tile;
+       then the sliced form above d = 128 (16-row dK/dV tiles, one dQ m-tile per warp) under a
+       window and a block mask with GQA. The mask and the block mask share one density, 0.5: a
+       32 x 64 tile is dropped one time in four. Last, so the cases above keep their numbers. */
     {
         static const size_t lq[2] = {100, 47}, lk[2] = {130, 66};
         c = push(l, "bf16 d=128 block-sparse+mask+bias+window varlen", BF16, 0, 2, 1, 0, 0, 128, 128, 0);
         varlen(c, 2, lq, lk);
         window(c, 70, 20);
-        block_mask(c, VC_PER_HEAD, 32, 32, 0.45);
+        block_mask(c, VC_PER_HEAD, 32, 32, 0.5);
         c->mask = VC_FULL;
-        c->mask_density = 0.9;
         c->bias = VC_PER_HEAD;
     }
+    c = push(l, "bf16 d=192 block-sparse+window+GQA", BF16, 1, 4, 2, 90, 120, 192, 192, 0);
+    window(c, 50, 10);
+    block_mask(c, VC_PER_HEAD, 16, 32, 0.5);
 }
 
 void variant_cases_quick(vc_list *l) {

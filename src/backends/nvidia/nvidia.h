@@ -23,7 +23,7 @@ typedef struct flashcl__mma_bwd {
        the dK-only one (one work-group per block and slice; cl/flash_bwd_mma.cl's MB_PART) */
     cl_kernel k[4];
     cl_kernel dsinks; /* cl/flash_bwd.cl's flash_bwd_dsinks, with sinks */
-    cl_kernel dq_ds;  /* 16-bit builds above d = 64 (MB_DS): dQ from the dK/dV kernel's dS (launch.c) */
+    cl_kernel dq_ds;  /* 16-bit sm_80+ builds but plain ones at d <= 64 (MB_DS): dQ from stored dS (launch.c) */
     int dq_ds_rows;   /* its query rows per work-group (MB_DSQ_ROWS) */
     int plain;        /* built with MMA_PLAIN: dK/dV and dQ take causal as their last argument */
     int slices;       /* output-dim slices of dK per key block: 1, or 2 above d = 128 (TF32: 64) */
