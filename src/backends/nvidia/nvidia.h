@@ -81,7 +81,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
 void flashcl__mma_release_plans(flashcl__nvidia_state *state);
 
 flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *call);
-/* Bytes of the dS scratch a plain backward uses for dQ (launch.c), 0 when it recomputes dS; the
+/* Bytes of the dS scratch a backward uses for dQ (launch.c), 0 when it recomputes dS; the
    scratch's key rows and query columns. */
 size_t flashcl__mma_ds_bytes(const flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_bwd *plan,
                              size_t *keys, size_t *pitch);

@@ -436,15 +436,16 @@ static int ds_m_tiles(size_t dk) {
     return dk > 128 || (env && strcmp(env, "1") == 0) ? 1 : 2;
 }
 
-/* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only. */
+/* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only; ds and
+   ds_mt: ds_wanted and ds_m_tiles of the build. */
 static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, size_t dk, int br, int bcq, int plain,
-                        int slices, int mb_part, const char *variants, int sm75, int wg) {
+                        int slices, int mb_part, const char *variants, int sm75, int wg, int ds, int ds_mt) {
     snprintf(out, cap,
              "-cl-mad-enable -DHEAD_DIM=%zu -DMB_D_REAL=%zu -DMMA_WARPS=%d -DMMA_F16=%d -DMMA_SM75=%d -DMMA_TF32=%d "
              "-DMMA_BWD_BR=%d -DMMA_BWD_BCQ=%d -DMMA_PLAIN=%d -DMB_SLICES=%d -DMB_PART=%d -DMMA_WG=%d -DMB_WG=%d "
              "-DMB_DS=%d -DMB_DSQ_MT=%d -DMMA_TANH_SFU=%d %s",
              dk, d->head_dim, MMA_WARPS, dtype_slot(d->dtype) == 1, sm75, is_tf32(d), br, bcq, plain, slices, mb_part,
-             wg != 0, wg, ds_wanted(sm75, is_tf32(d), dk, plain), ds_m_tiles(dk), d->softcap > 0.0f, variants);
+             wg != 0, wg, ds, ds_mt, d->softcap > 0.0f, variants);
 }
 
 /* The backward's dQ kernel on wgmma (cl/flash_bwd_mma.cl's MB_WG): on Hopper after the wgmma probe,
@@ -485,6 +486,8 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         const int slices = d->head_dim > (tf32 ? 64 : 128) ? 2 : 1;
         const size_t dk = slices > 1 ? (d->head_dim + 31) / 32 * 32 : padded_dim(d->head_dim);
         const int bcq = slices > 1 ? 16 : dk > 64 || tf32 ? 32 : 64, br = tf32 ? 32 : bcq;
+        const int sm75 = flashcl__nvidia_state_of(ctx)->sm75;
+        const int ds = ds_wanted(sm75, tf32, dk, plain), ds_mt = ds_m_tiles(dk); /* dQ from stored dS */
         char variants[256], options[sizeof w->pub.build_options];
         flashcl__variant_options(d, variants, sizeof variants);
         cl_program program = NULL, program_dk = NULL;
@@ -493,8 +496,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         /* Sliced: the dK part's program first; then the dV part's (with dot and dQ, which own every
            output dim: cl/flash_bwd_mma.cl's MB_OUT), whose options the plan reports. */
         for (int mb_part = slices > 1 ? 2 : 0; st == FLASHCL_SUCCESS; mb_part = 1) {
-            bwd_options(options, sizeof options, d, dk, br, bcq, plain, slices, mb_part, variants,
-                        flashcl__nvidia_state_of(ctx)->sm75, wg);
+            bwd_options(options, sizeof options, d, dk, br, bcq, plain, slices, mb_part, variants, sm75, wg, ds, ds_mt);
             cl_program *built = mb_part == 2 ? &program_dk : &program;
             if (wg)
                 st = flashcl__get_patched_program(ctx, "flash_bwd_mma.cl", options, "sm_90a", flashcl__wgmma_patch,
@@ -506,8 +508,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         }
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
         cl_kernel dq_ds = NULL; /* built with MB_DS (bwd_options) */
-        if (st == FLASHCL_SUCCESS && ds_wanted(flashcl__nvidia_state_of(ctx)->sm75, tf32, dk, plain))
-            st = flashcl__create_kernel(ctx, program, "flash_bwd_mma_dq_ds", &dq_ds);
+        if (st == FLASHCL_SUCCESS && ds) st = flashcl__create_kernel(ctx, program, "flash_bwd_mma_dq_ds", &dq_ds);
         const int wg_failed = wg && st != FLASHCL_SUCCESS; /* the wgmma program or its kernels, not d(sinks) */
         if (st == FLASHCL_SUCCESS && d->sinks) {
             /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
@@ -538,7 +539,7 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         memcpy(w->k, k, sizeof k);
         w->dsinks = dsinks;
         w->dq_ds = dq_ds;
-        w->dq_ds_rows = dq_ds ? 16 * MMA_WARPS * ds_m_tiles(dk) : 0;
+        w->dq_ds_rows = dq_ds ? 16 * MMA_WARPS * ds_mt : 0;
         w->plain = plain;
         w->slices = slices;
         /* The plan reports the dK/dV kernel: it does most of the work and needs the most __local/registers. */
