@@ -503,8 +503,10 @@ int main(int argc, char **argv) {
                                                                      : storage;
     if (tensor_cores && device_has_tensor_cores(ctx, tc_type)) g_expect_forward = "flash_fwd_mma";
     printf("tensor-core forward expected: %s\n", g_expect_forward ? "yes" : "no (not planned for plain 16-bit)");
-    if (backward_on_tc_only && !g_expect_forward) g_forward_only = 1;
-    if (backward_on_tc_only) printf("backward: %s\n", g_forward_only ? "skipped (no tensor cores)" : "checked");
+    if (backward_on_tc_only && !g_expect_forward) {
+        g_forward_only = 1;
+        printf("backward: skipped (the tensor-core family is not planned here)\n");
+    }
     const char *vendor_path = getenv("FLASHCL_VENDOR_PATH");
     const int cc = nvidia_compute_capability(flashcl_context_device(ctx));
     const char *form = sm75 ? "--sm75" : g_tf32 ? "--tf32" : "--recompute-ds";
