@@ -746,6 +746,18 @@ inline float mb_keep_bits(flashcl_head hd, long i, uint bits, VARIANT_ARGS) {
 }
 #endif
 
+/* The dK/dV kernel's walk, in one place because flash_bwd_mma_dq_ds replays it (mb_ds_stored) to
+   know which dS^T tiles were stored: key block [k0, mb_block_last] visits the query tiles of
+   MMA_BWD_BR rows from mb_walk_begin up to mb_walk_end (the band's inverse) that mb_walk_keeps. */
+inline long mb_block_last(flashcl_head hd, long k0) { return min(k0 + MMA_BWD_BC, hd.sk) - 1; }
+inline long mb_walk_begin(flashcl_head hd, long k0, int win_right) {
+    return flashcl_q_begin(hd, k0, MMA_BWD_BR, win_right);
+}
+inline long mb_walk_end(flashcl_head hd, long k1, int win_left) { return flashcl_q_end(hd, k1, win_left); }
+inline int mb_walk_keeps(flashcl_head hd, long t0, long k0, long k1, VARIANT_ARGS) {
+    return !flashcl_tile_skipped(hd, t0, t0 + MMA_BWD_BR - 1, k0, k1, VARIANT_PASS);
+}
+
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, VIEW_ARGS(k),
                    __global const mb_t *V, VIEW_ARGS(v), __global const mb_t *dO, VIEW_ARGS(do),
@@ -773,7 +785,7 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
     /* The sequence's geometry is the same for every query head of the group. */
     const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
     if (k0 >= hd0.sk) return; /* varlen: past this sequence (the whole group returns) */
-    const long k1 = min(k0 + MMA_BWD_BC, hd0.sk) - 1;
+    const long k1 = mb_block_last(hd0, k0);
     const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
 
     uint kf[MB_DT][MB_AF];
@@ -806,7 +818,7 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
 #endif
 
     /* Query rows that see a key of this block: the band's inverse. */
-    const long q_begin = flashcl_q_begin(hd0, k0, MMA_BWD_BR, win_right), q_end = flashcl_q_end(hd0, k1, win_left);
+    const long q_begin = mb_walk_begin(hd0, k0, win_right), q_end = mb_walk_end(hd0, k1, win_left);
     const long key_lo = k0 + warp * 16 + (lane >> 2); /* this thread's keys: key_lo, key_lo + 8 */
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
     const mb_at qs_n = MB_AT(qs, n_lane), qs_k = MB_AT(qs, k_lane);
@@ -819,7 +831,7 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
         __global const mb_t *dOb = dO + VIEW_BASE(do, b, h) + hd.q0 * do_sr;
         for (long q0 = q_begin; q0 < q_end; q0 += MMA_BWD_BR) {
             const long q1 = q0 + MMA_BWD_BR - 1;
-            if (flashcl_tile_skipped(hd, q0, q1, k0, k1, VARIANT_PASS)) continue; /* uniform */
+            if (!mb_walk_keeps(hd, q0, k0, k1, VARIANT_PASS)) continue; /* uniform */
             barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the previous tiles (or K/V) */
             mb_load_tile(qs, Qb, q_sr, q0, MMA_BWD_BR, hd.sq, lid);
             mb_load_tile(dos, dOb, do_sr, q0, MMA_BWD_BR, hd.sq, lid);
@@ -1123,14 +1135,13 @@ flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, V
 
 #if !MMA_PLAIN
 /* Whether the dK/dV kernel stored the dS^T of rows [r, r + 15] x keys [j, j + 15] (multiples of 16):
-   its walk (flash_bwd_mma_dkdv) visits query tile t0 of key block k0 when the block is inside the
-   sequence, t0 inside the band's inverse and the block mask keeps some pair of the tile. */
+   whether its walk (mb_walk_*) visited query tile t0 of key block k0, the block being inside the
+   sequence (the kernel returns before walking otherwise). */
 inline int mb_ds_stored(flashcl_head hd, long r, long j, VARIANT_ARGS) {
-    const long k0 = j / MMA_BWD_BC * MMA_BWD_BC, k1 = min(k0 + MMA_BWD_BC, hd.sk) - 1;
+    const long k0 = j / MMA_BWD_BC * MMA_BWD_BC, k1 = mb_block_last(hd, k0);
     const long t0 = r / MMA_BWD_BR * MMA_BWD_BR;
-    return k0 < hd.sk && t0 >= flashcl_q_begin(hd, k0, MMA_BWD_BR, win_right) &&
-           t0 < flashcl_q_end(hd, k1, win_left) &&
-           !flashcl_tile_skipped(hd, t0, t0 + MMA_BWD_BR - 1, k0, k1, VARIANT_PASS);
+    return k0 < hd.sk && t0 >= mb_walk_begin(hd, k0, win_right) && t0 < mb_walk_end(hd, k1, win_left) &&
+           mb_walk_keeps(hd, t0, k0, k1, VARIANT_PASS);
 }
 #endif
 
