@@ -9,6 +9,7 @@
 # library builds (common.cl variants.cl ptx.cl <kernel>.cl, as
 # src/kernel_sources.c joins them).
 #   dev/nvptx_check.sh joined.cl "-D HEAD_DIM=128 -D ..."
+#   SASS=flash_bwd_mma_dkdv CUOBJDUMP=.../cuobjdump dev/nvptx_check.sh joined.cl "..."  (opcode counts)
 src=$1
 opts=$2
 ptx=$(mktemp --suffix=.ptx)
@@ -20,5 +21,25 @@ arch=sm_90
 case "$opts" in *MMA_WG=1*) # the wgmma form: what src/backends/nvidia/wgmma_patch.c does to the driver's PTX
     sed -i -e 's/^\([ \t]*\)\/\/WG /\1/' -e 's/^\.target sm_90/.target sm_90a/' "$ptx"; arch=sm_90a ;;
 esac
-"${PTXAS:-/usr/local/cuda/bin/ptxas}" -arch=$arch -v "$ptx" -o /dev/null 2>&1 | grep -E "rror|Used|spill|Compiling|arning"
-rm -f "$ptx"
+cubin=$(mktemp --suffix=.cubin)
+"${PTXAS:-/usr/local/cuda/bin/ptxas}" -arch=$arch -v "$ptx" -o "$cubin" 2>&1 | grep -E "rror|Used|spill|Compiling|arning"
+# SASS=kernel: that kernel's opcode counts, whole and inside each backward branch's loop (the
+# outermost loops last), with CUOBJDUMP naming cuobjdump (PyPI's nvidia-cuda-cuobjdump wheel has one).
+if [ -n "${SASS:-}" ]; then
+    "${CUOBJDUMP:-cuobjdump}" -sass -fun "$SASS" "$cubin" > "$cubin.sass" || exit 1
+    awk '
+        function hex(h,   v, i) { v = 0; for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1; return v }
+        match($0, /\/\*[0-9a-f]+\*\/ +(@!?U?P[0-9T] +)?[A-Z0-9_]+/) {
+            n = split(substr($0, RSTART, RLENGTH), w, " "); op = w[n]; addr = hex(substr(w[1], 3, length(w[1]) - 4))
+            ops[addr] = op; all[op]++
+            if (op == "BRA" && match($0, /BRA 0x[0-9a-f]+/)) { t = hex(substr($0, RSTART + 6, RLENGTH - 6)); if (t < addr) loops[addr] = t }
+        }
+        END {
+            printf "whole kernel:"; for (o in all) printf " %s %d", o, all[o]; print ""
+            for (e in loops) { delete c; total = 0
+                for (a in ops) if (a + 0 >= loops[e] && a + 0 <= e + 0) { c[ops[a]]++; total++ }
+                printf "loop 0x%x-0x%x, %d instructions:", loops[e], e, total; for (o in c) printf " %s %d", o, c[o]; print "" }
+        }' "$cubin.sass"
+    rm -f "$cubin.sass"
+fi
+rm -f "$ptx" "$cubin"
