@@ -73,10 +73,11 @@ int main(int argc, char **argv) {
         cl_ulong static_bytes = 0;
         clGetKernelWorkGroupInfo(k, device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof static_bytes, &static_bytes, NULL);
         printf("kernel %s: CL_KERNEL_LOCAL_MEM_SIZE %llu before the argument\n", names[both], (unsigned long long)static_bytes);
-        int sizes[] = {16, 32, 44, 48, 49, 56, 64, 96, 100, 128, 160, 192, 200, 227, 228};
-        for (size_t s = 0; s < sizeof sizes / sizeof *sizes && sizes[s] <= max_kib; ++s) {
-            size_t bytes = (size_t)sizes[s] * 1024;
-            if (sizes[s] == 49) bytes = 48 * 1024 + 16;
+        /* KiB, and 16 bytes past 48 KiB: the first size above CL_DEVICE_LOCAL_MEM_SIZE on NVIDIA. */
+        const size_t sizes[] = {16 << 10, 32 << 10, 44 << 10, 48 << 10, (48 << 10) + 16, 56 << 10, 64 << 10, 96 << 10,
+                                100 << 10, 128 << 10, 160 << 10, 192 << 10, 200 << 10, 227 << 10, 228 << 10};
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes && sizes[s] <= (size_t)max_kib << 10; ++s) {
+            const size_t bytes = sizes[s];
             cl_uint n = (cl_uint)(bytes / sizeof(cl_uint));
             cl_int e_arg = clSetKernelArg(k, 0, sizeof out, &out);
             if (e_arg == CL_SUCCESS) e_arg = clSetKernelArg(k, 1, bytes, NULL);

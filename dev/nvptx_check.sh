@@ -23,10 +23,10 @@ case "$opts" in *MMA_WG=1*) # the wgmma form: what src/backends/nvidia/wgmma_pat
 esac
 cubin=$(mktemp --suffix=.cubin)
 "${PTXAS:-/usr/local/cuda/bin/ptxas}" -arch=$arch -v "$ptx" -o "$cubin" 2>&1 | grep -E "rror|Used|spill|Compiling|arning"
-# SASS=kernel: that kernel's opcode counts, whole and inside each backward branch's loop (the
-# outermost loops last), with CUOBJDUMP naming cuobjdump (PyPI's nvidia-cuda-cuobjdump wheel has one).
+# SASS=kernel: that kernel's opcode counts, whole and inside each backward branch's loop (loops by
+# start address), with CUOBJDUMP naming cuobjdump (PyPI's nvidia-cuda-cuobjdump wheel has one).
 if [ -n "${SASS:-}" ]; then
-    "${CUOBJDUMP:-cuobjdump}" -sass -fun "$SASS" "$cubin" > "$cubin.sass" || exit 1
+    "${CUOBJDUMP:-cuobjdump}" -sass -fun "$SASS" "$cubin" > "$cubin.sass" || { rm -f "$ptx" "$cubin" "$cubin.sass"; exit 1; }
     awk '
         function hex(h,   v, i) { v = 0; for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1; return v }
         match($0, /\/\*[0-9a-f]+\*\/ +(@!?U?P[0-9T] +)?[A-Z0-9_]+/) {
@@ -38,8 +38,8 @@ if [ -n "${SASS:-}" ]; then
             printf "whole kernel:"; for (o in all) printf " %s %d", o, all[o]; print ""
             for (e in loops) { delete c; total = 0
                 for (a in ops) if (a + 0 >= loops[e] && a + 0 <= e + 0) { c[ops[a]]++; total++ }
-                printf "loop 0x%x-0x%x, %d instructions:", loops[e], e, total; for (o in c) printf " %s %d", o, c[o]; print "" }
-        }' "$cubin.sass"
+                printf "loop 0x%06x-0x%06x, %d instructions:", loops[e], e, total; for (o in c) printf " %s %d", o, c[o]; print "" }
+        }' "$cubin.sass" | sort -s -k1,1r -k2,2
     rm -f "$cubin.sass"
 fi
 rm -f "$ptx" "$cubin"
