@@ -1,39 +1,55 @@
 #!/usr/bin/env bash
-# Where the plain dK/dV kernel's time goes (docs/nvidia.md, "Where the dK/dV kernel's time goes"):
-# dev/dkdv_ablate.patch adds build switches to a copy of cl/ (never to the library's kernels), and
-# this script times each form with `flashcl bench --kernels` in one process tree, forms alternating
-# over TURNS rounds so that the machine's drift touches them all alike. The forms:
-#   main      cl/ as it is
-#   a0        the patched kernel with every switch off (must time as main: the patch is neutral)
-#   a1 a2 a4 a8 a15   MB_ABLATE bits: 1 the tile loop's barriers, 2 the exp2, 4 the dS store,
-#             8 the dV products, 15 all four (wrong results: timing only)
-#   dpfirst   MB_ORDER_DP_FIRST=1: dP^T issued beside S^T before the softmax (a real reordering:
-#             test_mma runs on it first, and the form is dropped from the timing if it fails)
-# Run from the repository root with a Release build in BUILD (default build-gpu, targets flashcl_tool
-# and test_mma). Environment: TURNS (default 3), FORMS (default all), SHAPES (bench options, one
-# shape per line; default the README's b4 h16 N4096 d128 bf16 backward, plain and causal).
+# Kernel forms of the backward that are not in the library, timed side by side in one process tree:
+# each form is a copy of cl/ with patches from dev/ applied (never the library's kernels), timed with
+# `flashcl bench --kernels` through FLASHCL_KERNEL_DIR, the forms alternating over TURNS rounds so
+# that the machine's drift touches them all alike. The forms:
+#   main        cl/ as it is
+#   a0          dkdv_ablate.patch with every switch off (must time as main: the patch is neutral)
+#   a1 a2 a4 a8 a15   dkdv_ablate.patch's MB_ABLATE bits in the plain dK/dV kernel: 1 the tile
+#               loop's barriers, 2 the exp2, 4 the dS store, 8 the dV products, 15 all four (wrong
+#               results: timing only; docs/nvidia.md has the H100's figures)
+#   dpfirst     dkdv_ablate.patch's MB_ORDER_DP_FIRST=1: dP^T issued beside S^T (measured: slower)
+#   onebar      bwd_one_barrier.patch: one barrier a tile instead of two in the double-buffered
+#               loops (plain dK/dV, both dQ kernels, dQ from dS); not yet run on a GPU
+#   int         dkdv_int_positions.patch: the plain dK/dV kernel's row and key positions as int
+#               instead of long (no spills in clang's build); not yet run on a GPU
+#   onebar_int  both
+# The forms that compute (every one but a0 and the a* ablations) run test_mma first and are dropped
+# from the timing if it fails. Run from the repository root with a Release build in BUILD (default
+# build-gpu, targets flashcl_tool and test_mma). Environment: TURNS (default 3), FORMS (default
+# main onebar int onebar_int), SHAPES (bench options, one shape per line; default the README's b4
+# h16 N4096 d128 bf16 backward, plain and causal, b16 N1024 d64, and the causal window-4095 GQA row).
 set -euo pipefail
 build=${BUILD:-build-gpu} turns=${TURNS:-3}
-forms=${FORMS:-main a0 a1 a2 a4 a8 a15 dpfirst}
+forms=${FORMS:-main onebar int onebar_int}
 shapes=${SHAPES:-"--dtype bf16 --batch 4 --heads 16 --seqlen 4096 --head-dim 128
---dtype bf16 --batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal"}
-work=$(mktemp -d /tmp/dkdv_experiment.XXXX)
+--dtype bf16 --batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal
+--dtype bf16 --batch 16 --heads 16 --seqlen 1024 --head-dim 64
+--dtype bf16 --batch 2 --heads 16 --kv-heads 8 --seqlen 8192 --head-dim 128 --causal --window 4095,0"}
+work=$(mktemp -d /tmp/dkdv_experiment.XXXX) here=$(pwd)
 [ -x "$build/tools/flashcl" ] || { echo "dkdv_experiment: no $build/tools/flashcl" >&2; exit 2; }
 
+apply() { # kernel directory, patch name in dev/
+    (cd "$1" && patch -s -p2 <"$here/dev/$2")
+}
 make_form() { # form name -> kernel directory
     local dir=$work/$1
     cp -r cl "$dir"
-    [ "$1" = main ] && return
-    (cd "$dir" && patch -s -p2 <"$OLDPWD/dev/dkdv_ablate.patch")
     case $1 in
-    a*) sed -i "1i #define MB_ABLATE ${1#a}" "$dir/flash_bwd_mma.cl" ;;
-    dpfirst) sed -i '1i #define MB_ORDER_DP_FIRST 1' "$dir/flash_bwd_mma.cl" ;;
+    main) ;;
+    a*) apply "$dir" dkdv_ablate.patch && sed -i "1i #define MB_ABLATE ${1#a}" "$dir/flash_bwd_mma.cl" ;;
+    dpfirst) apply "$dir" dkdv_ablate.patch && sed -i '1i #define MB_ORDER_DP_FIRST 1' "$dir/flash_bwd_mma.cl" ;;
+    onebar) apply "$dir" bwd_one_barrier.patch ;;
+    int) apply "$dir" dkdv_int_positions.patch ;;
+    onebar_int) apply "$dir" bwd_one_barrier.patch && apply "$dir" dkdv_int_positions.patch ;;
+    *) echo "dkdv_experiment: no form $1" >&2; exit 2 ;;
     esac
 }
 kept=()
 for f in $forms; do
     make_form "$f"
-    if [ "$f" = dpfirst ]; then
+    case $f in main | a[0-9]*) computes=0 ;; *) computes=1 ;; esac # the ablations are timing only
+    if [ "$computes" = 1 ]; then
         if FLASHCL_KERNEL_DIR=$work/$f FLASHCL_CACHE_DIR=$work/cache-$f "$build/tests/test_mma" >"$work/$f.test.log" 2>&1; then
             echo "dkdv_experiment: test_mma passed on $f"
         else
