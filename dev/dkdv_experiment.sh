@@ -26,8 +26,9 @@ shapes=${SHAPES:-"--dtype bf16 --batch 4 --heads 16 --seqlen 4096 --head-dim 128
 --dtype bf16 --batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal
 --dtype bf16 --batch 16 --heads 16 --seqlen 1024 --head-dim 64
 --dtype bf16 --batch 2 --heads 16 --kv-heads 8 --seqlen 8192 --head-dim 128 --causal --window 4095,0"}
-work=$(mktemp -d /tmp/dkdv_experiment.XXXX) here=$(pwd)
 [ -x "$build/tools/flashcl" ] || { echo "dkdv_experiment: no $build/tools/flashcl" >&2; exit 2; }
+work=$(mktemp -d /tmp/dkdv_experiment.XXXX) here=$(pwd)
+trap 'rm -rf "$work"' EXIT # the kernel copies and their program caches, also when a form fails
 
 apply() { # kernel directory, patch name in dev/
     (cd "$1" && patch -s -p2 <"$here/dev/$2")
@@ -71,4 +72,3 @@ while IFS= read -r shape; do
         done
     done
 done <<<"$shapes"
-rm -rf "$work"
