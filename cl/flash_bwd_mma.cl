@@ -62,7 +62,8 @@
  * product over the keys, in place of flash_bwd_mma_dq, which recomputes S and dP (two of its three
  * products) for dS. Entries in tiles no dK/dV work-group visited (outside the band, dropped by the
  * block mask) are never written; the dQ kernel zeroes them (see it) and never reads the tiles
- * beyond its band. Sliced builds: one of a key block's dK work-groups stores. Deterministic: each
+ * beyond its band. Sliced builds: the dS part (MB_PART = 3), or where the host runs the dK slices one
+ * of a key block's dK work-groups. Deterministic: each
  * entry is written once, dQ summed in a fixed order. A ds_pitch of 0 stores nothing: the host's way
  * back to flash_bwd_mma_dq (in the same program) where the scratch would be too large.
  */
@@ -83,16 +84,32 @@
  * of dQ, the dV part's register profile), so its S and dP are computed once per pair: 1.10-1.25x
  * faster backwards than dQ in slices like dK (H100: bf16 d = 256, TF32 d = 96 and 128). S is
  * recomputed by the dV part and per dK slice, dP per dK slice.
+ *
+ * With MB_DS (the dS scratch; below) the dK slices give way to MB_PART = 3, the dS part: one
+ * work-group per key block with the K and V fragments and no accumulators, which computes S, dP and
+ * dS once and stores dS^T; flash_bwd_mma_dk_ds (in the dV part's program, every output dim) then
+ * forms dK = scale dS^T Q from the scratch as flash_bwd_mma_dq_ds forms dQ. Where the scratch is
+ * not there (too large) the host launches the dK slices, built beside it. Where a second scratch
+ * of the same size fits too, the dS part also stores (P Z)^T (p_store, into Ps: the operand the dV
+ * part's product would use), and the same kernel forms dV = (P Z)^T dO from it (its `which`): no
+ * dV part is launched, so S is computed once per pair in the whole backward.
  */
 #ifndef MB_SLICES
 #define MB_SLICES 1
 #endif
 #ifndef MB_PART
-#define MB_PART 0 /* 0: dK and dV (MB_SLICES = 1); 1: dV only; 2: dK only */
+#define MB_PART 0 /* 0: dK and dV (MB_SLICES = 1); 1: dV only; 2: dK only; 3: dS only */
 #endif
 #if MB_SLICES > 1 && (MMA_PLAIN || MB_PART == 0)
-#error "sliced builds are the general kernels with MB_PART 1 or 2"
+#error "sliced builds are the general kernels with MB_PART 1, 2 or 3"
 #endif
+#if MB_PART == 3 && !MB_DS
+#error "MB_PART 3 stores dS: MB_DS builds only"
+#endif
+/* What a build of the dK/dV kernel accumulates, and whether it forms dP (and dS). */
+#define MB_HAS_DV (MB_PART <= 1)
+#define MB_HAS_DK (MB_PART == 0 || MB_PART == 2)
+#define MB_HAS_DP (MB_PART != 1)
 
 /*
  * Hopper (MB_WG = 1: sm_90a through cl/ptx.cl's wgmma section, so built with MMA_WG = 1 too; the
@@ -171,11 +188,12 @@ typedef ushort mb_t;
 #define MB_LD (HEAD_DIM + MB_CE)
 #define MB_CHUNKS (HEAD_DIM / MB_CE)
 #define MB_DT (HEAD_DIM / 16)
-/* Output dims per work-group (a multiple of 16): one slice, except in the dV part (MB_PART = 1),
-   which owns all of them: its 16 keys' K fragments and dV accumulators fit at d = 256, and each
-   key block's S is then computed once for dV instead of once per slice. The dV part's program has
-   the dQ kernel (the dK part's has none). MB_WG_PER_BLOCK: work-groups per key or query block. */
-#define MB_OUT (MB_PART == 1 ? HEAD_DIM : HEAD_DIM / MB_SLICES)
+/* Output dims per work-group (a multiple of 16): one slice in the dK part (MB_PART = 2), all of
+   them elsewhere: the dV part's 16 keys' K fragments and dV accumulators fit at d = 256, and each
+   key block's S is then computed once for dV instead of once per slice (the dS part has no
+   accumulators). The dV part's program has the dQ kernels (the dK and dS parts' have none).
+   MB_WG_PER_BLOCK: work-groups per key or query block. */
+#define MB_OUT (MB_PART == 2 ? HEAD_DIM / MB_SLICES : HEAD_DIM)
 #define MB_ODT (MB_OUT / 16)
 #define MB_WG_PER_BLOCK (HEAD_DIM / MB_OUT)
 /* Stages of a streamed tile (the plain kernels' Q/dO and K/V, the general dQ's K/V): two, each
@@ -768,6 +786,10 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
                    ,
                    __global ushort *dS, ulong ds_keys, ulong ds_pitch
 #endif
+#if MB_PART == 3
+                   ,
+                   __global ushort *Ps, int p_store
+#endif
 ) {
     /* K and V of the block first (for the fragments; one after the other when sliced), then Q and dO tiles. */
 #define MB_KV_E (MMA_BWD_BC * MB_LD)
@@ -789,12 +811,12 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
     const float cap_inv = HAS_SOFTCAP ? 1.0f / softcap2 : 0.0f;
 
     uint kf[MB_DT][MB_AF];
-#if MB_PART != 1
+#if MB_HAS_DP
     uint vf[MB_DT][MB_AF];
 #endif
 #if MB_SLICES > 1
     mb_stage_frags(smem, K + VIEW_BASE(k, b, hk) + hd0.k0 * k_sr, k_sr, k0, hd0.sk, lid, kf);
-#if MB_PART == 2
+#if MB_HAS_DP
     barrier(CLK_LOCAL_MEM_FENCE); /* every warp has its K fragments: V takes the buffer */
     mb_stage_frags(smem, V + VIEW_BASE(v, b, hk) + hd0.k0 * v_sr, v_sr, k0, hd0.sk, lid, vf);
 #endif
@@ -808,11 +830,11 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
     mb_frags_a(smem + MB_KV_E, warp * 16, lane, vf);
 #endif
 
-#if MB_PART != 2
+#if MB_HAS_DV
     float dv[MB_OUT / 8][4];
     mb_zero(dv);
 #endif
-#if MB_PART != 1
+#if MB_HAS_DK
     float dk[MB_OUT / 8][4];
     mb_zero(dk);
 #endif
@@ -823,6 +845,9 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
     const uint n_lane = MB_LANE_N(lane), k_lane = MB_LANE_K(lane);
     const mb_at qs_n = MB_AT(qs, n_lane), qs_k = MB_AT(qs, k_lane);
     const mb_at dos_n = MB_AT(dos, n_lane), dos_k = MB_AT(dos, k_lane);
+#if MB_PART == 3
+    (void)qs_k, (void)dos_k, (void)out0; /* no products into accumulators */
+#endif
 
     for (int hh = 0; hh < group; ++hh) {
         const int h = hk * group + hh;
@@ -889,11 +914,16 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
                 }
                 MB_PACK_A(pf, n, pz[0], pz[1], pz[2], pz[3]);
             }
-#if MB_PART != 2
+#if MB_PART == 3
+            /* (P Z)^T for dV from it, where the host has the second scratch (uniform). */
+            if (p_store && q0 < (long)ds_pitch)
+                MB_DS_STORE(Ps, ds_keys, ds_pitch, (ulong)b * heads_q + h, key_lo, q0, pf, lane, MMA_BWD_BR);
+#endif
+#if MB_HAS_DV
             /* dV += (P Z)^T dO (k = queries), my output dims. */
             MB_MMA_PB(dv, pf, dos_k, MMA_BWD_BR, MB_ODT, out0);
 #endif
-#if MB_PART != 1
+#if MB_HAS_DP
             /* dP^T = V dO^T. */
             float dp_[MMA_BWD_BR / 8][4];
 #pragma unroll
@@ -914,15 +944,19 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
             if (ds_pitch != 0 && slice == 0 && q0 < (long)ds_pitch)
                 MB_DS_STORE(dS, ds_keys, ds_pitch, (ulong)b * heads_q + h, key_lo, q0, pf, lane, MMA_BWD_BR);
 #endif
+#if MB_HAS_DK
             MB_MMA_PB(dk, pf, qs_k, MMA_BWD_BR, MB_ODT, out0);
+#endif
 #endif
         }
     }
+#if MB_PART != 3
     const long kr = k0 + warp * 16;
-#if MB_PART != 1
+#endif
+#if MB_HAS_DK
     mb_store(dK + VIEW_BASE(dk, b, hk) + hd0.k0 * dk_sr, dk_sr, kr, hd0.sk, lane, scale, dk, out0);
 #endif
-#if MB_PART != 2
+#if MB_HAS_DV
     mb_store(dV + VIEW_BASE(dv, b, hk) + hd0.k0 * dv_sr, dv_sr, kr, hd0.sk, lane, 1.0f, dv, out0);
 #endif
 #undef MB_KV_E
@@ -931,7 +965,7 @@ flash_bwd_mma_dkdv(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K,
 #undef MB_SM_E
 }
 
-#if MB_PART != 2 /* the sliced dK part's program has no dQ kernel: dQ owns every output dim (MB_OUT above) */
+#if MB_PART < 2 /* the sliced dK and dS parts' programs have no dQ kernel: dQ owns every output dim (MB_OUT above) */
 __kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
 flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, VIEW_ARGS(k),
                  __global const mb_t *V, VIEW_ARGS(v), __global const mb_t *dO, VIEW_ARGS(do),
@@ -1103,10 +1137,10 @@ flash_bwd_mma_dq(__global const mb_t *Q, VIEW_ARGS(q), __global const mb_t *K, V
 #undef MB_QB_STAGE
 #undef MB_SM_E
 }
-#endif /* MB_PART != 1 */
+#endif /* MB_PART < 2 */
 #endif
 
-#if MB_DS && MB_PART != 2 /* in the program with the dQ kernel (the dV part's when sliced) */
+#if MB_DS && MB_PART < 2 /* in the program with the dQ kernel (the dV part's when sliced) */
 /*
  * dQ = scale dS K from the dK/dV kernel's dS^T (MB_DS above): one work-group per MB_DSQ_ROWS query
  * rows (MB_DSQ_MT 16-row m-tiles per warp), key tiles of MB_DSQ_BC through two stages of __local
@@ -1289,4 +1323,147 @@ flash_bwd_mma_dq_ds(__global const ushort *Q, VIEW_ARGS(q), __global const ushor
 #undef MB_KT_E
 #undef MB_STAGE_E
 }
+
+#if MB_PART == 1
+/*
+ * flash_bwd_mma_dk_ds (sliced builds, d > 128, with the dS scratch): dK = scale dS^T Q, summed over
+ * the GQA group's query heads, from the dS^T the dS part (MB_PART = 3) stored; in place of the dK
+ * slices, each of which recomputes S and dP. One work-group per key block of MMA_BWD_BC keys, 16 a
+ * warp, every output dim (the dV part's register profile: its dK accumulators are the dV part's dV
+ * ones). Query steps of MB_DKQ rows follow the dS part's walk (mb_walk_*, tiles of MMA_BWD_BR
+ * rows): a step's 16-row k-steps that the walk did not visit (outside the band, dropped by the block
+ * mask, past the scratch's columns) are neither read nor multiplied, so only stored entries count;
+ * inside a visited tile the hidden pairs were stored as 0. Double-buffered like dq_ds. Takes the
+ * dK/dV kernel's arguments (it reads Q and the scratch, writes dK), then the (P Z)^T scratch and
+ * `which`: 1 forms dV = (P Z)^T dO from Ps instead (the same product with other operands).
+ */
+#define MB_DKQ 32
+#if MMA_BWD_BR % 16 || (MB_DKQ % MMA_BWD_BR && MMA_BWD_BR % MB_DKQ)
+#error "a 16-row k-step of dk_ds lies in one of the dS part's query tiles"
+#endif
+
+/* Which 16-row k-steps of the step from query row q0 the dS part stored (bit kk: rows q0 + 16 kk on). */
+inline uint mb_dk_mask(flashcl_head hd, long q0, long q_end, long k0, long k1, VARIANT_ARGS) {
+    uint m = 0u;
+#pragma unroll
+    for (int kk = 0; kk < MB_DKQ / 16; ++kk) {
+        const long t = q0 + kk * 16;
+        if (t < q_end && mb_walk_keeps(hd, t / MMA_BWD_BR * MMA_BWD_BR, k0, k1, VARIANT_PASS)) m |= 1u << kk;
+    }
+    return m;
+}
+
+/* From step (*hh, *q0) on (query head hk * group + *hh), the first step with a stored k-step: its
+   mask, or 0 when the walk is over (*hh == group). Uniform over the work-group. */
+inline uint mb_dk_find(int b, int hk, int group, int heads_q, int seqlen_q, int seqlen_k, long q_begin, long q_end,
+                       long k0, long k1, int *hh, long *q0, VARIANT_ARGS) {
+    for (; *hh < group; ++*hh, *q0 = q_begin) {
+        const flashcl_head hd = flashcl_head_setup(b, hk * group + *hh, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+        for (; *q0 < q_end; *q0 += MB_DKQ) {
+            const uint m = mb_dk_mask(hd, *q0, q_end, k0, k1, VARIANT_PASS);
+            if (m) return m;
+        }
+    }
+    return 0u;
+}
+
+__kernel __attribute__((reqd_work_group_size(MB_THREADS, 1, 1))) void
+flash_bwd_mma_dk_ds(__global const ushort *Q, VIEW_ARGS(q), __global const ushort *K, VIEW_ARGS(k),
+                    __global const ushort *V, VIEW_ARGS(v), __global const ushort *dO, VIEW_ARGS(do),
+                    __global const float *LSE, ulong lse_off, __global const float *Dsum, __global ushort *dK,
+                    VIEW_ARGS(dk), __global ushort *dV, VIEW_ARGS(dv), int seqlen_q, int seqlen_k, int heads_q,
+                    int group, float scale_log2, float scale, VARIANT_ARGS, __global const ushort *dS, ulong ds_keys,
+                    ulong ds_pitch, __global const ushort *Ps, int which) {
+#define MB_DKL (MB_DKQ + 8) /* a dS^T row (key) in __local: the step's query columns and 16 bytes */
+#define MB_DKD_E (MMA_BWD_BC * MB_DKL)
+#define MB_DKS_E (MB_DKD_E + MB_DKQ * MB_LD) /* a stage: the dS^T rows, then the Q rows */
+    __local ushort smem[2 * MB_DKS_E] __attribute__((aligned(16)));
+    const int lid = (int)get_local_id(0), warp = lid >> 5, lane = lid & 31;
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+    const long k0 = (long)get_group_id(0) * MMA_BWD_BC;
+    /* The sequence's geometry is the same for every query head of the group. */
+    const flashcl_head hd0 = flashcl_head_setup(b, hk * group, heads_q, seqlen_q, seqlen_k, VARIANT_PASS);
+    if (k0 >= hd0.sk) return; /* varlen: past this sequence (the whole group returns) */
+    const long k1 = mb_block_last(hd0, k0);
+    /* The dS part's walk; it stored no column past the scratch's pitch (a varlen sequence longer
+       than max_seqlen_q). */
+    const long q_begin = mb_walk_begin(hd0, k0, win_right);
+    const long q_end = min(mb_walk_end(hd0, k1, win_left), (long)ds_pitch);
+    /* The product's operands (uniform): dK = scale dS^T Q, or dV = (P Z)^T dO. */
+    __global const ushort *A = which ? Ps : dS, *Bm = which ? dO : Q;
+    const ulong bm_off = which ? do_off : q_off, bm_sb = which ? do_sb : q_sb, bm_sh = which ? do_sh : q_sh;
+    const ulong bm_sr = which ? do_sr : q_sr;
+    __global ushort *out = which ? dV : dK;
+    const ulong o_off = which ? dv_off : dk_off, o_sb = which ? dv_sb : dk_sb, o_sh = which ? dv_sh : dk_sh;
+    const ulong o_sr = which ? dv_sr : dk_sr;
+
+    float dk[HEAD_DIM / 8][4];
+    mb_zero(dk);
+    /* ldmatrix (not transposed) of the warp's 16 dS^T rows (keys) as A, k = the step's queries. */
+    const uint ds_a = (uint)(((warp * 16 + (lane & 15)) * MB_DKL + (lane >> 4) * 8) * 2);
+    const uint q_k = MB_LANE_K(lane);
+    const uint base = ptx_smem_addr(smem);
+
+    /* Step (hh, q0) with k-step mask m -> stage st: the block's dS^T rows over the step's columns
+       (k-steps not stored: zeros, nothing read) and the step's Q rows (zero past the sequence). */
+#define MB_DK_TILE(st_, hh_, q0_, m_)                                                                                      \
+    do {                                                                                                               \
+        __local ushort *t_ = smem + (st_)*MB_DKS_E;                                                                     \
+        const int h_ = hk * group + (hh_);                                                                              \
+        __global const ushort *dsb_ = A + ((ulong)b * heads_q + h_) * ds_keys * ds_pitch;                              \
+        for (int c_ = lid; c_ < MMA_BWD_BC * (MB_DKQ / 8); c_ += MB_THREADS) {                                         \
+            const int r_ = c_ / (MB_DKQ / 8), ch_ = c_ - r_ * (MB_DKQ / 8);                                            \
+            const int ok_ = ((m_) >> (ch_ >> 1)) & 1u;                                                                  \
+            __global const ushort *src_ = dsb_ + (ok_ ? (ulong)(k0 + r_) * ds_pitch + (ulong)(q0_) + ch_ * 8 : 0);      \
+            ptx_cp16(ptx_smem_addr(t_ + r_ * MB_DKL + ch_ * 8), src_, ok_ ? 16u : 0u);                                 \
+        }                                                                                                              \
+        mb_load_tile(t_ + MB_DKD_E, Bm + VIEW_BASE(bm, b, h_) + hd0.q0 * bm_sr, bm_sr, (q0_), MB_DKQ, hd0.sq, lid);     \
+        ptx_cp_commit();                                                                                               \
+    } while (0)
+    int hh = 0;
+    long q0 = q_begin;
+    uint steps = mb_dk_find(b, hk, group, heads_q, seqlen_q, seqlen_k, q_begin, q_end, k0, k1, &hh, &q0, VARIANT_PASS);
+    if (steps) MB_DK_TILE(0, hh, q0, steps);
+    for (int st = 0; steps; st ^= 1) {
+        int nh = hh;
+        long nq = q0 + MB_DKQ;
+        if (nq >= q_end) { /* the next query head's walk */
+            nq = q_begin;
+            ++nh;
+        }
+        const uint nsteps =
+            mb_dk_find(b, hk, group, heads_q, seqlen_q, seqlen_k, q_begin, q_end, k0, k1, &nh, &nq, VARIANT_PASS);
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the step before: its stage is free */
+        if (nsteps) {
+            MB_DK_TILE(st ^ 1, nh, nq, nsteps);
+            ptx_cp_wait_one(); /* this step's group is in; the next one's may still be in flight */
+        } else {
+            ptx_cp_wait_all();
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const uint so = base + (uint)(st * MB_DKS_E * 2), qt = so + (uint)(MB_DKD_E * 2) + q_k;
+        /* dK += dS^T Q (k = queries), each k-step's A fragment once for every output dim. */
+#pragma unroll
+        for (int kk = 0; kk < MB_DKQ / 16; ++kk) {
+            if (!((steps >> kk) & 1u)) continue; /* uniform: not stored, zeros */
+            uint af[4];
+            ptx_ldsm_x4(so + ds_a + (uint)(kk * 16 * 2), &af[0], &af[1], &af[2], &af[3]);
+#pragma unroll
+            for (int dn = 0; dn < MB_DT; ++dn) {
+                uint b0, b1, b2, b3;
+                ptx_ldsm_x4_trans(qt + (uint)(kk * 16 * MB_LD + dn * 16) * 2, &b0, &b1, &b2, &b3);
+                PTX_MMA(dk[2 * dn], af, b0, b1);
+                PTX_MMA(dk[2 * dn + 1], af, b2, b3);
+            }
+        }
+        hh = nh, q0 = nq, steps = nsteps;
+    }
+    mb_store(out + VIEW_BASE(o, b, hk) + hd0.k0 * o_sr, o_sr, k0 + warp * 16, hd0.sk, lane, which ? 1.0f : scale, dk,
+             0);
+#undef MB_DK_TILE
+#undef MB_DKL
+#undef MB_DKD_E
+#undef MB_DKS_E
+}
+#endif /* MB_PART == 1 */
 #endif

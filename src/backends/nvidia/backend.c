@@ -69,12 +69,14 @@ static flashcl_status nvidia_plan(flashcl_context *ctx, flashcl__pass pass, cons
     return st;
 }
 
-/* D, and for a backward whose dQ reads dS, the dS scratch (launch.c). */
+/* D, and for a backward whose dQ reads dS, the dS scratch and the (P Z)^T one beside it (launch.c). */
 static size_t nvidia_scratch_bytes(flashcl_context *ctx, flashcl__pass pass, const flashcl_attention_desc *d) {
     size_t bytes = flashcl__bwd_dsum_scratch_bytes(ctx, pass, d), keys = 0, pitch = 0;
     const flashcl__mma_bwd *w = NULL;
-    if (pass == FLASHCL__BACKWARD && flashcl__mma_backward_plan_for(ctx, d, &w) == FLASHCL_SUCCESS)
-        bytes += flashcl__mma_ds_bytes(ctx, d, w, &keys, &pitch);
+    if (pass == FLASHCL__BACKWARD && flashcl__mma_backward_plan_for(ctx, d, &w) == FLASHCL_SUCCESS) {
+        const size_t ds = flashcl__mma_ds_bytes(ctx, d, w, &keys, &pitch);
+        bytes += ds + flashcl__mma_ps_bytes(ctx, w, ds);
+    }
     return bytes;
 }
 

@@ -4,6 +4,9 @@
  * after D, no atomics. Above d = 128 (TF32: 64) dK/dV is two kernels: dV, one
  * work-group per key block owning every output dim, then dK, whose blocks are
  * two work-groups (one per half of the output dims); dQ owns every output dim.
+ * With the dS scratch (16-bit) the dK half is instead the dS part (one
+ * work-group per key block storing dS^T) and flash_bwd_mma_dk_ds (dK = dS^T Q),
+ * so S and dP are computed once per pair for dK, not once per slice.
  */
 #include "nvidia.h"
 #include "../../backward_args.h"
@@ -32,6 +35,22 @@ size_t flashcl__mma_ds_bytes(const flashcl_context *ctx, const flashcl_attention
     return (size_t)bytes;
 }
 
+/* 1 when the dK from dS above d = 128 (the dS part and dk_ds) runs with the scratch: a sliced MB_DS
+   build, unless FLASHCL_BWD_DK_DS=0 (the dK slices, for measurements). */
+static int dk_from_ds_wanted(const flashcl__mma_bwd *plan) {
+    const char *env = getenv("FLASHCL_BWD_DK_DS");
+    return plan->ds_part && plan->dk_ds && !(env && strcmp(env, "0") == 0);
+}
+
+/* The (P Z)^T scratch beside the dS one (as large): where dK comes from dS and both fit in an eighth
+   of the device memory, unless FLASHCL_BWD_DV_PS=0; then dV is formed from it too and the dV part
+   is not launched. */
+size_t flashcl__mma_ps_bytes(const flashcl_context *ctx, const flashcl__mma_bwd *plan, size_t ds_bytes) {
+    const char *env = getenv("FLASHCL_BWD_DV_PS");
+    if (!ds_bytes || !plan->dv_ps || !dk_from_ds_wanted(plan) || (env && strcmp(env, "0") == 0)) return 0;
+    return (double)ds_bytes * 2.0 > (double)ctx->info.global_mem_bytes / 8 ? 0 : ds_bytes;
+}
+
 flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *call) {
     const flashcl_attention_desc *d = call->d;
     const flashcl_tensor *views = call->views;
@@ -56,25 +75,45 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     flashcl__args dot = flashcl__args_for(plan->k[0], names[0]);
     flashcl__arg_bwd_dot(&dot, call, dsum);
     st = flashcl__args_check(ctx, &dot);
-    /* k[3], the dK-only part of a sliced build, takes the dK/dV kernel's arguments. */
     /* dQ's kernel: from dS (its arguments flash_bwd_mma_dq's and the scratch's), or recomputing it. */
     cl_kernel dq = ds ? plan->dq_ds : plan->k[2];
     const char *dq_name = ds ? "flash_bwd_mma_dq_ds" : names[2];
-    for (int m = 1; m < 4 && st == FLASHCL_SUCCESS; ++m) {
-        if (!plan->k[m]) continue;
-        flashcl__args a =
-            m == 2 ? flashcl__args_for(dq, dq_name) : flashcl__args_for(plan->k[m], names[m == 3 ? 1 : m]);
-        flashcl__arg_bwd_main(&a, call, dsum, m == 2);
+    /* Sliced: dK from the scratch (the dS part, then dk_ds), or the dK slices k[3] without it; and
+       with the (P Z)^T scratch too, dV from it (dk_ds again) in place of the dV part. */
+    const int dk_from_ds = ds && dk_from_ds_wanted(plan);
+    cl_mem ps = NULL;
+    const size_t ps_bytes = dk_from_ds ? flashcl__mma_ps_bytes(ctx, plan, ds_bytes) : 0;
+    if (ps_bytes &&
+        flashcl__scratch(ctx, FLASHCL__SCRATCH_SCORES2, ps_bytes, "backward: (P Z)^T for dV", &ps) != FLASHCL_SUCCESS) {
+        flashcl__clear_error(ctx);
+        ps = NULL;
+    }
+    /* The main kernels [dK/dV or the dV part, dQ, the dK slices or the dS part, dk_ds, dk_ds forming
+       dV]: all but dQ take the dK/dV kernel's arguments. */
+    cl_kernel mains[5] = {ps ? NULL : plan->k[1], dq, dk_from_ds ? plan->ds_part : plan->k[3],
+                          dk_from_ds ? plan->dk_ds : NULL, ps ? plan->dv_ps : NULL};
+    /* (The dS part is flash_bwd_mma_dkdv too: named apart so that a trace tells it from the dV part;
+       dk_ds forming dV likewise.) */
+    const char *const main_names[5] = {names[1], dq_name, dk_from_ds ? "flash_bwd_mma_dkdv (dS part)" : names[1],
+                                       "flash_bwd_mma_dk_ds", "flash_bwd_mma_dk_ds (dV)"};
+    for (int m = 0; m < 5 && st == FLASHCL_SUCCESS; ++m) {
+        if (!mains[m]) continue;
+        flashcl__args a = flashcl__args_for(mains[m], main_names[m]);
+        flashcl__arg_bwd_main(&a, call, dsum, m == 1);
         if (plan->plain)
             flashcl__arg_int(&a, d->causal != 0); /* MMA_PLAIN kernels: causal is their last argument */
         else
             flashcl__arg_variants(&a, d, views[FLASHCL__VQ].buffer);
-        /* Every dK/dV kernel of an MB_DS build takes the scratch (the dK one stores to it, a pitch of 0
-           stores nothing; the sliced dV part ignores it); dQ reads it. */
-        if (plan->dq_ds && (m != 2 || ds)) {
+        /* Every dK/dV kernel of an MB_DS build takes the scratch (the dK or dS one stores to it, a pitch
+           of 0 stores nothing; the sliced dV part ignores it); dQ and dk_ds read it. */
+        if (plan->dq_ds && (m != 1 || ds)) {
             flashcl__arg_mem(&a, ds ? ds : dsum);
             flashcl__arg_ulong(&a, ds_keys);
             flashcl__arg_ulong(&a, ds ? ds_pitch : 0);
+        }
+        if (dk_from_ds && m >= 2) { /* the (P Z)^T scratch (the dS scratch, unused, without it) */
+            flashcl__arg_mem(&a, ps ? ps : ds);
+            flashcl__arg_int(&a, m == 2 ? ps != NULL : m == 4); /* the dS part's p_store, dk_ds's which */
         }
         st = flashcl__args_check(ctx, &a);
     }
@@ -95,12 +134,19 @@ flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *
     st = flashcl__chain_begin(&chain, ctx, call->num_wait, call->wait_list, 1);
     if (st != FLASHCL_SUCCESS) return st;
     const int e_dot = flashcl__chain_launch(&chain, plan->k[0], names[0], 3, g_dot, dot_local, FLASHCL__AFTER_START);
-    int last[4], n = 0;
-    last[n++] = flashcl__chain_launch(&chain, plan->k[1], names[1], 3, plan->k[3] ? g_dv : g_keys, main_local, e_dot);
-    if (plan->k[3]) last[n++] = flashcl__chain_launch(&chain, plan->k[3], names[1], 3, g_keys, main_local, e_dot);
-    /* From dS, dQ waits for the dK/dV kernel that writes it (the dK part when sliced: launched last). */
+    int last[6], n = 0;
+    if (mains[0])
+        last[n++] = flashcl__chain_launch(&chain, mains[0], names[1], 3, plan->k[3] ? g_dv : g_keys, main_local, e_dot);
+    /* The dS part's grid is the dV part's: one work-group per key block. */
+    if (mains[2])
+        last[n++] =
+            flashcl__chain_launch(&chain, mains[2], main_names[2], 3, dk_from_ds ? g_dv : g_keys, main_local, e_dot);
+    const int e_ds = last[n - 1]; /* the kernel that writes dS (launched last so far) */
+    if (mains[3]) last[n++] = flashcl__chain_launch(&chain, mains[3], main_names[3], 3, g_dv, main_local, e_ds);
+    if (mains[4]) last[n++] = flashcl__chain_launch(&chain, mains[4], main_names[4], 3, g_dv, main_local, e_ds);
+    /* From dS, dQ waits for the dK/dV kernel that writes it. */
     const size_t g_ds[3] = {ds ? ds_pitch / (size_t)plan->dq_ds_rows * wg : 0, d->heads_q, d->batch}; /* its blocks */
-    last[n] = flashcl__chain_launch(&chain, dq, dq_name, 3, ds ? g_ds : g_rows, main_local, ds ? last[n - 1] : e_dot);
+    last[n] = flashcl__chain_launch(&chain, dq, dq_name, 3, ds ? g_ds : g_rows, main_local, ds ? e_ds : e_dot);
     ++n;
     if (want_dsinks)
         last[n++] = flashcl__chain_launch(&chain, plan->dsinks, "flash_bwd_dsinks", 3, g_sinks, sink_local, e_dot);

@@ -5,7 +5,7 @@
  * head dims d and d_v that are multiples of 8 up to 256, every variant
  * (window, softcap, ALiBi, sinks, dropout, bias, masks, block masks, varlen,
  * GQA), scale > 0, views whose offsets and strides are 16-byte multiples, on a device whose probe passed (probe.c); the
- * backward the same with d = d_v (dK/dV above 128, TF32 above 64, in two output-dim slices). Every other call goes to
+ * backward the same with d = d_v (above 128, TF32 above 64: dV, and dK from stored dS or in two output-dim slices). Every other call goes to
  * the next family.
  */
 #ifndef FLASHCL_BACKENDS_NVIDIA_H
@@ -24,6 +24,11 @@ typedef struct flashcl__mma_bwd {
     cl_kernel k[4];
     cl_kernel dsinks; /* cl/flash_bwd.cl's flash_bwd_dsinks, with sinks */
     cl_kernel dq_ds;  /* 16-bit sm_80+ builds but plain ones at d <= 64 (MB_DS): dQ from stored dS (launch.c) */
+    /* Sliced MB_DS builds: the dS part of _dkdv (MB_PART = 3: one work-group per key block stores
+       dS^T, no accumulators) and flash_bwd_mma_dk_ds (dK = dS^T Q from it, in the dV part's
+       program); where the call has the scratch they replace the dK slices k[3]. */
+    cl_kernel ds_part, dk_ds;
+    cl_kernel dv_ps;  /* flash_bwd_mma_dk_ds again, its arguments set to form dV = (P Z)^T dO */
     int dq_ds_rows;   /* its query rows per work-group (MB_DSQ_ROWS) */
     int plain;        /* built with MMA_PLAIN: dK/dV and dQ take causal as their last argument */
     int slices;       /* output-dim slices of dK per key block: 1, or 2 above d = 128 (TF32: 64) */
@@ -85,6 +90,8 @@ flashcl_status flashcl__mma_forward(flashcl_context *ctx, const flashcl__call *c
    scratch's key rows and query columns. */
 size_t flashcl__mma_ds_bytes(const flashcl_context *ctx, const flashcl_attention_desc *d, const flashcl__mma_bwd *plan,
                              size_t *keys, size_t *pitch);
+/* The (P Z)^T scratch of a call whose dS scratch is ds_bytes (launch.c): 0 or ds_bytes. */
+size_t flashcl__mma_ps_bytes(const flashcl_context *ctx, const flashcl__mma_bwd *plan, size_t ds_bytes);
 flashcl_status flashcl__mma_backward(flashcl_context *ctx, const flashcl__call *call);
 
 #endif

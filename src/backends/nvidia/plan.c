@@ -436,7 +436,7 @@ static int ds_m_tiles(size_t dk) {
     return dk > 128 || (env && strcmp(env, "1") == 0) ? 1 : 2;
 }
 
-/* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only; ds and
+/* The backward's build options; mb_part: 0 both dK and dV (unsliced), 1 dV only, 2 dK only, 3 dS only; ds and
    ds_mt: ds_wanted and ds_m_tiles of the build. */
 static void bwd_options(char *out, size_t cap, const flashcl_attention_desc *d, size_t dk, int br, int bcq, int plain,
                         int slices, int mb_part, const char *variants, int sm75, int wg, int ds, int ds_mt) {
@@ -507,8 +507,19 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
             if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program_dk, names[1], &k[3]);
         }
         for (int i = 0; i < 3 && st == FLASHCL_SUCCESS; ++i) st = flashcl__create_kernel(ctx, program, names[i], &k[i]);
-        cl_kernel dq_ds = NULL; /* built with MB_DS (bwd_options) */
+        cl_kernel dq_ds = NULL, ds_part = NULL, dk_ds = NULL, dv_ps = NULL; /* built with MB_DS (bwd_options) */
         if (st == FLASHCL_SUCCESS && ds) st = flashcl__create_kernel(ctx, program, "flash_bwd_mma_dq_ds", &dq_ds);
+        if (st == FLASHCL_SUCCESS && ds && slices > 1) {
+            /* dK from the scratch: the dS part's program (MB_PART = 3), dk_ds from the dV part's. The
+               dK slices stay built for calls whose scratch is too large. */
+            char ds_options[sizeof options];
+            cl_program program_ds = NULL;
+            bwd_options(ds_options, sizeof ds_options, d, dk, br, bcq, plain, slices, 3, variants, sm75, wg, ds, ds_mt);
+            st = flashcl__get_program(ctx, "flash_bwd_mma.cl", ds_options, &program_ds); /* never wgmma when sliced */
+            if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program_ds, names[1], &ds_part);
+            if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_bwd_mma_dk_ds", &dk_ds);
+            if (st == FLASHCL_SUCCESS) st = flashcl__create_kernel(ctx, program, "flash_bwd_mma_dk_ds", &dv_ps);
+        }
         const int wg_failed = wg && st != FLASHCL_SUCCESS; /* the wgmma program or its kernels, not d(sinks) */
         if (st == FLASHCL_SUCCESS && d->sinks) {
             /* d(sinks) is a per-head reduction over D and LSE: the portable kernel's (cl/flash_bwd.cl). */
@@ -524,6 +535,9 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
                 if (k[i]) clReleaseKernel(k[i]);
             if (dsinks) clReleaseKernel(dsinks);
             if (dq_ds) clReleaseKernel(dq_ds);
+            if (ds_part) clReleaseKernel(ds_part);
+            if (dk_ds) clReleaseKernel(dk_ds);
+            if (dv_ps) clReleaseKernel(dv_ps);
             if (!wg_failed) return st;
             /* The probe passed but this build did not: the backward keeps mma.sync in this context,
                and its plans say why (the end of the error, where a build log's cause is). */
@@ -539,6 +553,9 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         memcpy(w->k, k, sizeof k);
         w->dsinks = dsinks;
         w->dq_ds = dq_ds;
+        w->ds_part = ds_part;
+        w->dk_ds = dk_ds;
+        w->dv_ps = dv_ps;
         w->dq_ds_rows = dq_ds ? 16 * MMA_WARPS * ds_mt : 0;
         w->plain = plain;
         w->slices = slices;
@@ -577,7 +594,11 @@ flashcl_status flashcl__mma_backward_plan_for(flashcl_context *ctx, const flashc
         flashcl__appendf(bp->reason, sizeof bp->reason,
                          "all eight views 16-byte aligned (offsets, strides multiples of %zu)",
                          flashcl__mma_chunk_elems(d));
-        if (slices > 1)
+        if (slices > 1 && dk_ds)
+            flashcl__appendf(
+                bp->reason, sizeof bp->reason,
+                "; d > 128: dK (and dV if a second scratch fits) by flash_bwd_mma_dk_ds from a dS kernel's stores");
+        else if (slices > 1)
             flashcl__appendf(bp->reason, sizeof bp->reason, "; d > %d: a dV kernel and a dK kernel over half the dims",
                              tf32 ? 64 : 128);
         if (dk != d->head_dim)
@@ -633,6 +654,9 @@ void flashcl__mma_release_plans(flashcl__nvidia_state *state) {
                 if (p->bwd[s].k[k]) clReleaseKernel(p->bwd[s].k[k]);
             if (p->bwd[s].dsinks) clReleaseKernel(p->bwd[s].dsinks);
             if (p->bwd[s].dq_ds) clReleaseKernel(p->bwd[s].dq_ds);
+            if (p->bwd[s].ds_part) clReleaseKernel(p->bwd[s].ds_part);
+            if (p->bwd[s].dk_ds) clReleaseKernel(p->bwd[s].dk_ds);
+            if (p->bwd[s].dv_ps) clReleaseKernel(p->bwd[s].dv_ps);
         }
         free(p);
     }
