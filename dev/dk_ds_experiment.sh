@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# dK (and dV) from stored scratches above d = 128 (dev/bwd_dk_from_ds.patch), checked and timed in
-# one device call. The patch touches the host library too (a third program, new kernels, their
-# launches), so it is applied to a copy of this tree (never to the checkout), built there, and timed
-# against itself in three forms that one build runs, alternating in one process tree:
+# dK and dV from stored scratches above d = 128 (in the library since 2026-12-07; it was
+# dev/bwd_dk_from_ds.patch), checked and timed against the older forms in one device call. One
+# build runs all three forms, alternating in one process tree:
 #   ps      the default: the dS part stores dS^T and (P Z)^T, flash_bwd_mma_dk_ds forms dK and dV
 #   ds      FLASHCL_BWD_DV_PS=0: dK from dS^T, dV from the dV part
-#   slices  FLASHCL_BWD_DK_DS=0: main's dV part and two dK slices
-# The copy first runs test_mma in each form and the d > 128 cases of test_variants (bf16, f16), and
+#   slices  FLASHCL_BWD_DK_DS=0: the dV part and two dK slices (the library before)
+# It first runs test_mma in each form and the d > 128 cases of test_variants (bf16, f16), and
 # checks that the three forms give the same dQ, dK and dV bit for bit (the same products in the
 # same order) on a GQA d = 256 call with a window and dropout; a failure stops before the timing
 # (the bench checks no output). Run from the repository root on the device machine, after sourcing
@@ -14,12 +13,9 @@
 # PYTHON (a python3 with numpy; default python3).
 set -euo pipefail
 turns=${TURNS:-2} work=${WORK:-/tmp/dk_ds} here=$(pwd)
-rm -rf "$work" && mkdir -p "$work/src"
-# The tree as it is (the device's copy has no .git), without builds and the driver's files.
-tar --exclude='./build*' --exclude=./.nvcl --exclude=./.gpu --exclude=./.git --exclude=./.venv -cf - . | tar -x -C "$work/src"
-(cd "$work/src" && patch -s -p1 <"$here/dev/bwd_dk_from_ds.patch")
+rm -rf "$work" && mkdir -p "$work"
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of options
-cmake -S "$work/src" -B "$work/build" ${CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=Release -DFLASHCL_MPI=OFF >/dev/null
+cmake -S "$here" -B "$work/build" ${CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=Release -DFLASHCL_MPI=OFF >/dev/null
 cmake --build "$work/build" -j"$(nproc)" --target flashcl_tool test_mma test_variants >/dev/null
 export FLASHCL_CACHE_DIR=$work/cache
 t=$work/build/tests

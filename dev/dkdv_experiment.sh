@@ -14,6 +14,10 @@
 #   int         dkdv_int_positions.patch: the plain dK/dV kernel's row and key positions as int
 #               instead of long (no spills in clang's build); not yet run on a GPU
 #   onebar_int  both
+#   dkdvbar     dkdv_one_barrier.patch: bwd_one_barrier.patch's plain dK/dV hunk alone (the H100 run of
+#               onebar: dK/dV 3-7% faster, both dQ-from-dS kernels 7-11% slower)
+#   dsstages    ds_part_stages.patch: the dS part above d = 128 double-buffers its Q/dO tiles
+#   dkdvbar_dsstages  both
 # The forms that compute (every one but a0 and the a* ablations) run test_mma first and are dropped
 # from the timing if it fails. Run from the repository root with a Release build in BUILD (default
 # build-gpu, targets flashcl_tool and test_mma). Environment: TURNS (default 3), FORMS (default
@@ -43,6 +47,9 @@ make_form() { # form name -> kernel directory
     onebar) apply "$dir" bwd_one_barrier.patch ;;
     int) apply "$dir" dkdv_int_positions.patch ;;
     onebar_int) apply "$dir" bwd_one_barrier.patch && apply "$dir" dkdv_int_positions.patch ;;
+    dkdvbar) apply "$dir" dkdv_one_barrier.patch ;;
+    dsstages) apply "$dir" ds_part_stages.patch ;;
+    dkdvbar_dsstages) apply "$dir" dkdv_one_barrier.patch && apply "$dir" ds_part_stages.patch ;;
     *) echo "dkdv_experiment: no form $1" >&2; exit 2 ;;
     esac
 }
