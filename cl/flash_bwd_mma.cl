@@ -549,17 +549,19 @@ flash_bwd_mma_dkdv(__global const ushort *Q, VIEW_ARGS(q), __global const ushort
             const long nq = q0 + MMA_BWD_BR < seqlen_q ? q0 + MMA_BWD_BR : q_begin; /* the next tile: row, head */
             const int nh = q0 + MMA_BWD_BR < seqlen_q ? hh : hh + 1;
             const int cur = MB_STAGES == 2 ? st : 0; /* this tile's stage */
-            barrier(CLK_LOCAL_MEM_FENCE);            /* everyone is done with the tile before: its stage is free */
-            if (MB_STAGES == 1) {
-                MB_PLAIN_STAGE(0, hk * group + hh, q0);
-                ptx_cp_wait_all();
-            } else if (nh < group) {
-                MB_PLAIN_STAGE(st ^ 1, hk * group + nh, nq);
-                ptx_cp_wait_one(); /* this tile's group is in; the next one's may still be in flight */
-            } else {
-                ptx_cp_wait_all();
-            }
+#if MB_STAGES == 1
+            barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with the tile before: its stage is free */
+            MB_PLAIN_STAGE(0, hk * group + hh, q0);
+            ptx_cp_wait_all();
             barrier(CLK_LOCAL_MEM_FENCE);
+#else
+            /* This tile's copies are the only ones in flight. One barrier after them both makes them
+               visible and tells that every warp is done with the tile before, whose stage the next
+               tile's copies then take (one barrier a tile instead of two). */
+            ptx_cp_wait_all();
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (nh < group) MB_PLAIN_STAGE(st ^ 1, hk * group + nh, nq);
+#endif
             const uint so = (uint)(cur * 2 * MB_QT_E * 2); /* this stage's byte offset */
 
             /* S^T = K Q^T: 16 keys x MMA_BWD_BR queries per warp. */
