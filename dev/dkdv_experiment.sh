@@ -9,27 +9,25 @@
 #               loop's barriers, 2 the exp2, 4 the dS store, 8 the dV products, 15 all four (wrong
 #               results: timing only; docs/nvidia.md has the H100's figures)
 #   dpfirst     dkdv_ablate.patch's MB_ORDER_DP_FIRST=1: dP^T issued beside S^T (measured: slower)
-#   onebar      bwd_one_barrier.patch: one barrier a tile instead of two in the double-buffered
-#               loops (plain dK/dV, both dQ kernels, dQ from dS); not yet run on a GPU
-#   int         dkdv_int_positions.patch: the plain dK/dV kernel's row and key positions as int
-#               instead of long (no spills in clang's build); not yet run on a GPU
-#   onebar_int  both
-#   dkdvbar     dkdv_one_barrier.patch: bwd_one_barrier.patch's plain dK/dV hunk alone (the H100 run of
-#               onebar: dK/dV 3-7% faster, both dQ-from-dS kernels 7-11% slower)
-#   dsstages    ds_part_stages.patch: the dS part above d = 128 double-buffers its Q/dO tiles
-#   dkdvbar_dsstages  both
+#   dsstages    ds_part_stages.patch: the dS part above d = 128 (MB_PART = 3) double-buffers its
+#               Q/dO tiles; bitwise equal to main in a review's H100 check, not yet timed
+# (Measured and gone from dev/, in git history: bwd_one_barrier.patch, whose plain dK/dV hunk is in
+# the library and whose dQ hunks were slower; dkdv_int_positions.patch, slower.)
 # The forms that compute (every one but a0 and the a* ablations) run test_mma first and are dropped
 # from the timing if it fails. Run from the repository root with a Release build in BUILD (default
 # build-gpu, targets flashcl_tool and test_mma). Environment: TURNS (default 3), FORMS (default
-# main onebar int onebar_int), SHAPES (bench options, one shape per line; default the README's b4
-# h16 N4096 d128 bf16 backward, plain and causal, b16 N1024 d64, and the causal window-4095 GQA row).
+# main dsstages), SHAPES (bench options, one shape per line; default the README's b4
+# h16 N4096 d128 bf16 backward, plain and causal, b16 N1024 d64, the causal window-4095 GQA row, b4
+# h16 N4096 d256 and the Gemma-2 row: d256 causal softcap 50 window 4095, GQA).
 set -euo pipefail
 build=${BUILD:-build-gpu} turns=${TURNS:-3}
-forms=${FORMS:-main onebar int onebar_int}
+forms=${FORMS:-main dsstages}
 shapes=${SHAPES:-"--dtype bf16 --batch 4 --heads 16 --seqlen 4096 --head-dim 128
 --dtype bf16 --batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal
 --dtype bf16 --batch 16 --heads 16 --seqlen 1024 --head-dim 64
---dtype bf16 --batch 2 --heads 16 --kv-heads 8 --seqlen 8192 --head-dim 128 --causal --window 4095,0"}
+--dtype bf16 --batch 2 --heads 16 --kv-heads 8 --seqlen 8192 --head-dim 128 --causal --window 4095,0
+--dtype bf16 --batch 4 --heads 16 --seqlen 4096 --head-dim 256
+--dtype bf16 --batch 2 --heads 16 --kv-heads 8 --seqlen 8192 --head-dim 256 --causal --softcap 50 --window 4095,0"}
 [ -x "$build/tools/flashcl" ] || { echo "dkdv_experiment: no $build/tools/flashcl" >&2; exit 2; }
 work=$(mktemp -d /tmp/dkdv_experiment.XXXX) here=$(pwd)
 trap 'rm -rf "$work"' EXIT # the kernel copies and their program caches, also when a form fails
@@ -44,12 +42,7 @@ make_form() { # form name -> kernel directory
     main) ;;
     a*) apply "$dir" dkdv_ablate.patch && sed -i "1i #define MB_ABLATE ${1#a}" "$dir/flash_bwd_mma.cl" ;;
     dpfirst) apply "$dir" dkdv_ablate.patch && sed -i '1i #define MB_ORDER_DP_FIRST 1' "$dir/flash_bwd_mma.cl" ;;
-    onebar) apply "$dir" bwd_one_barrier.patch ;;
-    int) apply "$dir" dkdv_int_positions.patch ;;
-    onebar_int) apply "$dir" bwd_one_barrier.patch && apply "$dir" dkdv_int_positions.patch ;;
-    dkdvbar) apply "$dir" dkdv_one_barrier.patch ;;
     dsstages) apply "$dir" ds_part_stages.patch ;;
-    dkdvbar_dsstages) apply "$dir" dkdv_one_barrier.patch && apply "$dir" ds_part_stages.patch ;;
     *) echo "dkdv_experiment: no form $1" >&2; exit 2 ;;
     esac
 }
