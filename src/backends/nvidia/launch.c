@@ -6,7 +6,9 @@
  * two work-groups (one per half of the output dims); dQ owns every output dim.
  * With the dS scratch (16-bit) the dK half is instead the dS part (one
  * work-group per key block storing dS^T) and flash_bwd_mma_dk_ds (dK = dS^T Q),
- * so S and dP are computed once per pair for dK, not once per slice.
+ * so S and dP are computed once per pair for dK, not once per slice; where a
+ * second scratch fits, the dS part also stores (P Z)^T and flash_bwd_mma_dk_ds
+ * forms dV from it, in place of the dV kernel.
  */
 #include "nvidia.h"
 #include "../../backward_args.h"
