@@ -363,6 +363,8 @@ def check_spec(spec):
         bs = spec.block_size
         message = lambda: f"block_size must be a pair of integers (block_q, block_k), got {bs!r}"  # noqa: E731
         spec.block_size = _int_pair(bs, message, message)
+    else:  # as the C API and the CLI: a block size with no mask to size is a mistake, not a no-op
+        _need(spec.block_size is None, lambda: f"block_size only applies with block_mask, got {spec.block_size!r}")
 
 
 def _is_real(x):

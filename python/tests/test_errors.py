@@ -157,6 +157,8 @@ def test_bad_extras(rng):
         flashcl.attention(q, k, v, bias=np.zeros((8, 8), np.float16))
     with pytest.raises(ValueError, match="block_mask needs block_size"):
         flashcl.attention(q, k, v, block_mask=np.ones((1, 1, 1, 1), bool))
+    with pytest.raises(ValueError, match="block_size only applies with block_mask, got 'abc'"):
+        flashcl.attention(q, k, v, block_size="abc")  # the CLI's --block-size without a mask exits 2 too
     with pytest.raises(ValueError, match="sinks must be"):
         flashcl.attention(q, k, v, sinks=np.zeros(3, np.float32))
 
