@@ -336,7 +336,8 @@ typedef struct flashcl_attention_desc {
     size_t seqlen_k; /* 0 = seqlen_q (with varlen: total key rows) */
     size_t head_dim; /* of q and k: 1..FLASHCL_MAX_HEAD_DIM */
     float scale;     /* 0 = 1/sqrt(head_dim); any other value of magnitude <= FLASHCL_MAX_SCALE, negative too */
-    int causal;      /* nonzero: bottom-right aligned causal mask (= window (-1, 0), or (left, 0) with a window) */
+    int causal;      /* nonzero: bottom-right aligned causal mask (= window (-1, 0), or (left, 0) with a window:
+                        window_right, still checked, is then taken as 0, as flash_attn does under causal) */
 
     size_t head_dim_v; /* of v, o (and dv, dout): 0 = head_dim; 1..FLASHCL_MAX_HEAD_DIM */
 
